@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages remat builds against. Idempotent; safe to re-run.
+set -euo pipefail
+pkgs=(cmake g++ make libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
+      nlohmann-json3-dev libboost-dev libboost-graph-dev coinor-libcbc-dev libgecode-dev
+      libopenblas-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
