@@ -1,0 +1,99 @@
+// A best-fit caching allocator with block splitting and coalescing, in the manner of
+// PyTorch's CUDA caching allocator, over any SegmentSource, under a hard budget.
+//
+//   remat::CachingAllocator alloc(std::make_unique<remat::HostSegmentSource>(),
+//                                 {.budget = size_t{256} << 20});
+//   void* p = alloc.allocate(4096);   // served from a 2 MiB small-pool segment
+//   alloc.deallocate(p, 4096);        // cached, not returned to the source
+//   alloc.stats().peak_reserved;      // never above the budget
+//
+// See Note [Serving a request] in caching_allocator.cc for the order in which a request that
+// does not fit is served.
+#ifndef REMAT_CACHING_ALLOCATOR_H_
+#define REMAT_CACHING_ALLOCATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "remat/memory_resource.h"
+#include "remat/segment_source.h"
+
+namespace remat {
+
+struct CachingAllocatorOptions {
+  std::size_t budget = SIZE_MAX;            // hard cap on reserved bytes
+  std::size_t round_to = 512;               // every block is a multiple of this
+  std::size_t small_max = std::size_t{1} << 20;         // requests up to this use the small pool
+  std::size_t small_segment = std::size_t{2} << 20;     // small-pool segment size
+  std::size_t medium_segment = std::size_t{20} << 20;   // large-pool segment for medium requests
+  std::size_t medium_max = std::size_t{10} << 20;       // requests above this get their own segment
+  std::size_t large_round = std::size_t{2} << 20;       // own segments round up to this
+  // A large-pool block is split only when the rest is at least this big (PyTorch: 1 MiB), so
+  // that big segments are not nibbled into slivers no large request can use.
+  std::size_t large_split_min = std::size_t{1} << 20;
+};
+
+namespace detail {
+struct Block;
+struct Segment;
+class BlockPool;
+}  // namespace detail
+
+// A view of one block, for callers that choose what to evict by address (see
+// `CachingAllocator::for_each_segment`).
+struct BlockView {
+  std::uintptr_t address;
+  std::size_t size;
+  bool allocated;
+};
+
+class CachingAllocator final : public MemoryResource {
+ public:
+  explicit CachingAllocator(std::unique_ptr<SegmentSource> source,
+                            CachingAllocatorOptions options = {});
+  ~CachingAllocator() override;
+
+  MemoryStats stats() const override { return stats_; }
+  void reset_peaks() override;
+  std::size_t budget() const override { return options_.budget; }
+  void set_budget(std::size_t budget) override;
+  std::size_t rounded_size(std::size_t bytes) const override;
+
+  // Returns every cached segment that holds no allocation to the source.
+  void release_cached();
+  // Largest free block, in either pool.
+  std::size_t largest_free_block() const;
+  // True when `bytes` would be served from the small pool.
+  bool is_small(std::size_t bytes) const;
+  // Calls `fn` with the blocks of each segment of the pool that serves `bytes`, in address
+  // order, and the segment's size. Room left under the budget is reported by `unreserved()`.
+  void for_each_segment(std::size_t bytes,
+                        const std::function<void(const std::vector<BlockView>&)>& fn) const;
+  std::size_t unreserved() const;
+  // The size of segment a request of `bytes` (rounded) would reserve.
+  std::size_t segment_size_for(std::size_t rounded) const;
+  const SegmentSource& source() const { return *source_; }
+
+ protected:
+  void* do_allocate(std::size_t bytes) override;
+  void do_deallocate(void* p, std::size_t bytes) override;
+
+ private:
+  detail::Block* find_free(std::size_t size);
+  detail::Block* reserve_segment(std::size_t size);
+  detail::Block* try_serve(std::size_t size);
+  void free_block(detail::Block* block);
+  [[noreturn]] void throw_oom(std::size_t size);
+
+  std::unique_ptr<SegmentSource> source_;
+  CachingAllocatorOptions options_;
+  std::unique_ptr<detail::BlockPool> pools_;
+  MemoryStats stats_;
+};
+
+}  // namespace remat
+
+#endif  // REMAT_CACHING_ALLOCATOR_H_

@@ -1,0 +1,57 @@
+// Errors the runtime raises while executing ops.
+//
+//   try {
+//     auto out = rt.call(matmul, {a, b});
+//   } catch (const remat::OutOfMemoryError& e) {
+//     std::cerr << e.what();          // names the op, the budget, the request, what was pinned
+//     rt.set_budget(e.budget() * 2);  // the runtime is still usable
+//   }
+//
+// Both errors leave the runtime consistent: every tensor that existed before the failing call
+// still exists (resident or recomputable) and the failing call produced nothing.
+#ifndef REMAT_ERRORS_H_
+#define REMAT_ERRORS_H_
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace remat {
+
+// What an out-of-memory error knows about the state it failed in.
+struct OutOfMemoryInfo {
+  std::string op;              // the op being run or recomputed ("" outside an op)
+  std::size_t requested = 0;   // bytes asked for (after rounding)
+  std::size_t budget = 0;      // the hard cap on reserved bytes
+  std::size_t reserved = 0;    // reserved bytes when it failed
+  std::size_t allocated = 0;   // bytes in live allocations when it failed
+  std::size_t pinned = 0;      // bytes of constants that can never be evicted
+  std::size_t locked = 0;      // bytes locked as inputs of running ops
+  std::size_t largest_free = 0;  // largest free block (0 where memory is counted logically)
+};
+
+class OutOfMemoryError : public std::runtime_error {
+ public:
+  explicit OutOfMemoryError(OutOfMemoryInfo info);
+  const OutOfMemoryInfo& info() const { return info_; }
+  std::size_t budget() const { return info_.budget; }
+  std::size_t requested() const { return info_.requested; }
+
+ private:
+  OutOfMemoryInfo info_;
+};
+
+// Raised when recomputation makes no progress: the guard counts recomputations made on behalf
+// of one request and gives up past its limit instead of looping forever.
+class ThrashError : public std::runtime_error {
+ public:
+  ThrashError(const std::string& op, std::size_t recomputations, std::size_t limit);
+  std::size_t recomputations() const { return recomputations_; }
+
+ private:
+  std::size_t recomputations_;
+};
+
+}  // namespace remat
+
+#endif  // REMAT_ERRORS_H_

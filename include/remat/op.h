@@ -1,0 +1,89 @@
+// An op is a user closure: an output-shape function, a kernel and a cost. Any existing
+// kernel can be wrapped:
+//
+//   auto relu = remat::make_op("relu",
+//       [](remat::SpecList in) { return remat::Outputs{{in[0]}}; },   // same shape as input
+//       [](const remat::KernelContext& k) {
+//         auto* x = k.input<float>(0);
+//         auto* y = k.output<float>(0);
+//         for (int64_t i = 0; i < k.input_spec(0).numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
+//       },
+//       [](remat::SpecList in) { return double(in[0].numel()); });  // declared cost
+//
+// Outputs may alias an input (views: `OutputSpec::alias_of`), ops may have several outputs
+// (recomputing one makes all), and random ops set `random` and read `KernelContext::rng`:
+// the runtime records the counter they drew from, so a recomputation draws the same bits.
+#ifndef REMAT_OP_H_
+#define REMAT_OP_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "remat/tensor.h"
+
+namespace remat {
+
+struct OutputSpec {
+  TensorSpec spec;
+  int alias_of = -1;           // >= 0: a view into the storage of that input
+  std::size_t alias_offset = 0;  // byte offset of the view inside the input's data
+  OutputSpec() = default;
+  OutputSpec(TensorSpec s) : spec(std::move(s)) {}  // NOLINT: implicit on purpose
+  OutputSpec(TensorSpec s, int alias, std::size_t offset = 0)
+      : spec(std::move(s)), alias_of(alias), alias_offset(offset) {}
+};
+
+using SpecList = std::span<const TensorSpec>;
+using Outputs = std::vector<OutputSpec>;
+
+// The state a counter-based generator (Philox) needs to draw the same numbers again.
+struct RngState {
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;  // first counter this op may use
+};
+
+struct KernelContext {
+  std::span<const void* const> inputs;
+  std::span<const TensorSpec* const> input_specs;
+  std::span<void* const> outputs;  // null for alias outputs
+  std::span<const TensorSpec* const> output_specs;
+  RngState rng;
+  bool recompute = false;  // true when this run recomputes an evicted result
+
+  template <typename T>
+  const T* input(std::size_t i) const { return static_cast<const T*>(inputs[i]); }
+  template <typename T>
+  T* output(std::size_t i) const { return static_cast<T*>(outputs[i]); }
+  const TensorSpec& input_spec(std::size_t i) const { return *input_specs[i]; }
+  const TensorSpec& output_spec(std::size_t i) const { return *output_specs[i]; }
+};
+
+struct OpDef {
+  std::string name;
+  std::function<Outputs(SpecList)> infer;              // output specs from input specs
+  std::function<void(const KernelContext&)> kernel;    // may be empty for pure views
+  std::function<double(SpecList)> cost;                // empty: measured on first run (ns)
+  bool random = false;
+  std::uint64_t rng_counters = 1;  // counters one call may consume (random ops)
+};
+using OpPtr = std::shared_ptr<const OpDef>;
+
+inline OpPtr make_op(std::string name, std::function<Outputs(SpecList)> infer,
+                     std::function<void(const KernelContext&)> kernel,
+                     std::function<double(SpecList)> cost = {}, bool random = false) {
+  auto op = std::make_shared<OpDef>();
+  op->name = std::move(name);
+  op->infer = std::move(infer);
+  op->kernel = std::move(kernel);
+  op->cost = std::move(cost);
+  op->random = random;
+  return op;
+}
+
+}  // namespace remat
+
+#endif  // REMAT_OP_H_

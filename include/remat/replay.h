@@ -1,0 +1,58 @@
+// Replays a recorded step (DTR log format) on the simulated backend, through the runtime's
+// real eviction and recomputation code, under a budget.
+//
+//   auto trace = remat::load_dtr_trace("../shared/traces/dtr/resnet32.log").value();
+//   remat::ReplayOptions opts;
+//   opts.policy = "dtr";
+//   opts.budget = remat::replay_baseline(trace).logical_peak_bytes / 2;
+//   remat::ReplayResult r = remat::replay(trace, opts);   // r.slowdown, r.evictions, ...
+#ifndef REMAT_REPLAY_H_
+#define REMAT_REPLAY_H_
+
+#include <cstddef>
+#include <string>
+
+#include "remat/dtr_trace.h"
+#include "remat/runtime.h"
+
+namespace remat {
+
+struct ReplayOptions {
+  std::string policy = "dtr";
+  Accounting accounting = Accounting::kLogical;
+  std::size_t budget = SIZE_MAX;
+  bool sample_candidates = false;
+  bool contiguous_eviction = true;
+  std::size_t min_evictable_bytes = 0;
+  // A replay whose simulated time passes this multiple of the trace's time stops with status
+  // "thrash" (runs past 2x count as failures anyway; this only bounds wasted work).
+  double slowdown_cap = 8.0;
+};
+
+struct ReplayBaseline {
+  std::size_t logical_peak_bytes = 0;   // peak of the sum of live tensor sizes, no budget
+  std::size_t reserved_peak_bytes = 0;  // peak reserved by the caching allocator, no budget
+  std::size_t constant_bytes = 0;
+};
+
+struct ReplayResult {
+  std::string status = "ok";  // ok, oom or thrash
+  std::string error;          // the error's message when status is not ok
+  std::size_t budget_bytes = 0;
+  std::size_t peak_reserved_bytes = 0;
+  std::size_t peak_allocated_bytes = 0;
+  double slowdown = 0;        // simulated time over the trace's time
+  std::size_t evictions = 0;
+  std::size_t recomputations = 0;
+  double search_seconds = 0;  // wall time spent choosing victims
+  double wall_seconds = 0;    // wall time of the whole replay
+  double simulated_seconds = 0;  // simulated time of the replay (its kernels' time)
+  double fragmentation = 0;
+};
+
+ReplayBaseline replay_baseline(const DtrTrace& trace);
+ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options);
+
+}  // namespace remat
+
+#endif  // REMAT_REPLAY_H_

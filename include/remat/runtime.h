@@ -1,0 +1,148 @@
+// The rematerializing runtime: runs ops, records how every tensor was made, evicts tensors
+// when the memory budget is reached and recomputes them when they are read again (DTR).
+//
+//   remat::Runtime rt({.backend = remat::Backend::kCpu, .budget = size_t{64} << 20,
+//                      .policy = "dtr"});
+//   remat::Tensor w = rt.constant({{256, 256}}, weights);   // pinned
+//   remat::Tensor h = rt.call1(matmul, {x, w});             // may be evicted later
+//   std::vector<float> out(h.spec().numel());
+//   rt.read(h, out.data());                                 // recomputed if it was evicted
+//   rt.stats().evictions;
+//
+// The budget is a hard cap: with `Accounting::kAllocator` on reserved bytes of the caching
+// allocator, with `Accounting::kLogical` on the sum of live tensor sizes. A request that
+// cannot fit even after evicting everything evictable throws OutOfMemoryError, and the
+// runtime stays usable. See docs/architecture.md for how a tensor flows through it.
+#ifndef REMAT_RUNTIME_H_
+#define REMAT_RUNTIME_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "remat/caching_allocator.h"
+#include "remat/errors.h"
+#include "remat/memory_resource.h"
+#include "remat/op.h"
+#include "remat/tensor.h"
+
+namespace remat {
+
+enum class Backend : std::uint8_t {
+  kCpu,        // kernels run on host memory
+  kSimulated,  // nothing runs: memory and time are accounted exactly, addresses are fake
+  kCuda,       // kernels run on a CUDA device (memory from cudaMalloc)
+};
+enum class Accounting : std::uint8_t {
+  kAllocator,  // every tensor goes through the caching allocator; the budget caps reserved bytes
+  kLogical,    // memory is the sum of live tensor sizes, as the DTR simulator counts it
+};
+
+struct RuntimeOptions {
+  Backend backend = Backend::kCpu;
+  Accounting accounting = Accounting::kAllocator;
+  std::size_t budget = SIZE_MAX;
+  std::string policy = "dtr";          // see eviction_policy_names()
+  std::size_t min_evictable_bytes = 0;  // smaller tensors are never evicted
+  bool sample_candidates = false;       // score a random sqrt(n) sample instead of all
+  // In allocator accounting, evict a contiguous address window big enough for the request
+  // rather than the best-scored tensors one by one (see Note [Contiguous eviction]).
+  bool contiguous_eviction = true;
+  std::uint64_t seed = 0;               // seeds random ops and the `random` policy
+  // Recomputations allowed for one request before it is reported as thrashing; 0 picks a
+  // limit proportional to the lineage.
+  std::size_t thrash_limit = 0;
+  CachingAllocatorOptions allocator = {};
+};
+
+std::vector<std::string> eviction_policy_names();
+
+struct RuntimeStats {
+  MemoryStats memory;             // of the memory resource
+  std::size_t evictions = 0;
+  std::size_t recomputations = 0;
+  std::size_t calls = 0;          // ops run for the first time
+  double base_cost = 0;           // cost of first runs
+  double recompute_cost = 0;      // cost of recomputations
+  double search_seconds = 0;      // wall time spent choosing what to evict
+  std::size_t ooms = 0;
+  std::size_t thrashes = 0;
+  std::size_t pinned_bytes = 0;
+  std::size_t live_tensors = 0;   // tensor records alive (held or kept for lineage)
+  std::size_t resident_bytes = 0;  // bytes of resident storages
+  std::size_t peak_resident_bytes = 0;
+  // Recomputed cost over base cost.
+  double compute_overhead() const { return base_cost > 0 ? recompute_cost / base_cost : 0.0; }
+};
+
+namespace detail {
+class RuntimeImpl;
+}
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // A tensor that exists before the step (a parameter, an input): pinned forever. `data` is
+  // copied in (may be null: the memory is left uninitialised, as on the simulated backend).
+  Tensor constant(const TensorSpec& spec, const void* data = nullptr);
+
+  // Runs `op` on `inputs` and returns its outputs.
+  std::vector<Tensor> call(const OpPtr& op, std::span<const Tensor> inputs);
+  std::vector<Tensor> call(const OpPtr& op, std::initializer_list<Tensor> inputs) {
+    return call(op, std::span<const Tensor>(inputs.begin(), inputs.size()));
+  }
+  Tensor call1(const OpPtr& op, std::initializer_list<Tensor> inputs) {
+    return call(op, inputs).at(0);
+  }
+  // The same with the output specs and cost given rather than inferred (recorded traces).
+  std::vector<Tensor> call_with(const OpPtr& op, std::span<const Tensor> inputs,
+                                const Outputs& outputs, double cost);
+
+  // An in-place op, run as copy-on-write: the op writes new versions of `args[i]` for each i
+  // in `mutated` (its outputs, in that order), and those handles are rebound to them. Other
+  // handles to the old versions keep seeing the old data.
+  void call_inplace(const OpPtr& op, std::span<Tensor* const> args,
+                    std::span<const int> mutated, double cost = -1);
+
+  // Makes the tensor resident (recomputing it if needed) and returns its data. The pointer
+  // is valid until the next call into the runtime. Host-accessible backends only.
+  const void* data(const Tensor& t);
+  template <typename T>
+  const T* data(const Tensor& t) { return static_cast<const T*>(data(t)); }
+  // Copies the tensor's bytes to host memory at `dst`.
+  void read(const Tensor& t, void* dst);
+  // Makes the tensor resident without reading it (used at the end of a replayed step).
+  void materialize(const Tensor& t);
+  // Evicts the tensor's storage now if it is evictable; returns whether it did.
+  bool evict(const Tensor& t);
+
+  void set_budget(std::size_t budget);
+  std::size_t budget() const;
+  RuntimeStats stats() const;
+  void reset_peaks();
+  const RuntimeOptions& options() const;
+  MemoryResource& memory();
+  // Simulated time: the sum of the costs of every op run so far, recomputations included.
+  double clock() const;
+
+ private:
+  friend class Tensor;
+  void retain(std::uint32_t id);
+  void release(std::uint32_t id);
+  const TensorSpec& spec_of(std::uint32_t id) const;
+  bool resident_of(std::uint32_t id) const;
+
+  std::unique_ptr<detail::RuntimeImpl> impl_;
+};
+
+}  // namespace remat
+
+#endif  // REMAT_RUNTIME_H_

@@ -1,0 +1,61 @@
+// Where a caching allocator gets its memory from: big segments, reserved and released whole.
+//
+//   auto host = std::make_unique<remat::HostSegmentSource>();        // real host memory
+//   auto sim  = std::make_unique<remat::SimulatedSegmentSource>();   // addresses only
+//   remat::CachingAllocator alloc(std::move(sim), {.budget = 1 << 30});
+//
+// `reserve` returns nullptr when the source itself is out of memory; the caller decides
+// whether that is an error. Addresses from a simulated source must never be dereferenced.
+#ifndef REMAT_SEGMENT_SOURCE_H_
+#define REMAT_SEGMENT_SOURCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace remat {
+
+class SegmentSource {
+ public:
+  virtual ~SegmentSource() = default;
+  virtual void* reserve(std::size_t bytes) = 0;
+  virtual void release(void* p, std::size_t bytes) = 0;
+  virtual const char* name() const = 0;
+  // True where the memory can be read and written by the host.
+  virtual bool host_accessible() const = 0;
+};
+
+// Host memory, 256-byte aligned (the alignment cudaMalloc gives).
+class HostSegmentSource final : public SegmentSource {
+ public:
+  void* reserve(std::size_t bytes) override;
+  void release(void* p, std::size_t bytes) override;
+  const char* name() const override { return "host"; }
+  bool host_accessible() const override { return true; }
+};
+
+// A simulated address space: distinct, aligned addresses and no memory behind them. Used to
+// replay recorded steps through the real allocator on machines with no accelerator.
+class SimulatedSegmentSource final : public SegmentSource {
+ public:
+  explicit SimulatedSegmentSource(std::size_t capacity = SIZE_MAX) : capacity_(capacity) {}
+  void* reserve(std::size_t bytes) override;
+  void release(void* p, std::size_t bytes) override;
+  const char* name() const override { return "simulated"; }
+  bool host_accessible() const override { return false; }
+
+ private:
+  std::size_t capacity_;
+  std::size_t held_ = 0;
+  std::uintptr_t next_ = std::uintptr_t{1} << 40;
+};
+
+// Device memory from cudaMalloc. Available when remat was built with CUDA (REMAT_HAVE_CUDA);
+// elsewhere `make_cuda_segment_source` returns nullptr.
+std::unique_ptr<SegmentSource> make_cuda_segment_source(int device = 0);
+// True when a CUDA device can be used (any CUDA error, e.g. no driver, counts as none).
+bool cuda_device_available();
+
+}  // namespace remat
+
+#endif  // REMAT_SEGMENT_SOURCE_H_

@@ -1,0 +1,309 @@
+#include "remat/caching_allocator.h"
+
+#include <absl/container/btree_set.h>
+#include <absl/container/flat_hash_map.h>
+
+#include <algorithm>
+#include <cassert>
+
+#include "remat/errors.h"
+
+namespace remat {
+namespace detail {
+
+// Note [Blocks and segments]
+// A segment is one reservation from the SegmentSource. It is cut into blocks that tile it
+// exactly, linked in address order (prev/next) so that a freed block can merge with free
+// neighbours in O(1). Free blocks also sit in their pool's ordered set, keyed by (size,
+// address): the first block not smaller than a request is the best fit, and among equals the
+// lowest address wins, which keeps allocations packed towards the start of segments.
+struct Segment;
+struct Block {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  Segment* segment = nullptr;
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  bool allocated = false;
+};
+
+struct Segment {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  bool small = false;
+  Block* first = nullptr;
+  std::size_t live_blocks = 0;
+};
+
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const {
+    return a->size != b->size ? a->size < b->size : a->address < b->address;
+  }
+};
+
+class BlockPool {
+ public:
+  absl::btree_set<Block*, BlockOrder> free_small;
+  absl::btree_set<Block*, BlockOrder> free_large;
+  absl::flat_hash_map<std::uintptr_t, Block*> live;
+  std::vector<Segment*> segments;
+
+  absl::btree_set<Block*, BlockOrder>& free_set(bool small) {
+    return small ? free_small : free_large;
+  }
+  Block* new_block() {
+    if (spare_blocks_.empty()) return new Block();
+    Block* b = spare_blocks_.back();
+    spare_blocks_.pop_back();
+    *b = Block();
+    return b;
+  }
+  void delete_block(Block* b) { spare_blocks_.push_back(b); }
+  ~BlockPool() {
+    for (Block* b : spare_blocks_) delete b;
+    for (Segment* s : segments) {
+      for (Block* b = s->first; b != nullptr;) {
+        Block* next = b->next;
+        delete b;
+        b = next;
+      }
+      delete s;
+    }
+  }
+
+ private:
+  std::vector<Block*> spare_blocks_;
+};
+
+}  // namespace detail
+
+using detail::Block;
+using detail::Segment;
+
+namespace {
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source,
+                                   CachingAllocatorOptions options)
+    : source_(std::move(source)), options_(options), pools_(new detail::BlockPool()) {}
+
+CachingAllocator::~CachingAllocator() {
+  for (Segment* s : pools_->segments) source_->release(reinterpret_cast<void*>(s->address), s->size);
+}
+
+std::size_t CachingAllocator::rounded_size(std::size_t bytes) const {
+  return round_up(std::max<std::size_t>(bytes, 1), options_.round_to);
+}
+
+bool CachingAllocator::is_small(std::size_t bytes) const {
+  return rounded_size(bytes) <= options_.small_max;
+}
+
+std::size_t CachingAllocator::segment_size_for(std::size_t rounded) const {
+  if (rounded <= options_.small_max) return options_.small_segment;
+  if (rounded <= options_.medium_max) return options_.medium_segment;
+  return round_up(rounded, options_.large_round);
+}
+
+std::size_t CachingAllocator::unreserved() const {
+  return options_.budget > stats_.reserved ? options_.budget - stats_.reserved : 0;
+}
+
+void CachingAllocator::reset_peaks() {
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+  stats_.peak_active_blocks = stats_.active_blocks;
+}
+
+void CachingAllocator::set_budget(std::size_t budget) {
+  options_.budget = budget;
+  if (stats_.reserved > budget) release_cached();
+}
+
+Block* CachingAllocator::find_free(std::size_t size) {
+  auto& set = pools_->free_set(size <= options_.small_max);
+  Block probe;
+  probe.size = size;
+  probe.address = 0;
+  auto it = set.lower_bound(&probe);
+  if (it == set.end()) return nullptr;
+  Block* b = *it;
+  set.erase(it);
+  return b;
+}
+
+// Reserves a segment for a request of `size`, preferring the pool's usual segment size and
+// falling back to the bare request when the budget has no room for more (a tight budget is a
+// hard cap, so it wins over PyTorch's segment-size heuristics).
+Block* CachingAllocator::reserve_segment(std::size_t size) {
+  const bool small = size <= options_.small_max;
+  std::size_t want = segment_size_for(size);
+  const std::size_t room = unreserved();
+  if (want > room) want = small ? 0 : round_up(size, options_.round_to);
+  if (want == 0 || want > room) return nullptr;
+  void* p = source_->reserve(want);
+  if (p == nullptr) return nullptr;
+  auto* seg = new Segment();
+  seg->address = reinterpret_cast<std::uintptr_t>(p);
+  seg->size = want;
+  seg->small = small;
+  Block* b = pools_->new_block();
+  b->address = seg->address;
+  b->size = want;
+  b->segment = seg;
+  seg->first = b;
+  pools_->segments.push_back(seg);
+  stats_.reserved += want;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  stats_.segments = pools_->segments.size();
+  return b;
+}
+
+void CachingAllocator::release_cached() {
+  auto& segs = pools_->segments;
+  std::erase_if(segs, [&](Segment* s) {
+    if (s->live_blocks != 0) return false;
+    Block* b = s->first;
+    assert(b->next == nullptr && b->size == s->size);
+    pools_->free_set(s->small).erase(b);
+    pools_->delete_block(b);
+    source_->release(reinterpret_cast<void*>(s->address), s->size);
+    stats_.reserved -= s->size;
+    delete s;
+    return true;
+  });
+  stats_.segments = segs.size();
+}
+
+Block* CachingAllocator::try_serve(std::size_t size) {
+  if (Block* b = find_free(size)) return b;
+  return reserve_segment(size);
+}
+
+// Note [Serving a request]
+// A request is served by the first of these that works:
+//   1. the best-fitting free cached block of its pool;
+//   2. a new segment, if the budget has room for it;
+//   3. after returning every fully free cached segment to the source, a new segment (cached
+//      segments of the other pool, or of the wrong sizes, are what usually stands in the way);
+//   4. after the reclaimer (the runtime) evicted tensors, steps 1-3 again, for as long as the
+//      reclaimer says it freed something;
+//   5. an OutOfMemoryError.
+// Reserved bytes never pass the budget: step 2 checks the room before it asks the source.
+void* CachingAllocator::do_allocate(std::size_t bytes) {
+  const std::size_t size = rounded_size(bytes);
+  Block* b = try_serve(size);
+  if (b == nullptr) {
+    ++stats_.retries;
+    release_cached();
+    b = reserve_segment(size);
+  }
+  while (b == nullptr) {
+    if (reclaimer() == nullptr) throw_oom(size);
+    ++stats_.reclaims;
+    if (!reclaimer()->reclaim(size)) throw_oom(size);
+    b = try_serve(size);
+    if (b == nullptr) {
+      release_cached();
+      b = reserve_segment(size);
+    }
+  }
+  // Split off the tail when it is big enough to be useful to its pool.
+  const bool small = size <= options_.small_max;
+  const std::size_t rest = b->size - size;
+  if (rest >= (small ? options_.round_to : options_.large_split_min)) {
+    Block* tail = pools_->new_block();
+    tail->address = b->address + size;
+    tail->size = rest;
+    tail->segment = b->segment;
+    tail->prev = b;
+    tail->next = b->next;
+    if (b->next != nullptr) b->next->prev = tail;
+    b->next = tail;
+    b->size = size;
+    pools_->free_set(small).insert(tail);
+  }
+  b->allocated = true;
+  b->requested = bytes;
+  ++b->segment->live_blocks;
+  pools_->live.emplace(b->address, b);
+  stats_.allocated += b->size;
+  stats_.requested += bytes;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  ++stats_.active_blocks;
+  stats_.peak_active_blocks = std::max(stats_.peak_active_blocks, stats_.active_blocks);
+  ++stats_.allocations;
+  return reinterpret_cast<void*>(b->address);
+}
+
+void CachingAllocator::do_deallocate(void* p, std::size_t /*bytes*/) {
+  auto it = pools_->live.find(reinterpret_cast<std::uintptr_t>(p));
+  assert(it != pools_->live.end() && "deallocate of a pointer this allocator did not give");
+  if (it == pools_->live.end()) return;
+  Block* b = it->second;
+  pools_->live.erase(it);
+  stats_.allocated -= b->size;
+  stats_.requested -= b->requested;
+  --stats_.active_blocks;
+  --b->segment->live_blocks;
+  free_block(b);
+}
+
+// Merges a freed block with free neighbours of its segment and puts it back in its pool.
+void CachingAllocator::free_block(Block* b) {
+  auto& set = pools_->free_set(b->segment->small);
+  b->allocated = false;
+  b->requested = 0;
+  if (Block* n = b->next; n != nullptr && !n->allocated) {
+    set.erase(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next != nullptr) n->next->prev = b;
+    pools_->delete_block(n);
+  }
+  if (Block* p = b->prev; p != nullptr && !p->allocated) {
+    set.erase(p);
+    p->size += b->size;
+    p->next = b->next;
+    if (b->next != nullptr) b->next->prev = p;
+    pools_->delete_block(b);
+    b = p;
+  }
+  set.insert(b);
+}
+
+std::size_t CachingAllocator::largest_free_block() const {
+  std::size_t best = 0;
+  if (!pools_->free_small.empty()) best = (*pools_->free_small.rbegin())->size;
+  if (!pools_->free_large.empty()) best = std::max(best, (*pools_->free_large.rbegin())->size);
+  return best;
+}
+
+void CachingAllocator::for_each_segment(
+    std::size_t bytes, const std::function<void(const std::vector<BlockView>&)>& fn) const {
+  const bool small = is_small(bytes);
+  std::vector<BlockView> blocks;
+  for (const Segment* s : pools_->segments) {
+    if (s->small != small) continue;
+    blocks.clear();
+    for (const Block* b = s->first; b != nullptr; b = b->next) {
+      blocks.push_back({b->address, b->size, b->allocated});
+    }
+    fn(blocks);
+  }
+}
+
+void CachingAllocator::throw_oom(std::size_t size) {
+  ++stats_.ooms;
+  OutOfMemoryInfo info;
+  info.requested = size;
+  info.budget = options_.budget;
+  info.reserved = stats_.reserved;
+  info.allocated = stats_.allocated;
+  info.largest_free = largest_free_block();
+  throw OutOfMemoryError(std::move(info));
+}
+
+}  // namespace remat

@@ -1,0 +1,87 @@
+// The lineage graph: ops, the tensors they made, and the storages that hold tensor bytes.
+// Internal to the runtime; see Note [Lineage lifetime] in runtime.cc.
+#ifndef REMAT_RUNTIME_DETAIL_LINEAGE_H_
+#define REMAT_RUNTIME_DETAIL_LINEAGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "remat/op.h"
+#include "remat/tensor.h"
+
+namespace remat::detail {
+
+using Id = std::uint32_t;
+inline constexpr Id kNone = ~Id{0};
+
+// One memory region. Views share their base's storage; evicting it evicts them all.
+struct StorageRec {
+  std::size_t bytes = 0;
+  void* ptr = nullptr;         // null while evicted
+  bool resident = false;
+  bool pinned = false;         // constants: never evicted
+  Id producer = kNone;         // the op whose run makes this storage (kNone for constants)
+  std::uint32_t handles = 0;   // user handles on tensors of this storage
+  std::uint32_t tensor_refs = 0;  // tensor records that point here (keeps the record alive)
+  std::uint32_t locks = 0;     // > 0 while an op running now reads or writes it
+  double last_access = 0;
+  Id candidate_slot = kNone;   // position in the eviction candidate list
+  std::vector<Id> consumers;   // live ops that read a tensor of this storage
+  // Union-find over evicted storages (dtr_eq), see Note [Equivalence classes].
+  Id uf_parent = kNone;
+  double uf_cost = 0;          // at a root: cost of the class
+  std::uint32_t stamp = 0;     // traversal mark
+};
+
+struct TensorRec {
+  TensorSpec spec;
+  Id storage = kNone;
+  std::size_t offset = 0;      // byte offset into the storage (views)
+  Id producer = kNone;         // the op that made it (kNone for constants)
+  std::uint32_t handles = 0;   // user handles
+  std::uint32_t refs = 0;      // handles + live consumer ops
+};
+
+struct OpRec {
+  OpPtr op;
+  std::vector<Id> inputs;      // tensors
+  std::vector<Id> outputs;     // tensors, kNone once an output record has died
+  std::vector<int> alias_of;   // per output
+  std::vector<TensorSpec> output_specs;  // kept so dead outputs can still be written
+  double cost = 0;
+  RngState rng;
+  std::uint32_t live_outputs = 0;
+  std::uint32_t stamp = 0;
+};
+
+// A vector of records with recycled slots, so long training loops do not grow it forever.
+template <typename T>
+class SlotMap {
+ public:
+  Id add(T value) {
+    if (!free_.empty()) {
+      Id id = free_.back();
+      free_.pop_back();
+      items_[id] = std::move(value);
+      return id;
+    }
+    items_.push_back(std::move(value));
+    return static_cast<Id>(items_.size() - 1);
+  }
+  void remove(Id id) {
+    items_[id] = T();
+    free_.push_back(id);
+  }
+  T& operator[](Id id) { return items_[id]; }
+  const T& operator[](Id id) const { return items_[id]; }
+  std::size_t live() const { return items_.size() - free_.size(); }
+
+ private:
+  std::vector<T> items_;
+  std::vector<Id> free_;
+};
+
+}  // namespace remat::detail
+
+#endif  // REMAT_RUNTIME_DETAIL_LINEAGE_H_

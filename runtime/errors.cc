@@ -1,0 +1,27 @@
+#include "remat/errors.h"
+
+#include <absl/strings/str_cat.h>
+
+namespace remat {
+namespace {
+
+std::string describe(const OutOfMemoryInfo& i) {
+  return absl::StrCat("remat: out of memory", i.op.empty() ? "" : absl::StrCat(" in op '", i.op, "'"),
+                      ": requested ", i.requested, " bytes under a budget of ", i.budget,
+                      " bytes (reserved ", i.reserved, ", allocated ", i.allocated, ", pinned ",
+                      i.pinned, ", locked by running ops ", i.locked, ", largest free block ",
+                      i.largest_free, ")");
+}
+
+}  // namespace
+
+OutOfMemoryError::OutOfMemoryError(OutOfMemoryInfo info)
+    : std::runtime_error(describe(info)), info_(std::move(info)) {}
+
+ThrashError::ThrashError(const std::string& op, std::size_t recomputations, std::size_t limit)
+    : std::runtime_error(absl::StrCat("remat: thrashing while materializing op '", op, "': ",
+                                      recomputations, " recomputations for one request (limit ",
+                                      limit, "); the budget is too small to make progress")),
+      recomputations_(recomputations) {}
+
+}  // namespace remat

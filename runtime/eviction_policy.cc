@@ -1,0 +1,252 @@
+#include "runtime/eviction_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace remat::detail {
+
+double LineageView::cost_of(Id s) const {
+  const Id producer = (*storages)[s].producer;
+  return producer == kNone ? 0.0 : (*ops)[producer].cost;
+}
+
+// +1 keeps a storage touched this very instant finite and comparable.
+double LineageView::staleness(Id s) const { return *clock - (*storages)[s].last_access + 1.0; }
+
+namespace {
+
+// Note [Evicted neighbourhoods]
+// Evicting a storage makes the cost of everything that would have to be recomputed with it
+// relevant: the evicted storages connected to it through evicted storages, in both
+// directions (its evicted ancestors must be recomputed to recompute it; its evicted
+// descendants would need it). DTR's h_DTR charges that whole neighbourhood's cost. The walk
+// marks ops rather than storages, so an op with several evicted outputs is charged once.
+class NeighbourhoodWalker {
+ public:
+  explicit NeighbourhoodWalker(LineageView v) : v_(v) {}
+
+  // Cost of `s` plus the evicted storages reachable from it through evicted storages, over
+  // parents only (ancestors) or over parents and children.
+  double cost(Id s, bool descendants) {
+    ++stamp_;
+    double total = 0;
+    stack_.clear();
+    visit(s, total);
+    while (!stack_.empty()) {
+      const Id x = stack_.back();
+      stack_.pop_back();
+      auto step = [&](Id n) {
+        StorageRec& r = (*v_.storages)[n];
+        if (!r.resident && !r.pinned && r.stamp != stamp_) visit(n, total);
+      };
+      v_.for_each_parent(x, step);
+      if (descendants) v_.for_each_child(x, step);
+    }
+    return total;
+  }
+
+ private:
+  void visit(Id s, double& total) {
+    StorageRec& r = (*v_.storages)[s];
+    r.stamp = stamp_;
+    stack_.push_back(s);
+    if (r.producer == kNone) return;
+    OpRec& op = (*v_.ops)[r.producer];
+    if (op.stamp != stamp_) {
+      op.stamp = stamp_;
+      total += op.cost;
+    }
+  }
+
+  LineageView v_;
+  std::uint32_t stamp_ = 0;
+  std::vector<Id> stack_;
+};
+
+class LruPolicy final : public EvictionPolicy {
+ public:
+  explicit LruPolicy(LineageView v) : v_(v) {}
+  std::string_view name() const override { return "lru"; }
+  double score(Id s) override { return 1.0 / v_.staleness(s); }
+
+ private:
+  LineageView v_;
+};
+
+class LargestPolicy final : public EvictionPolicy {
+ public:
+  explicit LargestPolicy(LineageView v) : v_(v) {}
+  std::string_view name() const override { return "largest"; }
+  double score(Id s) override { return 1.0 / static_cast<double>((*v_.storages)[s].bytes + 1); }
+
+ private:
+  LineageView v_;
+};
+
+class RandomPolicy final : public EvictionPolicy {
+ public:
+  explicit RandomPolicy(std::uint64_t seed) : rng_(seed) {}
+  std::string_view name() const override { return "random"; }
+  double score(Id) override { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// h_DTR-local: the storage's own cost, over size times staleness.
+class DtrLocalPolicy final : public EvictionPolicy {
+ public:
+  explicit DtrLocalPolicy(LineageView v) : v_(v) {}
+  std::string_view name() const override { return "dtr_local"; }
+  double score(Id s) override {
+    return v_.cost_of(s) / (static_cast<double>((*v_.storages)[s].bytes) * v_.staleness(s));
+  }
+
+ private:
+  LineageView v_;
+};
+
+// h_DTR: the evicted neighbourhood's cost, over size times staleness.
+class DtrPolicy final : public EvictionPolicy {
+ public:
+  explicit DtrPolicy(LineageView v) : v_(v), walker_(v) {}
+  std::string_view name() const override { return "dtr"; }
+  double score(Id s) override {
+    return walker_.cost(s, /*descendants=*/true) /
+           (static_cast<double>((*v_.storages)[s].bytes) * v_.staleness(s));
+  }
+
+ private:
+  LineageView v_;
+  NeighbourhoodWalker walker_;
+};
+
+// MSPS (memory saving per second, after Capuchin): size freed per unit of the cost of
+// recomputing the storage and its evicted ancestors. Staleness plays no part.
+class MspsPolicy final : public EvictionPolicy {
+ public:
+  explicit MspsPolicy(LineageView v) : v_(v), walker_(v) {}
+  std::string_view name() const override { return "msps"; }
+  double score(Id s) override {
+    return walker_.cost(s, /*descendants=*/false) /
+           static_cast<double>((*v_.storages)[s].bytes + 1);
+  }
+
+ private:
+  LineageView v_;
+  NeighbourhoodWalker walker_;
+};
+
+// Note [Equivalence classes]
+// h_DTR-eq replaces the neighbourhood walk with union-find: every evicted storage belongs to a
+// class (its connected evicted component, as it was when it formed), and a class keeps the
+// sum of its members' costs. A storage's score charges its own cost plus the classes of its
+// evicted neighbours, found in near-constant time. Classes never split: a rematerialized
+// storage only takes its cost out of its class, so a class may overstate the real
+// neighbourhood, which is the approximation DTR accepts for the speed.
+// Nodes live in their own arena, reference-counted, because storages come and go while the
+// classes they joined must outlive them.
+class DtrEqPolicy final : public EvictionPolicy {
+ public:
+  explicit DtrEqPolicy(LineageView v) : v_(v) {}
+  std::string_view name() const override { return "dtr_eq"; }
+
+  double score(Id s) override {
+    double total = v_.cost_of(s);
+    roots_.clear();
+    auto add = [&](Id n) {
+      const StorageRec& r = (*v_.storages)[n];
+      if (r.resident || r.pinned || r.uf_parent == kNone) return;
+      const Id root = find(r.uf_parent);
+      if (std::find(roots_.begin(), roots_.end(), root) != roots_.end()) return;
+      roots_.push_back(root);
+      total += std::max(0.0, nodes_[root].cost);
+    };
+    v_.for_each_parent(s, add);
+    v_.for_each_child(s, add);
+    return total / (static_cast<double>((*v_.storages)[s].bytes) * v_.staleness(s));
+  }
+
+  void on_evicted(Id s) override {
+    StorageRec& r = (*v_.storages)[s];
+    if (r.uf_parent == kNone) {
+      r.uf_parent = nodes_.add({kNone, 0.0, 1, 1});
+      nodes_[r.uf_parent].parent = r.uf_parent;
+    }
+    Id root = find(r.uf_parent);
+    nodes_[root].cost += v_.cost_of(s);
+    auto join = [&](Id n) {
+      const StorageRec& nr = (*v_.storages)[n];
+      if (nr.resident || nr.pinned || nr.uf_parent == kNone) return;
+      root = unite(root, find(nr.uf_parent));
+    };
+    v_.for_each_parent(s, join);
+    v_.for_each_child(s, join);
+  }
+
+  void on_resident(Id s) override {
+    StorageRec& r = (*v_.storages)[s];
+    if (r.uf_parent != kNone) nodes_[find(r.uf_parent)].cost -= v_.cost_of(s);
+  }
+
+  void on_destroyed(Id s) override {
+    StorageRec& r = (*v_.storages)[s];
+    if (r.uf_parent == kNone) return;
+    if (!r.resident) nodes_[find(r.uf_parent)].cost -= v_.cost_of(s);
+    drop(r.uf_parent);
+    r.uf_parent = kNone;
+  }
+
+ private:
+  struct Node {
+    Id parent;
+    double cost;
+    std::uint32_t size;  // members below a root (union by size keeps trees shallow)
+    std::uint32_t refs;  // storages naming it + nodes whose parent it is
+  };
+
+  Id find(Id x) const {
+    while (nodes_[x].parent != x) x = nodes_[x].parent;
+    return x;
+  }
+  Id unite(Id a, Id b) {
+    if (a == b) return a;
+    if (nodes_[a].size < nodes_[b].size) std::swap(a, b);
+    nodes_[b].parent = a;
+    nodes_[a].size += nodes_[b].size;
+    nodes_[a].cost += nodes_[b].cost;
+    ++nodes_[a].refs;
+    return a;
+  }
+  void drop(Id x) {
+    while (x != kNone && --nodes_[x].refs == 0) {
+      const Id parent = nodes_[x].parent;
+      nodes_.remove(x);
+      x = parent == x ? kNone : parent;
+    }
+  }
+
+  LineageView v_;
+  SlotMap<Node> nodes_;
+  std::vector<Id> roots_;
+};
+
+}  // namespace
+
+std::vector<std::string> policy_names() {
+  return {"dtr", "dtr_eq", "dtr_local", "lru", "largest", "msps", "random"};
+}
+
+std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, LineageView view,
+                                                     std::uint64_t seed) {
+  if (name == "dtr") return std::make_unique<DtrPolicy>(view);
+  if (name == "dtr_eq") return std::make_unique<DtrEqPolicy>(view);
+  if (name == "dtr_local") return std::make_unique<DtrLocalPolicy>(view);
+  if (name == "lru") return std::make_unique<LruPolicy>(view);
+  if (name == "largest") return std::make_unique<LargestPolicy>(view);
+  if (name == "msps") return std::make_unique<MspsPolicy>(view);
+  if (name == "random") return std::make_unique<RandomPolicy>(seed);
+  return nullptr;
+}
+
+}  // namespace remat::detail

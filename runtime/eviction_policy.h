@@ -1,0 +1,71 @@
+// Eviction policies: each scores an evictable storage, and the runtime evicts the lowest
+// score first. Internal to the runtime; users pick one by name (RuntimeOptions::policy).
+#ifndef REMAT_RUNTIME_EVICTION_POLICY_H_
+#define REMAT_RUNTIME_EVICTION_POLICY_H_
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/detail/lineage.h"
+
+namespace remat::detail {
+
+// What a policy may look at: the lineage graph and the runtime's clock.
+struct LineageView {
+  SlotMap<StorageRec>* storages;
+  SlotMap<TensorRec>* tensors;
+  SlotMap<OpRec>* ops;
+  const double* clock;
+
+  double cost_of(Id storage) const;
+  double staleness(Id storage) const;
+  // Calls fn(parent storage) for each storage the producer of `s` reads, and
+  // fn(child storage) for each storage made by an op that reads `s`.
+  template <typename Fn>
+  void for_each_parent(Id s, Fn&& fn) const;
+  template <typename Fn>
+  void for_each_child(Id s, Fn&& fn) const;
+};
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+  virtual std::string_view name() const = 0;
+  // Lower evicts first. Only called on resident, unpinned, unlocked storages.
+  virtual double score(Id storage) = 0;
+  virtual void on_evicted(Id /*storage*/) {}
+  virtual void on_resident(Id /*storage*/) {}
+  virtual void on_destroyed(Id /*storage*/) {}
+};
+
+// nullptr for an unknown name.
+std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, LineageView view,
+                                                     std::uint64_t seed);
+std::vector<std::string> policy_names();
+
+// ---- implementation of the templates ----
+template <typename Fn>
+void LineageView::for_each_parent(Id s, Fn&& fn) const {
+  const Id producer = (*storages)[s].producer;
+  if (producer == kNone) return;
+  for (Id t : (*ops)[producer].inputs) fn((*tensors)[t].storage);
+}
+
+template <typename Fn>
+void LineageView::for_each_child(Id s, Fn&& fn) const {
+  for (Id op : (*storages)[s].consumers) {
+    for (Id t : (*ops)[op].outputs) {
+      if (t == kNone) continue;
+      const Id child = (*tensors)[t].storage;
+      if (child != s) fn(child);
+    }
+  }
+}
+
+}  // namespace remat::detail
+
+#endif  // REMAT_RUNTIME_EVICTION_POLICY_H_

@@ -1,0 +1,137 @@
+#include "remat/replay.h"
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/strings/str_cat.h>
+
+#include <chrono>
+
+namespace remat {
+namespace {
+
+using Kind = DtrInstruction::Kind;
+
+// Every op of a trace becomes an OpDef with no kernel: the simulated backend runs nothing.
+class OpTable {
+ public:
+  const OpPtr& get(const std::string& name) {
+    auto [it, fresh] = ops_.try_emplace(name);
+    if (fresh) {
+      auto op = std::make_shared<OpDef>();
+      op->name = name;
+      it->second = std::move(op);
+    }
+    return it->second;
+  }
+
+ private:
+  absl::flat_hash_map<std::string, OpPtr> ops_;
+};
+
+TensorSpec bytes_spec(std::uint64_t bytes) {
+  return TensorSpec{{static_cast<std::int64_t>(bytes)}, DType::kU8};
+}
+
+// Runs the trace's instructions on `rt`. Handles still alive at the end are the step's
+// outputs and are made resident.
+void run_trace(const DtrTrace& trace, Runtime& rt, double time_cap_ns) {
+  std::vector<Tensor> handles(trace.handle_names.size());
+  OpTable ops;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor*> args;
+  Outputs outputs;
+  for (const DtrInstruction& in : trace.instructions) {
+    switch (in.kind) {
+      case Kind::kConstant:
+        handles[in.results[0]] = rt.constant(bytes_spec(in.bytes[0]));
+        break;
+      case Kind::kCall: {
+        inputs.clear();
+        for (std::uint32_t a : in.args) inputs.push_back(handles[a]);
+        outputs.clear();
+        for (std::size_t i = 0; i < in.results.size(); ++i) {
+          outputs.emplace_back(bytes_spec(in.bytes[i]), in.alias[i]);
+        }
+        std::vector<Tensor> made =
+            rt.call_with(ops.get(in.op), inputs, outputs, static_cast<double>(in.time_ns));
+        for (std::size_t i = 0; i < made.size(); ++i) handles[in.results[i]] = std::move(made[i]);
+        break;
+      }
+      case Kind::kMutate: {
+        args.clear();
+        for (std::uint32_t a : in.args) args.push_back(&handles[a]);
+        rt.call_inplace(ops.get(in.op), args, in.mutate, static_cast<double>(in.time_ns));
+        break;
+      }
+      case Kind::kCopy:
+      case Kind::kCopyFrom:
+        handles[in.dst] = handles[in.src];
+        break;
+      case Kind::kRelease:
+        handles[in.dst].reset();
+        break;
+      case Kind::kBackward:
+        break;
+    }
+    if (rt.clock() > time_cap_ns) {
+      throw ThrashError(in.op.empty() ? "replay" : in.op, rt.stats().recomputations, 0);
+    }
+  }
+  for (const Tensor& h : handles) {
+    if (h.defined()) rt.materialize(h);
+  }
+}
+
+}  // namespace
+
+ReplayBaseline replay_baseline(const DtrTrace& trace) {
+  ReplayBaseline b;
+  for (Accounting acc : {Accounting::kLogical, Accounting::kAllocator}) {
+    Runtime rt({.backend = Backend::kSimulated, .accounting = acc});
+    run_trace(trace, rt, INFINITY);
+    const RuntimeStats s = rt.stats();
+    if (acc == Accounting::kLogical) {
+      b.logical_peak_bytes = s.memory.peak_allocated;
+      b.constant_bytes = s.pinned_bytes;
+    } else {
+      b.reserved_peak_bytes = s.memory.peak_reserved;
+    }
+  }
+  return b;
+}
+
+ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
+  ReplayResult r;
+  r.budget_bytes = options.budget;
+  const auto start = std::chrono::steady_clock::now();
+  RuntimeOptions ro;
+  ro.backend = Backend::kSimulated;
+  ro.accounting = options.accounting;
+  ro.budget = options.budget;
+  ro.policy = options.policy;
+  ro.sample_candidates = options.sample_candidates;
+  ro.contiguous_eviction = options.contiguous_eviction;
+  ro.min_evictable_bytes = options.min_evictable_bytes;
+  Runtime rt(ro);
+  try {
+    run_trace(trace, rt, options.slowdown_cap * static_cast<double>(trace.total_time_ns));
+  } catch (const OutOfMemoryError& e) {
+    r.status = "oom";
+    r.error = e.what();
+  } catch (const ThrashError& e) {
+    r.status = "thrash";
+    r.error = e.what();
+  }
+  r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const RuntimeStats s = rt.stats();
+  r.peak_reserved_bytes = s.memory.peak_reserved;
+  r.peak_allocated_bytes = s.memory.peak_allocated;
+  r.fragmentation = s.memory.fragmentation();
+  r.evictions = s.evictions;
+  r.recomputations = s.recomputations;
+  r.search_seconds = s.search_seconds;
+  r.simulated_seconds = rt.clock() * 1e-9;
+  r.slowdown = trace.total_time_ns == 0 ? 1.0 : rt.clock() / static_cast<double>(trace.total_time_ns);
+  return r;
+}
+
+}  // namespace remat

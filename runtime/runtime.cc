@@ -1,0 +1,803 @@
+#include "remat/runtime.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "remat/logical_memory.h"
+#include "remat/segment_source.h"
+#include "runtime/runtime_impl.h"
+
+namespace remat {
+namespace detail {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double seconds_since(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+std::unique_ptr<SegmentSource> make_source(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu:
+      return std::make_unique<HostSegmentSource>();
+    case Backend::kSimulated:
+      return std::make_unique<SimulatedSegmentSource>();
+    case Backend::kCuda: {
+      auto source = make_cuda_segment_source(0);
+      if (source == nullptr) throw std::runtime_error("remat: the CUDA backend needs a CUDA device");
+      return source;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
+    : options(std::move(opts)), sampler_(options.seed ^ 0x9e3779b97f4a7c15ULL) {
+  if (options.accounting == Accounting::kLogical) {
+    if (options.backend == Backend::kCuda)
+      throw std::invalid_argument("remat: logical accounting is for the CPU and simulated backends");
+    memory = std::make_unique<LogicalMemory>(options.budget, options.backend == Backend::kCpu);
+  } else {
+    CachingAllocatorOptions a = options.allocator;
+    a.budget = options.budget;
+    auto alloc = std::make_unique<CachingAllocator>(make_source(options.backend), a);
+    caching = alloc.get();
+    memory = std::move(alloc);
+  }
+  memory->set_reclaimer(this);
+  runs_kernels = options.backend != Backend::kSimulated;
+  policy = make_eviction_policy(options.policy, LineageView{&storages, &tensors, &ops, &clock},
+                                options.seed);
+  if (policy == nullptr) {
+    throw std::invalid_argument(absl::StrCat("remat: unknown eviction policy '", options.policy,
+                                             "' (see eviction_policy_names())"));
+  }
+}
+
+RuntimeImpl::~RuntimeImpl() { memory->set_reclaimer(nullptr); }
+
+// ---------------------------------------------------------------------------------------
+// Residency and candidates
+
+bool RuntimeImpl::evictable(const StorageRec& r) const {
+  return r.resident && !r.pinned && r.locks == 0 && r.bytes >= options.min_evictable_bytes &&
+         r.producer != kNone;
+}
+
+// Keeps `candidates_` equal to the set of evictable storages, in O(1) per change.
+void RuntimeImpl::refresh_candidate(Id s) {
+  StorageRec& r = storages[s];
+  const bool want = evictable(r);
+  if (want && r.candidate_slot == kNone) {
+    r.candidate_slot = static_cast<Id>(candidates_.size());
+    candidates_.push_back(s);
+  } else if (!want && r.candidate_slot != kNone) {
+    const Id last = candidates_.back();
+    candidates_[r.candidate_slot] = last;
+    storages[last].candidate_slot = r.candidate_slot;
+    candidates_.pop_back();
+    r.candidate_slot = kNone;
+  }
+}
+
+void RuntimeImpl::lock(Id s) {
+  StorageRec& r = storages[s];
+  if (r.locks++ == 0) {
+    locked_bytes_ += r.bytes;
+    refresh_candidate(s);
+  }
+}
+
+void RuntimeImpl::unlock(Id s) {
+  StorageRec& r = storages[s];
+  if (--r.locks == 0) {
+    locked_bytes_ -= r.bytes;
+    refresh_candidate(s);
+  }
+}
+
+void RuntimeImpl::allocate_storage(Id s) {
+  const std::size_t bytes = storages[s].bytes;
+  void* p = memory->allocate(bytes);  // may evict other storages, never this one
+  StorageRec& r = storages[s];
+  r.ptr = p;
+  r.resident = true;
+  if (caching != nullptr) storage_at_[reinterpret_cast<std::uintptr_t>(p)] = s;
+  stats.resident_bytes += bytes;
+  stats.peak_resident_bytes = std::max(stats.peak_resident_bytes, stats.resident_bytes);
+}
+
+void RuntimeImpl::free_storage(Id s) {
+  StorageRec& r = storages[s];
+  if (caching != nullptr) storage_at_.erase(reinterpret_cast<std::uintptr_t>(r.ptr));
+  memory->deallocate(r.ptr, r.bytes);
+  r.ptr = nullptr;
+  r.resident = false;
+  stats.resident_bytes -= r.bytes;
+  refresh_candidate(s);
+  policy->on_evicted(s);
+}
+
+void RuntimeImpl::evict(Id s) {
+  free_storage(s);
+  ++stats.evictions;
+}
+
+// A storage no user handle can reach is freed at once; its record stays while lineage needs it.
+void RuntimeImpl::release_if_dead(Id s) {
+  const StorageRec& r = storages[s];
+  if (r.handles == 0 && r.resident && !r.pinned && r.locks == 0) free_storage(s);
+}
+
+// ---------------------------------------------------------------------------------------
+// Choosing what to evict
+
+Id RuntimeImpl::choose_victim() {
+  const std::size_t n = candidates_.size();
+  if (n == 0) return kNone;
+  Id best = kNone;
+  double best_score = 0;
+  auto consider = [&](Id s) {
+    const double score = policy->score(s);
+    if (best == kNone || score < best_score) {
+      best = s;
+      best_score = score;
+    }
+  };
+  // Note [Candidate sampling]
+  // With sampling on, a random sqrt(n) subset is scored (DTR's own option), which bounds the
+  // cost of one decision at the price of sometimes missing the best victim.
+  if (options.sample_candidates && n > 64) {
+    const std::size_t k = static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+    std::uniform_int_distribution<std::size_t> pick(0, n - 1);
+    for (std::size_t i = 0; i < k; ++i) consider(candidates_[pick(sampler_)]);
+  } else {
+    for (Id s : candidates_) consider(s);
+  }
+  return best;
+}
+
+bool RuntimeImpl::reclaim(std::size_t bytes) {
+  const auto start = SteadyClock::now();
+  bool freed = false;
+  if (caching != nullptr && options.contiguous_eviction) freed = evict_window(bytes);
+  if (!freed) {
+    const Id victim = choose_victim();
+    if (victim != kNone) {
+      evict(victim);
+      freed = true;
+    }
+  }
+  stats.search_seconds += seconds_since(start);
+  return freed;
+}
+
+// Note [Contiguous eviction]
+// In allocator accounting, evicting the best-scored tensors one at a time frees bytes that
+// are scattered over segments: a large request may need many evictions before two freed
+// blocks happen to be adjacent. Following Coop (Zhang et al., NeurIPS 2023), the runtime
+// instead looks at each segment of the request's pool in address order and finds the window
+// of adjacent blocks, each free or held by an evictable storage, whose bytes cover the
+// request at the least total eviction cost (the policy's score times the size, i.e. the
+// cost of the evicted neighbourhood over staleness for the DTR family). Costs are
+// non-negative, so a two-pointer sweep finds each segment's best window in linear time. The
+// other way to make room is to empty whole segments so that they can be returned and a new
+// one reserved; the cheaper of the two wins.
+bool RuntimeImpl::evict_window(std::size_t bytes) {
+  const std::size_t need = caching->rounded_size(bytes);
+  constexpr double kBarrier = -1;
+  double best_cost = INFINITY;
+  std::vector<Id> best_victims;
+  std::vector<double> costs;
+  // Whole segments that could be emptied, with their cost, for the second option.
+  std::vector<std::pair<double, std::vector<Id>>> emptiable;
+  std::vector<std::size_t> emptiable_sizes;
+  caching->for_each_segment(bytes, [&](const std::vector<BlockView>& blocks) {
+    costs.assign(blocks.size(), 0.0);
+    std::size_t segment_bytes = 0;
+    double segment_cost = 0;
+    bool segment_emptiable = true;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      segment_bytes += blocks[i].size;
+      if (!blocks[i].allocated) continue;
+      auto it = storage_at_.find(blocks[i].address);
+      if (it == storage_at_.end() || !evictable(storages[it->second])) {
+        costs[i] = kBarrier;
+        segment_emptiable = false;
+        continue;
+      }
+      costs[i] = policy->score(it->second) * static_cast<double>(storages[it->second].bytes);
+      segment_cost += costs[i];
+    }
+    if (segment_emptiable) {
+      std::vector<Id> victims;
+      for (const BlockView& b : blocks)
+        if (b.allocated) victims.push_back(storage_at_.at(b.address));
+      emptiable.emplace_back(segment_cost, std::move(victims));
+      emptiable_sizes.push_back(segment_bytes);
+    }
+    if (segment_bytes < need) return;
+    std::size_t lo = 0, window_bytes = 0;
+    double window_cost = 0;
+    for (std::size_t hi = 0; hi < blocks.size(); ++hi) {
+      if (costs[hi] == kBarrier) {
+        lo = hi + 1;
+        window_bytes = 0;
+        window_cost = 0;
+        continue;
+      }
+      window_bytes += blocks[hi].size;
+      window_cost += costs[hi];
+      while (lo < hi && window_bytes - blocks[lo].size >= need) {
+        window_bytes -= blocks[lo].size;
+        window_cost -= costs[lo];
+        ++lo;
+      }
+      if (window_bytes >= need && window_cost < best_cost) {
+        best_cost = window_cost;
+        best_victims.clear();
+        for (std::size_t i = lo; i <= hi; ++i)
+          if (blocks[i].allocated) best_victims.push_back(storage_at_.at(blocks[i].address));
+      }
+    }
+  });
+  // Emptying segments: cheapest per byte first, until the room under the budget holds the
+  // segment this request would reserve.
+  if (caching->unreserved() < need && !emptiable.empty()) {
+    std::vector<std::size_t> order(emptiable.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return emptiable[a].first / static_cast<double>(emptiable_sizes[a]) <
+             emptiable[b].first / static_cast<double>(emptiable_sizes[b]);
+    });
+    std::size_t room = caching->unreserved();
+    double cost = 0;
+    std::vector<Id> victims;
+    for (std::size_t i : order) {
+      if (room >= need) break;
+      room += emptiable_sizes[i];
+      cost += emptiable[i].first;
+      victims.insert(victims.end(), emptiable[i].second.begin(), emptiable[i].second.end());
+    }
+    if (room >= need && cost < best_cost) {
+      best_cost = cost;
+      best_victims = std::move(victims);
+    }
+  }
+  if (best_victims.empty()) return false;
+  for (Id s : best_victims) evict(s);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// Running ops
+
+std::size_t RuntimeImpl::thrash_limit() const {
+  if (options.thrash_limit != 0) return options.thrash_limit;
+  return 8 * ops.live() + 1024;
+}
+
+void RuntimeImpl::unlock_frame(const Frame& f) {
+  const OpRec& op = ops[f.op];
+  for (std::uint32_t i = 0; i < f.next_input; ++i) {
+    const Id s = tensors[op.inputs[i]].storage;
+    unlock(s);
+    release_if_dead(s);
+  }
+}
+
+// Note [Iterative recomputation]
+// Making an op's inputs resident may need their producers recomputed, whose inputs may need
+// theirs, and so on down a chain as long as the step. The walk keeps an explicit stack of
+// frames instead of recursing, so a 100,000-op chain cannot overflow the call stack. A frame
+// locks each input it has found resident, so that recomputing the next input cannot evict
+// it; when every input is resident and locked the op runs, its frame unlocks them and pops.
+// Each pushed frame is one recomputation; past `thrash_limit()` of them for one request the
+// walk gives up with ThrashError rather than evicting and recomputing in a circle forever.
+void RuntimeImpl::run_frames(Id root_op, bool recompute) {
+  std::vector<Frame> stack;
+  stack.push_back({root_op, 0, recompute});
+  std::size_t pushed = 0;
+  const std::size_t limit = thrash_limit();
+  try {
+    while (!stack.empty()) {
+      const Id op_id = stack.back().op;
+      const OpRec& op = ops[op_id];
+      std::uint32_t next = stack.back().next_input;
+      Id missing = kNone;
+      while (next < op.inputs.size()) {
+        const Id s = tensors[op.inputs[next]].storage;
+        if (!storages[s].resident) {
+          missing = s;
+          break;
+        }
+        lock(s);
+        ++next;
+      }
+      stack.back().next_input = next;
+      if (missing != kNone) {
+        const Id producer = storages[missing].producer;
+        if (producer == kNone) throw std::logic_error("remat: a constant is not resident");
+        if (++pushed > limit) {
+          ++stats.thrashes;
+          throw ThrashError(current_op_, pushed, limit);
+        }
+        stack.push_back({producer, 0, true});
+        continue;
+      }
+      const Frame done = stack.back();
+      const OpRec* waiting = stack.size() > 1 ? &ops[stack[stack.size() - 2].op] : nullptr;
+      execute(done.op, done.recompute, waiting);
+      unlock_frame(done);
+      stack.pop_back();
+    }
+  } catch (...) {
+    for (const Frame& f : stack) unlock_frame(f);
+    throw;
+  }
+}
+
+// Runs one op whose inputs are resident and locked. Outputs that are not resident get memory
+// (locked while the kernel runs); an output whose record has died gets scratch memory, since
+// the kernel writes every output. `waiting` is the op that needs these outputs next: a dead
+// output it reads stays resident until it locks it.
+void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
+  const std::size_t n = ops[op_id].outputs.size();
+  std::vector<void*> outs(n, nullptr);
+  std::vector<Id> fresh;
+  std::vector<std::pair<void*, std::size_t>> scratch;
+  auto release_partial = [&] {
+    for (Id s : fresh) {
+      unlock(s);
+      if (storages[s].resident) free_storage(s);
+    }
+    for (auto [p, b] : scratch) memory->deallocate(p, b);
+  };
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      const OpRec& op = ops[op_id];
+      if (op.alias_of[i] >= 0) continue;
+      const Id t = op.outputs[i];
+      if (t == kNone) continue;  // dead: scratch memory below, once live outputs have theirs
+      const Id s = tensors[t].storage;
+      if (!storages[s].resident) {
+        allocate_storage(s);
+        lock(s);
+        fresh.push_back(s);
+      }
+      outs[i] = storages[s].ptr;
+    }
+    if (runs_kernels) {
+      // Dead outputs still have to be written somewhere.
+      for (std::size_t i = 0; i < n; ++i) {
+        const OpRec& op = ops[op_id];
+        if (op.alias_of[i] >= 0 || op.outputs[i] != kNone) continue;
+        const std::size_t b = op.output_specs[i].bytes();
+        void* p = memory->allocate(b);
+        scratch.emplace_back(p, b);
+        outs[i] = p;
+      }
+    }
+  } catch (...) {
+    release_partial();
+    throw;
+  }
+
+  OpRec& op = ops[op_id];
+  if (runs_kernels && op.op->kernel) {
+    std::vector<const void*> in_ptrs(op.inputs.size());
+    std::vector<const TensorSpec*> in_specs(op.inputs.size());
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const TensorRec& tr = tensors[op.inputs[i]];
+      in_ptrs[i] = static_cast<const char*>(storages[tr.storage].ptr) + tr.offset;
+      in_specs[i] = &tr.spec;
+    }
+    std::vector<const TensorSpec*> out_specs(n);
+    for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
+    KernelContext ctx{in_ptrs, in_specs, outs, out_specs, op.rng, recompute};
+    const bool measure = !recompute && !op.op->cost && op.cost < 0;
+    const auto start = SteadyClock::now();
+    op.op->kernel(ctx);
+    if (measure) op.cost = seconds_since(start) * 1e9;
+  }
+  if (op.cost < 0) op.cost = 0;
+  clock += op.cost;
+  if (recompute) {
+    ++stats.recomputations;
+    stats.recompute_cost += op.cost;
+  } else {
+    ++stats.calls;
+    stats.base_cost += op.cost;
+  }
+  for (auto [p, b] : scratch) memory->deallocate(p, b);
+  for (Id s : fresh) {
+    storages[s].last_access = clock;
+    policy->on_resident(s);
+    unlock(s);
+    bool needed = false;
+    if (waiting != nullptr) {
+      for (Id t : waiting->inputs) needed |= tensors[t].storage == s;
+    }
+    if (!needed) release_if_dead(s);
+  }
+}
+
+std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inputs,
+                                     const Outputs& outputs, double cost) {
+  OpRec rec;
+  rec.op = op;
+  rec.inputs = inputs;
+  rec.cost = cost;
+  if (op->random) {
+    rec.rng = {options.seed, rng_counter_};
+    rng_counter_ += op->rng_counters;
+  }
+  const Id op_id = ops.add(std::move(rec));
+  for (Id t : inputs) {
+    ++tensors[t].refs;
+    storages[tensors[t].storage].consumers.push_back(op_id);
+  }
+  std::vector<Id> result;
+  result.reserve(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const OutputSpec& out = outputs[i];
+    TensorRec tr;
+    tr.spec = out.spec;
+    tr.producer = op_id;
+    const std::size_t bytes = out.spec.bytes();
+    if (out.alias_of >= 0) {
+      const TensorRec& base = tensors[inputs.at(static_cast<std::size_t>(out.alias_of))];
+      tr.storage = base.storage;
+      tr.offset = base.offset + out.alias_offset;
+      // Recorded traces declare view sizes that need not fit their base (expand, as_strided);
+      // only where kernels really read memory must a view lie inside it.
+      if (runs_kernels && tr.offset + bytes > storages[base.storage].bytes) {
+        // Nothing was run yet: undo the registration before reporting.
+        for (Id t : result) release(t);
+        for (Id t : inputs) {
+          auto& c = storages[tensors[t].storage].consumers;
+          c.erase(std::find(c.begin(), c.end(), op_id));
+        }
+        ops.remove(op_id);
+        for (Id t : inputs) drop_tensor_ref(t);
+        throw std::invalid_argument(absl::StrCat("remat: view output ", i, " of op '", op->name,
+                                                 "' (", out.spec.to_string(),
+                                                 ") lies outside its base storage"));
+      }
+    } else {
+      StorageRec sr;
+      sr.bytes = bytes;
+      sr.producer = op_id;
+      tr.storage = storages.add(std::move(sr));
+    }
+    ++storages[tr.storage].tensor_refs;
+    const Id t = tensors.add(std::move(tr));
+    OpRec& o = ops[op_id];
+    o.outputs.push_back(t);
+    o.alias_of.push_back(out.alias_of);
+    o.output_specs.push_back(out.spec);
+    ++o.live_outputs;
+    retain(t);
+    result.push_back(t);
+  }
+  current_op_ = op->name;
+  try {
+    run_frames(op_id, /*recompute=*/false);
+  } catch (const OutOfMemoryError& e) {
+    ++stats.ooms;
+    for (Id t : result) release(t);
+    OutOfMemoryInfo info = e.info();
+    info.op = op->name;
+    info.pinned = stats.pinned_bytes;
+    info.locked = locked_bytes_;
+    throw OutOfMemoryError(std::move(info));
+  } catch (...) {
+    for (Id t : result) release(t);
+    throw;
+  }
+  for (Id t : result) storages[tensors[t].storage].last_access = clock;
+  return result;
+}
+
+Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
+  StorageRec sr;
+  sr.bytes = spec.bytes();
+  sr.pinned = true;
+  const Id s = storages.add(std::move(sr));
+  current_op_ = "constant";
+  try {
+    allocate_storage(s);
+  } catch (const OutOfMemoryError& e) {
+    storages.remove(s);
+    ++stats.ooms;
+    OutOfMemoryInfo info = e.info();
+    info.op = "constant";
+    info.pinned = stats.pinned_bytes;
+    throw OutOfMemoryError(std::move(info));
+  }
+  stats.pinned_bytes += spec.bytes();
+  if (data != nullptr && runs_kernels && spec.bytes() > 0) {
+    std::memcpy(storages[s].ptr, data, spec.bytes());
+  }
+  TensorRec tr;
+  tr.spec = spec;
+  tr.storage = s;
+  storages[s].tensor_refs = 1;
+  const Id t = tensors.add(std::move(tr));
+  retain(t);
+  return t;
+}
+
+void RuntimeImpl::make_resident(Id t) {
+  const Id s = tensors[t].storage;
+  if (!storages[s].resident) {
+    current_op_ = ops[storages[s].producer].op->name;
+    try {
+      run_frames(storages[s].producer, /*recompute=*/true);
+    } catch (const OutOfMemoryError& e) {
+      ++stats.ooms;
+      OutOfMemoryInfo info = e.info();
+      info.op = current_op_;
+      info.pinned = stats.pinned_bytes;
+      info.locked = locked_bytes_;
+      throw OutOfMemoryError(std::move(info));
+    }
+  }
+  storages[s].last_access = clock;
+}
+
+void* RuntimeImpl::data_pointer(Id t) {
+  make_resident(t);
+  const TensorRec& tr = tensors[t];
+  return static_cast<char*>(storages[tr.storage].ptr) + tr.offset;
+}
+
+bool RuntimeImpl::evict_tensor(Id t) {
+  const Id s = tensors[t].storage;
+  if (!evictable(storages[s])) return false;
+  evict(s);
+  return true;
+}
+
+void RuntimeImpl::set_budget(std::size_t budget) {
+  options.budget = budget;
+  memory->set_budget(budget);
+  // Lowering the budget below what is held evicts down to it where it can.
+  while (memory->stats().reserved > budget) {
+    const Id victim = choose_victim();
+    if (victim == kNone) break;
+    evict(victim);
+    if (caching != nullptr) caching->release_cached();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Handles and lineage lifetime
+
+void RuntimeImpl::retain(Id t) {
+  TensorRec& tr = tensors[t];
+  ++tr.handles;
+  ++tr.refs;
+  ++storages[tr.storage].handles;
+}
+
+void RuntimeImpl::release(Id t) {
+  TensorRec& tr = tensors[t];
+  --tr.handles;
+  const Id s = tr.storage;
+  --storages[s].handles;
+  release_if_dead(s);
+  drop_tensor_ref(t);
+}
+
+// Note [Lineage lifetime]
+// A tensor record lives while a user handle holds it or a live op reads it (refs); an op
+// record lives while one of its output records does; a storage record lives while a tensor
+// record points at it. The memory of a storage is freed as soon as no handle can reach it,
+// but its record and its producer stay for as long as some live tensor may need it
+// recomputed. Dropping the last handle of a long chain can free the whole chain: the
+// cascade runs on an explicit worklist, never by recursion.
+void RuntimeImpl::drop_tensor_ref(Id t0) {
+  pending_tensors_.push_back(t0);
+  while (!pending_tensors_.empty()) {
+    const Id t = pending_tensors_.back();
+    pending_tensors_.pop_back();
+    TensorRec& tr = tensors[t];
+    if (--tr.refs > 0) continue;
+    const Id s = tr.storage;
+    const Id producer = tr.producer;
+    tensors.remove(t);
+    if (--storages[s].tensor_refs == 0) destroy_storage(s);
+    if (producer == kNone) continue;
+    OpRec& op = ops[producer];
+    std::replace(op.outputs.begin(), op.outputs.end(), t, kNone);
+    if (--op.live_outputs > 0) continue;
+    for (Id in : op.inputs) {
+      auto& consumers = storages[tensors[in].storage].consumers;
+      auto it = std::find(consumers.begin(), consumers.end(), producer);
+      if (it != consumers.end()) {
+        *it = consumers.back();
+        consumers.pop_back();
+      }
+    }
+    std::vector<Id> inputs = std::move(op.inputs);
+    ops.remove(producer);
+    pending_tensors_.insert(pending_tensors_.end(), inputs.begin(), inputs.end());
+  }
+}
+
+void RuntimeImpl::destroy_storage(Id s) {
+  StorageRec& r = storages[s];
+  if (r.resident) {
+    if (caching != nullptr) storage_at_.erase(reinterpret_cast<std::uintptr_t>(r.ptr));
+    memory->deallocate(r.ptr, r.bytes);
+    stats.resident_bytes -= r.bytes;
+    if (r.pinned) stats.pinned_bytes -= r.bytes;
+    r.resident = false;
+  }
+  if (r.candidate_slot != kNone) {
+    r.locks = 1;  // not evictable: takes it out of the candidates
+    refresh_candidate(s);
+  }
+  policy->on_destroyed(s);
+  storages.remove(s);
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------
+// The public facade
+
+namespace {
+std::vector<detail::Id> ids_of(std::span<const Tensor> tensors, const Runtime* rt) {
+  std::vector<detail::Id> ids;
+  ids.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || t.runtime() != rt)
+      throw std::invalid_argument("remat: an op input is undefined or from another runtime");
+    ids.push_back(t.id());
+  }
+  return ids;
+}
+}  // namespace
+
+std::vector<std::string> eviction_policy_names() { return detail::policy_names(); }
+
+Runtime::Runtime(RuntimeOptions options)
+    : impl_(std::make_unique<detail::RuntimeImpl>(std::move(options))) {}
+Runtime::~Runtime() = default;
+
+Tensor Runtime::constant(const TensorSpec& spec, const void* data) {
+  return Tensor(this, impl_->new_constant(spec, data));
+}
+
+std::vector<Tensor> Runtime::call(const OpPtr& op, std::span<const Tensor> inputs) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(inputs.size());
+  for (const Tensor& t : inputs) specs.push_back(t.spec());
+  Outputs outputs = op->infer(specs);
+  const double cost = op->cost ? op->cost(specs) : -1.0;
+  return call_with(op, inputs, outputs, cost);
+}
+
+std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> inputs,
+                                       const Outputs& outputs, double cost) {
+  for (const OutputSpec& o : outputs) {
+    if (o.alias_of >= static_cast<int>(inputs.size()))
+      throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' aliases input ",
+                                               o.alias_of, " of ", inputs.size()));
+  }
+  std::vector<detail::Id> ids = impl_->run_new(op, ids_of(inputs, this), outputs, cost);
+  std::vector<Tensor> result;
+  result.reserve(ids.size());
+  // run_new gave each output one handle; the Tensor objects take them over.
+  for (detail::Id id : ids) result.push_back(Tensor(this, id));
+  return result;
+}
+
+void Runtime::call_inplace(const OpPtr& op, std::span<Tensor* const> args,
+                           std::span<const int> mutated, double cost) {
+  std::vector<Tensor> inputs;
+  std::vector<TensorSpec> specs;
+  for (Tensor* t : args) {
+    inputs.push_back(*t);
+    specs.push_back(t->spec());
+  }
+  Outputs outputs;
+  for (int m : mutated) {
+    if (m < 0 || m >= static_cast<int>(args.size()))
+      throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' mutates argument ", m,
+                                               " of ", args.size()));
+    outputs.emplace_back(specs[static_cast<std::size_t>(m)]);
+  }
+  if (cost < 0 && op->cost) cost = op->cost(specs);
+  std::vector<Tensor> fresh = call_with(op, inputs, outputs, cost);
+  for (std::size_t i = 0; i < mutated.size(); ++i)
+    *args[static_cast<std::size_t>(mutated[i])] = std::move(fresh[i]);
+}
+
+const void* Runtime::data(const Tensor& t) {
+  if (!impl_->runs_kernels)
+    throw std::logic_error("remat: tensor data is not readable on the simulated backend");
+  return impl_->data_pointer(t.id());
+}
+
+void Runtime::read(const Tensor& t, void* dst) {
+  const void* src = data(t);
+  if (impl_->options.backend == Backend::kCuda)
+    throw std::logic_error("remat: read() of CUDA tensors needs the CUDA op library");
+  std::memcpy(dst, src, t.bytes());
+}
+
+void Runtime::materialize(const Tensor& t) { impl_->make_resident(t.id()); }
+bool Runtime::evict(const Tensor& t) { return impl_->evict_tensor(t.id()); }
+void Runtime::set_budget(std::size_t budget) { impl_->set_budget(budget); }
+std::size_t Runtime::budget() const { return impl_->options.budget; }
+const RuntimeOptions& Runtime::options() const { return impl_->options; }
+MemoryResource& Runtime::memory() { return *impl_->memory; }
+double Runtime::clock() const { return impl_->clock; }
+
+RuntimeStats Runtime::stats() const {
+  RuntimeStats s = impl_->stats;
+  s.memory = impl_->memory->stats();
+  s.live_tensors = impl_->tensors.live();
+  return s;
+}
+
+void Runtime::reset_peaks() {
+  impl_->memory->reset_peaks();
+  impl_->stats.peak_resident_bytes = impl_->stats.resident_bytes;
+}
+
+void Runtime::retain(std::uint32_t id) { impl_->retain(id); }
+void Runtime::release(std::uint32_t id) { impl_->release(id); }
+const TensorSpec& Runtime::spec_of(std::uint32_t id) const { return impl_->tensors[id].spec; }
+bool Runtime::resident_of(std::uint32_t id) const {
+  return impl_->storages[impl_->tensors[id].storage].resident;
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor handles
+
+Tensor::Tensor(const Tensor& other) : runtime_(other.runtime_), id_(other.id_) {
+  if (runtime_ != nullptr) runtime_->retain(id_);
+}
+Tensor::Tensor(Tensor&& other) noexcept : runtime_(other.runtime_), id_(other.id_) {
+  other.runtime_ = nullptr;
+}
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) {
+    Tensor copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    reset();
+    runtime_ = other.runtime_;
+    id_ = other.id_;
+    other.runtime_ = nullptr;
+  }
+  return *this;
+}
+Tensor::~Tensor() { reset(); }
+void Tensor::reset() {
+  if (runtime_ != nullptr) runtime_->release(id_);
+  runtime_ = nullptr;
+}
+const TensorSpec& Tensor::spec() const {
+  if (runtime_ == nullptr) throw std::logic_error("remat: spec() of an undefined tensor");
+  return runtime_->spec_of(id_);
+}
+bool Tensor::resident() const { return runtime_ != nullptr && runtime_->resident_of(id_); }
+
+}  // namespace remat

@@ -1,0 +1,84 @@
+// The runtime's internals: lineage records, residency, locks, eviction, recomputation.
+#ifndef REMAT_RUNTIME_RUNTIME_IMPL_H_
+#define REMAT_RUNTIME_RUNTIME_IMPL_H_
+
+#include <absl/container/flat_hash_map.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "remat/runtime.h"
+#include "runtime/detail/lineage.h"
+#include "runtime/eviction_policy.h"
+
+namespace remat::detail {
+
+class RuntimeImpl final : public MemoryReclaimer {
+ public:
+  explicit RuntimeImpl(RuntimeOptions options);
+  ~RuntimeImpl() override;
+
+  Id new_constant(const TensorSpec& spec, const void* data);
+  // Registers a new op on `inputs` with the given outputs, runs it, and returns the ids of
+  // its output tensors, each holding one user handle.
+  std::vector<Id> run_new(const OpPtr& op, const std::vector<Id>& inputs, const Outputs& outputs,
+                          double cost);
+  void make_resident(Id tensor);
+  void* data_pointer(Id tensor);
+  bool evict_tensor(Id tensor);
+  void set_budget(std::size_t budget);
+
+  void retain(Id tensor);
+  void release(Id tensor);
+  bool reclaim(std::size_t bytes) override;
+
+  RuntimeOptions options;
+  SlotMap<StorageRec> storages;
+  SlotMap<TensorRec> tensors;
+  SlotMap<OpRec> ops;
+  double clock = 0;
+  std::unique_ptr<MemoryResource> memory;
+  CachingAllocator* caching = nullptr;  // set in allocator accounting
+  std::unique_ptr<EvictionPolicy> policy;
+  RuntimeStats stats;
+  bool runs_kernels = false;
+
+ private:
+  struct Frame {
+    Id op;
+    std::uint32_t next_input;
+    bool recompute;
+  };
+
+  bool evictable(const StorageRec& r) const;
+  void refresh_candidate(Id s);
+  void lock(Id s);
+  void unlock(Id s);
+  void allocate_storage(Id s);
+  void free_storage(Id s);
+  void evict(Id s);
+  void release_if_dead(Id s);
+  Id choose_victim();
+  bool evict_window(std::size_t bytes);
+  void run_frames(Id root_op, bool recompute);
+  void execute(Id op, bool recompute, const OpRec* waiting);
+  void unlock_frame(const Frame& f);
+  void drop_tensor_ref(Id tensor);
+  void destroy_storage(Id s);
+  std::size_t thrash_limit() const;
+
+  std::vector<Id> candidates_;
+  absl::flat_hash_map<std::uintptr_t, Id> storage_at_;  // address -> storage (allocator mode)
+  std::string current_op_;
+  std::size_t locked_bytes_ = 0;
+  std::uint64_t rng_counter_ = 0;
+  std::mt19937_64 sampler_;
+  std::vector<Id> pending_tensors_;
+  std::vector<void*> scratch_ptrs_;
+};
+
+}  // namespace remat::detail
+
+#endif  // REMAT_RUNTIME_RUNTIME_IMPL_H_
