@@ -26,13 +26,17 @@ class NeighbourhoodWalker {
   explicit NeighbourhoodWalker(LineageView v) : v_(v) {}
 
   // Cost of `s` plus the evicted storages reachable from it through evicted storages, over
-  // parents only (ancestors) or over parents and children.
+  // parents only (ancestors) or over parents and children. The walk stops after kMaxVisits
+  // storages: a neighbourhood that large already prices its members out of eviction, and
+  // freed dead tensors can make one evicted component span most of a step.
+  static constexpr std::size_t kMaxVisits = 256;
   double cost(Id s, bool descendants) {
     ++stamp_;
     double total = 0;
     stack_.clear();
+    visits_ = 0;
     visit(s, total);
-    while (!stack_.empty()) {
+    while (!stack_.empty() && visits_ < kMaxVisits) {
       const Id x = stack_.back();
       stack_.pop_back();
       auto step = [&](Id n) {
@@ -47,6 +51,7 @@ class NeighbourhoodWalker {
 
  private:
   void visit(Id s, double& total) {
+    ++visits_;
     StorageRec& r = (*v_.storages)[s];
     r.stamp = stamp_;
     stack_.push_back(s);
@@ -60,80 +65,99 @@ class NeighbourhoodWalker {
 
   LineageView v_;
   std::uint32_t stamp_ = 0;
+  std::size_t visits_ = 0;
   std::vector<Id> stack_;
 };
 
-class LruPolicy final : public EvictionPolicy {
+// The part every policy shares: the lineage it reads.
+class PolicyBase : public EvictionPolicy {
  public:
-  explicit LruPolicy(LineageView v) : v_(v) {}
+  explicit PolicyBase(LineageView v) : v_(v) {}
+  const LineageView& view() const override { return v_; }
+
+ protected:
+  double bytes(Id s) const { return static_cast<double>((*v_.storages)[s].bytes) + 1.0; }
+  LineageView v_;
+};
+
+class LruPolicy final : public PolicyBase {
+ public:
+  using PolicyBase::PolicyBase;
   std::string_view name() const override { return "lru"; }
-  double score(Id s) override { return 1.0 / v_.staleness(s); }
-
- private:
-  LineageView v_;
+  double key(Id) override { return 1.0; }
 };
 
-class LargestPolicy final : public EvictionPolicy {
+class LargestPolicy final : public PolicyBase {
  public:
-  explicit LargestPolicy(LineageView v) : v_(v) {}
+  using PolicyBase::PolicyBase;
   std::string_view name() const override { return "largest"; }
-  double score(Id s) override { return 1.0 / static_cast<double>((*v_.storages)[s].bytes + 1); }
-
- private:
-  LineageView v_;
+  double key(Id s) override { return 1.0 / bytes(s); }
+  double staleness_exponent() const override { return 0.0; }
 };
 
-class RandomPolicy final : public EvictionPolicy {
+// A fixed pseudo-random key per (storage, residency): the same storage keeps its key until
+// it is touched again, which the candidate index needs.
+class RandomPolicy final : public PolicyBase {
  public:
-  explicit RandomPolicy(std::uint64_t seed) : rng_(seed) {}
+  RandomPolicy(LineageView v, std::uint64_t seed) : PolicyBase(v), seed_(seed) {}
   std::string_view name() const override { return "random"; }
-  double score(Id) override { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+  double key(Id s) override {
+    std::uint64_t x = seed_ ^ (std::uint64_t{s} * 0x9e3779b97f4a7c15ULL) ^
+                      static_cast<std::uint64_t>((*v_.storages)[s].last_access);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 29;
+    return static_cast<double>(x >> 11) * 0x1.0p-53;
+  }
+  double staleness_exponent() const override { return 0.0; }
 
  private:
-  std::mt19937_64 rng_;
+  std::uint64_t seed_;
 };
 
 // h_DTR-local: the storage's own cost, over size times staleness.
-class DtrLocalPolicy final : public EvictionPolicy {
+class DtrLocalPolicy final : public PolicyBase {
  public:
-  explicit DtrLocalPolicy(LineageView v) : v_(v) {}
+  using PolicyBase::PolicyBase;
   std::string_view name() const override { return "dtr_local"; }
-  double score(Id s) override {
-    return v_.cost_of(s) / (static_cast<double>((*v_.storages)[s].bytes) * v_.staleness(s));
-  }
-
- private:
-  LineageView v_;
+  double key(Id s) override { return v_.cost_of(s) / bytes(s); }
 };
 
 // h_DTR: the evicted neighbourhood's cost, over size times staleness.
-class DtrPolicy final : public EvictionPolicy {
+class DtrPolicy final : public PolicyBase {
  public:
-  explicit DtrPolicy(LineageView v) : v_(v), walker_(v) {}
+  explicit DtrPolicy(LineageView v) : PolicyBase(v), walker_(v) {}
   std::string_view name() const override { return "dtr"; }
-  double score(Id s) override {
-    return walker_.cost(s, /*descendants=*/true) /
-           (static_cast<double>((*v_.storages)[s].bytes) * v_.staleness(s));
-  }
+  double key(Id s) override { return walker_.cost(s, /*descendants=*/true) / bytes(s); }
 
  private:
-  LineageView v_;
   NeighbourhoodWalker walker_;
 };
 
 // MSPS (memory saving per second, after Capuchin): size freed per unit of the cost of
 // recomputing the storage and its evicted ancestors. Staleness plays no part.
-class MspsPolicy final : public EvictionPolicy {
+class MspsPolicy final : public PolicyBase {
  public:
-  explicit MspsPolicy(LineageView v) : v_(v), walker_(v) {}
+  explicit MspsPolicy(LineageView v) : PolicyBase(v), walker_(v) {}
   std::string_view name() const override { return "msps"; }
-  double score(Id s) override {
-    return walker_.cost(s, /*descendants=*/false) /
-           static_cast<double>((*v_.storages)[s].bytes + 1);
-  }
+  double key(Id s) override { return walker_.cost(s, /*descendants=*/false) / bytes(s); }
+  double staleness_exponent() const override { return 0.0; }
 
  private:
-  LineageView v_;
+  NeighbourhoodWalker walker_;
+};
+
+// h_DTR with staleness under a square root: recency counts, but less than in h_DTR, so a
+// cheap-to-recompute tensor used a moment ago can still go before a costly stale one. Sits
+// between h_DTR (staleness to the power 1) and MSPS (power 0), which win on different steps.
+class DtrSqrtPolicy final : public PolicyBase {
+ public:
+  explicit DtrSqrtPolicy(LineageView v) : PolicyBase(v), walker_(v) {}
+  std::string_view name() const override { return "dtr_sqrt"; }
+  double key(Id s) override { return walker_.cost(s, /*descendants=*/true) / bytes(s); }
+  double staleness_exponent() const override { return 0.5; }
+
+ private:
   NeighbourhoodWalker walker_;
 };
 
@@ -146,12 +170,12 @@ class MspsPolicy final : public EvictionPolicy {
 // neighbourhood, which is the approximation DTR accepts for the speed.
 // Nodes live in their own arena, reference-counted, because storages come and go while the
 // classes they joined must outlive them.
-class DtrEqPolicy final : public EvictionPolicy {
+class DtrEqPolicy final : public PolicyBase {
  public:
-  explicit DtrEqPolicy(LineageView v) : v_(v) {}
+  using PolicyBase::PolicyBase;
   std::string_view name() const override { return "dtr_eq"; }
 
-  double score(Id s) override {
+  double key(Id s) override {
     double total = v_.cost_of(s);
     roots_.clear();
     auto add = [&](Id n) {
@@ -164,7 +188,7 @@ class DtrEqPolicy final : public EvictionPolicy {
     };
     v_.for_each_parent(s, add);
     v_.for_each_child(s, add);
-    return total / (static_cast<double>((*v_.storages)[s].bytes) * v_.staleness(s));
+    return total / bytes(s);
   }
 
   void on_evicted(Id s) override {
@@ -226,7 +250,6 @@ class DtrEqPolicy final : public EvictionPolicy {
     }
   }
 
-  LineageView v_;
   SlotMap<Node> nodes_;
   std::vector<Id> roots_;
 };
@@ -234,7 +257,7 @@ class DtrEqPolicy final : public EvictionPolicy {
 }  // namespace
 
 std::vector<std::string> policy_names() {
-  return {"dtr", "dtr_eq", "dtr_local", "lru", "largest", "msps", "random"};
+  return {"dtr", "dtr_eq", "dtr_local", "lru", "largest", "msps", "random", "dtr_sqrt"};
 }
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, LineageView view,
@@ -245,7 +268,8 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, Line
   if (name == "lru") return std::make_unique<LruPolicy>(view);
   if (name == "largest") return std::make_unique<LargestPolicy>(view);
   if (name == "msps") return std::make_unique<MspsPolicy>(view);
-  if (name == "random") return std::make_unique<RandomPolicy>(seed);
+  if (name == "dtr_sqrt") return std::make_unique<DtrSqrtPolicy>(view);
+  if (name == "random") return std::make_unique<RandomPolicy>(view, seed);
   return nullptr;
 }
 

@@ -3,6 +3,7 @@
 #ifndef REMAT_RUNTIME_EVICTION_POLICY_H_
 #define REMAT_RUNTIME_EVICTION_POLICY_H_
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -35,8 +36,19 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual std::string_view name() const = 0;
-  // Lower evicts first. Only called on resident, unpinned, unlocked storages.
-  virtual double score(Id storage) = 0;
+  // A policy's score is key / staleness, or the key alone where staleness plays no part
+  // (see Note [Candidate index]). Lower evicts first. Only asked of resident storages.
+  virtual double key(Id storage) = 0;
+  // The power of staleness the key is divided by: 1 for DTR's heuristics, 0 where staleness
+  // plays no part.
+  virtual double staleness_exponent() const { return 1.0; }
+  double score(Id storage) {
+    const double e = staleness_exponent();
+    if (e == 0) return key(storage);
+    const double s = view().staleness(storage);
+    return key(storage) / (e == 1 ? s : std::pow(s, e));
+  }
+  virtual const LineageView& view() const = 0;
   virtual void on_evicted(Id /*storage*/) {}
   virtual void on_resident(Id /*storage*/) {}
   virtual void on_destroyed(Id /*storage*/) {}

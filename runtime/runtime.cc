@@ -60,6 +60,9 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
     throw std::invalid_argument(absl::StrCat("remat: unknown eviction policy '", options.policy,
                                              "' (see eviction_policy_names())"));
   }
+  candidates_ = std::make_unique<CandidateIndex>([this](Id s) { return policy->key(s); },
+                                                 policy->staleness_exponent());
+  candidates_->on_move = [this](Id s, Id position) { storages[s].candidate_slot = position; };
 }
 
 RuntimeImpl::~RuntimeImpl() { memory->set_reclaimer(nullptr); }
@@ -72,20 +75,40 @@ bool RuntimeImpl::evictable(const StorageRec& r) const {
          r.producer != kNone;
 }
 
-// Keeps `candidates_` equal to the set of evictable storages, in O(1) per change.
+// Keeps the candidate index equal to the set of evictable storages.
 void RuntimeImpl::refresh_candidate(Id s) {
   StorageRec& r = storages[s];
   const bool want = evictable(r);
   if (want && r.candidate_slot == kNone) {
-    r.candidate_slot = static_cast<Id>(candidates_.size());
-    candidates_.push_back(s);
+    const Id slot = candidates_->insert(s, r.last_access);
+    storages[s].candidate_slot = slot;
   } else if (!want && r.candidate_slot != kNone) {
-    const Id last = candidates_.back();
-    candidates_[r.candidate_slot] = last;
-    storages[last].candidate_slot = r.candidate_slot;
-    candidates_.pop_back();
+    candidates_->erase(r.candidate_slot);
     r.candidate_slot = kNone;
   }
+}
+
+// Records a use: the storage moves to the newest end of the candidate index.
+void RuntimeImpl::touch(Id s) {
+  StorageRec& r = storages[s];
+  r.last_access = clock;
+  if (r.candidate_slot != kNone) {
+    candidates_->erase(r.candidate_slot);
+    r.candidate_slot = kNone;
+    refresh_candidate(s);
+  }
+}
+
+// A storage that came back shrinks the evicted neighbourhoods around it: the keys of its
+// resident neighbours may drop, and the index only corrects keys that grew by itself.
+void RuntimeImpl::refresh_neighbours(Id s) {
+  auto refresh = [&](Id n) {
+    const Id slot = storages[n].candidate_slot;
+    if (slot != kNone) candidates_->refresh(slot);
+  };
+  const LineageView& v = policy->view();
+  v.for_each_parent(s, refresh);
+  v.for_each_child(s, refresh);
 }
 
 void RuntimeImpl::lock(Id s) {
@@ -140,29 +163,24 @@ void RuntimeImpl::release_if_dead(Id s) {
 // ---------------------------------------------------------------------------------------
 // Choosing what to evict
 
+// With sampling on, a random sqrt(n) subset is scored (DTR's own option), which bounds the
+// cost of one decision at the price of sometimes missing the best victim; otherwise the
+// candidate index finds the best one (see Note [Candidate index]).
 Id RuntimeImpl::choose_victim() {
-  const std::size_t n = candidates_.size();
+  const std::size_t n = candidates_->size();
   if (n == 0) return kNone;
+  if (!options.sample_candidates || n <= 64) return candidates_->best(clock);
+  const std::size_t k = static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
   Id best = kNone;
   double best_score = 0;
-  auto consider = [&](Id s) {
+  candidates_->sample(sampler_, k, [&](Id s) {
     const double score = policy->score(s);
     if (best == kNone || score < best_score) {
       best = s;
       best_score = score;
     }
-  };
-  // Note [Candidate sampling]
-  // With sampling on, a random sqrt(n) subset is scored (DTR's own option), which bounds the
-  // cost of one decision at the price of sometimes missing the best victim.
-  if (options.sample_candidates && n > 64) {
-    const std::size_t k = static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
-    std::uniform_int_distribution<std::size_t> pick(0, n - 1);
-    for (std::size_t i = 0; i < k; ++i) consider(candidates_[pick(sampler_)]);
-  } else {
-    for (Id s : candidates_) consider(s);
-  }
-  return best;
+  });
+  return best != kNone ? best : candidates_->best(clock);
 }
 
 bool RuntimeImpl::reclaim(std::size_t bytes) {
@@ -285,12 +303,13 @@ std::size_t RuntimeImpl::thrash_limit() const {
   return 8 * ops.live() + 1024;
 }
 
+// Inputs are locked while their op runs, so they are out of the candidate index; their
+// use is recorded here, before they go back in.
 void RuntimeImpl::unlock_frame(const Frame& f) {
-  const OpRec& op = ops[f.op];
-  for (std::uint32_t i = 0; i < f.next_input; ++i) {
-    const Id s = tensors[op.inputs[i]].storage;
+  for (Id s : f.locked) storages[s].last_access = clock;
+  for (Id s : f.locked) {
     unlock(s);
-    release_if_dead(s);
+    if (storages[s].keep_in != request_) release_if_dead(s);
   }
 }
 
@@ -298,31 +317,44 @@ void RuntimeImpl::unlock_frame(const Frame& f) {
 // Making an op's inputs resident may need their producers recomputed, whose inputs may need
 // theirs, and so on down a chain as long as the step. The walk keeps an explicit stack of
 // frames instead of recursing, so a 100,000-op chain cannot overflow the call stack. A frame
-// locks each input it has found resident, so that recomputing the next input cannot evict
-// it; when every input is resident and locked the op runs, its frame unlocks them and pops.
-// Each pushed frame is one recomputation; past `thrash_limit()` of them for one request the
-// walk gives up with ThrashError rather than evicting and recomputing in a circle forever.
+// locks every input it finds resident, at once, so that recomputing a missing input cannot
+// evict another input of the same op (which would send the walk in circles); when every
+// input is resident and locked the op runs, its frame unlocks them and pops. Each pushed
+// frame is one recomputation; past `thrash_limit()` of them for one request the walk gives
+// up with ThrashError rather than evicting and recomputing in a circle forever.
+// A storage no handle holds (dead, kept only as lineage) that the walk recomputes is freed
+// as soon as the op that needed it has run. Freeing it that early is what keeps memory low,
+// but in a DAG whose dead ancestors are shared by several paths it would recompute them
+// once per path, exponentially often; so a dead storage recomputed a second time within
+// one request stays resident until that request ends.
 void RuntimeImpl::run_frames(Id root_op, bool recompute) {
+  ++request_;
   std::vector<Frame> stack;
-  stack.push_back({root_op, 0, recompute});
+  stack.push_back({root_op, recompute, {}});
   std::size_t pushed = 0;
   const std::size_t limit = thrash_limit();
+  std::vector<bool> held;
   try {
     while (!stack.empty()) {
-      const Id op_id = stack.back().op;
-      const OpRec& op = ops[op_id];
-      std::uint32_t next = stack.back().next_input;
+      Frame& f = stack.back();
+      const OpRec& op = ops[f.op];
+      // Lock each resident input not yet held by this frame; note the first missing one.
       Id missing = kNone;
-      while (next < op.inputs.size()) {
-        const Id s = tensors[op.inputs[next]].storage;
-        if (!storages[s].resident) {
-          missing = s;
-          break;
-        }
-        lock(s);
-        ++next;
+      held.assign(op.inputs.size(), false);
+      for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+        const Id s = tensors[op.inputs[i]].storage;
+        held[i] = std::find(f.locked.begin(), f.locked.end(), s) != f.locked.end();
       }
-      stack.back().next_input = next;
+      for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+        if (held[i]) continue;
+        const Id s = tensors[op.inputs[i]].storage;
+        if (storages[s].resident) {
+          lock(s);
+          f.locked.push_back(s);
+        } else if (missing == kNone) {
+          missing = s;
+        }
+      }
       if (missing != kNone) {
         const Id producer = storages[missing].producer;
         if (producer == kNone) throw std::logic_error("remat: a constant is not resident");
@@ -330,25 +362,33 @@ void RuntimeImpl::run_frames(Id root_op, bool recompute) {
           ++stats.thrashes;
           throw ThrashError(current_op_, pushed, limit);
         }
-        stack.push_back({producer, 0, true});
+        stack.push_back({producer, true, {}});
         continue;
       }
-      const Frame done = stack.back();
       const OpRec* waiting = stack.size() > 1 ? &ops[stack[stack.size() - 2].op] : nullptr;
-      execute(done.op, done.recompute, waiting);
-      unlock_frame(done);
+      execute(f.op, f.recompute, waiting);
+      unlock_frame(stack.back());
       stack.pop_back();
     }
   } catch (...) {
     for (const Frame& f : stack) unlock_frame(f);
+    release_request_dead();
     throw;
   }
+  release_request_dead();
+}
+
+void RuntimeImpl::release_request_dead() {
+  const std::vector<Id> kept = std::move(request_fresh_);
+  request_fresh_.clear();
+  ++request_;  // nothing is kept for a finished request
+  for (Id s : kept) release_if_dead(s);
 }
 
 // Runs one op whose inputs are resident and locked. Outputs that are not resident get memory
 // (locked while the kernel runs); an output whose record has died gets scratch memory, since
-// the kernel writes every output. `waiting` is the op that needs these outputs next: a dead
-// output it reads stays resident until it locks it.
+// the kernel writes every output. `waiting` is the op the outputs are recomputed for: a dead
+// output it reads stays resident until it has run.
 void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   const std::size_t n = ops[op_id].outputs.size();
   std::vector<void*> outs(n, nullptr);
@@ -363,11 +403,8 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   };
   try {
     for (std::size_t i = 0; i < n; ++i) {
-      const OpRec& op = ops[op_id];
-      if (op.alias_of[i] >= 0) continue;
-      const Id t = op.outputs[i];
-      if (t == kNone) continue;  // dead: scratch memory below, once live outputs have theirs
-      const Id s = tensors[t].storage;
+      const Id s = ops[op_id].out_storages[i];
+      if (s == kNone) continue;  // a view, or dead: scratch memory below
       if (!storages[s].resident) {
         allocate_storage(s);
         lock(s);
@@ -379,7 +416,7 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
       // Dead outputs still have to be written somewhere.
       for (std::size_t i = 0; i < n; ++i) {
         const OpRec& op = ops[op_id];
-        if (op.alias_of[i] >= 0 || op.outputs[i] != kNone) continue;
+        if (op.alias_of[i] >= 0 || op.out_storages[i] != kNone) continue;
         const std::size_t b = op.output_specs[i].bytes();
         void* p = memory->allocate(b);
         scratch.emplace_back(p, b);
@@ -422,6 +459,15 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     storages[s].last_access = clock;
     policy->on_resident(s);
     unlock(s);
+    refresh_neighbours(s);
+    StorageRec& r = storages[s];
+    if (r.handles != 0 || !recompute) continue;
+    if (r.recomputed_in == request_ && r.keep_in != request_) {
+      r.keep_in = request_;
+      request_fresh_.push_back(s);
+    }
+    r.recomputed_in = request_;
+    if (r.keep_in == request_) continue;
     bool needed = false;
     if (waiting != nullptr) {
       for (Id t : waiting->inputs) needed |= tensors[t].storage == s;
@@ -477,14 +523,16 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
       sr.bytes = bytes;
       sr.producer = op_id;
       tr.storage = storages.add(std::move(sr));
+      ++ops[op_id].refs;  // the storage keeps its producer alive: see Note [Lineage lifetime]
     }
     ++storages[tr.storage].tensor_refs;
     const Id t = tensors.add(std::move(tr));
     OpRec& o = ops[op_id];
     o.outputs.push_back(t);
+    o.out_storages.push_back(out.alias_of >= 0 ? kNone : tensors[t].storage);
     o.alias_of.push_back(out.alias_of);
     o.output_specs.push_back(out.spec);
-    ++o.live_outputs;
+    ++o.refs;
     retain(t);
     result.push_back(t);
   }
@@ -503,7 +551,7 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
     for (Id t : result) release(t);
     throw;
   }
-  for (Id t : result) storages[tensors[t].storage].last_access = clock;
+  for (Id t : result) touch(tensors[t].storage);
   return result;
 }
 
@@ -551,7 +599,7 @@ void RuntimeImpl::make_resident(Id t) {
       throw OutOfMemoryError(std::move(info));
     }
   }
-  storages[s].last_access = clock;
+  touch(s);
 }
 
 void* RuntimeImpl::data_pointer(Id t) {
@@ -599,12 +647,13 @@ void RuntimeImpl::release(Id t) {
 }
 
 // Note [Lineage lifetime]
-// A tensor record lives while a user handle holds it or a live op reads it (refs); an op
-// record lives while one of its output records does; a storage record lives while a tensor
-// record points at it. The memory of a storage is freed as soon as no handle can reach it,
-// but its record and its producer stay for as long as some live tensor may need it
-// recomputed. Dropping the last handle of a long chain can free the whole chain: the
-// cascade runs on an explicit worklist, never by recursion.
+// A tensor record lives while a user handle holds it or a live op reads it; a storage record
+// lives while a tensor record points at it; an op record lives while one of its output
+// tensor records or one of the storages it makes does (a view can keep a storage alive after
+// its base tensor died, and the storage must stay recomputable). The memory of a storage is
+// freed as soon as no handle can reach it, but its record and its producer stay for as long
+// as some live tensor may need it recomputed. Dropping the last handle of a long chain can
+// free the whole chain: the cascade runs on an explicit worklist, never by recursion.
 void RuntimeImpl::drop_tensor_ref(Id t0) {
   pending_tensors_.push_back(t0);
   while (!pending_tensors_.empty()) {
@@ -615,23 +664,29 @@ void RuntimeImpl::drop_tensor_ref(Id t0) {
     const Id s = tr.storage;
     const Id producer = tr.producer;
     tensors.remove(t);
-    if (--storages[s].tensor_refs == 0) destroy_storage(s);
-    if (producer == kNone) continue;
-    OpRec& op = ops[producer];
-    std::replace(op.outputs.begin(), op.outputs.end(), t, kNone);
-    if (--op.live_outputs > 0) continue;
-    for (Id in : op.inputs) {
-      auto& consumers = storages[tensors[in].storage].consumers;
-      auto it = std::find(consumers.begin(), consumers.end(), producer);
-      if (it != consumers.end()) {
-        *it = consumers.back();
-        consumers.pop_back();
-      }
+    if (producer != kNone) {
+      OpRec& op = ops[producer];
+      std::replace(op.outputs.begin(), op.outputs.end(), t, kNone);
     }
-    std::vector<Id> inputs = std::move(op.inputs);
-    ops.remove(producer);
-    pending_tensors_.insert(pending_tensors_.end(), inputs.begin(), inputs.end());
+    if (--storages[s].tensor_refs == 0) destroy_storage(s);
+    if (producer != kNone) drop_op_ref(producer);
   }
+}
+
+// Drops one reference to an op; a dead op releases its inputs (onto the worklist).
+void RuntimeImpl::drop_op_ref(Id op_id) {
+  OpRec& op = ops[op_id];
+  if (--op.refs > 0) return;
+  for (Id in : op.inputs) {
+    auto& consumers = storages[tensors[in].storage].consumers;
+    auto it = std::find(consumers.begin(), consumers.end(), op_id);
+    if (it != consumers.end()) {
+      *it = consumers.back();
+      consumers.pop_back();
+    }
+  }
+  pending_tensors_.insert(pending_tensors_.end(), op.inputs.begin(), op.inputs.end());
+  ops.remove(op_id);
 }
 
 void RuntimeImpl::destroy_storage(Id s) {
@@ -648,7 +703,13 @@ void RuntimeImpl::destroy_storage(Id s) {
     refresh_candidate(s);
   }
   policy->on_destroyed(s);
+  const Id producer = r.producer;
   storages.remove(s);
+  if (producer != kNone) {
+    OpRec& op = ops[producer];
+    std::replace(op.out_storages.begin(), op.out_storages.end(), s, kNone);
+    drop_op_ref(producer);
+  }
 }
 
 }  // namespace detail

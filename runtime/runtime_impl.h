@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "remat/runtime.h"
+#include "runtime/candidate_index.h"
 #include "runtime/detail/lineage.h"
 #include "runtime/eviction_policy.h"
 
@@ -48,12 +49,14 @@ class RuntimeImpl final : public MemoryReclaimer {
  private:
   struct Frame {
     Id op;
-    std::uint32_t next_input;
     bool recompute;
+    std::vector<Id> locked;  // storages this frame holds locked (one entry per lock)
   };
 
   bool evictable(const StorageRec& r) const;
   void refresh_candidate(Id s);
+  void touch(Id s);
+  void refresh_neighbours(Id s);
   void lock(Id s);
   void unlock(Id s);
   void allocate_storage(Id s);
@@ -65,18 +68,21 @@ class RuntimeImpl final : public MemoryReclaimer {
   void run_frames(Id root_op, bool recompute);
   void execute(Id op, bool recompute, const OpRec* waiting);
   void unlock_frame(const Frame& f);
+  void release_request_dead();
   void drop_tensor_ref(Id tensor);
+  void drop_op_ref(Id op);
   void destroy_storage(Id s);
   std::size_t thrash_limit() const;
 
-  std::vector<Id> candidates_;
+  std::unique_ptr<CandidateIndex> candidates_;
   absl::flat_hash_map<std::uintptr_t, Id> storage_at_;  // address -> storage (allocator mode)
   std::string current_op_;
   std::size_t locked_bytes_ = 0;
   std::uint64_t rng_counter_ = 0;
   std::mt19937_64 sampler_;
   std::vector<Id> pending_tensors_;
-  std::vector<void*> scratch_ptrs_;
+  std::vector<Id> request_fresh_;  // dead storages kept until the running request ends
+  std::uint32_t request_ = 0;      // counts top-level requests (run_frames calls)
 };
 
 }  // namespace remat::detail

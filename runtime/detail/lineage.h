@@ -32,6 +32,10 @@ struct StorageRec {
   Id uf_parent = kNone;
   double uf_cost = 0;          // at a root: cost of the class
   std::uint32_t stamp = 0;     // traversal mark
+  // Request in which it was last recomputed, and the request in which it was recomputed a
+  // second time (then it stays until that request ends): see Note [Iterative recomputation].
+  std::uint32_t recomputed_in = 0;
+  std::uint32_t keep_in = 0;
 };
 
 struct TensorRec {
@@ -47,11 +51,12 @@ struct OpRec {
   OpPtr op;
   std::vector<Id> inputs;      // tensors
   std::vector<Id> outputs;     // tensors, kNone once an output record has died
+  std::vector<Id> out_storages;  // storages it makes (kNone: a view, or the record died)
   std::vector<int> alias_of;   // per output
   std::vector<TensorSpec> output_specs;  // kept so dead outputs can still be written
   double cost = 0;
   RngState rng;
-  std::uint32_t live_outputs = 0;
+  std::uint32_t refs = 0;      // live output tensor records + live storages it makes
   std::uint32_t stamp = 0;
 };
 

@@ -1,0 +1,136 @@
+#include "runtime/candidate_index.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace remat::detail {
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}
+
+// Note [Candidate index]
+// DTR's scores divide a key (the cost of the evicted neighbourhood over size) by staleness,
+// so the order of two candidates changes as time passes and no heap can hold it. But
+// candidates enter the index in the order of their last access (a use moves a candidate to
+// the end), so a segment tree over positions keeps, for every range of positions, the
+// smallest key and the oldest access in it, and
+//     score(c) = key(c) / (now - access(c) + 1)  >=  min_key / (now - oldest_access + 1)
+// bounds every score in the range from below. The search descends best-bound first and
+// prunes every subtree whose bound is no better than the best score found, so a decision
+// looks at a few paths instead of every candidate.
+// Keys go stale as neighbours are evicted (a neighbourhood only grows until something in it
+// is recomputed), so a stored key is a lower bound of the true one: at a leaf the search
+// recomputes the key, stores it if it grew, and goes on; the bound stays valid. The runtime
+// refreshes the neighbours of a storage that comes back, whose keys may shrink.
+CandidateIndex::CandidateIndex(std::function<double(Id)> key, double staleness_exponent)
+    : key_(std::move(key)), exponent_(staleness_exponent) {
+  rebuild(256);
+}
+
+double CandidateIndex::score(double key, double access, double now) const {
+  if (exponent_ == 0) return key;
+  const double staleness = now - access + 1.0;
+  return key / (exponent_ == 1 ? staleness : std::pow(staleness, exponent_));
+}
+
+double CandidateIndex::bound(std::size_t node, double now) const {
+  const Node& n = nodes_[node];
+  return n.min_key == kInf ? kInf : score(n.min_key, n.min_access, now);
+}
+
+void CandidateIndex::pull(std::size_t node) {
+  const Node& l = nodes_[2 * node];
+  const Node& r = nodes_[2 * node + 1];
+  nodes_[node] = {std::min(l.min_key, r.min_key), std::min(l.min_access, r.min_access)};
+}
+
+void CandidateIndex::set_leaf(std::size_t position, const Leaf& leaf) {
+  leaves_[position] = leaf;
+  std::size_t node = capacity_ + position;
+  nodes_[node] = leaf.storage == kNone ? Node{kInf, kInf} : Node{leaf.key, leaf.last_access};
+  for (node /= 2; node >= 1; node /= 2) pull(node);
+}
+
+// Packs the live leaves to the front of a tree of `capacity` leaves, keeping their order.
+void CandidateIndex::rebuild(std::size_t capacity) {
+  std::vector<Leaf> live;
+  live.reserve(count_);
+  for (std::size_t i = 0; i < next_; ++i)
+    if (leaves_[i].storage != kNone) live.push_back(leaves_[i]);
+  capacity_ = 1;
+  while (capacity_ < capacity) capacity_ *= 2;
+  leaves_.assign(capacity_, Leaf{});
+  nodes_.assign(2 * capacity_, Node{kInf, kInf});
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    leaves_[i] = live[i];
+    nodes_[capacity_ + i] = {live[i].key, live[i].last_access};
+    if (on_move) on_move(live[i].storage, static_cast<Id>(i));
+  }
+  for (std::size_t node = capacity_ - 1; node >= 1; --node) pull(node);
+  next_ = live.size();
+}
+
+Id CandidateIndex::insert(Id storage, double last_access) {
+  if (next_ == capacity_) rebuild(std::max<std::size_t>(256, 2 * (count_ + 1)));
+  const std::size_t position = next_++;
+  ++count_;
+  set_leaf(position, Leaf{storage, key_(storage), last_access});
+  return static_cast<Id>(position);
+}
+
+void CandidateIndex::erase(Id position) {
+  --count_;
+  set_leaf(position, Leaf{});
+}
+
+void CandidateIndex::refresh(Id position) {
+  Leaf leaf = leaves_[position];
+  leaf.key = key_(leaf.storage);
+  set_leaf(position, leaf);
+}
+
+Id CandidateIndex::best(double now) {
+  if (count_ == 0) return kNone;
+  Id best = kNone;
+  double best_score = kInf;
+  stack_.clear();
+  stack_.push_back(1);
+  while (!stack_.empty()) {
+    const std::size_t node = stack_.back();
+    stack_.pop_back();
+    if (!(bound(node, now) < best_score)) continue;
+    if (node >= capacity_) {
+      const std::size_t position = node - capacity_;
+      Leaf leaf = leaves_[position];
+      const double key = key_(leaf.storage);
+      if (key != leaf.key) {
+        leaf.key = key;
+        set_leaf(position, leaf);
+      }
+      const double s = score(key, leaf.last_access, now);
+      if (s < best_score || best == kNone) {
+        best_score = s;
+        best = leaf.storage;
+      }
+      continue;
+    }
+    // Visit the child with the better bound first: push it last.
+    const std::size_t l = 2 * node, r = 2 * node + 1;
+    if (bound(l, now) <= bound(r, now)) {
+      stack_.push_back(r);
+      stack_.push_back(l);
+    } else {
+      stack_.push_back(l);
+      stack_.push_back(r);
+    }
+  }
+  if (best == kNone) {
+    // Every key is infinite: any candidate will do; take the oldest.
+    for (std::size_t i = 0; i < next_; ++i)
+      if (leaves_[i].storage != kNone) return leaves_[i].storage;
+  }
+  return best;
+}
+
+}  // namespace remat::detail

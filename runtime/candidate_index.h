@@ -1,0 +1,73 @@
+// The eviction candidates, indexed so that choosing a victim does not rescore them all.
+// Internal to the runtime; see Note [Candidate index].
+#ifndef REMAT_RUNTIME_CANDIDATE_INDEX_H_
+#define REMAT_RUNTIME_CANDIDATE_INDEX_H_
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "runtime/detail/lineage.h"
+
+namespace remat::detail {
+
+class CandidateIndex {
+ public:
+  // `key` gives a candidate's current key; scores are key / (now - last_access + 1)^e for
+  // the staleness exponent e >= 0 (0: the key alone). Lower evicts first.
+  CandidateIndex(std::function<double(Id)> key, double staleness_exponent);
+
+  // Adds a candidate last accessed at `last_access` (never earlier than any candidate added
+  // before it). Returns its position, to be passed to erase/refresh.
+  Id insert(Id storage, double last_access);
+  void erase(Id position);
+  // Recomputes the key of the candidate at `position`.
+  void refresh(Id position);
+  // The candidate with the lowest score at time `now`, or kNone when empty.
+  Id best(double now);
+  // Calls fn(storage) for up to `k` candidates drawn at random.
+  template <typename Rng, typename Fn>
+  void sample(Rng& rng, std::size_t k, Fn&& fn) const {
+    if (count_ == 0) return;
+    std::uniform_int_distribution<std::size_t> pick(0, next_ - 1);
+    for (std::size_t tries = 0; k > 0 && tries < 8 * k + 64; ++tries) {
+      const Id s = leaves_[pick(rng)].storage;
+      if (s == kNone) continue;
+      fn(s);
+      --k;
+    }
+  }
+  std::size_t size() const { return count_; }
+  // Position of each storage changes on compaction; the index reports moves through this.
+  std::function<void(Id storage, Id position)> on_move;
+
+ private:
+  struct Leaf {
+    Id storage = kNone;
+    double key = 0;
+    double last_access = 0;
+  };
+  struct Node {
+    double min_key;
+    double min_access;
+  };
+  void pull(std::size_t node);
+  void set_leaf(std::size_t position, const Leaf& leaf);
+  void rebuild(std::size_t capacity);
+  double bound(std::size_t node, double now) const;
+  double score(double key, double access, double now) const;
+
+  std::function<double(Id)> key_;
+  double exponent_;
+  std::size_t capacity_ = 0;   // leaves (a power of two)
+  std::size_t next_ = 0;       // next free position
+  std::size_t count_ = 0;
+  std::vector<Leaf> leaves_;
+  std::vector<Node> nodes_;    // 1-based heap layout; leaves at [capacity_, 2 * capacity_)
+  std::vector<std::size_t> stack_;
+};
+
+}  // namespace remat::detail
+
+#endif  // REMAT_RUNTIME_CANDIDATE_INDEX_H_
