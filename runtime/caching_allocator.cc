@@ -134,15 +134,15 @@ Block* CachingAllocator::find_free(std::size_t size) {
   return b;
 }
 
-// Reserves a segment for a request of `size`, preferring the pool's usual segment size and
-// falling back to the bare request when the budget has no room for more (a tight budget is a
-// hard cap, so it wins over PyTorch's segment-size heuristics).
+// Reserves a segment for a request of `size` (already rounded), preferring the pool's usual
+// segment size and falling back to the bare request when the budget has no room for more (a
+// tight budget is a hard cap, so it wins over PyTorch's segment-size heuristics).
 Block* CachingAllocator::reserve_segment(std::size_t size) {
   const bool small = size <= options_.small_max;
-  std::size_t want = segment_size_for(size);
+  std::size_t want = std::max(segment_size_for(size), size);
   const std::size_t room = unreserved();
-  if (want > room) want = small ? 0 : round_up(size, options_.round_to);
-  if (want == 0 || want > room) return nullptr;
+  if (want > room) want = size;
+  if (want > room) return nullptr;
   void* p = source_->reserve(want);
   if (p == nullptr) return nullptr;
   auto* seg = new Segment();
@@ -282,16 +282,14 @@ std::size_t CachingAllocator::largest_free_block() const {
 }
 
 void CachingAllocator::for_each_segment(
-    std::size_t bytes, const std::function<void(const std::vector<BlockView>&)>& fn) const {
-  const bool small = is_small(bytes);
+    const std::function<void(const std::vector<BlockView>&, bool small)>& fn) const {
   std::vector<BlockView> blocks;
   for (const Segment* s : pools_->segments) {
-    if (s->small != small) continue;
     blocks.clear();
     for (const Block* b = s->first; b != nullptr; b = b->next) {
       blocks.push_back({b->address, b->size, b->allocated});
     }
-    fn(blocks);
+    fn(blocks, s->small);
   }
 }
 

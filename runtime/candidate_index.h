@@ -24,6 +24,12 @@ class CandidateIndex {
   void erase(Id position);
   // Recomputes the key of the candidate at `position`.
   void refresh(Id position);
+  // The score of the candidate at `position` from its stored key (which may lag behind a
+  // key that grew): O(1), for callers that weigh many candidates at once.
+  double stored_score(Id position, double now) const {
+    const Leaf& l = leaves_[position];
+    return score(l.key, l.last_access, now);
+  }
   // The candidate with the lowest score at time `now`, or kNone when empty.
   Id best(double now);
   // Calls fn(storage) for up to `k` candidates drawn at random.

@@ -33,7 +33,7 @@ TensorSpec bytes_spec(std::uint64_t bytes) {
 
 // Runs the trace's instructions on `rt`. Handles still alive at the end are the step's
 // outputs and are made resident.
-void run_trace(const DtrTrace& trace, Runtime& rt, double time_cap_ns) {
+void run_trace(const DtrTrace& trace, Runtime& rt) {
   std::vector<Tensor> handles(trace.handle_names.size());
   OpTable ops;
   std::vector<Tensor> inputs;
@@ -72,9 +72,6 @@ void run_trace(const DtrTrace& trace, Runtime& rt, double time_cap_ns) {
       case Kind::kBackward:
         break;
     }
-    if (rt.clock() > time_cap_ns) {
-      throw ThrashError(in.op.empty() ? "replay" : in.op, rt.stats().recomputations, 0);
-    }
   }
   for (const Tensor& h : handles) {
     if (h.defined()) rt.materialize(h);
@@ -85,13 +82,14 @@ void run_trace(const DtrTrace& trace, Runtime& rt, double time_cap_ns) {
 
 ReplayBaseline replay_baseline(const DtrTrace& trace) {
   ReplayBaseline b;
+  for (const DtrInstruction& in : trace.instructions)
+    if (in.kind == Kind::kConstant) b.constant_bytes += in.bytes[0];
   for (Accounting acc : {Accounting::kLogical, Accounting::kAllocator}) {
     Runtime rt({.backend = Backend::kSimulated, .accounting = acc});
-    run_trace(trace, rt, INFINITY);
+    run_trace(trace, rt);
     const RuntimeStats s = rt.stats();
     if (acc == Accounting::kLogical) {
       b.logical_peak_bytes = s.memory.peak_allocated;
-      b.constant_bytes = s.pinned_bytes;
     } else {
       b.reserved_peak_bytes = s.memory.peak_reserved;
     }
@@ -111,9 +109,10 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   ro.sample_candidates = options.sample_candidates;
   ro.contiguous_eviction = options.contiguous_eviction;
   ro.min_evictable_bytes = options.min_evictable_bytes;
+  ro.clock_limit = options.slowdown_cap * static_cast<double>(trace.total_time_ns);
   Runtime rt(ro);
   try {
-    run_trace(trace, rt, options.slowdown_cap * static_cast<double>(trace.total_time_ns));
+    run_trace(trace, rt);
   } catch (const OutOfMemoryError& e) {
     r.status = "oom";
     r.error = e.what();

@@ -205,10 +205,11 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // instead looks at each segment of the request's pool in address order and finds the window
 // of adjacent blocks, each free or held by an evictable storage, whose bytes cover the
 // request at the least total eviction cost (the policy's score times the size, i.e. the
-// cost of the evicted neighbourhood over staleness for the DTR family). Costs are
+// cost of the evicted neighbourhood over staleness for the DTR family; scores come from the
+// candidate index's stored keys, so weighing a block costs O(1) rather than a walk). Costs are
 // non-negative, so a two-pointer sweep finds each segment's best window in linear time. The
-// other way to make room is to empty whole segments so that they can be returned and a new
-// one reserved; the cheaper of the two wins.
+// other way to make room is to empty whole segments, of either pool, so that they can be
+// returned and a new one reserved; the cheaper of the two wins.
 bool RuntimeImpl::evict_window(std::size_t bytes) {
   const std::size_t need = caching->rounded_size(bytes);
   constexpr double kBarrier = -1;
@@ -218,7 +219,8 @@ bool RuntimeImpl::evict_window(std::size_t bytes) {
   // Whole segments that could be emptied, with their cost, for the second option.
   std::vector<std::pair<double, std::vector<Id>>> emptiable;
   std::vector<std::size_t> emptiable_sizes;
-  caching->for_each_segment(bytes, [&](const std::vector<BlockView>& blocks) {
+  const bool small = caching->is_small(bytes);
+  caching->for_each_segment([&](const std::vector<BlockView>& blocks, bool segment_small) {
     costs.assign(blocks.size(), 0.0);
     std::size_t segment_bytes = 0;
     double segment_cost = 0;
@@ -232,7 +234,8 @@ bool RuntimeImpl::evict_window(std::size_t bytes) {
         segment_emptiable = false;
         continue;
       }
-      costs[i] = policy->score(it->second) * static_cast<double>(storages[it->second].bytes);
+      const StorageRec& r = storages[it->second];
+      costs[i] = candidates_->stored_score(r.candidate_slot, clock) * static_cast<double>(r.bytes);
       segment_cost += costs[i];
     }
     if (segment_emptiable) {
@@ -242,7 +245,8 @@ bool RuntimeImpl::evict_window(std::size_t bytes) {
       emptiable.emplace_back(segment_cost, std::move(victims));
       emptiable_sizes.push_back(segment_bytes);
     }
-    if (segment_bytes < need) return;
+    // A window must lie in a segment of the request's pool; any segment can be emptied.
+    if (segment_small != small || segment_bytes < need) return;
     std::size_t lo = 0, window_bytes = 0;
     double window_cost = 0;
     for (std::size_t hi = 0; hi < blocks.size(); ++hi) {
@@ -392,25 +396,35 @@ void RuntimeImpl::release_request_dead() {
 void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   const std::size_t n = ops[op_id].outputs.size();
   std::vector<void*> outs(n, nullptr);
-  std::vector<Id> fresh;
+  std::vector<Id> held;   // live outputs, locked until the kernel has run
+  std::vector<Id> fresh;  // the ones this run gives memory to
   std::vector<std::pair<void*, std::size_t>> scratch;
   auto release_partial = [&] {
-    for (Id s : fresh) {
-      unlock(s);
+    for (Id s : held) unlock(s);
+    for (Id s : fresh)
       if (storages[s].resident) free_storage(s);
-    }
     for (auto [p, b] : scratch) memory->deallocate(p, b);
   };
   try {
+    // Outputs that are still resident are locked first, so that making room for the others
+    // cannot evict them while the kernel is about to write them.
     for (std::size_t i = 0; i < n; ++i) {
       const Id s = ops[op_id].out_storages[i];
-      if (s == kNone) continue;  // a view, or dead: scratch memory below
-      if (!storages[s].resident) {
-        allocate_storage(s);
-        lock(s);
-        fresh.push_back(s);
-      }
-      outs[i] = storages[s].ptr;
+      if (s == kNone || !storages[s].resident) continue;
+      lock(s);
+      held.push_back(s);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const Id s = ops[op_id].out_storages[i];
+      if (s == kNone || storages[s].resident) continue;  // views and dead ones: below
+      allocate_storage(s);
+      lock(s);
+      held.push_back(s);
+      fresh.push_back(s);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const Id s = ops[op_id].out_storages[i];
+      if (s != kNone) outs[i] = storages[s].ptr;
     }
     if (runs_kernels) {
       // Dead outputs still have to be written somewhere.
@@ -447,6 +461,10 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   }
   if (op.cost < 0) op.cost = 0;
   clock += op.cost;
+  if (clock > options.clock_limit) {
+    ++stats.thrashes;
+    throw ThrashError(current_op_, stats.recomputations, 0);
+  }
   if (recompute) {
     ++stats.recomputations;
     stats.recompute_cost += op.cost;
@@ -455,10 +473,12 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     stats.base_cost += op.cost;
   }
   for (auto [p, b] : scratch) memory->deallocate(p, b);
-  for (Id s : fresh) {
+  for (Id s : held) {
     storages[s].last_access = clock;
-    policy->on_resident(s);
     unlock(s);
+  }
+  for (Id s : fresh) {
+    policy->on_resident(s);
     refresh_neighbours(s);
     StorageRec& r = storages[s];
     if (r.handles != 0 || !recompute) continue;

@@ -68,10 +68,10 @@ class CachingAllocator final : public MemoryResource {
   std::size_t largest_free_block() const;
   // True when `bytes` would be served from the small pool.
   bool is_small(std::size_t bytes) const;
-  // Calls `fn` with the blocks of each segment of the pool that serves `bytes`, in address
-  // order, and the segment's size. Room left under the budget is reported by `unreserved()`.
-  void for_each_segment(std::size_t bytes,
-                        const std::function<void(const std::vector<BlockView>&)>& fn) const;
+  // Calls `fn(blocks, small)` for every segment, with its blocks in address order and
+  // whether it belongs to the small pool. Room left under the budget is `unreserved()`.
+  void for_each_segment(
+      const std::function<void(const std::vector<BlockView>&, bool small)>& fn) const;
   std::size_t unreserved() const;
   // The size of segment a request of `bytes` (rounded) would reserve.
   std::size_t segment_size_for(std::size_t rounded) const;

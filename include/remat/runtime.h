@@ -17,6 +17,7 @@
 #define REMAT_RUNTIME_H_
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,9 @@ struct RuntimeOptions {
   // Recomputations allowed for one request before it is reported as thrashing; 0 picks a
   // limit proportional to the lineage.
   std::size_t thrash_limit = 0;
+  // Simulated time past which the runtime gives up with ThrashError (a replay's cap on
+  // slowdown); unlimited by default.
+  double clock_limit = INFINITY;
   CachingAllocatorOptions allocator = {};
 };
 

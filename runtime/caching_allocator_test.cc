@@ -1,0 +1,255 @@
+// Conformance tests run against every memory resource (in the manner of RMM's typed suites),
+// then tests of what only the caching allocator does.
+#include "remat/caching_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "remat/errors.h"
+#include "remat/logical_memory.h"
+
+namespace remat {
+namespace {
+
+constexpr std::size_t kBudget = std::size_t{48} << 20;
+
+CachingAllocatorOptions small_segments() {
+  CachingAllocatorOptions o;
+  o.budget = kBudget;
+  o.small_segment = 256 << 10;
+  o.medium_segment = 4 << 20;
+  return o;
+}
+
+struct HostCaching {
+  static std::unique_ptr<MemoryResource> make() {
+    return std::make_unique<CachingAllocator>(std::make_unique<HostSegmentSource>(), small_segments());
+  }
+  static constexpr bool kHost = true;
+};
+struct SimulatedCaching {
+  static std::unique_ptr<MemoryResource> make() {
+    return std::make_unique<CachingAllocator>(std::make_unique<SimulatedSegmentSource>(), small_segments());
+  }
+  static constexpr bool kHost = false;
+};
+struct HostLogical {
+  static std::unique_ptr<MemoryResource> make() { return std::make_unique<LogicalMemory>(kBudget, true); }
+  static constexpr bool kHost = true;
+};
+struct SimulatedLogical {
+  static std::unique_ptr<MemoryResource> make() { return std::make_unique<LogicalMemory>(kBudget, false); }
+  static constexpr bool kHost = false;
+};
+
+template <typename T>
+class MemoryResourceTest : public ::testing::Test {};
+using Resources = ::testing::Types<HostCaching, SimulatedCaching, HostLogical, SimulatedLogical>;
+TYPED_TEST_SUITE(MemoryResourceTest, Resources);
+
+TYPED_TEST(MemoryResourceTest, ZeroBytesGivesDistinctPointers) {
+  auto mem = TypeParam::make();
+  void* a = mem->allocate(0);
+  void* b = mem->allocate(0);
+  EXPECT_NE(a, nullptr);
+  EXPECT_NE(a, b);
+  mem->deallocate(a, 0);
+  mem->deallocate(b, 0);
+  EXPECT_EQ(mem->stats().active_blocks, 0u);
+}
+
+TYPED_TEST(MemoryResourceTest, OverBudgetThrowsTypedErrorAndStaysUsable) {
+  auto mem = TypeParam::make();
+  void* a = mem->allocate(kBudget / 2);
+  try {
+    mem->allocate(kBudget);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.budget(), kBudget);
+    EXPECT_GE(e.requested(), kBudget);
+  }
+  EXPECT_EQ(mem->stats().ooms, 1u);
+  mem->deallocate(a, kBudget / 2);
+  void* b = mem->allocate(kBudget / 2 + 1000);  // usable after the failure
+  mem->deallocate(b, kBudget / 2 + 1000);
+}
+
+// Random allocate/free sequences: live blocks never overlap, host memory holds what was
+// written, and the counters agree with what is live.
+TYPED_TEST(MemoryResourceTest, RandomSequencesKeepBlocksDisjointAndCountersRight) {
+  auto mem = TypeParam::make();
+  std::mt19937_64 rng(7);
+  struct Live {
+    std::uintptr_t p;
+    std::size_t n;
+    std::uint8_t tag;
+  };
+  std::vector<Live> live;
+  std::size_t requested = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const bool alloc = live.empty() || rng() % 100 < 55;
+    if (alloc) {
+      const std::size_t n = rng() % 4 == 0 ? rng() % (3 << 20) : rng() % 5000;
+      if (requested + n > kBudget / 2) continue;
+      void* p = mem->allocate(n);
+      const auto tag = static_cast<std::uint8_t>(rng());
+      if (TypeParam::kHost && n > 0) {
+        static_cast<std::uint8_t*>(p)[0] = tag;
+        static_cast<std::uint8_t*>(p)[n - 1] = tag;
+      }
+      live.push_back({reinterpret_cast<std::uintptr_t>(p), n, tag});
+      requested += n;
+    } else {
+      const std::size_t i = rng() % live.size();
+      if (TypeParam::kHost && live[i].n > 0) {
+        auto* bytes = reinterpret_cast<std::uint8_t*>(live[i].p);
+        ASSERT_EQ(bytes[0], live[i].tag);
+        ASSERT_EQ(bytes[live[i].n - 1], live[i].tag);
+      }
+      mem->deallocate(reinterpret_cast<void*>(live[i].p), live[i].n);
+      requested -= live[i].n;
+      live[i] = live.back();
+      live.pop_back();
+    }
+    const MemoryStats s = mem->stats();
+    ASSERT_EQ(s.active_blocks, live.size());
+    ASSERT_EQ(s.requested, requested);
+    ASSERT_LE(s.reserved, kBudget);
+    ASSERT_LE(s.allocated, s.reserved);
+    ASSERT_LE(s.peak_reserved, kBudget);
+  }
+  std::vector<Live> sorted = live;
+  std::sort(sorted.begin(), sorted.end(), [](const Live& a, const Live& b) { return a.p < b.p; });
+  for (std::size_t i = 1; i < sorted.size(); ++i)
+    ASSERT_GE(sorted[i].p, sorted[i - 1].p + std::max<std::size_t>(sorted[i - 1].n, 1));
+  for (const Live& l : live) mem->deallocate(reinterpret_cast<void*>(l.p), l.n);
+  EXPECT_EQ(mem->stats().allocated, 0u);
+}
+
+// A reclaimer that frees the blocks it was given, one per call.
+class FreeingReclaimer : public MemoryReclaimer {
+ public:
+  explicit FreeingReclaimer(MemoryResource* mem) : mem_(mem) {}
+  bool reclaim(std::size_t) override {
+    ++calls;
+    if (held.empty()) return false;
+    mem_->deallocate(held.back().first, held.back().second);
+    held.pop_back();
+    return true;
+  }
+  std::vector<std::pair<void*, std::size_t>> held;
+  int calls = 0;
+
+ private:
+  MemoryResource* mem_;
+};
+
+TYPED_TEST(MemoryResourceTest, AsksTheReclaimerBeforeFailing) {
+  auto mem = TypeParam::make();
+  FreeingReclaimer reclaimer(mem.get());
+  mem->set_reclaimer(&reclaimer);
+  for (int i = 0; i < 8; ++i) reclaimer.held.emplace_back(mem->allocate(kBudget / 8 - 4096), kBudget / 8 - 4096);
+  void* p = mem->allocate(kBudget / 4);
+  EXPECT_GT(reclaimer.calls, 0);
+  EXPECT_LE(mem->stats().peak_reserved, kBudget);
+  mem->deallocate(p, kBudget / 4);
+  for (auto [q, n] : reclaimer.held) mem->deallocate(q, n);
+  reclaimer.held.clear();
+  EXPECT_THROW(mem->allocate(kBudget + 1), OutOfMemoryError);
+}
+
+// ---- the caching allocator alone ----
+
+TEST(CachingAllocatorTest, FreedBlockIsReusedWithoutNewSegment) {
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
+  void* a = alloc.allocate(1000);
+  const std::size_t segments = alloc.stats().segments;
+  alloc.deallocate(a, 1000);
+  void* b = alloc.allocate(900);
+  EXPECT_EQ(a, b);  // best fit at the lowest address
+  EXPECT_EQ(alloc.stats().segments, segments);
+  alloc.deallocate(b, 900);
+}
+
+TEST(CachingAllocatorTest, SplitsAndCoalescesNeighbours) {
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
+  void* a = alloc.allocate(4096);
+  void* b = alloc.allocate(4096);
+  void* c = alloc.allocate(4096);
+  EXPECT_EQ(alloc.stats().segments, 1u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b), reinterpret_cast<std::uintptr_t>(a) + 4096);
+  alloc.deallocate(a, 4096);
+  alloc.deallocate(b, 4096);  // merges with a's block
+  void* d = alloc.allocate(8192);
+  EXPECT_EQ(d, a);
+  alloc.deallocate(c, 4096);
+  alloc.deallocate(d, 8192);
+  alloc.release_cached();
+  EXPECT_EQ(alloc.stats().reserved, 0u);
+  EXPECT_EQ(alloc.stats().segments, 0u);
+}
+
+TEST(CachingAllocatorTest, RoundsSizesAndSeparatesPools) {
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
+  EXPECT_EQ(alloc.rounded_size(1), 512u);
+  EXPECT_EQ(alloc.rounded_size(513), 1024u);
+  EXPECT_TRUE(alloc.is_small(1 << 20));
+  EXPECT_FALSE(alloc.is_small((1 << 20) + 1));
+  void* s = alloc.allocate(100);
+  void* l = alloc.allocate(2 << 20);
+  EXPECT_EQ(alloc.stats().segments, 2u);  // a small and a large segment
+  alloc.deallocate(s, 100);
+  alloc.deallocate(l, 2 << 20);
+}
+
+// Under a budget, cached segments of the wrong pool are returned before the request fails.
+TEST(CachingAllocatorTest, ReleasesCachedSegmentsToStayUnderBudget) {
+  CachingAllocatorOptions o = small_segments();
+  o.budget = 8 << 20;
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
+  std::vector<void*> small;
+  for (int i = 0; i < 16; ++i) small.push_back(alloc.allocate(200 << 10));
+  for (void* p : small) alloc.deallocate(p, 200 << 10);
+  EXPECT_GT(alloc.stats().reserved, 2u << 20);
+  void* big = alloc.allocate(7 << 20);
+  EXPECT_LE(alloc.stats().peak_reserved, o.budget);
+  EXPECT_GT(alloc.stats().retries, 0u);
+  alloc.deallocate(big, 7 << 20);
+}
+
+TEST(CachingAllocatorTest, OutOfMemoryNamesLargestFreeBlock) {
+  CachingAllocatorOptions o = small_segments();
+  o.budget = 6 << 20;
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
+  void* a = alloc.allocate(3 << 20);
+  void* b = alloc.allocate(2 << 20);
+  alloc.deallocate(a, 3 << 20);
+  void* c = alloc.allocate((1 << 20) + 512);  // large pool: keeps a's segment alive
+  try {
+    alloc.allocate(5 << 20);
+    FAIL();
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.info().largest_free, (std::size_t{3} << 20) - 512);  // rest of a's segment
+    EXPECT_NE(std::string(e.what()).find("largest free block"), std::string::npos);
+  }
+  alloc.deallocate(b, 2 << 20);
+  alloc.deallocate(c, (1 << 20) + 512);
+}
+
+TEST(CachingAllocatorTest, LoweringTheBudgetReleasesCache) {
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
+  void* a = alloc.allocate(5 << 20);
+  alloc.deallocate(a, 5 << 20);
+  EXPECT_GT(alloc.stats().reserved, 0u);
+  alloc.set_budget(1 << 20);
+  EXPECT_EQ(alloc.stats().reserved, 0u);
+}
+
+}  // namespace
+}  // namespace remat

@@ -1,0 +1,226 @@
+#include "remat/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "tests/test_ops.h"
+
+namespace remat {
+namespace {
+
+using testing::vec;
+
+std::vector<float> iota(std::int64_t n, float start = 1.0f) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+std::vector<float> read(Runtime& rt, const Tensor& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.spec().numel()));
+  rt.read(t, out.data());
+  return out;
+}
+
+RuntimeOptions logical(std::size_t budget, const std::string& policy = "dtr") {
+  RuntimeOptions o;
+  o.accounting = Accounting::kLogical;
+  o.budget = budget;
+  o.policy = policy;
+  return o;
+}
+
+TEST(RuntimeTest, RunsOpsAndReadsResults) {
+  Runtime rt;
+  auto x = rt.constant(vec(4), iota(4).data());
+  auto y = rt.call1(testing::affine(2, 1), {x});
+  EXPECT_EQ(read(rt, y), (std::vector<float>{3, 5, 7, 9}));
+  EXPECT_EQ(y.shape(), (std::vector<std::int64_t>{4}));
+  EXPECT_EQ(rt.stats().calls, 1u);
+}
+
+TEST(RuntimeTest, EvictedTensorIsRecomputedBitwise) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(64), iota(64).data());
+  auto y = rt.call1(testing::affine(0.3f, 0.7f), {x});
+  const auto before = read(rt, y);
+  ASSERT_TRUE(rt.evict(y));
+  EXPECT_FALSE(y.resident());
+  EXPECT_EQ(read(rt, y), before);
+  EXPECT_EQ(rt.stats().recomputations, 1u);
+  EXPECT_FALSE(rt.evict(x)) << "constants are pinned";
+}
+
+TEST(RuntimeTest, EvictingABaseEvictsItsViews) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(8), iota(8).data());
+  auto y = rt.call1(testing::affine(1, 1), {x});
+  auto v = rt.call1(testing::second_half(), {y});
+  EXPECT_EQ(read(rt, v), (std::vector<float>{6, 7, 8, 9}));
+  EXPECT_EQ(rt.stats().resident_bytes, 64u) << "a view takes no memory of its own";
+  ASSERT_TRUE(rt.evict(y));
+  EXPECT_FALSE(v.resident());
+  EXPECT_EQ(read(rt, v), (std::vector<float>{6, 7, 8, 9}));
+  EXPECT_TRUE(y.resident());
+}
+
+TEST(RuntimeTest, RecomputingOneOutputMakesAll) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(5), iota(5).data());
+  auto outs = rt.call(testing::scan_and_square(), {x});
+  const auto s = read(rt, outs[0]), q = read(rt, outs[1]);
+  rt.evict(outs[0]);
+  rt.evict(outs[1]);
+  EXPECT_EQ(read(rt, outs[1]), q);
+  EXPECT_TRUE(outs[0].resident());
+  EXPECT_EQ(read(rt, outs[0]), s);
+  EXPECT_EQ(rt.stats().recomputations, 1u);
+}
+
+TEST(RuntimeTest, InPlaceOpIsCopyOnWrite) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(3), iota(3).data());
+  auto a = rt.call1(testing::affine(1, 0), {x});
+  Tensor alias = a;  // another handle to the old version
+  Tensor* args[] = {&a, &x};
+  const int mutated[] = {0};
+  rt.call_inplace(testing::add_inplace(), args, mutated);
+  EXPECT_EQ(read(rt, a), (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(read(rt, alias), (std::vector<float>{1, 2, 3}));
+  rt.evict(a);
+  rt.evict(alias);
+  EXPECT_EQ(read(rt, a), (std::vector<float>{2, 4, 6}));
+}
+
+TEST(RuntimeTest, RandomOpRecomputesTheSameMask) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(256), iota(256).data());
+  auto d1 = rt.call1(testing::dropout(), {x});
+  auto d2 = rt.call1(testing::dropout(), {x});
+  const auto m1 = read(rt, d1), m2 = read(rt, d2);
+  EXPECT_NE(m1, m2) << "two calls draw different masks";
+  rt.evict(d1);
+  EXPECT_EQ(read(rt, d1), m1);
+}
+
+TEST(RuntimeTest, DroppingTheLastHandleFreesMemoryAtOnce) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(16), iota(16).data());
+  auto y = rt.call1(testing::affine(1, 1), {x});
+  auto z = rt.call1(testing::affine(1, 1), {y});
+  EXPECT_EQ(rt.stats().memory.allocated, 3 * 64u);
+  y.reset();
+  EXPECT_EQ(rt.stats().memory.allocated, 2 * 64u);
+  // y's lineage stays: z can still be recomputed through it.
+  rt.evict(z);
+  EXPECT_EQ(read(rt, z), read(rt, rt.call1(testing::affine(1, 2), {x})));
+  z.reset();
+  EXPECT_LE(rt.stats().live_tensors, 2u);
+}
+
+TEST(RuntimeTest, HundredThousandOpChainNeitherRecursesNorLeaks) {
+  constexpr int kChain = 100000;
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(1), iota(1).data());
+  std::vector<Tensor> chain;
+  chain.reserve(kChain);
+  Tensor t = x;
+  const OpPtr step = testing::affine(1, 1);
+  for (int i = 0; i < kChain; ++i) {
+    t = rt.call1(step, {t});
+    chain.push_back(t);
+  }
+  for (Tensor& c : chain) rt.evict(c);
+  std::vector<Tensor>().swap(chain);  // only t holds the chain now, through its lineage
+  EXPECT_EQ(read(rt, t)[0], static_cast<float>(kChain + 1));
+  EXPECT_EQ(rt.stats().recomputations, static_cast<std::size_t>(kChain));
+  t.reset();  // frees the whole lineage on a worklist
+  EXPECT_EQ(rt.stats().live_tensors, 1u);
+}
+
+TEST(RuntimeTest, InfeasibleBudgetRaisesOutOfMemoryAndRuntimeStaysUsable) {
+  Runtime rt(logical(1000));
+  auto x = rt.constant(vec(100), iota(100).data());  // 400 bytes, pinned
+  auto y = rt.call1(testing::affine(2, 0), {x});      // 400 more: fits
+  try {
+    rt.call1(testing::concat(), {x, y});  // needs 800 bytes with x and y locked
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.info().op, "concat");
+    EXPECT_EQ(e.budget(), 1000u);
+    EXPECT_EQ(e.info().pinned, 400u);
+    EXPECT_NE(std::string(e.what()).find("concat"), std::string::npos);
+  }
+  EXPECT_EQ(rt.stats().ooms, 1u);
+  // Still usable: what existed is intact, and a bigger budget lets the op through.
+  EXPECT_EQ(read(rt, y)[99], 200.0f);
+  rt.set_budget(4000);
+  auto z = rt.call1(testing::concat(), {x, y});
+  EXPECT_EQ(read(rt, z)[100], 2.0f);
+}
+
+TEST(RuntimeTest, ConstantOverBudgetIsOutOfMemory) {
+  Runtime rt(logical(100));
+  EXPECT_THROW(rt.constant(vec(100)), OutOfMemoryError);
+  auto small = rt.constant(vec(10));
+  EXPECT_EQ(small.bytes(), 40u);
+}
+
+TEST(RuntimeTest, ThrashGuardStopsRecomputationThatCannotProgress) {
+  RuntimeOptions o = logical(SIZE_MAX);
+  o.thrash_limit = 10;
+  Runtime rt(o);
+  auto x = rt.constant(vec(1), iota(1).data());
+  Tensor t = x;
+  std::vector<Tensor> chain;
+  for (int i = 0; i < 50; ++i) chain.push_back(t = rt.call1(testing::affine(1, 1), {t}));
+  for (Tensor& c : chain) rt.evict(c);
+  EXPECT_THROW(read(rt, t), ThrashError);
+  EXPECT_EQ(rt.stats().thrashes, 1u);
+}
+
+TEST(RuntimeTest, BudgetCapsReservedBytesWithTheCachingAllocator) {
+  RuntimeOptions o;
+  o.budget = 3 << 20;
+  o.allocator.small_segment = 64 << 10;
+  Runtime rt(o);
+  auto x = rt.constant(vec(1 << 16), iota(1 << 16).data());  // 256 KiB
+  std::vector<Tensor> keep;
+  Tensor t = x;
+  for (int i = 0; i < 40; ++i) keep.push_back(t = rt.call1(testing::affine(1.0f, 0.5f), {t}));
+  EXPECT_GT(rt.stats().evictions, 0u);
+  EXPECT_LE(rt.stats().memory.peak_reserved, o.budget);
+  EXPECT_EQ(read(rt, keep[3])[0], 3.0f);
+  EXPECT_LE(rt.stats().memory.peak_reserved, o.budget);
+}
+
+TEST(RuntimeTest, UnknownPolicyIsRejected) {
+  RuntimeOptions o;
+  o.policy = "nope";
+  EXPECT_THROW(Runtime{o}, std::invalid_argument);
+  EXPECT_FALSE(eviction_policy_names().empty());
+}
+
+TEST(RuntimeTest, ViewOutsideItsBaseIsRejected) {
+  Runtime rt;
+  auto x = rt.constant(vec(4));
+  auto bad = std::make_shared<OpDef>();
+  bad->name = "bad_view";
+  bad->infer = [](SpecList) { return Outputs{OutputSpec(vec(8), 0, 0)}; };
+  EXPECT_THROW(rt.call(bad, {x}), std::invalid_argument);
+  EXPECT_EQ(rt.stats().live_tensors, 1u);
+}
+
+TEST(TensorSpecTest, BytesOverflowIsAnError) {
+  TensorSpec s{{std::int64_t{1} << 40, std::int64_t{1} << 40}, DType::kF32};
+  EXPECT_THROW(s.bytes(), std::overflow_error);
+  TensorSpec neg{{-1}, DType::kF32};
+  EXPECT_THROW(neg.bytes(), std::overflow_error);
+  EXPECT_EQ((TensorSpec{{2, 3}, DType::kF64}.bytes()), 48u);
+}
+
+}  // namespace
+}  // namespace remat
