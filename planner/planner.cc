@@ -1,0 +1,129 @@
+// Planner registry: runs a planner, simulates its schedule, reports feasibility.
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "internal.h"
+#include "remat/planner.h"
+
+namespace remat {
+namespace {
+
+using PlanFn = absl::StatusOr<internal::RawPlan> (*)(const Graph&, const PlanOptions&);
+
+struct Entry { const char* name; PlanFn fn; };
+
+absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& opt);
+
+const Entry kPlanners[] = {
+    {"noremat", internal::PlanNoRemat}, {"chen", internal::PlanChen},
+    {"greedy", internal::PlanGreedy},   {"twremat", internal::PlanTwremat},
+    {"mincut", internal::PlanMincut},   {"rotor", internal::PlanRotor},
+    {"checkmate", internal::PlanCheckmate}, {"moccasin", internal::PlanMoccasin},
+    {"best", PlanBest},
+};
+
+// Runs the other planners within the time limit and keeps the cheapest plan that fits.
+absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& opt) {
+  internal::Deadline deadline(opt.time_limit_seconds);
+  internal::RawPlan best;
+  SimResult best_sim;
+  bool have = false;
+  std::string tried;
+  auto consider = [&](const std::string& name, const std::vector<int>& order, bool optimal) {
+    Schedule s{g.name, order};
+    SimResult r = Simulate(g, s, opt.budget_bytes);
+    if (!r.valid) return;
+    bool better = !have || r.cost < best_sim.cost - 1e-12 ||
+                  (r.cost <= best_sim.cost + 1e-12 && r.peak_bytes < best_sim.peak_bytes);
+    if (!opt.budget_bytes && have) {
+      // Without a budget: lowest cost, then lowest peak.
+      better = r.cost < best_sim.cost - 1e-12 ||
+               (r.cost <= best_sim.cost + 1e-12 && r.peak_bytes < best_sim.peak_bytes);
+    }
+    if (better) {
+      best.order = order;
+      best.optimal = optimal;
+      best.note = absl::StrCat("from ", name);
+      best_sim = r;
+      have = true;
+    }
+  };
+  // Cheap planners first, then the solvers with what is left.
+  const char* order[] = {"noremat", "greedy", "chen", "mincut", "rotor", "twremat", "moccasin", "checkmate"};
+  for (const char* name : order) {
+    if (deadline.Expired()) break;
+    if (have && best_sim.recomputations == 0) break;  // cannot be beaten
+    PlanOptions o = opt;
+    o.time_limit_seconds = std::max(0.5, deadline.Left());
+    if (std::string(name) == "moccasin" || std::string(name) == "checkmate") {
+      o.time_limit_seconds = std::max(0.5, deadline.Left() * (std::string(name) == "moccasin" ? 0.7 : 0.95));
+    }
+    for (const Entry& e : kPlanners) {
+      if (name != std::string(e.name)) continue;
+      auto raw = e.fn(g, o);
+      absl::StrAppend(&tried, tried.empty() ? "" : ", ", name);
+      if (raw.ok() && !raw->order.empty()) consider(name, raw->order, raw->optimal);
+    }
+  }
+  if (!have) best.note = absl::StrCat("no planner met the budget (tried ", tried, ")");
+  return best;
+}
+
+}  // namespace
+
+std::vector<std::string> PlannerNames() {
+  std::vector<std::string> names;
+  for (const Entry& e : kPlanners) names.push_back(e.name);
+  return names;
+}
+
+absl::StatusOr<Plan> RunPlanner(std::string_view algo, const Graph& g, const PlanOptions& opt) {
+  const Entry* entry = nullptr;
+  for (const Entry& e : kPlanners) if (algo == e.name) entry = &e;
+  if (!entry) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown planner '", std::string(algo), "'; known: ", absl::StrJoin(PlannerNames(), ", ")));
+  }
+  absl::Status valid = ValidateGraph(g);
+  if (!valid.ok()) return valid;
+  Plan plan;
+  plan.algo = std::string(algo);
+  plan.budget_bytes = opt.budget_bytes;
+  plan.schedule.graph = g.name;
+  if (opt.budget_bytes) {
+    int witness = -1;
+    int64_t lb = internal::MinimumPeakLowerBound(g, &witness);
+    if (*opt.budget_bytes < lb) {
+      plan.feasible = false;
+      plan.reason = absl::StrCat("budget ", *opt.budget_bytes, " bytes is below what any schedule needs: node ",
+                                 witness, " ('", g.nodes[witness].name, "') needs ", lb,
+                                 " bytes for itself and its inputs");
+      plan.sim.base_cost = g.TotalCost();
+      return plan;
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto raw = entry->fn(g, opt);
+  plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!raw.ok()) return raw.status();
+  plan.schedule.order = std::move(raw->order);
+  plan.optimal = raw->optimal;
+  if (plan.schedule.order.empty()) {
+    plan.feasible = false;
+    plan.reason = raw->note.empty() ? "the planner found no schedule" : raw->note;
+    plan.sim.base_cost = g.TotalCost();
+    return plan;
+  }
+  plan.sim = Simulate(g, plan.schedule, opt.budget_bytes);
+  plan.feasible = plan.sim.valid;
+  if (!plan.feasible) {
+    plan.reason = absl::StrCat(plan.algo, " did not meet the budget: ", plan.sim.error);
+    if (!raw->note.empty()) absl::StrAppend(&plan.reason, " (", raw->note, ")");
+  } else {
+    plan.reason = raw->note;
+  }
+  return plan;
+}
+
+}  // namespace remat
