@@ -291,7 +291,8 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   return p;
 }
 
-std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states) {
+std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states,
+                                                  bool first_in_id_order) {
   const int n = g.size();
   if (n > 31) return std::nullopt;
   const uint64_t all = (n == 64) ? ~0ULL : ((1ULL << n) - 1);
@@ -348,6 +349,7 @@ std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget
         continue;
       }
       if ((done & bit) && !g.nodes[v].CanRecompute()) continue;
+      if (first_in_id_order && !(done & bit) && (done & (bit - 1)) != (bit - 1)) continue;
       if ((inmask[v] & live) != inmask[v]) continue;
       if (lb + g.nodes[v].bytes > budget) continue;
       relax(key(live | bit, done | bit), d + g.nodes[v].cost, v);

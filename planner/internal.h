@@ -99,7 +99,9 @@ struct ExhaustiveResult {
   double cost = 0;
   std::vector<int> order;
 };
-std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states = 5'000'000);
+// With first_in_id_order, first computations follow the id order (Checkmate's model).
+std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states = 5'000'000,
+                                                  bool first_in_id_order = false);
 
 // Rotor's dynamic program on a chain of stages.
 struct RotorChain {
