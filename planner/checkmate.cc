@@ -163,6 +163,9 @@ absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
   for (int c = 0; c < ncols; ++c) if (m.integer[c]) Cbc_setInteger(model, c);
   Cbc_setLogLevel(model, opt.verbose ? 1 : 0);
   Cbc_setMaximumSeconds(model, std::max(0.1, opt.time_limit_seconds));
+  std::string secs = absl::StrCat(std::max(0.1, opt.time_limit_seconds));
+  Cbc_setParameter(model, "sec", secs.c_str());
+  Cbc_setParameter(model, "log", opt.verbose ? "1" : "0");
   Cbc_setAllowableGap(model, 1e-7);
   Cbc_solve(model);
   const double* sol = Cbc_bestSolution(model);

@@ -230,14 +230,6 @@ absl::StatusOr<RawPlan> PlanNoRemat(const Graph& g, const PlanOptions&) {
   return p;
 }
 
-absl::StatusOr<RawPlan> PlanGreedy(const Graph& g, const PlanOptions& opt) {
-  RawPlan p;
-  int64_t budget = opt.budget_bytes.value_or(kNoBudget);
-  GreedyParams gp;
-  p.order = GreedyOrder(g, budget, gp);
-  return p;
-}
-
 absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   RawPlan p;
   bool has_backward = false;

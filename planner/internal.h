@@ -92,6 +92,9 @@ struct GreedyParams {
   uint64_t seed = 1;
 };
 std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams& p);
+// XLA-style repair of `order` until its peak fits the budget (see greedy.cc).
+std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget, const GreedyParams& p,
+                             const Deadline* deadline);
 
 // Exhaustive search for the minimum-cost valid schedule within the budget (small graphs
 // only; returns nullopt when no schedule fits or the state space exceeds max_states).
