@@ -7,6 +7,11 @@
 // FORMAT.md: an instance lives from its step through its last read.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <csignal>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "coin/Cbc_C_Interface.h"
@@ -157,31 +162,77 @@ absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
     for (auto [r, a] : m.cols[c]) { index.push_back(r); value.push_back(a); }
   }
   start[ncols] = static_cast<CoinBigIndex>(index.size());
-  Cbc_Model* model = Cbc_newModel();
-  Cbc_loadProblem(model, ncols, static_cast<int>(m.row_lb.size()), start.data(), index.data(), value.data(),
-                  m.lb.data(), m.ub.data(), m.obj.data(), m.row_lb.data(), m.row_ub.data());
-  for (int c = 0; c < ncols; ++c) if (m.integer[c]) Cbc_setInteger(model, c);
-  Cbc_setLogLevel(model, opt.verbose ? 1 : 0);
-  Cbc_setMaximumSeconds(model, std::max(0.1, opt.time_limit_seconds));
-  std::string secs = absl::StrCat(std::max(0.1, opt.time_limit_seconds));
-  Cbc_setParameter(model, "sec", secs.c_str());
-  Cbc_setParameter(model, "log", opt.verbose ? "1" : "0");
-  Cbc_setAllowableGap(model, 1e-7);
-  Cbc_solve(model);
-  const double* sol = Cbc_bestSolution(model);
-  if (sol != nullptr && (Cbc_numberSavedSolutions(model) > 0 || Cbc_isProvenOptimal(model))) {
-    for (int t = 0; t < n; ++t) {
-      for (int i = 0; i <= t; ++i) {
-        if (sol[R[t][i]] > 0.5) plan.order.push_back(i);
+  // CBC's time limit is checked during branch and bound only; the root LP of a large
+  // model can run far past it. The solve therefore runs in a child process that is
+  // killed a little after the limit; the child sends back its status and order.
+  int fds[2];
+  if (pipe(fds) != 0) return absl::InternalError("checkmate: pipe() failed");
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("checkmate: fork() failed");
+  if (pid == 0) {
+    close(fds[0]);
+    std::vector<int> out;  // [status, optimal, order...]; status 0 ok, 1 infeasible, 2 none
+    Cbc_Model* model = Cbc_newModel();
+    Cbc_loadProblem(model, ncols, static_cast<int>(m.row_lb.size()), start.data(), index.data(), value.data(),
+                    m.lb.data(), m.ub.data(), m.obj.data(), m.row_lb.data(), m.row_ub.data());
+    for (int c = 0; c < ncols; ++c) if (m.integer[c]) Cbc_setInteger(model, c);
+    Cbc_setLogLevel(model, opt.verbose ? 1 : 0);
+    Cbc_setMaximumSeconds(model, std::max(0.1, opt.time_limit_seconds));
+    std::string secs = absl::StrCat(std::max(0.1, opt.time_limit_seconds));
+    Cbc_setParameter(model, "sec", secs.c_str());
+    Cbc_setParameter(model, "log", opt.verbose ? "1" : "0");
+    Cbc_setAllowableGap(model, 1e-7);
+    Cbc_solve(model);
+    const double* sol = Cbc_bestSolution(model);
+    if (sol != nullptr && (Cbc_numberSavedSolutions(model) > 0 || Cbc_isProvenOptimal(model))) {
+      out = {0, Cbc_isProvenOptimal(model) != 0};
+      for (int t = 0; t < n; ++t) {
+        for (int i = 0; i <= t; ++i) if (sol[R[t][i]] > 0.5) out.push_back(i);
       }
+    } else {
+      out = {Cbc_isProvenInfeasible(model) ? 1 : 2, 0};
     }
-    plan.optimal = Cbc_isProvenOptimal(model) != 0;
-  } else if (Cbc_isProvenInfeasible(model)) {
+    size_t len = out.size() * sizeof(int), off = 0;
+    const char* p = reinterpret_cast<const char*>(out.data());
+    while (off < len) {
+      ssize_t w = write(fds[1], p + off, len - off);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::vector<char> buf;
+  Deadline hard(opt.time_limit_seconds + 2.0 + 0.05 * opt.time_limit_seconds);
+  bool killed = false;
+  for (;;) {
+    int ms = static_cast<int>(std::max(0.0, hard.Left()) * 1000);
+    pollfd pfd{fds[0], POLLIN, 0};
+    int r = poll(&pfd, 1, ms);
+    if (r == 0) { kill(pid, SIGKILL); killed = true; break; }
+    if (r < 0) continue;
+    char tmp[65536];
+    ssize_t got = read(fds[0], tmp, sizeof(tmp));
+    if (got <= 0) break;
+    buf.insert(buf.end(), tmp, tmp + got);
+  }
+  close(fds[0]);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  std::vector<int> out(buf.size() / sizeof(int));
+  if (!out.empty()) std::memcpy(out.data(), buf.data(), out.size() * sizeof(int));
+  if (killed || out.size() < 2) {
+    plan.note = absl::StrCat("checkmate: no solution within the time limit of ", opt.time_limit_seconds,
+                             " s (the root LP did not finish)");
+  } else if (out[0] == 0) {
+    plan.optimal = out[1] != 0;
+    plan.order.assign(out.begin() + 2, out.end());
+  } else if (out[0] == 1) {
     plan.note = "checkmate: the MILP is infeasible: no schedule fits the budget";
   } else {
     plan.note = absl::StrCat("checkmate: no solution within the time limit of ", opt.time_limit_seconds, " s");
   }
-  Cbc_deleteModel(model);
   return plan;
 }
 

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   opt.budget_bytes = budget;
   opt.time_limit_seconds = time_limit;
   opt.twremat_k = k;
+  opt.verbose = std::getenv("REMAT_VERBOSE") != nullptr;
   auto plan = remat::RunPlanner(algo, *g, opt);
   if (!plan.ok()) {
     std::cerr << "remat-plan: " << plan.status().message() << "\n";
