@@ -106,3 +106,90 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
 
 }  // namespace
 }  // namespace remat
+
+namespace remat {
+namespace {
+
+// Revolve's homogeneous model: advancing a stage costs 1, reversing one (its recording
+// forward fused with its backward) costs 1, each checkpoint takes one of m slots besides
+// the chain input; tapes cannot be held across other stages.
+double RevolveChainOptimum(int l, int m) {
+  internal::RotorChain c;
+  for (int i = 0; i <= l; ++i) {
+    c.fwd_cost.push_back(1);
+    c.fwd_all_cost.push_back(0);
+    c.bwd_cost.push_back(1);
+    c.tape_bytes.push_back(1000);
+    c.leaf_bytes.push_back(0);
+  }
+  c.act_bytes.assign(l + 2, 1);
+  auto r = internal::RotorSolve(c, m, 0);
+  return r ? r->first : -1;
+}
+
+// Revolve's closed form: opt(l, m) = (l + 1) + numforw(l + 1, m).
+double ClosedForm(int l, int m) {
+  auto binom = [](int a, int b) {
+    double r = 1;
+    for (int i = 1; i <= b; ++i) r = r * (a - b + i) / i;
+    return r;
+  };
+  int L = l + 1, r = 0;
+  while (binom(m + r, m) < L) ++r;
+  return L + r * L - binom(m + r, m + 1);
+}
+
+TEST(Rotor, HomogeneousChainMatchesRevolve) {
+  EXPECT_DOUBLE_EQ(RevolveChainOptimum(9, 2), 30);
+  EXPECT_DOUBLE_EQ(RevolveChainOptimum(10, 3), 29);
+  EXPECT_DOUBLE_EQ(RevolveChainOptimum(20, 3), 70);
+  EXPECT_DOUBLE_EQ(RevolveChainOptimum(30, 4), 103);
+  for (int l = 1; l <= 25; l += 3) {
+    for (int m = 1; m <= 5; ++m) {
+      EXPECT_DOUBLE_EQ(RevolveChainOptimum(l, m), ClosedForm(l, m)) << l << "," << m;
+    }
+  }
+}
+
+TEST(Rotor, HeldTapesNeverCostMore) {
+  // Letting stages keep their tape can only help.
+  internal::RotorChain c;
+  for (int i = 0; i < 8; ++i) {
+    c.fwd_cost.push_back(1 + i % 3);
+    c.fwd_all_cost.push_back(1 + i % 3);
+    c.bwd_cost.push_back(2);
+    c.tape_bytes.push_back(2);
+    c.leaf_bytes.push_back(2);
+  }
+  c.act_bytes.assign(9, 1);
+  auto with = internal::RotorSolve(c, 6, 0);
+  auto strict = c;
+  strict.tape_bytes.assign(8, 1000);
+  auto without = internal::RotorSolve(strict, 6, 0);
+  ASSERT_TRUE(with && without);
+  EXPECT_LE(with->first, without->first);
+  EXPECT_FALSE(internal::RotorSolve(c, 1, 0).has_value());  // a leaf needs 2
+}
+
+TEST(Rotor, BudgetedPlansOnTrainingGraphsAreValid) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Graph g = testing::RandomTrainingGraph(20, seed);
+    int64_t full = testing::NoRematPeak(g);
+    for (double f : {1.0, 0.7, 0.5}) {
+      PlanOptions o;
+      o.budget_bytes = static_cast<int64_t>(f * full);
+      auto p = RunPlanner("rotor", g, o);
+      ASSERT_TRUE(p.ok());
+      if (f == 1.0) {
+        EXPECT_TRUE(p->feasible) << p->reason;
+      }
+      if (p->feasible) {
+        EXPECT_TRUE(Simulate(g, p->schedule, o.budget_bytes).valid);
+        EXPECT_LE(p->sim.peak_bytes, *o.budget_bytes);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace remat

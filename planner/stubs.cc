@@ -1,7 +1,6 @@
 #include "internal.h"
 namespace remat::internal {
 absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& o) { return PlanNoRemat(g, o); }
-absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& o) { return PlanNoRemat(g, o); }
 absl::StatusOr<RawPlan> PlanTwremat(const Graph& g, const PlanOptions& o) { return PlanNoRemat(g, o); }
 absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& o) { return PlanNoRemat(g, o); }
 }
