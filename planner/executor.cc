@@ -129,7 +129,7 @@ bool Dead(const Graph& g, const UseInfo& ui, int u, int v) {
 
 }  // namespace
 
-std::vector<int> ExecuteKeepSet(const Graph& g, const std::vector<char>& keep) {
+std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& keep, bool retain_kept) {
   UseInfo ui = ComputeUses(g);
   Executor ex(g);
   const int n = g.size();
@@ -150,7 +150,7 @@ std::vector<int> ExecuteKeepSet(const Graph& g, const std::vector<char>& keep) {
     }
     for (int u : cand) {
       if (!ex.live(u)) continue;
-      if (Dead(g, ui, u, v)) { ex.Drop(u); continue; }
+      if (retain_kept && keep[u] ? ui.horizon[u] <= v : Dead(g, ui, u, v)) { ex.Drop(u); continue; }
       if (fwd_step && !keep[u] && g.nodes[u].CanRecompute() && g.nodes[u].phase == Phase::kForward &&
           ui.last_fwd_user[u] <= v) {
         ex.Drop(u);
@@ -158,6 +158,16 @@ std::vector<int> ExecuteKeepSet(const Graph& g, const std::vector<char>& keep) {
     }
   }
   return ex.order();
+}
+
+std::vector<int> ExecuteKeepSet(const Graph& g, const std::vector<char>& keep) {
+  return ExecuteKeepSetImpl(g, keep, false);
+}
+
+// As ExecuteKeepSet, but kept values stay resident while any recomputation may read them,
+// so recomputation never reaches past them.
+std::vector<int> ExecuteKeepSetRetained(const Graph& g, const std::vector<char>& keep) {
+  return ExecuteKeepSetImpl(g, keep, true);
 }
 
 std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams& p) {

@@ -35,6 +35,7 @@ struct RawPlan {
   std::vector<int> order;
   bool optimal = false;   // proven optimal (solvers)
   std::string note;       // reason when no order could be produced, or a remark
+  std::optional<int> backward_start;
 };
 
 constexpr int64_t kNoBudget = std::numeric_limits<int64_t>::max();

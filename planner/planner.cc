@@ -31,7 +31,7 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
   bool have = false;
   std::string tried;
   auto consider = [&](const std::string& name, const std::vector<int>& order, bool optimal) {
-    Schedule s{g.name, order};
+    Schedule s{g.name, order, std::nullopt};
     SimResult r = Simulate(g, s, opt.budget_bytes);
     if (!r.valid) return;
     bool better = !have || r.cost < best_sim.cost - 1e-12 ||
@@ -108,6 +108,7 @@ absl::StatusOr<Plan> RunPlanner(std::string_view algo, const Graph& g, const Pla
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!raw.ok()) return raw.status();
   plan.schedule.order = std::move(raw->order);
+  plan.schedule.backward_start = raw->backward_start;
   plan.optimal = raw->optimal;
   if (plan.schedule.order.empty()) {
     plan.feasible = false;

@@ -193,3 +193,60 @@ TEST(Rotor, BudgetedPlansOnTrainingGraphsAreValid) {
 
 }  // namespace
 }  // namespace remat
+
+namespace remat {
+namespace {
+
+TEST(Mincut, SavesNoMoreThanPyTorchAndNeverRecomputesBannedNodes) {
+  std::string dir = testing::SharedGraphsDir();
+  if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
+  for (const char* name : {"mlp16", "resnet18", "vgg11", "mobilenet_v2", "gpt_small", "transformer_enc"}) {
+    auto g = ReadGraphFile(dir + "/" + name + ".json");
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(g->peer.pytorch_mincut_saved_bytes.has_value()) << name;
+    auto p = RunPlanner("mincut", *g, PlanOptions{});
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE(p->feasible) << name << ": " << p->reason;
+    EXPECT_LE(p->sim.saved_bytes, *g->peer.pytorch_mincut_saved_bytes) << name;
+    EXPECT_GT(p->sim.saved_bytes, 0) << name;
+    std::vector<int> count(g->size(), 0);
+    for (int v : p->schedule.order) ++count[v];
+    for (const Node& n : g->nodes) {
+      if (n.pytorch_banned) {
+        EXPECT_EQ(count[n.id], 1) << name << ": banned node " << n.id << " recomputed";
+      }
+    }
+  }
+}
+
+TEST(Mincut, BudgetedVariantFitsTighterBudgets) {
+  Graph g = testing::RandomTrainingGraph(30, 7);
+  int64_t full = testing::NoRematPeak(g);
+  PlanOptions o;
+  o.budget_bytes = full * 6 / 10;
+  auto p = RunPlanner("mincut", g, o);
+  ASSERT_TRUE(p.ok());
+  if (p->feasible) {
+    EXPECT_LE(p->sim.peak_bytes, *o.budget_bytes);
+  }
+  EXPECT_TRUE(p->feasible || !p->reason.empty());
+}
+
+TEST(Greedy, MeetsBudgetsOnRandomGraphsWithValidSchedules) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Graph g = testing::RandomDag(60, 0.05, 50, seed);
+    int64_t full = testing::NoRematPeak(g);
+    int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    int64_t budget = std::max(lb, full * 8 / 10);
+    PlanOptions o;
+    o.budget_bytes = budget;
+    auto p = RunPlanner("greedy", g, o);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(p->feasible) << "seed " << seed << ": " << p->reason;
+    EXPECT_LE(p->sim.peak_bytes, budget);
+    EXPECT_GE(p->sim.cost, g.TotalCost());
+  }
+}
+
+}  // namespace
+}  // namespace remat

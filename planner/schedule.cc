@@ -86,12 +86,20 @@ SimResult Simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
   // recomputations) and read after it are what the backward keeps.
   int first_bwd = -1;
   for (size_t j = 0; j < s.order.size(); ++j) {
-    if (g.nodes[s.order[j]].phase == Phase::kBackward) {
+    const Node& node = g.nodes[s.order[j]];
+    if (node.phase == Phase::kBackward && node.kind != NodeKind::kTangent && node.kind != NodeKind::kInput) {
       first_bwd = static_cast<int>(j);
       break;
     }
   }
-  if (first_bwd >= 0) {
+  if (s.backward_start && *s.backward_start >= 0 && *s.backward_start <= static_cast<int>(s.order.size())) {
+    std::vector<char> seen(g.size(), 0);
+    for (int j = 0; j < *s.backward_start; ++j) {
+      int v = s.order[j];
+      if (seen[v]++) continue;
+      if (g.nodes[v].phase == Phase::kForward && last_read[j] >= *s.backward_start) r.saved_bytes += g.nodes[v].bytes;
+    }
+  } else if (first_bwd >= 0) {
     std::vector<char> seen(g.size(), 0);
     std::vector<int> first_instances;
     int boundary = 0;
@@ -146,6 +154,12 @@ absl::StatusOr<Schedule> ParseSchedule(std::string_view text) {
   if (!doc.contains("order") || !doc["order"].is_array()) {
     return absl::InvalidArgumentError("schedule: 'order' is missing or not an array");
   }
+  if (doc.contains("backward_start")) {
+    if (!doc["backward_start"].is_number_integer()) {
+      return absl::InvalidArgumentError("schedule: 'backward_start' is not an integer");
+    }
+    s.backward_start = doc["backward_start"].get<int>();
+  }
   for (size_t j = 0; j < doc["order"].size(); ++j) {
     const json& v = doc["order"][j];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1LL << 31) - 1) {
@@ -169,6 +183,7 @@ std::string WriteSchedule(const Schedule& s) {
   doc["format"] = "remat-schedule-v1";
   doc["graph"] = s.graph;
   doc["order"] = s.order;
+  if (s.backward_start) doc["backward_start"] = *s.backward_start;
   return doc.dump();
 }
 

@@ -27,6 +27,9 @@ namespace remat {
 struct Schedule {
   std::string graph;        // name of the graph it was made for
   std::vector<int> order;   // node ids; a node that appears again is recomputed
+  // Optional: the step where the backward region begins (the planner's partition), used
+  // for saved_bytes; without it the end of the forward pass is inferred (see SimResult).
+  std::optional<int> backward_start = std::nullopt;
 };
 
 struct SimResult {
@@ -41,7 +44,7 @@ struct SimResult {
   // Bytes of forward values that the backward phase reads without recomputing them
   // (PyTorch's partitioner's measure): first instances of forward nodes, made by the end
   // of the forward pass (the first instance of the last forward node listed before the
-  // first backward step), and read after it.
+  // first backward step that is not a tangent), and read after it.
   int64_t saved_bytes = 0;
 };
 
