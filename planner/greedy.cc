@@ -84,7 +84,7 @@ std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t bud
       cands.push_back({i, r1, pre});
     }
     if (cands.empty()) break;
-    const size_t kMax = 40;
+    const size_t kMax = order.size() < 2000 ? 150 : 40;
     if (cands.size() > kMax) {
       std::partial_sort(cands.begin(), cands.begin() + kMax, cands.end(),
                         [](const Cand& a, const Cand& b) { return a.pre > b.pre; });

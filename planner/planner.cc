@@ -78,9 +78,21 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
     while (!deadline.Expired()) {
       internal::GreedyParams gp;
       gp.seed = ++seed;
-      gp.noise = 0.3 + 0.1 * static_cast<double>(rounds % 8);
+      gp.noise = 0.3 + 0.25 * static_cast<double>(rounds % 8);
       gp.cost_exp = (rounds % 3 == 0) ? 1.0 : (rounds % 3 == 1 ? 0.8 : 1.2);
-      auto o = internal::RepairOrder(g, file, *opt.budget_bytes, gp, &deadline);
+      std::vector<int> start = file;
+      if (have && rounds % 2 == 1 && best_sim.recomputations > 0) {
+        // Iterated local search: drop one or two recomputations of the best plan at random
+        // and repair again.
+        std::vector<int> seen(g.size(), 0), recomp;
+        for (size_t j = 0; j < best.order.size(); ++j) if (seen[best.order[j]]++) recomp.push_back(static_cast<int>(j));
+        std::vector<char> drop(best.order.size(), 0);
+        int k = 1 + static_cast<int>(seed % 2);
+        for (int d = 0; d < k; ++d) drop[recomp[(seed * 7919 + d * 104729) % recomp.size()]] = 1;
+        start.clear();
+        for (size_t j = 0; j < best.order.size(); ++j) if (!drop[j]) start.push_back(best.order[j]);
+      }
+      auto o = internal::RepairOrder(g, start, *opt.budget_bytes, gp, &deadline);
       consider("greedy (randomised)", o, false);
       ++rounds;
       if (g.size() > 5000 && rounds > 3) break;
