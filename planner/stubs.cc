@@ -1,3 +1,0 @@
-#include "internal.h"
-namespace remat::internal {
-}
