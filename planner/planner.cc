@@ -19,6 +19,7 @@ const Entry kPlanners[] = {
     {"noremat", internal::PlanNoRemat}, {"chen", internal::PlanChen},
     {"greedy", internal::PlanGreedy},   {"mincut", internal::PlanMincut},
     {"rotor", internal::PlanRotor},     {"checkmate", internal::PlanCheckmate},
+    {"twremat", internal::PlanTwRemat},
     {"best", PlanBest},
 };
 
