@@ -75,6 +75,10 @@ class Executor {
 // value is dropped after its last reader in file order.
 std::vector<int> ExecuteKeepSet(const Graph& g, const std::vector<char>& keep);
 
+// Drops instances that no step reads (keeping one instance of every node): never raises
+// memory or cost, keeps the order valid.
+std::vector<int> PruneUnreadInstances(const Graph& g, const std::vector<int>& order);
+
 // Planners.
 absl::StatusOr<RawPlan> PlanNoRemat(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt);

@@ -30,7 +30,9 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
   SimResult best_sim;
   bool have = false;
   std::string tried;
-  auto consider = [&](const std::string& name, const std::vector<int>& order, bool optimal) {
+  auto consider = [&](const std::string& name, const std::vector<int>& raw_order, bool optimal) {
+    // Unread instances only cost time and memory.
+    std::vector<int> order = internal::PruneUnreadInstances(g, raw_order);
     Schedule s{g.name, order, std::nullopt};
     SimResult r = Simulate(g, s, opt.budget_bytes);
     if (!r.valid) return;
@@ -50,7 +52,7 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
     }
   };
   // Cheap planners first, then the solvers with what is left.
-  const char* order[] = {"noremat", "greedy", "chen", "mincut", "rotor", "checkmate"};
+  const char* order[] = {"noremat", "greedy", "chen", "mincut", "rotor", "twremat", "checkmate"};
   for (const char* name : order) {
     if (deadline.Expired()) break;
     if (have && best_sim.recomputations == 0) break;  // cannot be beaten

@@ -419,6 +419,28 @@ class TwRemat {
 
 }  // namespace
 
+std::vector<int> PruneUnreadInstances(const Graph& g, const std::vector<int>& order) {
+  // Backward pass: an instance is kept when a kept later step reads it before the node's
+  // next instance, or when it is the node's first instance and no later one was kept.
+  const int n = g.size();
+  std::vector<int> before(order.size()), count(n, 0);
+  for (size_t j = 0; j < order.size(); ++j) before[j] = count[order[j]]++;
+  std::vector<char> pending(n, 0), kept_later(n, 0), keep(order.size(), 0);
+  for (size_t j = order.size(); j-- > 0;) {
+    int x = order[j];
+    bool k = pending[x] || (before[j] == 0 && !kept_later[x]);
+    pending[x] = 0;
+    if (!k) continue;
+    keep[j] = 1;
+    kept_later[x] = 1;
+    for (int u : g.nodes[x].inputs) pending[u] = 1;
+  }
+  std::vector<int> out;
+  out.reserve(order.size());
+  for (size_t j = 0; j < order.size(); ++j) if (keep[j]) out.push_back(order[j]);
+  return out;
+}
+
 absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
   RawPlan plan;
   Deadline deadline(opt.time_limit_seconds);
@@ -429,11 +451,15 @@ absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
     // (k = 0, plain order, included: never above file order).
     SimResult best;
     std::string how;
+    // Large graphs get fewer variants (each run is a full recursion).
+    const bool large = g.size() > 5000;
     for (double balance : {0.5, 0.6, 0.7, 0.8}) {
+      if (large && (balance == 0.6 || balance == 0.7)) continue;
       for (bool early : {true, false}) {
+        if (large && !early) continue;
         for (int kk : {k, 0}) {
           if (kk == 0 && (balance != 0.5 || !early)) continue;
-          std::vector<int> o = tw.Run(kk, kNoBudget, balance, early);
+          std::vector<int> o = PruneUnreadInstances(g, tw.Run(kk, kNoBudget, balance, early));
           SimResult r = Simulate(g, Schedule{g.name, o, std::nullopt});
           if (!r.valid) continue;
           if (plan.order.empty() || r.peak_bytes < best.peak_bytes ||
@@ -457,7 +483,7 @@ absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
   std::vector<int> fallback;
   int64_t fallback_peak = 0;
   for (int round = 0; round < 40; ++round) {
-    std::vector<int> o = tw.Run(k, eff);
+    std::vector<int> o = PruneUnreadInstances(g, tw.Run(k, eff));
     SimResult r = Simulate(g, Schedule{g.name, o, std::nullopt});
     if (r.valid && r.peak_bytes <= budget) {
       if (!have || r.cost < best.cost) {

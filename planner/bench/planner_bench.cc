@@ -69,16 +69,18 @@ void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
   remat::PlanOptions opt;
   if (fraction < 1.0) opt.budget_bytes = static_cast<int64_t>(fraction * peak);
   opt.time_limit_seconds = 20;
-  double overhead = 0, feasible = 0;
+  double overhead = 0, feasible = 0, peak_fraction = 0;
   for (auto _ : state) {
     auto p = remat::RunPlanner(algo, g, opt);
     benchmark::DoNotOptimize(p);
     overhead = p.ok() ? p->sim.overhead : -1;
     feasible = p.ok() && p->feasible;
+    peak_fraction = p.ok() ? static_cast<double>(p->sim.peak_bytes) / static_cast<double>(peak) : -1;
   }
   state.counters["nodes"] = g.size();
   state.counters["overhead"] = overhead;
   state.counters["feasible"] = feasible;
+  state.counters["peak_fraction"] = peak_fraction;
 }
 
 #define SIZES ->Arg(100)->Arg(1000)->Arg(4000)->Arg(20000)->Unit(benchmark::kMillisecond)->Iterations(1)
@@ -87,6 +89,8 @@ BENCHMARK_CAPTURE(BM_Planner, mincut, "mincut", 1.0) SIZES;
 BENCHMARK_CAPTURE(BM_Planner, chen_0_7, "chen", 0.7) SIZES;
 BENCHMARK_CAPTURE(BM_Planner, rotor_0_7, "rotor", 0.7) SIZES;
 BENCHMARK_CAPTURE(BM_Planner, greedy_0_8, "greedy", 0.8) SIZES;
+BENCHMARK_CAPTURE(BM_Planner, twremat_min, "twremat", 1.0) SIZES;
+BENCHMARK_CAPTURE(BM_Planner, twremat_0_5, "twremat", 0.5) SIZES;
 
 }  // namespace
 
