@@ -87,6 +87,7 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt);
 
 // Greedy eviction with a scoring rule; exposed for `best` and tests.
 struct GreedyParams {

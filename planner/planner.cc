@@ -19,7 +19,7 @@ const Entry kPlanners[] = {
     {"noremat", internal::PlanNoRemat}, {"chen", internal::PlanChen},
     {"greedy", internal::PlanGreedy},   {"mincut", internal::PlanMincut},
     {"rotor", internal::PlanRotor},     {"checkmate", internal::PlanCheckmate},
-    {"twremat", internal::PlanTwRemat},
+    {"twremat", internal::PlanTwRemat}, {"moccasin", internal::PlanMoccasin},
     {"best", PlanBest},
 };
 
@@ -52,7 +52,7 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
     }
   };
   // Cheap planners first, then the solvers with what is left.
-  const char* order[] = {"noremat", "greedy", "chen", "mincut", "rotor", "twremat", "checkmate"};
+  const char* order[] = {"noremat", "greedy", "chen", "mincut", "rotor", "twremat", "checkmate", "moccasin"};
   for (const char* name : order) {
     if (deadline.Expired()) break;
     if (have && best_sim.recomputations == 0) break;  // cannot be beaten
@@ -63,6 +63,12 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
       // randomised repair below.
       if (g.size() > 120) continue;
       o.time_limit_seconds = std::max(0.5, deadline.Left() * 0.4);
+    }
+    if (std::string(name) == "moccasin") {
+      // The CP model has O(n^2) slots: graphs up to a few hundred nodes, with a share of
+      // the time left for the randomised repair below.
+      if (g.size() > 400 || !opt.budget_bytes) continue;
+      o.time_limit_seconds = std::max(0.5, deadline.Left() * 0.5);
     }
     for (const Entry& e : kPlanners) {
       if (name != std::string(e.name)) continue;
