@@ -68,7 +68,7 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
       // The CP model has O(n^2) slots: graphs up to a few hundred nodes, with a share of
       // the time left for the randomised repair below.
       if (g.size() > 400 || !opt.budget_bytes) continue;
-      o.time_limit_seconds = std::max(0.5, deadline.Left() * 0.5);
+      o.time_limit_seconds = std::max(0.5, deadline.Left() * 0.25);
     }
     for (const Entry& e : kPlanners) {
       if (name != std::string(e.name)) continue;
