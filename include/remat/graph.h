@@ -1,0 +1,83 @@
+// remat/graph.h: the computation-graph IR of the offline planner (format remat-graph-v1).
+//
+// Usage:
+//   absl::StatusOr<remat::Graph> g = remat::ReadGraphFile("../shared/graphs/rlg_n100.json");
+//   if (!g.ok()) { std::cerr << g.status() << "\n"; return 1; }
+//   for (const remat::Node& n : g->nodes) std::cout << n.name << " " << n.bytes << "\n";
+//   std::string text = remat::WriteGraph(*g);   // round-trips through ParseGraph
+//
+// A graph lists its nodes in topological order, nodes[i].id == i, and every input id of a
+// node is smaller than its own id. ValidateGraph() checks this for graphs built in code.
+#ifndef REMAT_GRAPH_H_
+#define REMAT_GRAPH_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace remat {
+
+enum class NodeKind { kCompute, kView, kInput, kTangent };
+enum class Phase { kForward, kBackward };
+
+const char* KindName(NodeKind k);
+const char* PhaseName(Phase p);
+
+struct Node {
+  int id = 0;
+  std::string name;
+  std::string op;
+  NodeKind kind = NodeKind::kCompute;
+  Phase phase = Phase::kForward;
+  int64_t bytes = 0;
+  double cost = 0.0;
+  std::optional<double> flops;
+  std::vector<int> inputs;          // ids of the nodes it reads, all smaller than id
+  std::optional<int64_t> group;     // multi-output operator this node belongs to
+  bool recomputable = true;         // false: may be computed only once
+  bool pytorch_banned = false;      // PyTorch's partitioner would never recompute it
+
+  // Whether a schedule may compute this node more than once.
+  bool CanRecompute() const {
+    return recomputable && kind != NodeKind::kInput && kind != NodeKind::kTangent;
+  }
+};
+
+// Reference figures from other systems; planners ignore them.
+struct PeerFigures {
+  std::optional<int64_t> pytorch_mincut_saved_bytes;
+  std::vector<int> pytorch_mincut_saved;
+  std::optional<double> pytorch_mincut_seconds;
+  std::optional<int64_t> pytorch_default_saved_bytes;
+};
+
+struct Graph {
+  std::string name;
+  std::string source;
+  std::vector<Node> nodes;
+  std::vector<int> outputs;
+  PeerFigures peer;
+
+  int size() const { return static_cast<int>(nodes.size()); }
+  // users()[v]: the ids of the nodes reading v, ascending, without duplicates.
+  std::vector<std::vector<int>> Users() const;
+  // Sum of all node costs: the cost of computing every node once.
+  double TotalCost() const;
+};
+
+// Checks the structural rules of remat-graph-v1; the error names the offending node.
+absl::Status ValidateGraph(const Graph& g);
+
+absl::StatusOr<Graph> ParseGraph(std::string_view json_text);
+absl::StatusOr<Graph> ReadGraphFile(const std::string& path);
+std::string WriteGraph(const Graph& g);
+absl::Status WriteGraphFile(const Graph& g, const std::string& path);
+
+}  // namespace remat
+
+#endif  // REMAT_GRAPH_H_

@@ -1,0 +1,159 @@
+// greedy: XLA-style rematerialization. Walk to where memory exceeds the budget, pick a value
+// resident there but not read there, free it after its last read before that point and
+// recompute it right before its next read; choose by memory relieved per unit of cost.
+// Memory is measured exactly (FORMAT.md). A final pass drops recomputations that the
+// budget no longer needs.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "internal.h"
+
+namespace remat::internal {
+namespace {
+
+struct Eval {
+  std::vector<int> last_read;            // per step
+  std::vector<std::vector<int>> readers; // per step: steps reading that instance
+  std::vector<int64_t> mem;
+  int64_t peak = 0;
+  int peak_step = 0;
+  double excess = 0;
+};
+
+void Evaluate(const Graph& g, const std::vector<int>& order, int64_t budget, Eval* e, bool want_readers) {
+  const int L = static_cast<int>(order.size());
+  std::vector<int> latest(g.size(), -1);
+  e->last_read.assign(L, 0);
+  if (want_readers) e->readers.assign(L, {});
+  for (int j = 0; j < L; ++j) {
+    e->last_read[j] = j;
+    for (int u : g.nodes[order[j]].inputs) {
+      int inst = latest[u];
+      e->last_read[inst] = j;
+      if (want_readers && (e->readers[inst].empty() || e->readers[inst].back() != j)) e->readers[inst].push_back(j);
+    }
+    latest[order[j]] = j;
+  }
+  std::vector<int64_t> delta(L + 1, 0);
+  for (int j = 0; j < L; ++j) {
+    delta[j] += g.nodes[order[j]].bytes;
+    delta[e->last_read[j] + 1] -= g.nodes[order[j]].bytes;
+  }
+  e->mem.assign(L, 0);
+  int64_t cur = 0;
+  e->peak = 0;
+  e->excess = 0;
+  for (int j = 0; j < L; ++j) {
+    cur += delta[j];
+    e->mem[j] = cur;
+    if (cur > e->peak) { e->peak = cur; e->peak_step = j; }
+    if (cur > budget) e->excess += static_cast<double>(cur - budget);
+  }
+}
+
+}  // namespace
+
+std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget, const GreedyParams& p,
+                             const Deadline* deadline) {
+  std::mt19937_64 rng(p.seed);
+  std::uniform_real_distribution<double> unif(0.0, 1.0);
+  Eval e, trial;
+  Evaluate(g, order, budget, &e, true);
+  int stall = 0;
+  while (e.peak > budget) {
+    if (deadline && deadline->Expired()) break;
+    // The violating step to relieve: the peak (or, with noise, a random violating step).
+    int p_step = e.peak_step;
+    if (p.noise > 0 && unif(rng) < 0.3) {
+      std::vector<int> viol;
+      for (size_t j = 0; j < e.mem.size(); ++j) if (e.mem[j] > budget) viol.push_back(static_cast<int>(j));
+      p_step = viol[rng() % viol.size()];
+    }
+    struct Cand { int inst; int r1; double pre; };
+    std::vector<Cand> cands;
+    for (int i = 0; i < p_step; ++i) {
+      if (e.last_read[i] <= p_step) continue;
+      int v = order[i];
+      if (!g.nodes[v].CanRecompute() || g.nodes[v].bytes == 0) continue;
+      const auto& rd = e.readers[i];
+      if (std::binary_search(rd.begin(), rd.end(), p_step)) continue;
+      int r1 = *std::upper_bound(rd.begin(), rd.end(), p_step);
+      double pre = static_cast<double>(g.nodes[v].bytes) / std::pow(g.nodes[v].cost + 1e-3, p.cost_exp);
+      if (p.noise > 0) pre *= std::exp(p.noise * (unif(rng) - 0.5));
+      cands.push_back({i, r1, pre});
+    }
+    if (cands.empty()) break;
+    const size_t kMax = order.size() < 2000 ? 150 : 40;
+    if (cands.size() > kMax) {
+      std::partial_sort(cands.begin(), cands.begin() + kMax, cands.end(),
+                        [](const Cand& a, const Cand& b) { return a.pre > b.pre; });
+      cands.resize(kMax);
+    }
+    double best_score = 0;
+    std::vector<int> best_order;
+    Eval best_eval;
+    for (const Cand& c : cands) {
+      std::vector<int> o;
+      o.reserve(order.size() + 1);
+      o.insert(o.end(), order.begin(), order.begin() + c.r1);
+      o.push_back(order[c.inst]);
+      o.insert(o.end(), order.begin() + c.r1, order.end());
+      Evaluate(g, o, budget, &trial, false);
+      double gain = e.excess - trial.excess;
+      if (trial.mem[p_step] >= e.mem[p_step] && gain <= 0) continue;
+      double score = (gain + 1e-9 * (e.mem[p_step] - trial.mem[p_step])) /
+                     std::pow(g.nodes[order[c.inst]].cost + 1e-3, p.cost_exp);
+      if (p.noise > 0) score *= std::exp(p.noise * (unif(rng) - 0.5));
+      if (score > best_score) {
+        best_score = score;
+        best_order = std::move(o);
+      }
+    }
+    if (best_order.empty()) {
+      if (++stall > 2) break;
+      continue;
+    }
+    stall = 0;
+    order = std::move(best_order);
+    Evaluate(g, order, budget, &e, true);
+  }
+  // Drop recomputations the budget does not need (latest first), most expensive first.
+  if (e.peak <= budget) {
+    std::vector<int> seen(g.size(), 0), recomp;
+    for (size_t j = 0; j < order.size(); ++j) if (seen[order[j]]++) recomp.push_back(static_cast<int>(j));
+    std::sort(recomp.begin(), recomp.end(), [&](int a, int b) {
+      return g.nodes[order[a]].cost > g.nodes[order[b]].cost || (g.nodes[order[a]].cost == g.nodes[order[b]].cost && a > b);
+    });
+    std::vector<char> removed(order.size(), 0);
+    for (int j : recomp) {
+      if (deadline && deadline->Expired()) break;
+      removed[j] = 1;
+      std::vector<int> o;
+      for (size_t k = 0; k < order.size(); ++k) if (!removed[k]) o.push_back(order[k]);
+      Evaluate(g, o, budget, &trial, false);
+      if (trial.peak > budget) removed[j] = 0;
+    }
+    std::vector<int> o;
+    for (size_t k = 0; k < order.size(); ++k) if (!removed[k]) o.push_back(order[k]);
+    order = std::move(o);
+  }
+  return order;
+}
+
+absl::StatusOr<RawPlan> PlanGreedy(const Graph& g, const PlanOptions& opt) {
+  RawPlan plan;
+  std::vector<int> order(g.size());
+  for (int v = 0; v < g.size(); ++v) order[v] = v;
+  if (!opt.budget_bytes) {
+    plan.order = order;
+    plan.note = "no budget: nothing to rematerialize";
+    return plan;
+  }
+  Deadline deadline(opt.time_limit_seconds);
+  GreedyParams gp;
+  plan.order = RepairOrder(g, order, *opt.budget_bytes, gp, &deadline);
+  return plan;
+}
+
+}  // namespace remat::internal

@@ -1,0 +1,135 @@
+// Internal interfaces of the planners (not installed).
+#ifndef REMAT_PLANNER_INTERNAL_H_
+#define REMAT_PLANNER_INTERNAL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "remat/graph.h"
+#include "remat/planner.h"
+
+namespace remat::internal {
+
+class Deadline {
+ public:
+  explicit Deadline(double seconds)
+      : end_(std::chrono::steady_clock::now() +
+             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                 std::chrono::duration<double>(seconds))) {}
+  double Left() const {
+    return std::chrono::duration<double>(end_ - std::chrono::steady_clock::now()).count();
+  }
+  bool Expired() const { return Left() <= 0; }
+
+ private:
+  std::chrono::steady_clock::time_point end_;
+};
+
+// What a planner returns before simulation.
+struct RawPlan {
+  std::vector<int> order;
+  bool optimal = false;   // proven optimal (solvers)
+  std::string note;       // reason when no order could be produced, or a remark
+  std::optional<int> backward_start;
+};
+
+constexpr int64_t kNoBudget = std::numeric_limits<int64_t>::max();
+
+// Lower bound on the peak of any schedule: max over v of bytes(v) + bytes(distinct inputs).
+int64_t MinimumPeakLowerBound(const Graph& g, int* witness);
+
+// Builds orders from "compute v" requests: missing inputs are recomputed recursively,
+// values stay resident until Drop(). Non-recomputable values are never recomputed (a
+// request that needs a dropped one fails). Tracks resident bytes of the live set.
+class Executor {
+ public:
+  explicit Executor(const Graph& g);
+  // Makes v resident, computing it (and missing inputs) if needed.
+  bool Ensure(int v);
+  void Drop(int v);
+  bool live(int v) const { return live_[v]; }
+  bool computed(int v) const { return computed_[v]; }
+  int64_t live_bytes() const { return live_bytes_; }
+  int64_t peak() const { return peak_; }
+  std::vector<int>& order() { return order_; }
+  // Called before each step with the node about to be computed; may Drop() values
+  // (not the node's inputs, which are pinned) to make room.
+  std::function<void(int)> before_compute;
+  bool pinned(int v) const { return pins_[v] > 0; }
+
+ private:
+  const Graph& g_;
+  std::vector<char> live_, computed_;
+  std::vector<int> pins_;
+  std::vector<int> order_;
+  int64_t live_bytes_ = 0, peak_ = 0;
+};
+
+// Executes nodes in file order; recomputable forward values not in `keep` are dropped
+// after their last forward reader and recomputed on demand by the backward phase; every
+// value is dropped after its last reader in file order.
+std::vector<int> ExecuteKeepSet(const Graph& g, const std::vector<char>& keep);
+
+// Drops instances that no step reads (keeping one instance of every node): never raises
+// memory or cost, keeps the order valid.
+std::vector<int> PruneUnreadInstances(const Graph& g, const std::vector<int>& order);
+
+// Planners.
+absl::StatusOr<RawPlan> PlanNoRemat(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanGreedy(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt);
+
+// Greedy eviction with a scoring rule; exposed for `best` and tests.
+struct GreedyParams {
+  double cost_exp = 1.0;       // score = cost^a / (bytes * distance^b); lowest evicted first
+  double dist_exp = 1.0;
+  double noise = 0.0;          // random perturbation of scores (0: deterministic)
+  uint64_t seed = 1;
+};
+std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams& p);
+// XLA-style repair of `order` until its peak fits the budget (see greedy.cc).
+std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget, const GreedyParams& p,
+                             const Deadline* deadline);
+
+// Exhaustive search for the minimum-cost valid schedule within the budget (small graphs
+// only; returns nullopt when no schedule fits or the state space exceeds max_states).
+struct ExhaustiveResult {
+  double cost = 0;
+  std::vector<int> order;
+};
+// With first_in_id_order, first computations follow the id order (Checkmate's model).
+std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states = 5'000'000,
+                                                  bool first_in_id_order = false);
+
+// Rotor's dynamic program on a chain of stages.
+struct RotorChain {
+  // Stage i reads activation a_i and produces a_{i+1}.
+  std::vector<double> fwd_cost;      // advance through stage i without keeping its tape
+  std::vector<double> fwd_all_cost;  // forward through stage i keeping its tape
+  std::vector<double> bwd_cost;      // backward of stage i
+  std::vector<int64_t> act_bytes;    // size of a_i (i = 0..L; a_0 is the chain input)
+  std::vector<int64_t> tape_bytes;   // memory held by stage i's tape (includes a_{i+1})
+  std::vector<int64_t> leaf_bytes;   // transient memory to run fwd_all + bwd of stage i at once
+};
+struct RotorOp {
+  enum Kind { kForward, kForwardAll, kBackward, kCheckpoint } kind;
+  int stage;
+};
+// Minimum cost to run forward and backward of all stages with `memory` bytes available
+// beyond a_0 (which is always resident), and the op sequence; nullopt when impossible.
+std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c, int64_t memory,
+                                                                  int memory_steps = 0);
+
+}  // namespace remat::internal
+
+#endif  // REMAT_PLANNER_INTERNAL_H_

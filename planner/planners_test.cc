@@ -1,0 +1,252 @@
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "internal.h"
+#include "remat/planner.h"
+#include "remat/schedule.h"
+#include "test_util.h"
+
+namespace remat {
+namespace {
+
+using ::testing::HasSubstr;
+
+Plan MustPlan(const std::string& algo, const Graph& g, std::optional<int64_t> budget, double time_limit = 20) {
+  PlanOptions o;
+  o.budget_bytes = budget;
+  o.time_limit_seconds = time_limit;
+  auto p = RunPlanner(algo, g, o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : Plan{};
+}
+
+// Checkmate's gen_linear_graph: the minimum cost by budget, from the issue.
+const std::map<int, std::vector<std::pair<int64_t, double>>> kLinearOptima = {
+    {4, {{3, 15}, {4, 11}, {5, 10}, {6, 9}}},
+    {6, {{3, 28}, {4, 18}, {5, 16}, {6, 15}, {7, 14}, {8, 13}}},
+};
+
+TEST(Exhaustive, LinearGraphOptimaMatchTheIssue) {
+  for (const auto& [n, rows] : kLinearOptima) {
+    Graph g = testing::LinearGraph(n);
+    for (auto [budget, cost] : rows) {
+      auto r = internal::ExhaustiveOptimum(g, budget);
+      ASSERT_TRUE(r.has_value()) << "n=" << n << " B=" << budget;
+      EXPECT_DOUBLE_EQ(r->cost, cost) << "n=" << n << " B=" << budget;
+      SimResult s = Simulate(g, Schedule{g.name, r->order}, budget);
+      EXPECT_TRUE(s.valid) << s.error;
+      EXPECT_DOUBLE_EQ(s.cost, cost);
+    }
+    // One byte less than the smallest budget of the table cannot be met at all.
+    EXPECT_FALSE(internal::ExhaustiveOptimum(g, 2).has_value());
+  }
+}
+
+TEST(Checkmate, HitsLinearGraphOptima) {
+  for (const auto& [n, rows] : kLinearOptima) {
+    Graph g = testing::LinearGraph(n);
+    for (auto [budget, cost] : rows) {
+      Plan p = MustPlan("checkmate", g, budget);
+      ASSERT_TRUE(p.feasible) << "n=" << n << " B=" << budget << ": " << p.reason;
+      EXPECT_DOUBLE_EQ(p.sim.cost, cost) << "n=" << n << " B=" << budget;
+      EXPECT_LE(p.sim.peak_bytes, budget);
+      EXPECT_TRUE(p.optimal);
+    }
+  }
+}
+
+TEST(Planners, BudgetBelowAnyScheduleIsInfeasibleWithReason) {
+  Graph g = testing::LinearGraph(4);
+  for (const std::string& algo : PlannerNames()) {
+    Plan p = MustPlan(algo, g, 2);
+    EXPECT_FALSE(p.feasible) << algo;
+    EXPECT_THAT(p.reason, HasSubstr("below what any schedule needs")) << algo;
+  }
+}
+
+TEST(Planners, UnknownNameIsAnError) {
+  Graph g = testing::LinearGraph(2);
+  auto p = RunPlanner("nosuch", g, PlanOptions{});
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("nosuch"));
+}
+
+// On small random graphs no planner beats the exhaustive optimum and every schedule it
+// reports as feasible is valid within the budget.
+TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    Graph g = seed % 2 ? testing::RandomDag(8, 0.3, 4, seed) : testing::RandomTrainingGraph(4, seed);
+    int64_t full = testing::NoRematPeak(g);
+    int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    for (int64_t budget : {lb, (lb + full) / 2, full}) {
+      auto opt = internal::ExhaustiveOptimum(g, budget);
+      for (const std::string& algo : PlannerNames()) {
+        Plan p = MustPlan(algo, g, budget, algo == "best" ? 0.2 : 5);
+        if (!p.feasible) continue;
+        SimResult again = Simulate(g, p.schedule, budget);
+        ASSERT_TRUE(again.valid) << algo << " seed " << seed << ": " << again.error;
+        ASSERT_TRUE(opt.has_value()) << algo << " found a schedule where exhaustive search found none";
+        EXPECT_GE(p.sim.cost, opt->cost - 1e-9) << algo << " seed " << seed << " budget " << budget;
+        if (algo == "checkmate" && p.optimal) {
+          // Checkmate is exact for its model: first computations in id order.
+          auto fixed = internal::ExhaustiveOptimum(g, budget, 5'000'000, /*first_in_id_order=*/true);
+          ASSERT_TRUE(fixed.has_value());
+          EXPECT_NEAR(p.sim.cost, fixed->cost, 1e-9) << "seed " << seed << " budget " << budget;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+}  // namespace
+}  // namespace remat
+
+namespace remat {
+namespace {
+
+// Revolve's homogeneous model: advancing a stage costs 1, reversing one (its recording
+// forward fused with its backward) costs 1, each checkpoint takes one of m slots besides
+// the chain input; tapes cannot be held across other stages.
+double RevolveChainOptimum(int l, int m) {
+  internal::RotorChain c;
+  for (int i = 0; i <= l; ++i) {
+    c.fwd_cost.push_back(1);
+    c.fwd_all_cost.push_back(0);
+    c.bwd_cost.push_back(1);
+    c.tape_bytes.push_back(1000);
+    c.leaf_bytes.push_back(0);
+  }
+  c.act_bytes.assign(l + 2, 1);
+  auto r = internal::RotorSolve(c, m, 0);
+  return r ? r->first : -1;
+}
+
+// Revolve's closed form: opt(l, m) = (l + 1) + numforw(l + 1, m).
+double ClosedForm(int l, int m) {
+  auto binom = [](int a, int b) {
+    double r = 1;
+    for (int i = 1; i <= b; ++i) r = r * (a - b + i) / i;
+    return r;
+  };
+  int L = l + 1, r = 0;
+  while (binom(m + r, m) < L) ++r;
+  return L + r * L - binom(m + r, m + 1);
+}
+
+TEST(Rotor, HomogeneousChainMatchesRevolve) {
+  EXPECT_DOUBLE_EQ(RevolveChainOptimum(9, 2), 30);
+  EXPECT_DOUBLE_EQ(RevolveChainOptimum(10, 3), 29);
+  EXPECT_DOUBLE_EQ(RevolveChainOptimum(20, 3), 70);
+  EXPECT_DOUBLE_EQ(RevolveChainOptimum(30, 4), 103);
+  for (int l = 1; l <= 25; l += 3) {
+    for (int m = 1; m <= 5; ++m) {
+      EXPECT_DOUBLE_EQ(RevolveChainOptimum(l, m), ClosedForm(l, m)) << l << "," << m;
+    }
+  }
+}
+
+TEST(Rotor, HeldTapesNeverCostMore) {
+  // Letting stages keep their tape can only help.
+  internal::RotorChain c;
+  for (int i = 0; i < 8; ++i) {
+    c.fwd_cost.push_back(1 + i % 3);
+    c.fwd_all_cost.push_back(1 + i % 3);
+    c.bwd_cost.push_back(2);
+    c.tape_bytes.push_back(2);
+    c.leaf_bytes.push_back(2);
+  }
+  c.act_bytes.assign(9, 1);
+  auto with = internal::RotorSolve(c, 6, 0);
+  auto strict = c;
+  strict.tape_bytes.assign(8, 1000);
+  auto without = internal::RotorSolve(strict, 6, 0);
+  ASSERT_TRUE(with && without);
+  EXPECT_LE(with->first, without->first);
+  EXPECT_FALSE(internal::RotorSolve(c, 1, 0).has_value());  // a leaf needs 2
+}
+
+TEST(Rotor, BudgetedPlansOnTrainingGraphsAreValid) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Graph g = testing::RandomTrainingGraph(20, seed);
+    int64_t full = testing::NoRematPeak(g);
+    for (double f : {1.0, 0.7, 0.5}) {
+      PlanOptions o;
+      o.budget_bytes = static_cast<int64_t>(f * full);
+      auto p = RunPlanner("rotor", g, o);
+      ASSERT_TRUE(p.ok());
+      if (f == 1.0) {
+        EXPECT_TRUE(p->feasible) << p->reason;
+      }
+      if (p->feasible) {
+        EXPECT_TRUE(Simulate(g, p->schedule, o.budget_bytes).valid);
+        EXPECT_LE(p->sim.peak_bytes, *o.budget_bytes);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace remat
+
+namespace remat {
+namespace {
+
+TEST(Mincut, SavesNoMoreThanPyTorchAndNeverRecomputesBannedNodes) {
+  std::string dir = testing::SharedGraphsDir();
+  if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
+  for (const char* name : {"mlp16", "resnet18", "vgg11", "mobilenet_v2", "gpt_small", "transformer_enc"}) {
+    auto g = ReadGraphFile(dir + "/" + name + ".json");
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(g->peer.pytorch_mincut_saved_bytes.has_value()) << name;
+    auto p = RunPlanner("mincut", *g, PlanOptions{});
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE(p->feasible) << name << ": " << p->reason;
+    EXPECT_LE(p->sim.saved_bytes, *g->peer.pytorch_mincut_saved_bytes) << name;
+    EXPECT_GT(p->sim.saved_bytes, 0) << name;
+    std::vector<int> count(g->size(), 0);
+    for (int v : p->schedule.order) ++count[v];
+    for (const Node& n : g->nodes) {
+      if (n.pytorch_banned) {
+        EXPECT_EQ(count[n.id], 1) << name << ": banned node " << n.id << " recomputed";
+      }
+    }
+  }
+}
+
+TEST(Mincut, BudgetedVariantFitsTighterBudgets) {
+  Graph g = testing::RandomTrainingGraph(30, 7);
+  int64_t full = testing::NoRematPeak(g);
+  PlanOptions o;
+  o.budget_bytes = full * 6 / 10;
+  auto p = RunPlanner("mincut", g, o);
+  ASSERT_TRUE(p.ok());
+  if (p->feasible) {
+    EXPECT_LE(p->sim.peak_bytes, *o.budget_bytes);
+  }
+  EXPECT_TRUE(p->feasible || !p->reason.empty());
+}
+
+TEST(Greedy, MeetsBudgetsOnRandomGraphsWithValidSchedules) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Graph g = testing::RandomDag(60, 0.05, 50, seed);
+    int64_t full = testing::NoRematPeak(g);
+    int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    int64_t budget = std::max(lb, full * 8 / 10);
+    PlanOptions o;
+    o.budget_bytes = budget;
+    auto p = RunPlanner("greedy", g, o);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(p->feasible) << "seed " << seed << ": " << p->reason;
+    EXPECT_LE(p->sim.peak_bytes, budget);
+    EXPECT_GE(p->sim.cost, g.TotalCost());
+  }
+}
+
+}  // namespace
+}  // namespace remat

@@ -1,0 +1,307 @@
+// rotor: the optimal checkpointing dynamic program for heterogeneous chains (Beaumont et
+// al. 2019), applied to the chain of blocks between 1-separators of the forward graph
+// (the Rockmate decomposition). The chain plan is turned into an order by the executor
+// and measured by the simulator; the memory handed to the DP is lowered until the
+// measured peak fits the budget.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "internal.h"
+#include "remat/schedule.h"
+
+namespace remat::internal {
+
+std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c, int64_t memory,
+                                                                  int memory_steps) {
+  const int L = static_cast<int>(c.fwd_cost.size());
+  if (L == 0) return std::make_pair(0.0, std::vector<RotorOp>{});
+  if (memory < 0) return std::nullopt;
+  // Discretise memory into units of `unit` bytes (sizes round up, memory rounds down).
+  int64_t unit = 1;
+  if (memory_steps > 0 && memory > memory_steps) unit = (memory + memory_steps - 1) / memory_steps;
+  auto units = [&](int64_t b) -> int64_t { return b >= (int64_t{1} << 61) ? (int64_t{1} << 40) : (b + unit - 1) / unit; };
+  const int M = static_cast<int>(std::min<int64_t>(memory / unit, 1 << 20));
+  std::vector<int64_t> act(L + 1), tape(L), leaf(L);
+  for (int i = 0; i <= L; ++i) act[i] = units(c.act_bytes[i]);
+  for (int i = 0; i < L; ++i) { tape[i] = units(c.tape_bytes[i]); leaf[i] = units(c.leaf_bytes[i]); }
+  std::vector<double> pre(L + 1, 0);
+  for (int i = 0; i < L; ++i) pre[i + 1] = pre[i] + c.fwd_cost[i];
+  const double kInf = std::numeric_limits<double>::infinity();
+  // opt[(s * L + t) * (M + 1) + m], choice: -1 leaf, 0 all, j > 0 checkpoint at j.
+  const size_t states = static_cast<size_t>(L) * L * (M + 1);
+  if (states > 60'000'000) return std::nullopt;
+  std::vector<double> opt(states, kInf);
+  std::vector<int> choice(states, -2);
+  auto at = [&](int s, int t, int m) { return (static_cast<size_t>(s) * L + t) * (M + 1) + m; };
+  for (int len = 0; len < L; ++len) {
+    for (int s = 0; s + len < L; ++s) {
+      int t = s + len;
+      for (int m = 0; m <= M; ++m) {
+        double best = kInf;
+        int ch = -2;
+        if (s == t) {
+          if (m >= leaf[s]) { best = c.fwd_all_cost[s] + c.bwd_cost[s]; ch = -1; }
+        } else {
+          if (m >= tape[s]) {
+            double v = opt[at(s + 1, t, m - static_cast<int>(tape[s]))];
+            if (v < kInf) { best = c.fwd_all_cost[s] + v + c.bwd_cost[s]; ch = 0; }
+          }
+          for (int j = s + 1; j <= t; ++j) {
+            if (m < act[j]) continue;
+            double a = opt[at(j, t, m - static_cast<int>(act[j]))];
+            double b = opt[at(s, j - 1, m)];
+            if (a == kInf || b == kInf) continue;
+            double v = pre[j] - pre[s] + a + b;
+            if (v < best) { best = v; ch = j; }
+          }
+        }
+        opt[at(s, t, m)] = best;
+        choice[at(s, t, m)] = ch;
+      }
+    }
+  }
+  if (opt[at(0, L - 1, M)] == kInf) return std::nullopt;
+  std::vector<RotorOp> ops;
+  // Iterative reconstruction with an explicit stack of (s, t, m, pending backward).
+  struct Task { int s, t, m; int kind; };  // kind 0: solve; 1: emit backward s
+  std::vector<Task> stack = {{0, L - 1, M, 0}};
+  while (!stack.empty()) {
+    Task k = stack.back();
+    stack.pop_back();
+    if (k.kind == 1) { ops.push_back({RotorOp::kBackward, k.s}); continue; }
+    int ch = choice[at(k.s, k.t, k.m)];
+    if (ch == -1) {
+      ops.push_back({RotorOp::kForwardAll, k.s});
+      ops.push_back({RotorOp::kBackward, k.s});
+    } else if (ch == 0) {
+      ops.push_back({RotorOp::kForwardAll, k.s});
+      stack.push_back({k.s, 0, 0, 1});
+      stack.push_back({k.s + 1, k.t, k.m - static_cast<int>(tape[k.s]), 0});
+    } else {
+      for (int i = k.s; i < ch; ++i) ops.push_back({RotorOp::kForward, i});
+      ops.push_back({RotorOp::kCheckpoint, ch});
+      stack.push_back({k.s, ch - 1, k.m, 0});
+      stack.push_back({ch, k.t, k.m - static_cast<int>(act[ch]), 0});
+    }
+  }
+  return std::make_pair(opt[at(0, L - 1, M)], ops);
+}
+
+namespace {
+
+struct Blocks {
+  std::vector<std::vector<int>> fwd;   // forward recomputable nodes of each block, in order
+  std::vector<std::vector<int>> bwd;   // backward nodes of each block, in file order
+  std::vector<int> block_of;           // -1 for nodes outside the chain (inputs etc.)
+  std::vector<int> rest;               // nodes outside the chain, computed first
+};
+
+Blocks FindBlocks(const Graph& g) {
+  const int n = g.size();
+  Blocks b;
+  b.block_of.assign(n, -1);
+  // Values that depend on inputs only (transposed weights, attention masks) or are small
+  // may cross block boundaries, as Rockmate treats parameters: they do not break the chain.
+  std::vector<char> const_like(n, 0);
+  for (const Node& v : g.nodes) {
+    bool c = v.phase == Phase::kForward && (!v.CanRecompute() || !v.inputs.empty());
+    if (c && v.CanRecompute()) for (int u : v.inputs) c = c && const_like[u];
+    const_like[v.id] = c;
+  }
+  std::vector<int> fwd;
+  for (const Node& v : g.nodes) if (v.phase == Phase::kForward && v.CanRecompute()) fwd.push_back(v.id);
+  std::vector<int> pos(n, -1);
+  for (size_t k = 0; k < fwd.size(); ++k) pos[fwd[k]] = static_cast<int>(k);
+  std::vector<int> far(fwd.size(), 0);
+  for (size_t k = 0; k < fwd.size(); ++k) far[k] = static_cast<int>(k);
+  for (const Node& v : g.nodes) {
+    if (pos[v.id] < 0) continue;
+    for (int u : v.inputs) if (pos[u] >= 0) far[pos[u]] = std::max(far[pos[u]], pos[v.id]);
+  }
+  // active: values made so far that a later forward node reads.
+  std::vector<std::vector<int>> expire(fwd.size() + 1);
+  std::multiset<int64_t> active_bytes;  // of the values that count
+  std::vector<int> cur;
+  for (size_t k = 0; k < fwd.size(); ++k) {
+    for (int u : expire[k]) active_bytes.erase(active_bytes.find(g.nodes[u].bytes));
+    cur.push_back(fwd[k]);
+    int v = fwd[k];
+    bool sep = true;
+    int64_t limit = g.nodes[v].bytes / 16;
+    if (!active_bytes.empty() && *active_bytes.rbegin() > limit) sep = false;
+    if (sep) {
+      b.fwd.push_back(cur);
+      cur.clear();
+    }
+    if (far[k] > static_cast<int>(k) && !const_like[v]) {
+      active_bytes.insert(g.nodes[v].bytes);
+      expire[far[k]].push_back(v);
+    }
+  }
+  if (!cur.empty()) b.fwd.push_back(cur);
+  // Merge neighbouring blocks so that the chain has at most kMaxBlocks stages.
+  const size_t kMaxBlocks = 40;
+  if (b.fwd.size() > kMaxBlocks) {
+    double total = 0;
+    for (int v : fwd) total += g.nodes[v].cost + 1e-9;
+    std::vector<std::vector<int>> merged;
+    std::vector<int> acc;
+    double acc_cost = 0;
+    for (auto& blk : b.fwd) {
+      acc.insert(acc.end(), blk.begin(), blk.end());
+      for (int v : blk) acc_cost += g.nodes[v].cost + 1e-9;
+      if (acc_cost >= total / kMaxBlocks) { merged.push_back(acc); acc.clear(); acc_cost = 0; }
+    }
+    if (!acc.empty()) merged.push_back(acc);
+    b.fwd = std::move(merged);
+  }
+  for (size_t i = 0; i < b.fwd.size(); ++i) for (int v : b.fwd[i]) b.block_of[v] = static_cast<int>(i);
+  const int nb = static_cast<int>(b.fwd.size());
+  for (const Node& v : g.nodes) {
+    if (v.phase == Phase::kForward) {
+      if (b.block_of[v.id] < 0) b.rest.push_back(v.id);  // inputs, non-recomputable nodes
+      continue;
+    }
+    // A backward node joins the latest block whose forward values it reads, but no later
+    // than the blocks of the backward values it reads (blocks run backward in reverse).
+    int mx = -1, mn = nb - 1;
+    for (int u : v.inputs) {
+      int bu = b.block_of[u];
+      if (bu < 0) continue;
+      if (g.nodes[u].phase == Phase::kForward) mx = std::max(mx, bu);
+      else mn = std::min(mn, bu);
+    }
+    int blk = mx >= 0 ? std::min(mx, mn) : mn;
+    b.block_of[v.id] = std::max(blk, 0);
+  }
+  b.bwd.assign(nb, {});
+  for (const Node& v : g.nodes) {
+    if (v.phase == Phase::kBackward && b.block_of[v.id] >= 0) b.bwd[b.block_of[v.id]].push_back(v.id);
+  }
+  return b;
+}
+
+// Turns the op sequence into an order through the executor.
+std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<RotorOp>& ops) {
+  Executor ex(g);
+  const int n = g.size();
+  auto users = g.Users();
+  std::vector<int> remaining(n, 0);  // backward readers not yet run
+  std::vector<char> done(n, 0);
+  for (int v = 0; v < n; ++v) remaining[v] = static_cast<int>(users[v].size());
+  std::vector<char> keep(n, 0);
+  for (int v : b.rest) ex.Ensure(v);
+  auto drop_dead = [&](int v) {
+    if (ex.live(v) && remaining[v] == 0 && g.nodes[v].CanRecompute()) ex.Drop(v);
+  };
+  auto mark_done = [&](int v) {
+    if (done[v]) return;
+    done[v] = 1;
+    for (int u : g.nodes[v].inputs) {
+      --remaining[u];
+      if (!keep[u]) drop_dead(u);
+    }
+    drop_dead(v);
+  };
+  const int nb = static_cast<int>(b.fwd.size());
+  for (const RotorOp& op : ops) {
+    if (op.kind == RotorOp::kCheckpoint) {
+      if (op.stage > 0 && op.stage <= nb) keep[b.fwd[op.stage - 1].back()] = 1;
+      continue;
+    }
+    if (op.kind == RotorOp::kForward || op.kind == RotorOp::kForwardAll) {
+      const auto& blk = b.fwd[op.stage];
+      for (int v : blk) {
+        ex.Ensure(v);
+        if (!done[v]) mark_done(v);
+      }
+      if (op.kind == RotorOp::kForward) {
+        for (size_t k = 0; k + 1 < blk.size(); ++k) if (!keep[blk[k]]) ex.Drop(blk[k]);
+      }
+      continue;
+    }
+    // Backward of a block, then free its values that nothing later reads.
+    for (int v : b.bwd[op.stage]) {
+      ex.Ensure(v);
+      mark_done(v);
+      for (int u : g.nodes[v].inputs) drop_dead(u);
+    }
+    for (int v : b.fwd[op.stage]) { keep[v] = 0; if (g.nodes[v].CanRecompute()) ex.Drop(v); }
+    if (op.stage > 0) keep[b.fwd[op.stage - 1].back()] = 0;
+  }
+  // Anything never reached (should not happen) is computed at the end.
+  for (int v = 0; v < n; ++v) if (!ex.computed(v)) ex.Ensure(v);
+  return ex.order();
+}
+
+}  // namespace
+
+absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
+  RawPlan plan;
+  bool has_backward = false;
+  for (const Node& v : g.nodes) has_backward |= v.phase == Phase::kBackward;
+  if (!has_backward) {
+    for (int v = 0; v < g.size(); ++v) plan.order.push_back(v);
+    plan.note = "no backward phase: rotor does not apply, file order";
+    return plan;
+  }
+  Blocks b = FindBlocks(g);
+  const int L = static_cast<int>(b.fwd.size());
+  if (L == 0) {
+    for (int v = 0; v < g.size(); ++v) plan.order.push_back(v);
+    plan.note = "no recomputable forward chain: file order";
+    return plan;
+  }
+  RotorChain c;
+  int64_t fixed = 0;
+  for (int v : b.rest) fixed += g.nodes[v].bytes;
+  c.act_bytes.assign(L + 1, 0);
+  for (int i = 0; i < L; ++i) {
+    double fc = 0, bc = 0;
+    int64_t tape = 0, bwd_bytes = 0;
+    for (int v : b.fwd[i]) { fc += g.nodes[v].cost; tape += g.nodes[v].bytes; }
+    for (int v : b.bwd[i]) { bc += g.nodes[v].cost; bwd_bytes = std::max(bwd_bytes, g.nodes[v].bytes); }
+    c.fwd_cost.push_back(fc);
+    c.fwd_all_cost.push_back(fc);
+    c.bwd_cost.push_back(bc);
+    c.tape_bytes.push_back(tape);
+    c.leaf_bytes.push_back(tape + 2 * bwd_bytes);
+    c.act_bytes[i + 1] = g.nodes[b.fwd[i].back()].bytes;
+  }
+  Schedule s{g.name, {}};
+  if (!opt.budget_bytes) {
+    auto r = RotorSolve(c, int64_t{1} << 60, 200);
+    if (r) s.order = Realise(g, b, r->second);
+    plan.order = s.order;
+    return plan;
+  }
+  Deadline deadline(opt.time_limit_seconds);
+  // Hand the DP less and less memory until the measured peak fits.
+  std::vector<int> best;
+  double best_cost = 0;
+  std::vector<double> fs = {4.0, 2.0, 1.5, 1.25, 1.1};
+  for (double f = 1.0; f > 0.02; f *= 0.93) fs.push_back(f);
+  for (double f : fs) {
+    if (deadline.Expired()) break;
+    int64_t mem = static_cast<int64_t>(f * static_cast<double>(*opt.budget_bytes - fixed));
+    if (mem <= 0) break;
+    auto r = RotorSolve(c, mem, 200);
+    if (opt.verbose) fprintf(stderr, "rotor: f=%.3f mem=%lld dp=%s\n", f, static_cast<long long>(mem), r ? "ok" : "none");
+    if (!r) continue;
+    s.order = Realise(g, b, r->second);
+    SimResult sim = Simulate(g, s, opt.budget_bytes);
+    if (sim.valid) {
+      if (best.empty() || sim.cost < best_cost) { best = s.order; best_cost = sim.cost; }
+      break;
+    }
+    if (best.empty()) plan.order = s.order;  // keep the last attempt to report its peak
+  }
+  if (!best.empty()) plan.order = best;
+  plan.note = absl::StrCat("rotor: chain of ", L, " blocks");
+  return plan;
+}
+
+}  // namespace remat::internal

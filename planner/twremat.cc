@@ -1,0 +1,514 @@
+// twremat: rematerialization by tree decomposition (Kumar et al., NeurIPS 2019, "Efficient
+// rematerialization for deep networks").
+//
+// 1. Tree decomposition of the undirected graph underlying the DAG by the min-fill-in
+//    elimination heuristic (bag of v = v and its neighbours when it is eliminated; the
+//    parent bag is that of the neighbour eliminated first after v).
+// 2. Solve(U): compute every node of U, given that the nodes outside U which U reads are
+//    available. Pick a balanced separator S of G[U] (the bag of the weighted centroid of the
+//    decomposition restricted to U, found on the virtual tree of U's bags), split U \ S into
+//    connected components C_1..C_m (each at most |U|/2). For each s in S in topological
+//    order: for each component, Solve(ancestors of s in that component), then compute s
+//    (and hold it). Then Solve(C_i) for every component with S held. Values not read any
+//    more die by the simulator's accounting, so memory is O(width * log n) values.
+// 3. Recursion limit k: at depth k a set is computed in topological order without further
+//    recursion (k trades memory for schedule length). With a budget, the recursion stops
+//    where the plain computation of the set (plus what enclosing levels hold) already fits;
+//    the estimate is tightened until the simulated peak holds.
+//
+// Nodes that cannot be recomputed and read nothing (inputs, tangents) are not part of the
+// decomposition: they are computed right before their first reader and stay resident
+// until their last one. Other non-recomputable nodes are computed only the first time.
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <tuple>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "internal.h"
+#include "remat/schedule.h"
+
+namespace remat::internal {
+namespace {
+
+class TwRemat {
+ public:
+  explicit TwRemat(const Graph& g) : g_(g), n_(g.size()) {
+    core_.assign(n_, 1);
+    for (const Node& nd : g.nodes) {
+      if (!nd.CanRecompute() && nd.inputs.empty()) core_[nd.id] = 0;
+    }
+    adj_.assign(n_, {});
+    for (const Node& nd : g.nodes) {
+      if (!core_[nd.id]) continue;
+      for (int u : nd.inputs) {
+        if (!core_[u] || u == nd.id) continue;
+        adj_[nd.id].push_back(u);
+        adj_[u].push_back(nd.id);
+      }
+    }
+    for (auto& a : adj_) {
+      std::sort(a.begin(), a.end());
+      a.erase(std::unique(a.begin(), a.end()), a.end());
+    }
+    users_ = g.Users();
+    Decompose();
+    stamp_.assign(n_ + 1, 0);
+    stamp2_.assign(n_ + 1, 0);
+    comp_.assign(n_, -1);
+  }
+
+  int width() const { return width_; }
+
+  // Produces an order. depth_limit < 0: unlimited; budget: effective budget for the
+  // "plain computation fits" stop rule (kNoBudget: never stop early).
+  std::vector<int> Run(int depth_limit, int64_t budget, double balance = 0.5, bool early = true) {
+    depth_limit_ = depth_limit;
+    balance_ = balance;
+    early_components_ = early;
+    budget_ = budget;
+    order_.clear();
+    emitted_.assign(n_, 0);
+    held_bytes_ = 0;
+    std::vector<int> all;
+    for (int v = 0; v < n_; ++v) if (core_[v]) all.push_back(v);
+    Solve(all, 0);
+    for (int v = 0; v < n_; ++v) {
+      if (!emitted_[v]) {
+        order_.push_back(v);
+        emitted_[v] = 1;
+      }
+    }
+    return order_;
+  }
+
+ private:
+  // ---- tree decomposition (min fill-in) ----
+  void Decompose() {
+    std::vector<std::unordered_set<int>> adj(n_);
+    for (int v = 0; v < n_; ++v) adj[v].insert(adj_[v].begin(), adj_[v].end());
+    auto fill_of = [&](int w) -> int64_t {
+      const auto& nb = adj[w];
+      int64_t d = static_cast<int64_t>(nb.size());
+      if (d > 40) return d * (d - 1) / 2;  // hubs: pessimistic, keeps this near-linear
+      std::vector<int> v(nb.begin(), nb.end());
+      int64_t f = 0;
+      for (size_t i = 0; i < v.size(); ++i)
+        for (size_t j = i + 1; j < v.size(); ++j)
+          if (!adj[v[i]].count(v[j])) ++f;
+      return f;
+    };
+    using Key = std::tuple<int64_t, int64_t, int, int>;  // fill, degree, vertex, version
+    std::priority_queue<Key, std::vector<Key>, std::greater<Key>> pq;
+    std::vector<int> version(n_, 0);
+    std::vector<char> gone(n_, 0);
+    int remaining = 0;
+    for (int v = 0; v < n_; ++v) {
+      if (!core_[v]) { gone[v] = 1; continue; }
+      ++remaining;
+      pq.push({fill_of(v), static_cast<int64_t>(adj[v].size()), v, 0});
+    }
+    pos_.assign(n_, -1);
+    bag_.assign(n_ + 1, {});
+    int next = 0;
+    std::vector<char> dirty(n_, 0);
+    std::vector<int> dirty_list;
+    auto touch = [&](int w) {
+      if (!dirty[w]) { dirty[w] = 1; dirty_list.push_back(w); }
+    };
+    while (remaining > 0) {
+      auto [f, d, v, ver] = pq.top();
+      pq.pop();
+      if (gone[v] || ver != version[v]) continue;
+      gone[v] = 1;
+      --remaining;
+      pos_[v] = next++;
+      std::vector<int> nb(adj[v].begin(), adj[v].end());
+      std::sort(nb.begin(), nb.end());
+      bag_[v].push_back(v);
+      bag_[v].insert(bag_[v].end(), nb.begin(), nb.end());
+      width_ = std::max(width_, static_cast<int>(nb.size()));
+      for (int w : nb) { adj[w].erase(v); touch(w); }
+      for (size_t i = 0; i < nb.size(); ++i) {
+        for (size_t j = i + 1; j < nb.size(); ++j) {
+          int a = nb[i], b = nb[j];
+          if (adj[a].count(b)) continue;
+          // Common neighbours of a and b lose one missing edge.
+          const auto& small = adj[a].size() < adj[b].size() ? adj[a] : adj[b];
+          const auto& large = adj[a].size() < adj[b].size() ? adj[b] : adj[a];
+          if (small.size() <= 64) for (int w : small) if (large.count(w)) touch(w);
+          adj[a].insert(b);
+          adj[b].insert(a);
+        }
+      }
+      adj[v].clear();
+      for (int w : dirty_list) {
+        dirty[w] = 0;
+        if (gone[w]) continue;
+        pq.push({fill_of(w), static_cast<int64_t>(adj[w].size()), w, ++version[w]});
+      }
+      dirty_list.clear();
+    }
+    // Parent of bag v: the bag of its neighbour eliminated first after it; roots hang
+    // from a virtual root n_ with an empty bag.
+    parent_.assign(n_ + 1, n_);
+    std::vector<std::vector<int>> children(n_ + 1);
+    for (int v = 0; v < n_; ++v) {
+      if (!core_[v]) continue;
+      int p = n_;
+      for (size_t i = 1; i < bag_[v].size(); ++i) {
+        int w = bag_[v][i];
+        if (p == n_ || pos_[w] < pos_[p]) p = w;
+      }
+      parent_[v] = p;
+      children[p].push_back(v);
+    }
+    // Euler tour and binary lifting for LCAs.
+    depth_.assign(n_ + 1, 0);
+    tin_.assign(n_ + 1, 0);
+    tout_.assign(n_ + 1, 0);
+    int timer = 0;
+    std::vector<std::pair<int, size_t>> st = {{n_, 0}};
+    tin_[n_] = timer++;
+    while (!st.empty()) {
+      auto& [x, i] = st.back();
+      if (i < children[x].size()) {
+        int c = children[x][i++];
+        depth_[c] = depth_[x] + 1;
+        tin_[c] = timer++;
+        st.push_back({c, 0});
+      } else {
+        tout_[x] = timer++;
+        st.pop_back();
+      }
+    }
+    int levels = 1;
+    while ((1 << levels) <= n_ + 1) ++levels;
+    up_.assign(levels, std::vector<int>(n_ + 1, n_));
+    for (int v = 0; v <= n_; ++v) up_[0][v] = (v == n_) ? n_ : parent_[v];
+    for (int j = 1; j < levels; ++j)
+      for (int v = 0; v <= n_; ++v) up_[j][v] = up_[j - 1][up_[j - 1][v]];
+  }
+
+  bool IsAncestor(int a, int b) const { return tin_[a] <= tin_[b] && tout_[b] <= tout_[a]; }
+
+  int Lca(int a, int b) const {
+    if (IsAncestor(a, b)) return a;
+    if (IsAncestor(b, a)) return b;
+    for (int j = static_cast<int>(up_.size()) - 1; j >= 0; --j) {
+      if (!IsAncestor(up_[j][a], b)) a = up_[j][a];
+    }
+    return up_[0][a];
+  }
+
+  // Balanced separator of G[U]: the bag (restricted to U) of the deepest node of the
+  // decomposition whose subtree holds at least half of U.
+  std::vector<int> Separator(const std::vector<int>& U) {
+    std::vector<int> vt(U);
+    auto by_tin = [&](int a, int b) { return tin_[a] < tin_[b]; };
+    std::sort(vt.begin(), vt.end(), by_tin);
+    const size_t m = vt.size();
+    for (size_t i = 0; i + 1 < m; ++i) vt.push_back(Lca(vt[i], vt[i + 1]));
+    std::sort(vt.begin(), vt.end(), by_tin);
+    vt.erase(std::unique(vt.begin(), vt.end()), vt.end());
+    int mark = NewStamp();
+    for (int u : U) stamp_[u] = mark;
+    std::vector<int> vpar(vt.size(), -1), stack;
+    std::vector<int64_t> sub(vt.size(), 0);
+    for (size_t i = 0; i < vt.size(); ++i) {
+      while (!stack.empty() && !IsAncestor(vt[stack.back()], vt[i])) stack.pop_back();
+      vpar[i] = stack.empty() ? -1 : stack.back();
+      stack.push_back(static_cast<int>(i));
+      sub[i] = (vt[i] < n_ && stamp_[vt[i]] == mark) ? 1 : 0;
+    }
+    for (size_t i = vt.size(); i-- > 0;) if (vpar[i] >= 0) sub[vpar[i]] += sub[i];
+    // Candidates: nodes whose removal leaves branches of at most balance_ * |U| nodes;
+    // among them the bag of fewest bytes (the strict centroid when balance_ is 1/2).
+    const int64_t W = static_cast<int64_t>(U.size());
+    std::vector<int64_t> max_child(vt.size(), 0);
+    for (size_t i = 0; i < vt.size(); ++i) if (vpar[i] >= 0) max_child[vpar[i]] = std::max(max_child[vpar[i]], sub[i]);
+    int best = -1;
+    int64_t best_bytes = 0, best_branch = 0;
+    const double limit = std::max(0.5, balance_) * static_cast<double>(W);
+    for (size_t i = 0; i < vt.size(); ++i) {
+      int64_t branch = std::max(max_child[i], W - sub[i]);
+      if (static_cast<double>(branch) > limit) continue;
+      int64_t bytes = 0;
+      if (vt[i] != n_) for (int x : bag_[vt[i]]) if (stamp_[x] == mark) bytes += g_.nodes[x].bytes;
+      if (best < 0 || bytes < best_bytes || (bytes == best_bytes && branch < best_branch)) {
+        best = static_cast<int>(i);
+        best_bytes = bytes;
+        best_branch = branch;
+      }
+    }
+    if (best < 0) {  // fall back to the centroid
+      for (size_t i = 0; i < vt.size(); ++i) {
+        if (2 * sub[i] >= W && (best < 0 || depth_[vt[i]] > depth_[vt[best]])) best = static_cast<int>(i);
+      }
+    }
+    std::vector<int> S;
+    if (best < 0 || vt[best] == n_) return S;
+    for (int x : bag_[vt[best]]) if (stamp_[x] == mark) S.push_back(x);
+    std::sort(S.begin(), S.end());
+    return S;
+  }
+
+  int NewStamp() { return ++stamp_counter_; }
+
+  void Emit(int x) {
+    if (emitted_[x] && !g_.nodes[x].CanRecompute()) return;
+    for (int u : g_.nodes[x].inputs) {
+      if (!core_[u] && !emitted_[u]) {
+        order_.push_back(u);
+        emitted_[u] = 1;
+      }
+    }
+    order_.push_back(x);
+    emitted_[x] = 1;
+  }
+
+  // Peak of computing U (ascending ids) in order without recomputation, counting the
+  // values U reads from outside as resident throughout and values read outside U as
+  // resident to the end.
+  int64_t PlainPeak(const std::vector<int>& U) {
+    int mark = NewStamp();
+    for (int u : U) stamp_[u] = mark;
+    int outside = NewStamp();
+    int64_t base = 0;
+    std::vector<int> last(U.size(), -1);
+    // Index of each member for last-reader bookkeeping.
+    for (size_t i = 0; i < U.size(); ++i) comp_[U[i]] = static_cast<int>(i);
+    std::vector<int64_t> delta(U.size() + 1, 0);
+    for (size_t i = 0; i < U.size(); ++i) {
+      const Node& nd = g_.nodes[U[i]];
+      for (int u : nd.inputs) {
+        if (stamp_[u] == mark) {
+          last[comp_[u]] = static_cast<int>(i);
+        } else if (stamp2_[u] != outside) {
+          stamp2_[u] = outside;
+          base += g_.nodes[u].bytes;
+        }
+      }
+    }
+    for (size_t i = 0; i < U.size(); ++i) {
+      int end = last[i] < 0 ? static_cast<int>(i) : last[i];
+      for (int w : users_[U[i]]) {
+        if (stamp_[w] != mark) { end = static_cast<int>(U.size()) - 1; break; }
+      }
+      delta[i] += g_.nodes[U[i]].bytes;
+      delta[end + 1] -= g_.nodes[U[i]].bytes;
+    }
+    int64_t cur = 0, peak = 0;
+    for (size_t i = 0; i < U.size(); ++i) {
+      cur += delta[i];
+      peak = std::max(peak, cur);
+    }
+    return base + peak;
+  }
+
+  void EmitAll(const std::vector<int>& U) {
+    for (int u : U) Emit(u);
+  }
+
+  void Solve(const std::vector<int>& U, int depth) {
+    if (U.empty()) return;
+    if (U.size() <= 2 || (depth_limit_ >= 0 && depth >= depth_limit_)) {
+      EmitAll(U);
+      return;
+    }
+    if (budget_ != kNoBudget && held_bytes_ + PlainPeak(U) <= budget_) {
+      EmitAll(U);
+      return;
+    }
+    std::vector<int> S = Separator(U);
+    int in_u = NewStamp();
+    for (int u : U) stamp_[u] = in_u;
+    int in_s = NewStamp();
+    for (int s : S) stamp2_[s] = in_s;
+    // Connected components of U \ S.
+    std::vector<std::vector<int>> comps;
+    for (int u : U) comp_[u] = -1;
+    for (int u : U) {
+      if (stamp2_[u] == in_s || comp_[u] >= 0) continue;
+      int c = static_cast<int>(comps.size());
+      comps.push_back({u});
+      comp_[u] = c;
+      for (size_t i = 0; i < comps[c].size(); ++i) {
+        for (int w : adj_[comps[c][i]]) {
+          if (stamp_[w] == in_u && stamp2_[w] != in_s && comp_[w] < 0) {
+            comp_[w] = c;
+            comps[c].push_back(w);
+          }
+        }
+      }
+    }
+    if (comps.size() == 1 && comps[0].size() == U.size()) {  // no separation possible
+      EmitAll(U);
+      return;
+    }
+    for (auto& c : comps) std::sort(c.begin(), c.end());
+    // Ancestors of each separator node within U \ S, split by component.
+    std::vector<std::vector<std::vector<int>>> anc(S.size());
+    for (size_t k = 0; k < S.size(); ++k) {
+      int seen = NewStamp();
+      std::vector<int> stack = {S[k]};
+      std::vector<std::vector<int>> parts(comps.size());
+      while (!stack.empty()) {
+        int x = stack.back();
+        stack.pop_back();
+        for (int u : g_.nodes[x].inputs) {
+          if (stamp_[u] != in_u || stamp2_[u] == in_s || visit_[u] == seen) continue;
+          visit_[u] = seen;
+          parts[comp_[u]].push_back(u);
+          stack.push_back(u);
+        }
+      }
+      for (auto& p : parts) std::sort(p.begin(), p.end());
+      anc[k] = std::move(parts);
+    }
+    // A component is solved as soon as the separator nodes it reads are computed, so that
+    // separator nodes die early and little is held while the others are prepared.
+    std::vector<int> ready(comps.size(), -1);
+    for (size_t k = 0; k < S.size(); ++k) sidx_[S[k]] = static_cast<int>(k);
+    for (size_t c = 0; c < comps.size(); ++c) {
+      for (int x : comps[c]) {
+        for (int u : g_.nodes[x].inputs) {
+          if (stamp2_[u] == in_s) ready[c] = std::max(ready[c], sidx_[u]);
+        }
+      }
+    }
+    std::vector<std::vector<int>> at(S.size() + 1);
+    for (size_t c = 0; c < comps.size(); ++c) at[ready[c] + 1].push_back(static_cast<int>(c));
+    int64_t held_here = 0;
+    if (!early_components_) {
+      for (auto& a : at) a.clear();
+      for (size_t c = 0; c < comps.size(); ++c) at[S.size()].push_back(static_cast<int>(c));
+    }
+    for (int c : at[0]) Solve(comps[c], depth + 1);
+    for (size_t k = 0; k < S.size(); ++k) {
+      for (const auto& p : anc[k]) Solve(p, depth + 1);
+      Emit(S[k]);
+      held_bytes_ += g_.nodes[S[k]].bytes;
+      held_here += g_.nodes[S[k]].bytes;
+      for (int c : at[k + 1]) Solve(comps[c], depth + 1);
+    }
+    held_bytes_ -= held_here;
+  }
+
+  const Graph& g_;
+  const int n_;
+  std::vector<char> core_;
+  std::vector<std::vector<int>> adj_;
+  std::vector<int> pos_, parent_, depth_, tin_, tout_;
+  std::vector<std::vector<int>> bag_, up_;
+  int width_ = 0;
+  std::vector<int> stamp_, stamp2_, comp_;
+  std::vector<int> visit_ = std::vector<int>(n_, 0), sidx_ = std::vector<int>(n_, 0);
+  int stamp_counter_ = 0;
+  std::vector<std::vector<int>> users_;
+  // Per run.
+  int depth_limit_ = -1;
+  int64_t budget_ = kNoBudget;
+  int64_t held_bytes_ = 0;
+  double balance_ = 0.5;
+  bool early_components_ = true;
+  std::vector<int> order_;
+  std::vector<char> emitted_;
+};
+
+}  // namespace
+
+std::vector<int> PruneUnreadInstances(const Graph& g, const std::vector<int>& order) {
+  // Backward pass: an instance is kept when a kept later step reads it before the node's
+  // next instance, or when it is the node's first instance and no later one was kept.
+  const int n = g.size();
+  std::vector<int> before(order.size()), count(n, 0);
+  for (size_t j = 0; j < order.size(); ++j) before[j] = count[order[j]]++;
+  std::vector<char> pending(n, 0), kept_later(n, 0), keep(order.size(), 0);
+  for (size_t j = order.size(); j-- > 0;) {
+    int x = order[j];
+    bool k = pending[x] || (before[j] == 0 && !kept_later[x]);
+    pending[x] = 0;
+    if (!k) continue;
+    keep[j] = 1;
+    kept_later[x] = 1;
+    for (int u : g.nodes[x].inputs) pending[u] = 1;
+  }
+  std::vector<int> out;
+  out.reserve(order.size());
+  for (size_t j = 0; j < order.size(); ++j) if (keep[j]) out.push_back(order[j]);
+  return out;
+}
+
+absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
+  RawPlan plan;
+  Deadline deadline(opt.time_limit_seconds);
+  TwRemat tw(g);
+  const int k = opt.twremat_k;
+  if (!opt.budget_bytes) {
+    // Minimise the peak: a few separator rules and component orders, the lowest peak wins
+    // (k = 0, plain order, included: never above file order).
+    SimResult best;
+    std::string how;
+    // Large graphs get fewer variants (each run is a full recursion).
+    const bool large = g.size() > 5000;
+    for (double balance : {0.5, 0.6, 0.7, 0.8}) {
+      if (large && (balance == 0.6 || balance == 0.7)) continue;
+      for (bool early : {true, false}) {
+        if (large && !early) continue;
+        for (int kk : {k, 0}) {
+          if (kk == 0 && (balance != 0.5 || !early)) continue;
+          std::vector<int> o = PruneUnreadInstances(g, tw.Run(kk, kNoBudget, balance, early));
+          SimResult r = Simulate(g, Schedule{g.name, o, std::nullopt});
+          if (!r.valid) continue;
+          if (plan.order.empty() || r.peak_bytes < best.peak_bytes ||
+              (r.peak_bytes == best.peak_bytes && r.cost < best.cost)) {
+            best = r;
+            plan.order = std::move(o);
+            how = absl::StrCat("balance ", balance, early ? ", early components" : "", ", k=", kk);
+          }
+        }
+      }
+    }
+    plan.note = absl::StrCat("treewidth bound ", tw.width(), ", ", how);
+    return plan;
+  }
+  // Budgeted: stop recursing where the plain computation fits an effective budget; lower
+  // the effective budget until the simulated peak holds, keep the cheapest that fits.
+  const int64_t budget = *opt.budget_bytes;
+  int64_t eff = budget;
+  SimResult best;
+  bool have = false;
+  std::vector<int> fallback;
+  int64_t fallback_peak = 0;
+  for (int round = 0; round < 40; ++round) {
+    std::vector<int> o = PruneUnreadInstances(g, tw.Run(k, eff));
+    SimResult r = Simulate(g, Schedule{g.name, o, std::nullopt});
+    if (r.valid && r.peak_bytes <= budget) {
+      if (!have || r.cost < best.cost) {
+        best = r;
+        plan.order = o;
+        have = true;
+      }
+      break;
+    }
+    if (fallback.empty() || (r.valid && r.peak_bytes < fallback_peak)) {
+      fallback = o;
+      fallback_peak = r.peak_bytes;
+    }
+    if (eff <= 0) break;
+    int64_t over = r.peak_bytes - budget;
+    eff -= std::max<int64_t>(over, eff / 16 + 1);
+    if (eff < 0 || deadline.Expired()) eff = 0;  // last round: full recursion
+  }
+  if (!have) {
+    plan.order = fallback;
+    plan.note = absl::StrCat("even full recursion peaks at ", fallback_peak, " bytes");
+  } else {
+    plan.note = absl::StrCat("treewidth bound ", tw.width(), ", k=", k);
+  }
+  return plan;
+}
+
+}  // namespace remat::internal

@@ -1,0 +1,146 @@
+// Tests of twremat (tree-decomposition rematerialization) and of the unread-instance pruning.
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "internal.h"
+#include "remat/planner.h"
+#include "remat/schedule.h"
+#include "test_util.h"
+
+namespace remat {
+namespace {
+
+const char* kSharedGraphs[] = {"rlg_n100", "rlg_n250",    "cm_vgg16",  "cm_mobilenet", "mlp16",
+                               "resnet18", "vgg11",       "mobilenet_v2", "gpt_small", "transformer_enc"};
+
+Plan Twremat(const Graph& g, std::optional<int64_t> budget, int k = -1) {
+  PlanOptions o;
+  o.budget_bytes = budget;
+  o.twremat_k = k;
+  auto p = RunPlanner("twremat", g, o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : Plan{};
+}
+
+TEST(Twremat, ValidAndNeverAboveNoRematOnSharedGraphs) {
+  std::string dir = testing::SharedGraphsDir();
+  if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
+  for (const char* name : kSharedGraphs) {
+    auto g = ReadGraphFile(dir + "/" + name + ".json");
+    ASSERT_TRUE(g.ok()) << g.status();
+    int64_t full = testing::NoRematPeak(*g);
+    Plan p = Twremat(*g, std::nullopt);
+    ASSERT_TRUE(p.feasible) << name << ": " << p.reason;
+    SimResult again = Simulate(*g, p.schedule);
+    ASSERT_TRUE(again.valid) << name << ": " << again.error;
+    EXPECT_LE(again.peak_bytes, full) << name;
+    // Budgeted mode: a plan reported feasible fits.
+    int64_t budget = full * 7 / 10;
+    Plan b = Twremat(*g, budget);
+    if (b.feasible) {
+      EXPECT_TRUE(Simulate(*g, b.schedule, budget).valid) << name;
+    }
+  }
+}
+
+// Kumar et al. report 3.48x-4.59x peak reductions on Transformers; the issue asks for at
+// most 30% of the file-order peak.
+TEST(Twremat, MinimisesTransformerPeaksToAtMostThirtyPercent) {
+  std::string dir = testing::SharedGraphsDir();
+  if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
+  for (const char* name : {"transformer_enc", "gpt_small"}) {
+    auto g = ReadGraphFile(dir + "/" + name + ".json");
+    ASSERT_TRUE(g.ok()) << g.status();
+    int64_t full = testing::NoRematPeak(*g);
+    Plan p = Twremat(*g, std::nullopt);
+    ASSERT_TRUE(p.feasible) << name << ": " << p.reason;
+    EXPECT_LE(static_cast<double>(p.sim.peak_bytes), 0.30 * static_cast<double>(full)) << name;
+  }
+}
+
+// The smallest peak of any schedule, by exhaustive search over budgets.
+int64_t ExhaustiveMinPeak(const Graph& g) {
+  int64_t lo = internal::MinimumPeakLowerBound(g, nullptr), hi = testing::NoRematPeak(g);
+  while (lo < hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (internal::ExhaustiveOptimum(g, mid).has_value()) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+TEST(Twremat, NeverBeatsExhaustiveMinimumPeakOnSmallRandomGraphs) {
+  int lower = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    Graph g = seed % 2 ? testing::RandomDag(9, 0.3, 5, seed) : testing::RandomTrainingGraph(5, seed);
+    int64_t best = ExhaustiveMinPeak(g);
+    Plan p = Twremat(g, std::nullopt);
+    ASSERT_TRUE(p.feasible) << "seed " << seed << ": " << p.reason;
+    ASSERT_TRUE(Simulate(g, p.schedule).valid);
+    EXPECT_GE(p.sim.peak_bytes, best) << "seed " << seed;
+    if (p.sim.peak_bytes < testing::NoRematPeak(g)) ++lower;
+    // Budgeted at the exhaustive minimum: a feasible plan fits it.
+    Plan b = Twremat(g, best);
+    if (b.feasible) {
+      EXPECT_LE(b.sim.peak_bytes, best);
+    }
+  }
+  EXPECT_GT(lower, 0);  // it does rematerialize somewhere
+}
+
+TEST(Twremat, RecursionLimitTradesMemoryForLength) {
+  Graph g = testing::RandomTrainingGraph(300, 3);
+  int64_t full = testing::NoRematPeak(g);
+  Plan flat = Twremat(g, std::nullopt, 0);
+  ASSERT_TRUE(flat.feasible);
+  EXPECT_EQ(flat.sim.recomputations, 0);  // k = 0: no recursion, topological order
+  Plan deep = Twremat(g, std::nullopt, -1);
+  ASSERT_TRUE(deep.feasible);
+  // A chain-like training graph of width ~3 needs O(log n) values, not O(n).
+  EXPECT_LT(deep.sim.peak_bytes * 5, full);
+  EXPECT_GT(deep.sim.recomputations, 0);
+  Plan mid = Twremat(g, std::nullopt, 3);
+  ASSERT_TRUE(mid.feasible);
+  EXPECT_LE(mid.sim.recomputations, deep.sim.recomputations);
+  EXPECT_GE(mid.sim.peak_bytes, deep.sim.peak_bytes);
+}
+
+TEST(Twremat, BudgetStopsRecursionEarly) {
+  Graph g = testing::RandomTrainingGraph(300, 5);
+  int64_t full = testing::NoRematPeak(g);
+  Plan deep = Twremat(g, std::nullopt);
+  Plan loose = Twremat(g, full * 6 / 10);
+  ASSERT_TRUE(loose.feasible) << loose.reason;
+  EXPECT_LE(loose.sim.peak_bytes, full * 6 / 10);
+  // A loose budget needs fewer recomputations than minimising memory.
+  EXPECT_LT(loose.sim.recomputations, deep.sim.recomputations);
+}
+
+TEST(Prune, DropsUnreadInstancesOnly) {
+  Graph g = testing::LinearGraph(3);  // 0..6; 4 reads 3 and 2, 5 reads 4 and 1, 6 reads 5 and 0
+  // Every instance here is read before the next one of its node: nothing goes.
+  std::vector<int> kept = {0, 1, 2, 3, 1, 2, 4, 5, 6};
+  EXPECT_EQ(internal::PruneUnreadInstances(g, kept), kept);
+  // 1 and 2 are recomputed before anything reads their first instances: those go.
+  std::vector<int> order = {0, 1, 2, 1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(internal::PruneUnreadInstances(g, order), (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    Graph r = testing::RandomDag(10, 0.3, 5, trial);
+    std::vector<int> o;
+    for (int v = 0; v < r.size(); ++v) {
+      o.push_back(v);
+      if (v > 0 && rng() % 2) o.push_back(static_cast<int>(rng() % v));  // random extra instances
+    }
+    SimResult before = Simulate(r, Schedule{r.name, o});
+    ASSERT_TRUE(before.valid) << before.error;
+    SimResult after = Simulate(r, Schedule{r.name, internal::PruneUnreadInstances(r, o)});
+    ASSERT_TRUE(after.valid) << after.error;
+    EXPECT_LE(after.peak_bytes, before.peak_bytes);
+    EXPECT_LE(after.cost, before.cost);
+  }
+}
+
+}  // namespace
+}  // namespace remat
