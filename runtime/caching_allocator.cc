@@ -30,9 +30,11 @@ struct Block {
 
 struct Segment {
   std::uintptr_t address = 0;
-  std::size_t size = 0;
+  std::size_t size = 0;       // reserved (counted) bytes; for the arena, its mapped prefix
+  std::size_t capacity = 0;   // the arena's whole range; equal to size otherwise
   bool small = false;
-  Block* first = nullptr;
+  Block* first = nullptr;     // null while an arena maps nothing
+  Block* last = nullptr;
   std::size_t live_blocks = 0;
 };
 
@@ -90,15 +92,19 @@ CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source,
     : source_(std::move(source)), options_(options), pools_(new detail::BlockPool()) {}
 
 CachingAllocator::~CachingAllocator() {
-  for (Segment* s : pools_->segments) source_->release(reinterpret_cast<void*>(s->address), s->size);
+  for (Segment* s : pools_->segments)
+    source_->release(reinterpret_cast<void*>(s->address), s->capacity);
 }
 
 std::size_t CachingAllocator::rounded_size(std::size_t bytes) const {
   return round_up(std::max<std::size_t>(bytes, 1), options_.round_to);
 }
 
-bool CachingAllocator::is_small(std::size_t bytes) const {
-  return rounded_size(bytes) <= options_.small_max;
+bool CachingAllocator::is_small(std::size_t bytes) const { return small_pool(rounded_size(bytes)); }
+
+// The arena is one pool: small requests live beside large ones and fill their gaps.
+bool CachingAllocator::small_pool(std::size_t rounded) const {
+  return !options_.expandable_segments && rounded <= options_.small_max;
 }
 
 std::size_t CachingAllocator::segment_size_for(std::size_t rounded) const {
@@ -123,7 +129,7 @@ void CachingAllocator::set_budget(std::size_t budget) {
 }
 
 Block* CachingAllocator::find_free(std::size_t size) {
-  auto& set = pools_->free_set(size <= options_.small_max);
+  auto& set = pools_->free_set(small_pool(size));
   Block probe;
   probe.size = size;
   probe.address = 0;
@@ -138,7 +144,7 @@ Block* CachingAllocator::find_free(std::size_t size) {
 // segment size and falling back to the bare request when the budget has no room for more (a
 // tight budget is a hard cap, so it wins over PyTorch's segment-size heuristics).
 Block* CachingAllocator::reserve_segment(std::size_t size) {
-  const bool small = size <= options_.small_max;
+  const bool small = small_pool(size);
   std::size_t want = std::max(segment_size_for(size), size);
   const std::size_t room = unreserved();
   if (want > room) want = size;
@@ -148,12 +154,14 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
   auto* seg = new Segment();
   seg->address = reinterpret_cast<std::uintptr_t>(p);
   seg->size = want;
+  seg->capacity = want;
   seg->small = small;
   Block* b = pools_->new_block();
   b->address = seg->address;
   b->size = want;
   b->segment = seg;
   seg->first = b;
+  seg->last = b;
   pools_->segments.push_back(seg);
   stats_.reserved += want;
   stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
@@ -162,9 +170,10 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
 }
 
 void CachingAllocator::release_cached() {
+  shrink_arena();
   auto& segs = pools_->segments;
   std::erase_if(segs, [&](Segment* s) {
-    if (s->live_blocks != 0) return false;
+    if (s->live_blocks != 0 || s == arena_) return false;
     Block* b = s->first;
     assert(b->next == nullptr && b->size == s->size);
     pools_->free_set(s->small).erase(b);
@@ -179,7 +188,67 @@ void CachingAllocator::release_cached() {
 
 Block* CachingAllocator::try_serve(std::size_t size) {
   if (Block* b = find_free(size)) return b;
+  if (Block* b = grow_arena(size)) return b;
   return reserve_segment(size);
+}
+
+// Note [Expandable arena]
+// With `expandable_segments`, a source whose reservations cost nothing until used (host
+// memory, simulated addresses) gives the allocator one range as large as the budget, once.
+// Only a prefix of it counts as reserved: a request that no free block fits grows the prefix
+// at its end (by `arena_step`, or just enough where the budget has less room), extending a
+// free last block if there is one; `release_cached` gives the free tail back. There are no
+// segment boundaries and no separate small pool, so any two adjacent freed blocks merge,
+// and eviction can free a contiguous window that ends in the unreserved room. Where the
+// budget later grows past the range, ordinary segments serve what the arena cannot.
+Block* CachingAllocator::grow_arena(std::size_t size) {
+  if (!options_.expandable_segments || !source_->lazily_committed()) return nullptr;
+  if (arena_ == nullptr) {
+    if (options_.budget == SIZE_MAX) return nullptr;
+    void* p = source_->reserve(options_.budget);
+    if (p == nullptr) return nullptr;
+    arena_ = new Segment();
+    arena_->address = reinterpret_cast<std::uintptr_t>(p);
+    arena_->capacity = options_.budget;
+    pools_->segments.push_back(arena_);
+    stats_.segments = pools_->segments.size();
+  }
+  Block* tail = arena_->last;
+  const bool tail_free = tail != nullptr && !tail->allocated;
+  const std::size_t need = tail_free ? size - std::min(size, tail->size) : size;
+  const std::size_t limit = std::min(arena_->capacity - arena_->size, unreserved());
+  if (need > limit) return nullptr;
+  const std::size_t grow = std::max(need, std::min(round_up(need, options_.arena_step), limit));
+  if (tail_free) {
+    pools_->free_large.erase(tail);
+    tail->size += grow;
+  } else {
+    Block* b = pools_->new_block();
+    b->address = arena_->address + arena_->size;
+    b->size = grow;
+    b->segment = arena_;
+    b->prev = tail;
+    if (tail != nullptr) tail->next = b;
+    else arena_->first = b;
+    arena_->last = b;
+    tail = b;
+  }
+  arena_->size += grow;
+  stats_.reserved += grow;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  return tail;
+}
+
+void CachingAllocator::shrink_arena() {
+  if (arena_ == nullptr || arena_->last == nullptr || arena_->last->allocated) return;
+  Block* tail = arena_->last;
+  pools_->free_large.erase(tail);
+  arena_->size -= tail->size;
+  stats_.reserved -= tail->size;
+  arena_->last = tail->prev;
+  if (tail->prev != nullptr) tail->prev->next = nullptr;
+  else arena_->first = nullptr;
+  pools_->delete_block(tail);
 }
 
 // Note [Serving a request]
@@ -194,24 +263,25 @@ Block* CachingAllocator::try_serve(std::size_t size) {
 // Reserved bytes never pass the budget: step 2 checks the room before it asks the source.
 void* CachingAllocator::do_allocate(std::size_t bytes) {
   const std::size_t size = rounded_size(bytes);
+  auto after_release = [&]() -> Block* {
+    release_cached();
+    if (Block* grown = grow_arena(size)) return grown;
+    return reserve_segment(size);
+  };
   Block* b = try_serve(size);
   if (b == nullptr) {
     ++stats_.retries;
-    release_cached();
-    b = reserve_segment(size);
+    b = after_release();
   }
   while (b == nullptr) {
     if (reclaimer() == nullptr) throw_oom(size);
     ++stats_.reclaims;
     if (!reclaimer()->reclaim(size)) throw_oom(size);
     b = try_serve(size);
-    if (b == nullptr) {
-      release_cached();
-      b = reserve_segment(size);
-    }
+    if (b == nullptr) b = after_release();
   }
   // Split off the tail when it is big enough to be useful to its pool.
-  const bool small = size <= options_.small_max;
+  const bool small = small_pool(size);
   const std::size_t rest = b->size - size;
   if (rest >= (small ? options_.round_to : options_.large_split_min)) {
     Block* tail = pools_->new_block();
@@ -221,6 +291,7 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
     tail->prev = b;
     tail->next = b->next;
     if (b->next != nullptr) b->next->prev = tail;
+    else b->segment->last = tail;
     b->next = tail;
     b->size = size;
     pools_->free_set(small).insert(tail);
@@ -261,6 +332,7 @@ void CachingAllocator::free_block(Block* b) {
     b->size += n->size;
     b->next = n->next;
     if (n->next != nullptr) n->next->prev = b;
+    else b->segment->last = b;
     pools_->delete_block(n);
   }
   if (Block* p = b->prev; p != nullptr && !p->allocated) {
@@ -268,6 +340,7 @@ void CachingAllocator::free_block(Block* b) {
     p->size += b->size;
     p->next = b->next;
     if (b->next != nullptr) b->next->prev = p;
+    else p->segment->last = p;
     pools_->delete_block(b);
     b = p;
   }
@@ -288,6 +361,11 @@ void CachingAllocator::for_each_segment(
     blocks.clear();
     for (const Block* b = s->first; b != nullptr; b = b->next) {
       blocks.push_back({b->address, b->size, b->allocated});
+    }
+    if (s == arena_) {
+      // The room the arena may still grow into lies after its last block.
+      const std::size_t room = std::min(s->capacity - s->size, unreserved());
+      if (room > 0) blocks.push_back({s->address + s->size, room, false});
     }
     fn(blocks, s->small);
   }

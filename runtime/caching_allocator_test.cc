@@ -39,6 +39,23 @@ struct SimulatedCaching {
   }
   static constexpr bool kHost = false;
 };
+CachingAllocatorOptions arena() {
+  CachingAllocatorOptions o = small_segments();
+  o.expandable_segments = true;
+  return o;
+}
+struct HostArena {
+  static std::unique_ptr<MemoryResource> make() {
+    return std::make_unique<CachingAllocator>(std::make_unique<HostSegmentSource>(), arena());
+  }
+  static constexpr bool kHost = true;
+};
+struct SimulatedArena {
+  static std::unique_ptr<MemoryResource> make() {
+    return std::make_unique<CachingAllocator>(std::make_unique<SimulatedSegmentSource>(), arena());
+  }
+  static constexpr bool kHost = false;
+};
 struct HostLogical {
   static std::unique_ptr<MemoryResource> make() { return std::make_unique<LogicalMemory>(kBudget, true); }
   static constexpr bool kHost = true;
@@ -50,7 +67,8 @@ struct SimulatedLogical {
 
 template <typename T>
 class MemoryResourceTest : public ::testing::Test {};
-using Resources = ::testing::Types<HostCaching, SimulatedCaching, HostLogical, SimulatedLogical>;
+using Resources = ::testing::Types<HostCaching, SimulatedCaching, HostArena, SimulatedArena,
+                                   HostLogical, SimulatedLogical>;
 TYPED_TEST_SUITE(MemoryResourceTest, Resources);
 
 TYPED_TEST(MemoryResourceTest, ZeroBytesGivesDistinctPointers) {
@@ -240,6 +258,32 @@ TEST(CachingAllocatorTest, OutOfMemoryNamesLargestFreeBlock) {
   }
   alloc.deallocate(b, 2 << 20);
   alloc.deallocate(c, (1 << 20) + 512);
+}
+
+TEST(CachingAllocatorTest, ArenaGrowsAtItsEndAndGivesTheTailBack) {
+  CachingAllocatorOptions o = arena();
+  o.budget = 16 << 20;
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
+  void* a = alloc.allocate(100);          // small and large requests share the arena
+  void* b = alloc.allocate(3 << 20);
+  EXPECT_EQ(alloc.stats().segments, 1u);
+  EXPECT_EQ(alloc.stats().reserved, std::size_t{4} << 20);  // grown in 2 MiB steps
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b), reinterpret_cast<std::uintptr_t>(a) + 512);
+  void* c = alloc.allocate(11 << 20);     // grows by what is missing, within the budget
+  EXPECT_LE(alloc.stats().reserved, o.budget);
+  alloc.deallocate(c, 11 << 20);
+  alloc.release_cached();                 // the free tail goes back
+  EXPECT_EQ(alloc.stats().reserved, std::size_t{4} << 20);
+  alloc.deallocate(a, 100);
+  alloc.deallocate(b, 3 << 20);
+  alloc.release_cached();
+  EXPECT_EQ(alloc.stats().reserved, 0u);
+  // The room left under the budget is reported after the arena's last block.
+  std::size_t room = 0;
+  alloc.for_each_segment([&](const std::vector<BlockView>& blocks, bool) {
+    for (const BlockView& v : blocks) room += v.allocated ? 0 : v.size;
+  });
+  EXPECT_EQ(room, o.budget);
 }
 
 TEST(CachingAllocatorTest, LoweringTheBudgetReleasesCache) {

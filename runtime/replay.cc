@@ -109,6 +109,7 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   ro.sample_candidates = options.sample_candidates;
   ro.contiguous_eviction = options.contiguous_eviction;
   ro.min_evictable_bytes = options.min_evictable_bytes;
+  ro.allocator.expandable_segments = options.expandable_segments;
   ro.clock_limit = options.slowdown_cap * static_cast<double>(trace.total_time_ns);
   Runtime rt(ro);
   try {

@@ -23,7 +23,8 @@ int usage(const char* why) {
                "usage: remat-replay TRACE.log --policy P|all|list (--budget BYTES | "
                "--budget-fraction F | --sweep)\n"
                "                    [--accounting logical|allocator] [--json] [--sample]\n"
-               "                    [--min-evictable BYTES] [--no-window] [--slowdown-cap X]\n");
+               "                    [--min-evictable BYTES] [--no-window] [--expandable]\n"
+               "                    [--slowdown-cap X]\n");
   return 2;
 }
 
@@ -72,6 +73,8 @@ bool parse(int argc, char** argv, Args& a, std::string& err) {
       a.replay.sample_candidates = true;
     } else if (arg == "--no-window") {
       a.replay.contiguous_eviction = false;
+    } else if (arg == "--expandable") {
+      a.replay.expandable_segments = true;
     } else if (arg == "--accounting") {
       const char* v = value("--accounting");
       if (v == nullptr) return false;

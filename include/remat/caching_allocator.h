@@ -34,6 +34,12 @@ struct CachingAllocatorOptions {
   // A large-pool block is split only when the rest is at least this big (PyTorch: 1 MiB), so
   // that big segments are not nibbled into slivers no large request can use.
   std::size_t large_split_min = std::size_t{1} << 20;
+  // With a finite budget and a source that can grow a reservation in place (host, simulated),
+  // serve every request from one arena whose reserved size grows and shrinks at its end, as
+  // PyTorch's expandable segments do: no segment boundaries, one pool, so freed neighbours
+  // always merge. See Note [Expandable arena].
+  bool expandable_segments = false;
+  std::size_t arena_step = std::size_t{2} << 20;  // growth granularity
 };
 
 namespace detail {
@@ -84,6 +90,9 @@ class CachingAllocator final : public MemoryResource {
  private:
   detail::Block* find_free(std::size_t size);
   detail::Block* reserve_segment(std::size_t size);
+  detail::Block* grow_arena(std::size_t size);
+  void shrink_arena();
+  bool small_pool(std::size_t rounded) const;
   detail::Block* try_serve(std::size_t size);
   void free_block(detail::Block* block);
   [[noreturn]] void throw_oom(std::size_t size);
@@ -91,6 +100,7 @@ class CachingAllocator final : public MemoryResource {
   std::unique_ptr<SegmentSource> source_;
   CachingAllocatorOptions options_;
   std::unique_ptr<detail::BlockPool> pools_;
+  detail::Segment* arena_ = nullptr;
   MemoryStats stats_;
 };
 

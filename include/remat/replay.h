@@ -23,6 +23,7 @@ struct ReplayOptions {
   std::size_t budget = SIZE_MAX;
   bool sample_candidates = false;
   bool contiguous_eviction = true;
+  bool expandable_segments = false;  // allocator accounting: one growing arena
   std::size_t min_evictable_bytes = 0;
   // A replay whose simulated time passes this multiple of the trace's time stops with status
   // "thrash" (runs past 2x count as failures anyway; this only bounds wasted work).

@@ -60,6 +60,8 @@ struct RuntimeOptions {
   // Simulated time past which the runtime gives up with ThrashError (a replay's cap on
   // slowdown); unlimited by default.
   double clock_limit = INFINITY;
+  // Allocator settings; the budget field is replaced by `budget`. (Pooled segments measured
+  // better than one expandable arena on the recorded steps, so the arena is opt-in.)
   CachingAllocatorOptions allocator = {};
 };
 

@@ -23,6 +23,9 @@ class SegmentSource {
   virtual const char* name() const = 0;
   // True where the memory can be read and written by the host.
   virtual bool host_accessible() const = 0;
+  // True where a reservation costs nothing until its pages are used, so that an allocator can
+  // reserve a large range once and count only the part it hands out (expandable arena).
+  virtual bool lazily_committed() const { return false; }
 };
 
 // Host memory, 256-byte aligned (the alignment cudaMalloc gives).
@@ -32,6 +35,7 @@ class HostSegmentSource final : public SegmentSource {
   void release(void* p, std::size_t bytes) override;
   const char* name() const override { return "host"; }
   bool host_accessible() const override { return true; }
+  bool lazily_committed() const override { return true; }  // the OS maps pages on first touch
 };
 
 // A simulated address space: distinct, aligned addresses and no memory behind them. Used to
@@ -43,6 +47,7 @@ class SimulatedSegmentSource final : public SegmentSource {
   void release(void* p, std::size_t bytes) override;
   const char* name() const override { return "simulated"; }
   bool host_accessible() const override { return false; }
+  bool lazily_committed() const override { return true; }
 
  private:
   std::size_t capacity_;
