@@ -210,7 +210,7 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // non-negative, so a two-pointer sweep finds each segment's best window in linear time. The
 // other way to make room is to empty whole segments, of either pool, so that they can be
 // returned and a new one reserved; the cheaper of the two wins.
-bool RuntimeImpl::evict_window(std::size_t bytes) {
+std::vector<Id> RuntimeImpl::find_window(std::size_t bytes) {
   const std::size_t need = caching->rounded_size(bytes);
   constexpr double kBarrier = -1;
   double best_cost = INFINITY;
@@ -294,8 +294,28 @@ bool RuntimeImpl::evict_window(std::size_t bytes) {
       best_victims = std::move(victims);
     }
   }
-  if (best_victims.empty()) return false;
-  for (Id s : best_victims) evict(s);
+  return best_victims;
+}
+
+// Window costs come from stored keys, which lag behind keys that grew; like the candidate
+// index, the search checks the window it chose: it refreshes its victims' keys and searches
+// again while any of them turns out dearer than stored, so the window it evicts is priced
+// right.
+bool RuntimeImpl::evict_window(std::size_t bytes) {
+  std::vector<Id> victims;
+  for (int round = 0; round < 8; ++round) {
+    victims = find_window(bytes);
+    bool stale = false;
+    for (Id s : victims) {
+      const Id slot = storages[s].candidate_slot;
+      const double before = candidates_->stored_score(slot, clock);
+      candidates_->refresh(slot);
+      stale |= candidates_->stored_score(slot, clock) > before * (1 + 1e-9);
+    }
+    if (!stale) break;
+  }
+  if (victims.empty()) return false;
+  for (Id s : victims) evict(s);
   return true;
 }
 

@@ -65,6 +65,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   void release_if_dead(Id s);
   Id choose_victim();
   bool evict_window(std::size_t bytes);
+  std::vector<Id> find_window(std::size_t bytes);
   void run_frames(Id root_op, bool recompute);
   void execute(Id op, bool recompute, const OpRec* waiting);
   void unlock_frame(const Frame& f);
