@@ -122,6 +122,18 @@ UseInfo ComputeUses(const Graph& g) {
 }
 
 // Whether value u can be dropped after target step v (file order), for good.
+// The nodes the executor computed from step `start` on, and their inputs: the only values
+// whose liveness those steps can have changed.
+std::vector<int> TouchedSince(const Graph& g, const Executor& ex, size_t start) {
+  std::vector<int> touched;
+  for (size_t j = start; j < ex.order().size(); ++j) {
+    const int x = ex.order()[j];
+    touched.push_back(x);
+    for (int u : g.nodes[x].inputs) touched.push_back(u);
+  }
+  return touched;
+}
+
 bool Dead(const Graph& g, const UseInfo& ui, int u, int v) {
   if (!g.nodes[u].CanRecompute()) return ui.horizon[u] <= v;
   return ui.last_user[u] <= v;
@@ -142,12 +154,7 @@ std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& kee
       ex.Ensure(v);
     }
     const bool fwd_step = g.nodes[v].phase == Phase::kForward;
-    std::vector<int> cand;
-    for (size_t j = start; j < ex.order().size(); ++j) {
-      int x = ex.order()[j];
-      cand.push_back(x);
-      for (int u : g.nodes[x].inputs) cand.push_back(u);
-    }
+    const std::vector<int> cand = TouchedSince(g, ex, start);
     for (int u : cand) {
       if (!ex.live(u)) continue;
       if (retain_kept && keep[u] ? ui.horizon[u] <= v : Dead(g, ui, u, v)) { ex.Drop(u); continue; }
@@ -215,12 +222,7 @@ std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams&
       if (ex.computed(v) && !g.nodes[v].CanRecompute()) break;
       if (!ex.Ensure(v)) break;
     }
-    std::vector<int> cand;
-    for (size_t j = start; j < ex.order().size(); ++j) {
-      int x = ex.order()[j];
-      cand.push_back(x);
-      for (int u : g.nodes[x].inputs) cand.push_back(u);
-    }
+    const std::vector<int> cand = TouchedSince(g, ex, start);
     for (int u : cand) {
       if (!ex.live(u)) continue;
       if (Dead(g, ui, u, v)) {

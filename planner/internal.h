@@ -57,6 +57,7 @@ class Executor {
   int64_t live_bytes() const { return live_bytes_; }
   int64_t peak() const { return peak_; }
   std::vector<int>& order() { return order_; }
+  const std::vector<int>& order() const { return order_; }
   // Called before each step with the node about to be computed; may Drop() values
   // (not the node's inputs, which are pinned) to make room.
   std::function<void(int)> before_compute;

@@ -123,42 +123,25 @@ class DtrLocalPolicy final : public PolicyBase {
   double key(Id s) override { return v_.cost_of(s) / bytes(s); }
 };
 
-// h_DTR: the evicted neighbourhood's cost, over size times staleness.
-class DtrPolicy final : public PolicyBase {
+// The policies that price a storage by the cost of its evicted neighbourhood over its size,
+// divided by a power of staleness:
+//   dtr       h_DTR: parents and children, staleness^1;
+//   dtr_sqrt  the same neighbourhood, staleness^0.5: recency counts, but less, so a cheap
+//             tensor used a moment ago can still go before a costly stale one;
+//   msps      memory saving per second (after Capuchin): evicted ancestors only, staleness^0.
+class NeighbourhoodPolicy final : public PolicyBase {
  public:
-  explicit DtrPolicy(LineageView v) : PolicyBase(v), walker_(v) {}
-  std::string_view name() const override { return "dtr"; }
-  double key(Id s) override { return walker_.cost(s, /*descendants=*/true) / bytes(s); }
+  NeighbourhoodPolicy(LineageView v, std::string_view name, bool descendants, double exponent)
+      : PolicyBase(v), walker_(v), name_(name), descendants_(descendants), exponent_(exponent) {}
+  std::string_view name() const override { return name_; }
+  double key(Id s) override { return walker_.cost(s, descendants_) / bytes(s); }
+  double staleness_exponent() const override { return exponent_; }
 
  private:
   NeighbourhoodWalker walker_;
-};
-
-// MSPS (memory saving per second, after Capuchin): size freed per unit of the cost of
-// recomputing the storage and its evicted ancestors. Staleness plays no part.
-class MspsPolicy final : public PolicyBase {
- public:
-  explicit MspsPolicy(LineageView v) : PolicyBase(v), walker_(v) {}
-  std::string_view name() const override { return "msps"; }
-  double key(Id s) override { return walker_.cost(s, /*descendants=*/false) / bytes(s); }
-  double staleness_exponent() const override { return 0.0; }
-
- private:
-  NeighbourhoodWalker walker_;
-};
-
-// h_DTR with staleness under a square root: recency counts, but less than in h_DTR, so a
-// cheap-to-recompute tensor used a moment ago can still go before a costly stale one. Sits
-// between h_DTR (staleness to the power 1) and MSPS (power 0), which win on different steps.
-class DtrSqrtPolicy final : public PolicyBase {
- public:
-  explicit DtrSqrtPolicy(LineageView v) : PolicyBase(v), walker_(v) {}
-  std::string_view name() const override { return "dtr_sqrt"; }
-  double key(Id s) override { return walker_.cost(s, /*descendants=*/true) / bytes(s); }
-  double staleness_exponent() const override { return 0.5; }
-
- private:
-  NeighbourhoodWalker walker_;
+  std::string_view name_;
+  bool descendants_;
+  double exponent_;
 };
 
 // Note [Equivalence classes]
@@ -262,13 +245,13 @@ std::vector<std::string> policy_names() {
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, LineageView view,
                                                      std::uint64_t seed) {
-  if (name == "dtr") return std::make_unique<DtrPolicy>(view);
+  if (name == "dtr") return std::make_unique<NeighbourhoodPolicy>(view, "dtr", true, 1.0);
   if (name == "dtr_eq") return std::make_unique<DtrEqPolicy>(view);
   if (name == "dtr_local") return std::make_unique<DtrLocalPolicy>(view);
   if (name == "lru") return std::make_unique<LruPolicy>(view);
   if (name == "largest") return std::make_unique<LargestPolicy>(view);
-  if (name == "msps") return std::make_unique<MspsPolicy>(view);
-  if (name == "dtr_sqrt") return std::make_unique<DtrSqrtPolicy>(view);
+  if (name == "msps") return std::make_unique<NeighbourhoodPolicy>(view, "msps", false, 0.0);
+  if (name == "dtr_sqrt") return std::make_unique<NeighbourhoodPolicy>(view, "dtr_sqrt", true, 0.5);
   if (name == "random") return std::make_unique<RandomPolicy>(view, seed);
   return nullptr;
 }

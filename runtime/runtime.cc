@@ -138,13 +138,18 @@ void RuntimeImpl::allocate_storage(Id s) {
   stats.peak_resident_bytes = std::max(stats.peak_resident_bytes, stats.resident_bytes);
 }
 
-void RuntimeImpl::free_storage(Id s) {
+// Gives a resident storage's bytes back to the memory resource.
+void RuntimeImpl::release_memory(Id s) {
   StorageRec& r = storages[s];
   if (caching != nullptr) storage_at_.erase(reinterpret_cast<std::uintptr_t>(r.ptr));
   memory->deallocate(r.ptr, r.bytes);
   r.ptr = nullptr;
   r.resident = false;
   stats.resident_bytes -= r.bytes;
+}
+
+void RuntimeImpl::free_storage(Id s) {
+  release_memory(s);
   refresh_candidate(s);
   policy->on_evicted(s);
 }
@@ -483,7 +488,10 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   clock += op.cost;
   if (clock > options.clock_limit) {
     ++stats.thrashes;
-    throw ThrashError(current_op_, stats.recomputations, 0);
+    throw ThrashError(absl::StrCat("remat: simulated time passed the clock limit of ",
+                                   options.clock_limit, " while running op '", current_op_,
+                                   "' (", stats.recomputations, " recomputations so far)"),
+                      stats.recomputations);
   }
   if (recompute) {
     ++stats.recomputations;
@@ -580,19 +588,25 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
   try {
     run_frames(op_id, /*recompute=*/false);
   } catch (const OutOfMemoryError& e) {
-    ++stats.ooms;
     for (Id t : result) release(t);
-    OutOfMemoryInfo info = e.info();
-    info.op = op->name;
-    info.pinned = stats.pinned_bytes;
-    info.locked = locked_bytes_;
-    throw OutOfMemoryError(std::move(info));
+    throw annotated(e, op->name);
   } catch (...) {
     for (Id t : result) release(t);
     throw;
   }
   for (Id t : result) touch(tensors[t].storage);
   return result;
+}
+
+// The memory resource's error, counted and completed with what only the runtime knows: the
+// op, and the bytes that could not be evicted.
+OutOfMemoryError RuntimeImpl::annotated(const OutOfMemoryError& e, const std::string& op) {
+  ++stats.ooms;
+  OutOfMemoryInfo info = e.info();
+  info.op = op;
+  info.pinned = stats.pinned_bytes;
+  info.locked = locked_bytes_;
+  return OutOfMemoryError(std::move(info));
 }
 
 Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
@@ -605,11 +619,7 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
     allocate_storage(s);
   } catch (const OutOfMemoryError& e) {
     storages.remove(s);
-    ++stats.ooms;
-    OutOfMemoryInfo info = e.info();
-    info.op = "constant";
-    info.pinned = stats.pinned_bytes;
-    throw OutOfMemoryError(std::move(info));
+    throw annotated(e, "constant");
   }
   stats.pinned_bytes += spec.bytes();
   if (data != nullptr && runs_kernels && spec.bytes() > 0) {
@@ -631,12 +641,7 @@ void RuntimeImpl::make_resident(Id t) {
     try {
       run_frames(storages[s].producer, /*recompute=*/true);
     } catch (const OutOfMemoryError& e) {
-      ++stats.ooms;
-      OutOfMemoryInfo info = e.info();
-      info.op = current_op_;
-      info.pinned = stats.pinned_bytes;
-      info.locked = locked_bytes_;
-      throw OutOfMemoryError(std::move(info));
+      throw annotated(e, current_op_);
     }
   }
   touch(s);
@@ -732,11 +737,8 @@ void RuntimeImpl::drop_op_ref(Id op_id) {
 void RuntimeImpl::destroy_storage(Id s) {
   StorageRec& r = storages[s];
   if (r.resident) {
-    if (caching != nullptr) storage_at_.erase(reinterpret_cast<std::uintptr_t>(r.ptr));
-    memory->deallocate(r.ptr, r.bytes);
-    stats.resident_bytes -= r.bytes;
     if (r.pinned) stats.pinned_bytes -= r.bytes;
-    r.resident = false;
+    release_memory(s);
   }
   if (r.candidate_slot != kNone) {
     r.locks = 1;  // not evictable: takes it out of the candidates

@@ -60,7 +60,9 @@ class RuntimeImpl final : public MemoryReclaimer {
   void lock(Id s);
   void unlock(Id s);
   void allocate_storage(Id s);
+  void release_memory(Id s);
   void free_storage(Id s);
+  OutOfMemoryError annotated(const OutOfMemoryError& e, const std::string& op);
   void evict(Id s);
   void release_if_dead(Id s);
   Id choose_victim();

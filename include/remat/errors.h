@@ -46,6 +46,8 @@ class OutOfMemoryError : public std::runtime_error {
 class ThrashError : public std::runtime_error {
  public:
   ThrashError(const std::string& op, std::size_t recomputations, std::size_t limit);
+  ThrashError(const std::string& message, std::size_t recomputations)
+      : std::runtime_error(message), recomputations_(recomputations) {}
   std::size_t recomputations() const { return recomputations_; }
 
  private:
