@@ -2,6 +2,9 @@
 // elsewhere the same functions report that no device exists.
 #include "remat/segment_source.h"
 
+#include <stdexcept>
+#include <string>
+
 #ifdef REMAT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -47,9 +50,34 @@ std::unique_ptr<SegmentSource> make_cuda_segment_source(int device) {
   if (!cuda_device_available()) return nullptr;
   return std::make_unique<CudaSegmentSource>(device);
 }
+
+namespace {
+void check_copy(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("remat: ") + what + ": " + cudaGetErrorString(e));
+}
+}  // namespace
+
+void cuda_copy_to_device(void* dst, const void* src, std::size_t bytes, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  check_copy(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), "copy to device");
+  // The host buffer may be reused as soon as we return.
+  check_copy(cudaStreamSynchronize(s), "copy to device");
+}
+void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  check_copy(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), "copy to host");
+  check_copy(cudaStreamSynchronize(s), "copy to host");
+}
 #else
 bool cuda_device_available() { return false; }
 std::unique_ptr<SegmentSource> make_cuda_segment_source(int /*device*/) { return nullptr; }
+void cuda_copy_to_device(void*, const void*, std::size_t, void*) {
+  throw std::runtime_error("remat: built without CUDA");
+}
+void cuda_copy_to_host(void*, const void*, std::size_t, void*) {
+  throw std::runtime_error("remat: built without CUDA");
+}
 #endif
 
 }  // namespace remat

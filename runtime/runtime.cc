@@ -1,5 +1,6 @@
 #include "remat/runtime.h"
 
+#include <absl/container/flat_hash_set.h>
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
@@ -468,7 +469,8 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   }
 
   OpRec& op = ops[op_id];
-  if (runs_kernels && op.op->kernel) {
+  const auto& kernel = options.backend == Backend::kCuda ? op.op->cuda_kernel : op.op->kernel;
+  if (runs_kernels && kernel) {
     std::vector<const void*> in_ptrs(op.inputs.size());
     std::vector<const TensorSpec*> in_specs(op.inputs.size());
     for (std::size_t i = 0; i < op.inputs.size(); ++i) {
@@ -478,10 +480,12 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     }
     std::vector<const TensorSpec*> out_specs(n);
     for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
-    KernelContext ctx{in_ptrs, in_specs, outs, out_specs, op.rng, recompute};
-    const bool measure = !recompute && !op.op->cost && op.cost < 0;
+    KernelContext ctx{in_ptrs, in_specs, outs, out_specs, op.rng, recompute, stream};
+    // Host time of an asynchronous CUDA launch says nothing; CUDA ops declare their cost.
+    const bool measure = !recompute && !op.op->cost && op.cost < 0 &&
+                         options.backend != Backend::kCuda;
     const auto start = SteadyClock::now();
-    op.op->kernel(ctx);
+    kernel(ctx);
     if (measure) op.cost = seconds_since(start) * 1e9;
   }
   if (op.cost < 0) op.cost = 0;
@@ -526,6 +530,8 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
 
 std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inputs,
                                      const Outputs& outputs, double cost) {
+  if (options.backend == Backend::kCuda && op->kernel && !op->cuda_kernel)
+    throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' has no CUDA kernel"));
   OpRec rec;
   rec.op = op;
   rec.inputs = inputs;
@@ -623,7 +629,11 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
   }
   stats.pinned_bytes += spec.bytes();
   if (data != nullptr && runs_kernels && spec.bytes() > 0) {
-    std::memcpy(storages[s].ptr, data, spec.bytes());
+    if (options.backend == Backend::kCuda) {
+      cuda_copy_to_device(storages[s].ptr, data, spec.bytes(), stream);
+    } else {
+      std::memcpy(storages[s].ptr, data, spec.bytes());
+    }
   }
   TensorRec tr;
   tr.spec = spec;
@@ -670,6 +680,127 @@ void RuntimeImpl::set_budget(std::size_t budget) {
     evict(victim);
     if (caching != nullptr) caching->release_cached();
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// In-place updates of pinned tensors
+
+// Note [Updating pinned tensors]
+// Optimizers write parameters in place, and a parameter is read by the lineage of every
+// activation and gradient of the step. If a tensor whose recomputation reads the old value
+// were evicted and recomputed after the update, it would come back with new bits. So before
+// an update writes a storage, every tensor that the user still holds and that depends on it
+// (through any chain of ops whose intermediate results nobody holds) is made resident and
+// frozen: pinned, so that it is never evicted and its producer never runs again. Nothing
+// else needs freezing: a held tensor's dependents recompute from the frozen bits, and a
+// tensor nobody holds and nothing live depends on will never be read. In a training loop
+// the frozen tensors are the gradients and the loss; they are freed with their last handle.
+void RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
+  std::vector<Id> work = roots;
+  std::vector<Id> frontier;
+  absl::flat_hash_set<Id> seen(roots.begin(), roots.end());
+  while (!work.empty()) {
+    const Id s = work.back();
+    work.pop_back();
+    for (Id c : storages[s].consumers) {
+      for (Id out : ops[c].out_storages) {
+        if (out == kNone || !seen.insert(out).second) continue;  // views share `s`'s storage
+        const StorageRec& r = storages[out];
+        if (r.pinned) continue;
+        if (r.handles > 0) {
+          frontier.push_back(out);
+        } else {
+          work.push_back(out);
+        }
+      }
+    }
+  }
+  for (Id s : frontier) {
+    if (!storages[s].resident) {
+      current_op_ = ops[storages[s].producer].op->name;
+      try {
+        run_frames(storages[s].producer, /*recompute=*/true);
+      } catch (const OutOfMemoryError& e) {
+        throw annotated(e, current_op_);
+      }
+    }
+    StorageRec& r = storages[s];
+    r.pinned = true;
+    stats.pinned_bytes += r.bytes;
+    refresh_candidate(s);
+    ++stats.frozen;
+  }
+}
+
+void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
+                                std::span<const int> mutated) {
+  std::vector<Id> targets;
+  for (int m : mutated) {
+    if (m < 0 || m >= static_cast<int>(args.size()))
+      throw std::invalid_argument(absl::StrCat("remat: update op '", op->name,
+                                               "' mutates argument ", m, " of ", args.size()));
+    const StorageRec& r = storages[tensors[args[static_cast<std::size_t>(m)]].storage];
+    if (!r.pinned || r.producer != kNone)
+      throw std::invalid_argument(absl::StrCat("remat: update op '", op->name, "' argument ", m,
+                                               " is not a constant; only pinned tensors are "
+                                               "updated in place (use call_inplace)"));
+    targets.push_back(tensors[args[static_cast<std::size_t>(m)]].storage);
+  }
+  const auto& kernel = options.backend == Backend::kCuda ? op->cuda_kernel : op->kernel;
+  if (runs_kernels && !kernel)
+    throw std::invalid_argument(absl::StrCat("remat: update op '", op->name,
+                                             "' has no kernel for this backend"));
+  freeze_dependents(targets);
+  std::vector<Id> held;
+  auto unlock_all = [&] {
+    for (Id s : held) {
+      storages[s].last_access = clock;
+      unlock(s);
+    }
+  };
+  current_op_ = op->name;
+  try {
+    for (Id t : args) {
+      make_resident(t);
+      lock(tensors[t].storage);
+      held.push_back(tensors[t].storage);
+    }
+  } catch (const OutOfMemoryError& e) {
+    unlock_all();
+    throw annotated(e, op->name);
+  } catch (...) {
+    unlock_all();
+    throw;
+  }
+  std::vector<TensorSpec> specs;
+  for (Id t : args) specs.push_back(tensors[t].spec);
+  const double cost = op->cost ? op->cost(specs) : 0.0;
+  if (runs_kernels) {
+    std::vector<const void*> in_ptrs;
+    std::vector<const TensorSpec*> in_specs;
+    for (Id t : args) {
+      in_ptrs.push_back(static_cast<const char*>(storages[tensors[t].storage].ptr) +
+                        tensors[t].offset);
+      in_specs.push_back(&tensors[t].spec);
+    }
+    std::vector<void*> outs;
+    std::vector<const TensorSpec*> out_specs;
+    for (int m : mutated) {
+      outs.push_back(const_cast<void*>(in_ptrs[static_cast<std::size_t>(m)]));
+      out_specs.push_back(in_specs[static_cast<std::size_t>(m)]);
+    }
+    KernelContext ctx{in_ptrs, in_specs, outs, out_specs, RngState{}, false, stream};
+    try {
+      kernel(ctx);
+    } catch (...) {
+      unlock_all();
+      throw;
+    }
+  }
+  clock += cost;
+  ++stats.calls;
+  stats.base_cost += cost;
+  unlock_all();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -835,9 +966,16 @@ const void* Runtime::data(const Tensor& t) {
 
 void Runtime::read(const Tensor& t, void* dst) {
   const void* src = data(t);
-  if (impl_->options.backend == Backend::kCuda)
-    throw std::logic_error("remat: read() of CUDA tensors needs the CUDA op library");
-  std::memcpy(dst, src, t.bytes());
+  if (impl_->options.backend == Backend::kCuda) {
+    cuda_copy_to_host(dst, src, t.bytes(), impl_->stream);
+  } else {
+    std::memcpy(dst, src, t.bytes());
+  }
+}
+
+void Runtime::update(const OpPtr& op, std::span<const Tensor> args,
+                     std::span<const int> mutated) {
+  impl_->update_pinned(op, ids_of(args, this), mutated);
 }
 
 void Runtime::materialize(const Tensor& t) { impl_->make_resident(t.id()); }

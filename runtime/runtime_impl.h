@@ -5,6 +5,7 @@
 #include <absl/container/flat_hash_map.h>
 
 #include <memory>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::vector<Id> run_new(const OpPtr& op, const std::vector<Id>& inputs, const Outputs& outputs,
                           double cost);
   void make_resident(Id tensor);
+  // Runs `op` writing into the pinned storages of args[mutated[i]]; see
+  // Note [Updating pinned tensors].
+  void update_pinned(const OpPtr& op, const std::vector<Id>& args, std::span<const int> mutated);
   void* data_pointer(Id tensor);
   bool evict_tensor(Id tensor);
   void set_budget(std::size_t budget);
@@ -45,6 +49,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::unique_ptr<EvictionPolicy> policy;
   RuntimeStats stats;
   bool runs_kernels = false;
+  void* stream = nullptr;  // cudaStream_t of the CUDA backend (null: the default stream)
 
  private:
   struct Frame {
@@ -68,6 +73,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   Id choose_victim();
   bool evict_window(std::size_t bytes);
   std::vector<Id> find_window(std::size_t bytes);
+  void freeze_dependents(const std::vector<Id>& roots);
   void run_frames(Id root_op, bool recompute);
   void execute(Id op, bool recompute, const OpRec* waiting);
   void unlock_frame(const Frame& f);

@@ -214,6 +214,63 @@ TEST(RuntimeTest, ViewOutsideItsBaseIsRejected) {
   EXPECT_EQ(rt.stats().live_tensors, 1u);
 }
 
+// w += x, in place on pinned tensors (an optimizer step's shape).
+OpPtr add_into_first() {
+  return make_op(
+      "add_into_first", [](SpecList) { return Outputs{}; },
+      [](const KernelContext& k) {
+        float* w = k.output<float>(0);
+        const float* x = k.input<float>(1);
+        for (std::int64_t i = 0; i < k.input_spec(0).numel(); ++i) w[i] += x[i];
+      },
+      [](SpecList in) { return double(in[0].numel()); });
+}
+
+TEST(RuntimeTest, UpdateWritesPinnedTensorsInPlace) {
+  Runtime rt(logical(SIZE_MAX));
+  auto w = rt.constant(vec(4), iota(4).data());
+  auto one = rt.constant(vec(4), std::vector<float>(4, 1.0f).data());
+  rt.update(add_into_first(), {w, one}, {0});
+  EXPECT_EQ(read(rt, w), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(rt.stats().frozen, 0u) << "nothing read w";
+}
+
+// A gradient held across the update must keep the bits it had before the parameter changed,
+// even when it (or what it is computed from) was evicted: see Note [Updating pinned tensors].
+TEST(RuntimeTest, UpdateFreezesHeldDependentsOfTheOldValue) {
+  Runtime rt(logical(SIZE_MAX));
+  auto w = rt.constant(vec(16), iota(16).data());
+  auto x = rt.constant(vec(16), iota(16, 0.5f).data());
+  auto h = rt.call1(testing::combine(), {x, w});          // reads w
+  auto g = rt.call1(testing::affine(0.5f, 2.0f), {h});    // depends on w through h
+  auto unrelated = rt.call1(testing::affine(3.0f, 1.0f), {x});
+  const auto g_before = read(rt, g);
+  h.reset();                                              // nobody holds h now
+  ASSERT_TRUE(rt.evict(g));
+  rt.update(add_into_first(), {w, x}, {0});
+  EXPECT_EQ(rt.stats().frozen, 1u) << "only g: unrelated does not read w";
+  EXPECT_TRUE(g.resident());
+  EXPECT_FALSE(rt.evict(g)) << "a frozen tensor is pinned";
+  EXPECT_EQ(read(rt, g), g_before);
+  EXPECT_TRUE(rt.evict(unrelated));
+  // A new op sees the new parameter.
+  auto h2 = rt.call1(testing::combine(), {x, w});
+  EXPECT_NE(read(rt, h2)[0], 0.5f + 1.0f * 0.5f);
+  // Frozen memory goes with the last handle.
+  const auto pinned = rt.stats().pinned_bytes;
+  g.reset();
+  EXPECT_EQ(rt.stats().pinned_bytes, pinned - 64);
+}
+
+TEST(RuntimeTest, UpdateRejectsTensorsThatAreNotConstants) {
+  Runtime rt(logical(SIZE_MAX));
+  auto w = rt.constant(vec(4), iota(4).data());
+  auto y = rt.call1(testing::affine(1, 1), {w});
+  EXPECT_THROW(rt.update(add_into_first(), {y, w}, {0}), std::invalid_argument);
+  EXPECT_THROW(rt.update(add_into_first(), {w, y}, {2}), std::invalid_argument);
+  EXPECT_EQ(read(rt, y), (std::vector<float>{2, 3, 4, 5})) << "nothing was written";
+}
+
 TEST(TensorSpecTest, BytesOverflowIsAnError) {
   TensorSpec s{{std::int64_t{1} << 40, std::int64_t{1} << 40}, DType::kF32};
   EXPECT_THROW(s.bytes(), std::overflow_error);

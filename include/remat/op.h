@@ -10,6 +10,8 @@
 //       },
 //       [](remat::SpecList in) { return double(in[0].numel()); });  // declared cost
 //
+// On the CUDA backend the runtime runs `OpDef::cuda_kernel` instead (see kernels/ops.h).
+//
 // Outputs may alias an input (views: `OutputSpec::alias_of`), ops may have several outputs
 // (recomputing one makes all), and random ops set `random` and read `KernelContext::rng`:
 // the runtime records the counter they drew from, so a recomputation draws the same bits.
@@ -53,6 +55,7 @@ struct KernelContext {
   std::span<const TensorSpec* const> output_specs;
   RngState rng;
   bool recompute = false;  // true when this run recomputes an evicted result
+  void* stream = nullptr;  // the runtime's cudaStream_t on the CUDA backend
 
   template <typename T>
   const T* input(std::size_t i) const { return static_cast<const T*>(inputs[i]); }
@@ -66,6 +69,9 @@ struct OpDef {
   std::string name;
   std::function<Outputs(SpecList)> infer;              // output specs from input specs
   std::function<void(const KernelContext&)> kernel;    // may be empty for pure views
+  // The kernel the CUDA backend runs (device pointers, launched on `KernelContext::stream`);
+  // an op with a host kernel but no CUDA kernel cannot run there.
+  std::function<void(const KernelContext&)> cuda_kernel;
   std::function<double(SpecList)> cost;                // empty: measured on first run (ns)
   bool random = false;
   std::uint64_t rng_counters = 1;  // counters one call may consume (random ops)

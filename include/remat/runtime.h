@@ -78,6 +78,7 @@ struct RuntimeStats {
   std::size_t ooms = 0;
   std::size_t thrashes = 0;
   std::size_t pinned_bytes = 0;
+  std::size_t frozen = 0;         // tensors pinned by update() (Note [Updating pinned tensors])
   std::size_t live_tensors = 0;   // tensor records alive (held or kept for lineage)
   std::size_t resident_bytes = 0;  // bytes of resident storages
   std::size_t peak_resident_bytes = 0;
@@ -118,8 +119,20 @@ class Runtime {
   void call_inplace(const OpPtr& op, std::span<Tensor* const> args,
                     std::span<const int> mutated, double cost = -1);
 
+  // Runs `op` in place on pinned tensors (parameters, optimizer state, running statistics):
+  // the kernel's output i is the memory of `args[mutated[i]]`, which must be constants; the
+  // other arguments are read. Tensors still held whose recomputation would read the old
+  // values are first made resident and pinned, so they keep their bits. Optimizers use it
+  // (kernels/ops.h `adamw`); it is never recorded in the lineage and never recomputed.
+  void update(const OpPtr& op, std::span<const Tensor> args, std::span<const int> mutated);
+  void update(const OpPtr& op, std::initializer_list<Tensor> args,
+              std::initializer_list<int> mutated) {
+    update(op, std::span<const Tensor>(args.begin(), args.size()),
+           std::span<const int>(mutated.begin(), mutated.size()));
+  }
+
   // Makes the tensor resident (recomputing it if needed) and returns its data. The pointer
-  // is valid until the next call into the runtime. Host-accessible backends only.
+  // is valid until the next call into the runtime. On the CUDA backend it is device memory.
   const void* data(const Tensor& t);
   template <typename T>
   const T* data(const Tensor& t) { return static_cast<const T*>(data(t)); }

@@ -60,6 +60,10 @@ class SimulatedSegmentSource final : public SegmentSource {
 std::unique_ptr<SegmentSource> make_cuda_segment_source(int device = 0);
 // True when a CUDA device can be used (any CUDA error, e.g. no driver, counts as none).
 bool cuda_device_available();
+// Stream-ordered copies between host and device memory (`stream` is a cudaStream_t; the copy
+// to the host waits for the stream). Throw std::runtime_error when CUDA is absent or fails.
+void cuda_copy_to_device(void* dst, const void* src, std::size_t bytes, void* stream);
+void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream);
 
 }  // namespace remat
 

@@ -1,0 +1,673 @@
+// Raw float32 CPU kernels (see cpu_kernels.h). GEMM goes to OpenBLAS; everything else is plain
+// single-threaded loops with fixed summation orders, so every call gives the same bits.
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/philox.h"
+
+namespace remat::kernels::cpu {
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCoeff = 0.044715f;
+
+void zero(float* p, i64 n) {
+  if (n > 0) std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
+}
+
+// Output size of a window sliding over `in` (padded by 2*pad), 0 when the window never fits.
+i64 out_dim(i64 in, i64 pad, i64 k, i64 stride) {
+  const i64 span = in + 2 * pad - k;
+  return (span < 0 || k <= 0 || stride <= 0) ? 0 : span / stride + 1;
+}
+
+// cols[(c*KH + ki)*KW + kj, oh*OW + ow] = x[c, oh*s - pad + ki, ow*s - pad + kj] (0 outside).
+void im2col(const float* x, float* cols, i64 ic, i64 h, i64 wd, i64 kh, i64 kw, i64 stride,
+            i64 pad, i64 oh, i64 ow) {
+  const i64 p = oh * ow;
+  for (i64 c = 0; c < ic; ++c) {
+    const float* xc = x + c * h * wd;
+    for (i64 ki = 0; ki < kh; ++ki) {
+      for (i64 kj = 0; kj < kw; ++kj) {
+        float* row = cols + ((c * kh + ki) * kw + kj) * p;
+        for (i64 y = 0; y < oh; ++y) {
+          float* dst = row + y * ow;
+          const i64 ih = y * stride - pad + ki;
+          if (ih < 0 || ih >= h) {
+            zero(dst, ow);
+            continue;
+          }
+          const float* src = xc + ih * wd;
+          for (i64 x0 = 0; x0 < ow; ++x0) {
+            const i64 iw = x0 * stride - pad + kj;
+            dst[x0] = (iw >= 0 && iw < wd) ? src[iw] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: dx (zeroed here) receives the sum of every column entry it fed.
+void col2im(const float* cols, float* dx, i64 ic, i64 h, i64 wd, i64 kh, i64 kw, i64 stride,
+            i64 pad, i64 oh, i64 ow) {
+  zero(dx, ic * h * wd);
+  const i64 p = oh * ow;
+  for (i64 c = 0; c < ic; ++c) {
+    float* dxc = dx + c * h * wd;
+    for (i64 ki = 0; ki < kh; ++ki) {
+      for (i64 kj = 0; kj < kw; ++kj) {
+        const float* row = cols + ((c * kh + ki) * kw + kj) * p;
+        for (i64 y = 0; y < oh; ++y) {
+          const i64 ih = y * stride - pad + ki;
+          if (ih < 0 || ih >= h) continue;
+          const float* src = row + y * ow;
+          float* dst = dxc + ih * wd;
+          for (i64 x0 = 0; x0 < ow; ++x0) {
+            const i64 iw = x0 * stride - pad + kj;
+            if (iw >= 0 && iw < wd) dst[iw] += src[x0];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a,
+          const float* b, float beta, float* c) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // op(A) op(B) is all zeros: C = beta * C (beta == 0 overwrites).
+    const i64 total = m * n;
+    if (beta == 0.0f) {
+      zero(c, total);
+    } else {
+      for (i64 i = 0; i < total; ++i) c[i] *= beta;
+    }
+    return;
+  }
+  const i64 lda = trans_a ? m : k;
+  const i64 ldb = trans_b ? k : n;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+              beta, c, static_cast<int>(n));
+}
+
+void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols) {
+  for (i64 r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    for (i64 j = 0; j < cols; ++j) yr[j] = xr[j] + bias[j];
+  }
+}
+
+void bias_grad(const float* dy, float* dbias, i64 rows, i64 cols) {
+  if (cols <= 0) return;
+  std::vector<double> acc(static_cast<std::size_t>(cols), 0.0);
+  for (i64 r = 0; r < rows; ++r) {
+    const float* dr = dy + r * cols;
+    for (i64 j = 0; j < cols; ++j) acc[j] += dr[j];
+  }
+  for (i64 j = 0; j < cols; ++j) dbias[j] = static_cast<float>(acc[j]);
+}
+
+void add(const float* a, const float* b, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void mul(const float* a, const float* b, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+void scale(const float* x, float s, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+
+void gelu_forward(const float* x, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float cube = kGeluCoeff * v * v * v;
+    y[i] = 0.5f * v * (1.0f + std::tanh(kGeluScale * (v + cube)));
+  }
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, i64 n) {
+  for (i64 i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float cube = kGeluCoeff * v * v * v;
+    const float th = std::tanh(kGeluScale * (v + cube));
+    const float sech2 = 1.0f - th * th;
+    const float local =
+        0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCoeff * v * v);
+    dx[i] = local * dy[i];
+  }
+}
+
+void relu_forward(const float* x, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void relu_backward(const float* x, const float* dy, float* dx, i64 n) {
+  for (i64 i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void sigmoid_forward(const float* x, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (v >= 0.0f) {
+      y[i] = 1.0f / (1.0f + std::exp(-v));
+    } else {
+      const float e = std::exp(v);
+      y[i] = e / (1.0f + e);
+    }
+  }
+}
+
+void sigmoid_backward(const float* y, const float* dy, float* dx, i64 n) {
+  for (i64 i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+}
+
+void tanh_forward(const float* x, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+
+void tanh_backward(const float* y, const float* dy, float* dx, i64 n) {
+  for (i64 i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+
+void sum(const float* x, float* y, i64 n) {
+  double acc = 0.0;
+  for (i64 i = 0; i < n; ++i) acc += x[i];
+  y[0] = static_cast<float>(acc);
+}
+
+void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
+                       float* rstd, i64 rows, i64 c, float eps) {
+  for (i64 r = 0; r < rows; ++r) {
+    const float* xr = x + r * c;
+    float* yr = y + r * c;
+    double m = 0.0;
+    for (i64 j = 0; j < c; ++j) m += xr[j];
+    m = c > 0 ? m / static_cast<double>(c) : 0.0;
+    double var = 0.0;
+    for (i64 j = 0; j < c; ++j) {
+      const double d = xr[j] - m;
+      var += d * d;
+    }
+    var = c > 0 ? var / static_cast<double>(c) : 0.0;
+    const float mf = static_cast<float>(m);
+    const float sf = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+    for (i64 j = 0; j < c; ++j) yr[j] = (xr[j] - mf) * sf * w[j] + b[j];
+    mean[r] = mf;
+    rstd[r] = sf;
+  }
+}
+
+void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean,
+                        const float* rstd, float* dx, float* dw, float* db, i64 rows, i64 c) {
+  if (c <= 0) return;
+  std::vector<double> dw_acc(static_cast<std::size_t>(c), 0.0);
+  std::vector<double> db_acc(static_cast<std::size_t>(c), 0.0);
+  for (i64 r = 0; r < rows; ++r) {
+    const float* dyr = dy + r * c;
+    const float* xr = x + r * c;
+    float* dxr = dx + r * c;
+    const float mf = mean[r];
+    const float sf = rstd[r];
+    double dnorm_mean = 0.0;
+    double dnorm_norm_mean = 0.0;
+    for (i64 j = 0; j < c; ++j) {
+      const float norm = (xr[j] - mf) * sf;
+      const float dnorm = w[j] * dyr[j];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += static_cast<double>(dnorm) * norm;
+      dw_acc[j] += static_cast<double>(dyr[j]) * norm;
+      db_acc[j] += dyr[j];
+    }
+    const float a = static_cast<float>(dnorm_mean / static_cast<double>(c));
+    const float bm = static_cast<float>(dnorm_norm_mean / static_cast<double>(c));
+    for (i64 j = 0; j < c; ++j) {
+      const float norm = (xr[j] - mf) * sf;
+      dxr[j] = (w[j] * dyr[j] - a - norm * bm) * sf;
+    }
+  }
+  for (i64 j = 0; j < c; ++j) {
+    dw[j] = static_cast<float>(dw_acc[j]);
+    db[j] = static_cast<float>(db_acc[j]);
+  }
+}
+
+void softmax_forward(const float* x, float* y, i64 rows, i64 cols) {
+  for (i64 r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    if (cols <= 0) continue;
+    float mx = -INFINITY;
+    for (i64 j = 0; j < cols; ++j) mx = std::max(mx, xr[j]);
+    double s = 0.0;
+    for (i64 j = 0; j < cols; ++j) {
+      yr[j] = std::exp(xr[j] - mx);
+      s += yr[j];
+    }
+    const float inv = static_cast<float>(1.0 / s);
+    for (i64 j = 0; j < cols; ++j) yr[j] *= inv;
+  }
+}
+
+void softmax_backward(const float* y, const float* dy, float* dx, i64 rows, i64 cols) {
+  for (i64 r = 0; r < rows; ++r) {
+    const float* yr = y + r * cols;
+    const float* dyr = dy + r * cols;
+    float* dxr = dx + r * cols;
+    double dot = 0.0;
+    for (i64 j = 0; j < cols; ++j) dot += static_cast<double>(yr[j]) * dyr[j];
+    const float d = static_cast<float>(dot);
+    for (i64 j = 0; j < cols; ++j) dxr[j] = yr[j] * (dyr[j] - d);
+  }
+}
+
+void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i64 c, i64 nh) {
+  if (nh <= 0) return;
+  const i64 hs = c / nh;
+  const i64 c3 = 3 * c;
+  const float sc = hs > 0 ? 1.0f / std::sqrt(static_cast<float>(hs)) : 1.0f;
+  for (i64 bi = 0; bi < b; ++bi) {
+    const float* qkv_b = qkv + bi * t * c3;
+    for (i64 ti = 0; ti < t; ++ti) {
+      for (i64 h = 0; h < nh; ++h) {
+        const float* q = qkv_b + ti * c3 + h * hs;
+        float* att_row = att + ((bi * nh + h) * t + ti) * t;
+        // Scaled scores over the causal prefix, then a stable softmax.
+        float mx = -INFINITY;
+        for (i64 t2 = 0; t2 <= ti; ++t2) {
+          const float* k = qkv_b + t2 * c3 + c + h * hs;
+          float dot = 0.0f;
+          for (i64 i = 0; i < hs; ++i) dot += q[i] * k[i];
+          dot *= sc;
+          att_row[t2] = dot;
+          mx = std::max(mx, dot);
+        }
+        float s = 0.0f;
+        for (i64 t2 = 0; t2 <= ti; ++t2) {
+          const float e = std::exp(att_row[t2] - mx);
+          att_row[t2] = e;
+          s += e;
+        }
+        const float inv = 1.0f / s;
+        for (i64 t2 = 0; t2 <= ti; ++t2) att_row[t2] *= inv;
+        for (i64 t2 = ti + 1; t2 < t; ++t2) att_row[t2] = 0.0f;
+        // out = att @ v over the prefix.
+        float* o = out + (bi * t + ti) * c + h * hs;
+        zero(o, hs);
+        for (i64 t2 = 0; t2 <= ti; ++t2) {
+          const float* v = qkv_b + t2 * c3 + 2 * c + h * hs;
+          const float a = att_row[t2];
+          for (i64 i = 0; i < hs; ++i) o[i] += a * v[i];
+        }
+      }
+    }
+  }
+}
+
+void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv,
+                        i64 b, i64 t, i64 c, i64 nh) {
+  zero(dqkv, b * t * 3 * c);
+  if (nh <= 0 || t <= 0) return;
+  const i64 hs = c / nh;
+  const i64 c3 = 3 * c;
+  const float sc = hs > 0 ? 1.0f / std::sqrt(static_cast<float>(hs)) : 1.0f;
+  std::vector<float> datt(static_cast<std::size_t>(t));
+  for (i64 bi = 0; bi < b; ++bi) {
+    const float* qkv_b = qkv + bi * t * c3;
+    float* dqkv_b = dqkv + bi * t * c3;
+    for (i64 ti = 0; ti < t; ++ti) {
+      for (i64 h = 0; h < nh; ++h) {
+        const float* att_row = att + ((bi * nh + h) * t + ti) * t;
+        const float* dout_row = dout + (bi * t + ti) * c + h * hs;
+        const float* q = qkv_b + ti * c3 + h * hs;
+        float* dq = dqkv_b + ti * c3 + h * hs;
+        // Through out = att @ v: datt = dout . v, dv += att * dout.
+        for (i64 t2 = 0; t2 <= ti; ++t2) {
+          const float* v = qkv_b + t2 * c3 + 2 * c + h * hs;
+          float* dv = dqkv_b + t2 * c3 + 2 * c + h * hs;
+          const float a = att_row[t2];
+          float dot = 0.0f;
+          for (i64 i = 0; i < hs; ++i) {
+            dot += v[i] * dout_row[i];
+            dv[i] += a * dout_row[i];
+          }
+          datt[t2] = dot;
+        }
+        // Through the softmax: dpre = att * (datt - sum(att * datt)).
+        float dsum = 0.0f;
+        for (i64 t2 = 0; t2 <= ti; ++t2) dsum += att_row[t2] * datt[t2];
+        // Through the scaled scores: dq += dpre * k * sc, dk += dpre * q * sc.
+        for (i64 t2 = 0; t2 <= ti; ++t2) {
+          const float dpre = att_row[t2] * (datt[t2] - dsum) * sc;
+          const float* k = qkv_b + t2 * c3 + c + h * hs;
+          float* dk = dqkv_b + t2 * c3 + c + h * hs;
+          for (i64 i = 0; i < hs; ++i) {
+            dq[i] += dpre * k[i];
+            dk[i] += dpre * q[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+void embedding_forward(const std::int32_t* idx, const float* wte, const float* wpe, float* out,
+                       i64 b, i64 t, i64 c) {
+  for (i64 bi = 0; bi < b; ++bi) {
+    for (i64 ti = 0; ti < t; ++ti) {
+      const i64 row = bi * t + ti;
+      const float* e = wte + static_cast<i64>(idx[row]) * c;
+      float* o = out + row * c;
+      if (wpe != nullptr) {
+        const float* p = wpe + ti * c;
+        for (i64 j = 0; j < c; ++j) o[j] = e[j] + p[j];
+      } else {
+        for (i64 j = 0; j < c; ++j) o[j] = e[j];
+      }
+    }
+  }
+}
+
+void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe,
+                        i64 b, i64 t, i64 c, i64 v) {
+  zero(dwte, v * c);
+  if (dwpe != nullptr) zero(dwpe, t * c);
+  for (i64 bi = 0; bi < b; ++bi) {
+    for (i64 ti = 0; ti < t; ++ti) {
+      const i64 row = bi * t + ti;
+      const float* d = dout + row * c;
+      float* e = dwte + static_cast<i64>(idx[row]) * c;
+      for (i64 j = 0; j < c; ++j) e[j] += d[j];
+      if (dwpe != nullptr) {
+        float* p = dwpe + ti * c;
+        for (i64 j = 0; j < c; ++j) p[j] += d[j];
+      }
+    }
+  }
+}
+
+void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
+                           i64 n, i64 v) {
+  for (i64 i = 0; i < n; ++i) {
+    const float* l = logits + i * v;
+    float mx = -INFINITY;
+    for (i64 j = 0; j < v; ++j) mx = std::max(mx, l[j]);
+    double s = 0.0;
+    for (i64 j = 0; j < v; ++j) s += std::exp(static_cast<double>(l[j] - mx));
+    losses[i] = static_cast<float>(std::log(s) - static_cast<double>(l[targets[i]] - mx));
+  }
+}
+
+void cross_entropy_backward(const float* logits, const std::int32_t* targets,
+                            const float* dloss, float scale, float* dlogits, i64 n, i64 v) {
+  const float g = n > 0 ? dloss[0] * scale : 0.0f;
+  for (i64 i = 0; i < n; ++i) {
+    const float* l = logits + i * v;
+    float* d = dlogits + i * v;
+    float mx = -INFINITY;
+    for (i64 j = 0; j < v; ++j) mx = std::max(mx, l[j]);
+    double s = 0.0;
+    for (i64 j = 0; j < v; ++j) s += std::exp(static_cast<double>(l[j] - mx));
+    const double inv = 1.0 / s;
+    const i64 tgt = targets[i];
+    for (i64 j = 0; j < v; ++j) {
+      const double p = std::exp(static_cast<double>(l[j] - mx)) * inv;
+      d[j] = static_cast<float>((p - (j == tgt ? 1.0 : 0.0)) * static_cast<double>(g));
+    }
+  }
+}
+
+void dropout_forward(const float* x, float* y, std::uint8_t* mask, i64 n, float p,
+                     std::uint64_t seed, std::uint64_t offset) {
+  const Philox rng(seed, offset);
+  const float keep = 1.0f - p;
+  // Element i uses word i % 4 of block i / 4: the same number Philox::uniform(i) returns,
+  // with one block computed per four elements.
+  for (i64 base = 0; base < n; base += 4) {
+    const PhiloxBlock blk = rng.block(static_cast<std::uint64_t>(base) / 4);
+    const i64 end = std::min<i64>(base + 4, n);
+    for (i64 i = base; i < end; ++i) {
+      const float u = static_cast<float>(blk.w[i - base] >> 8) * (1.0f / 16777216.0f);
+      const bool kept = u >= p;
+      mask[i] = kept ? 1 : 0;
+      y[i] = kept ? x[i] / keep : 0.0f;
+    }
+  }
+}
+
+void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 n, float p) {
+  const float keep = 1.0f - p;
+  for (i64 i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
+}
+
+void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols,
+                    i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad) {
+  const i64 oh = out_dim(h, pad, kh, stride);
+  const i64 ow = out_dim(wd, pad, kw, stride);
+  const i64 p = oh * ow;
+  const i64 kdim = ic * kh * kw;
+  for (i64 ni = 0; ni < n; ++ni) {
+    const float* xi = x + ni * ic * h * wd;
+    float* yi = y + ni * oc * p;
+    im2col(xi, cols, ic, h, wd, kh, kw, stride, pad, oh, ow);
+    gemm(false, false, oc, p, kdim, 1.0f, w, cols, 0.0f, yi);
+    if (bias != nullptr) {
+      for (i64 o = 0; o < oc; ++o) {
+        float* yo = yi + o * p;
+        const float bo = bias[o];
+        for (i64 j = 0; j < p; ++j) yo[j] += bo;
+      }
+    }
+  }
+}
+
+void conv2d_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
+                     float* dbias, float* cols, i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh,
+                     i64 kw, i64 stride, i64 pad) {
+  const i64 oh = out_dim(h, pad, kh, stride);
+  const i64 ow = out_dim(wd, pad, kw, stride);
+  const i64 p = oh * ow;
+  const i64 kdim = ic * kh * kw;
+  zero(dw, oc * kdim);
+  std::vector<double> db_acc(dbias != nullptr ? static_cast<std::size_t>(oc) : 0, 0.0);
+  for (i64 ni = 0; ni < n; ++ni) {
+    const float* xi = x + ni * ic * h * wd;
+    const float* dyi = dy + ni * oc * p;
+    // dw += dy_i (OC x P) @ cols_i^T (P x K), accumulated image by image in order.
+    im2col(xi, cols, ic, h, wd, kh, kw, stride, pad, oh, ow);
+    gemm(false, true, oc, kdim, p, 1.0f, dyi, cols, 1.0f, dw);
+    if (dbias != nullptr) {
+      for (i64 o = 0; o < oc; ++o) {
+        const float* d = dyi + o * p;
+        double s = 0.0;
+        for (i64 j = 0; j < p; ++j) s += d[j];
+        db_acc[o] += s;
+      }
+    }
+    if (dx != nullptr) {
+      // dcols = w^T (K x OC) @ dy_i (OC x P), scattered back by col2im.
+      gemm(true, false, kdim, p, oc, 1.0f, w, dyi, 0.0f, cols);
+      col2im(cols, dx + ni * ic * h * wd, ic, h, wd, kh, kw, stride, pad, oh, ow);
+    }
+  }
+  if (dbias != nullptr) {
+    for (i64 o = 0; o < oc; ++o) dbias[o] = static_cast<float>(db_acc[o]);
+  }
+}
+
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* rstd, i64 n, i64 c, i64 hw, float eps) {
+  const i64 count = n * hw;
+  for (i64 ch = 0; ch < c; ++ch) {
+    double m = 0.0;
+    for (i64 ni = 0; ni < n; ++ni) {
+      const float* xp = x + (ni * c + ch) * hw;
+      for (i64 i = 0; i < hw; ++i) m += xp[i];
+    }
+    m = count > 0 ? m / static_cast<double>(count) : 0.0;
+    double var = 0.0;
+    for (i64 ni = 0; ni < n; ++ni) {
+      const float* xp = x + (ni * c + ch) * hw;
+      for (i64 i = 0; i < hw; ++i) {
+        const double d = xp[i] - m;
+        var += d * d;
+      }
+    }
+    var = count > 0 ? var / static_cast<double>(count) : 0.0;
+    const float mf = static_cast<float>(m);
+    const float sf = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+    const float g = gamma[ch] * sf;
+    const float bt = beta[ch];
+    for (i64 ni = 0; ni < n; ++ni) {
+      const float* xp = x + (ni * c + ch) * hw;
+      float* yp = y + (ni * c + ch) * hw;
+      for (i64 i = 0; i < hw; ++i) yp[i] = (xp[i] - mf) * g + bt;
+    }
+    mean[ch] = mf;
+    rstd[ch] = sf;
+  }
+}
+
+void batchnorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+                        const float* rstd, float* dx, float* dgamma, float* dbeta, i64 n, i64 c,
+                        i64 hw) {
+  const i64 count = n * hw;
+  for (i64 ch = 0; ch < c; ++ch) {
+    const float mf = mean[ch];
+    const float sf = rstd[ch];
+    double sdy = 0.0;
+    double sdy_xhat = 0.0;
+    for (i64 ni = 0; ni < n; ++ni) {
+      const float* xp = x + (ni * c + ch) * hw;
+      const float* dyp = dy + (ni * c + ch) * hw;
+      for (i64 i = 0; i < hw; ++i) {
+        const float xhat = (xp[i] - mf) * sf;
+        sdy += dyp[i];
+        sdy_xhat += static_cast<double>(dyp[i]) * xhat;
+      }
+    }
+    dbeta[ch] = static_cast<float>(sdy);
+    dgamma[ch] = static_cast<float>(sdy_xhat);
+    if (count == 0) continue;
+    const float mdy = static_cast<float>(sdy / static_cast<double>(count));
+    const float mdy_xhat = static_cast<float>(sdy_xhat / static_cast<double>(count));
+    const float g = gamma[ch] * sf;
+    for (i64 ni = 0; ni < n; ++ni) {
+      const float* xp = x + (ni * c + ch) * hw;
+      const float* dyp = dy + (ni * c + ch) * hw;
+      float* dxp = dx + (ni * c + ch) * hw;
+      for (i64 i = 0; i < hw; ++i) {
+        const float xhat = (xp[i] - mf) * sf;
+        dxp[i] = g * (dyp[i] - mdy - xhat * mdy_xhat);
+      }
+    }
+  }
+}
+
+void batchnorm_running_update(float* running_mean, float* running_var, const float* mean,
+                              const float* rstd, i64 c, i64 count, float momentum, float eps) {
+  // With a single sample the unbiased variance is undefined; the biased one is used instead.
+  const double correction =
+      count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+  const double mom = momentum;
+  for (i64 ch = 0; ch < c; ++ch) {
+    const double r = rstd[ch];
+    const double var = (1.0 / (r * r) - static_cast<double>(eps)) * correction;
+    running_mean[ch] = static_cast<float>((1.0 - mom) * running_mean[ch] + mom * mean[ch]);
+    running_var[ch] = static_cast<float>((1.0 - mom) * running_var[ch] + mom * var);
+  }
+}
+
+void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h,
+                       i64 wd, i64 k, i64 s) {
+  const i64 oh = out_dim(h, 0, k, s);
+  const i64 ow = out_dim(wd, 0, k, s);
+  for (i64 plane = 0; plane < n * c; ++plane) {
+    const float* xp = x + plane * h * wd;
+    float* yp = y + plane * oh * ow;
+    std::int32_t* ap = argmax + plane * oh * ow;
+    for (i64 oy = 0; oy < oh; ++oy) {
+      for (i64 ox = 0; ox < ow; ++ox) {
+        const i64 y0 = oy * s;
+        const i64 x0 = ox * s;
+        i64 best_idx = y0 * wd + x0;
+        float best = xp[best_idx];
+        for (i64 ky = 0; ky < k; ++ky) {
+          const float* row = xp + (y0 + ky) * wd + x0;
+          for (i64 kx = 0; kx < k; ++kx) {
+            if (row[kx] > best) {  // strict: the first maximum wins ties
+              best = row[kx];
+              best_idx = (y0 + ky) * wd + x0 + kx;
+            }
+          }
+        }
+        yp[oy * ow + ox] = best;
+        ap[oy * ow + ox] = static_cast<std::int32_t>(best_idx);
+      }
+    }
+  }
+}
+
+void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c,
+                        i64 h, i64 wd, i64 k, i64 s) {
+  zero(dx, n * c * h * wd);
+  const i64 oh = out_dim(h, 0, k, s);
+  const i64 ow = out_dim(wd, 0, k, s);
+  const i64 p = oh * ow;
+  for (i64 plane = 0; plane < n * c; ++plane) {
+    float* dxp = dx + plane * h * wd;
+    const float* dyp = dy + plane * p;
+    const std::int32_t* ap = argmax + plane * p;
+    for (i64 j = 0; j < p; ++j) dxp[ap[j]] += dyp[j];
+  }
+}
+
+void avgpool_forward(const float* x, float* y, i64 n, i64 c, i64 hw) {
+  for (i64 plane = 0; plane < n * c; ++plane) {
+    const float* xp = x + plane * hw;
+    double s = 0.0;
+    for (i64 i = 0; i < hw; ++i) s += xp[i];
+    y[plane] = hw > 0 ? static_cast<float>(s / static_cast<double>(hw)) : 0.0f;
+  }
+}
+
+void avgpool_backward(const float* dy, float* dx, i64 n, i64 c, i64 hw) {
+  if (hw <= 0) return;
+  const float inv = 1.0f / static_cast<float>(hw);
+  for (i64 plane = 0; plane < n * c; ++plane) {
+    const float g = dy[plane] * inv;
+    float* dxp = dx + plane * hw;
+    for (i64 i = 0; i < hw; ++i) dxp[i] = g;
+  }
+}
+
+void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t) {
+  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), t));
+  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), t));
+  for (i64 i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float mhat = mi / bc1;
+    const float vhat = vi / bc2;
+    param[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * param[i]);
+  }
+}
+
+}  // namespace remat::kernels::cpu
