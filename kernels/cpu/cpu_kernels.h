@@ -24,7 +24,7 @@ using i64 = std::int64_t;
 void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a,
           const float* b, float beta, float* c);
 
-// y[r, c] = x[r, c] + bias[c]
+// y[r, c] = x[r, c] + bias[c]; y may be x (in place).
 void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols);
 // dbias[c] = sum_r dy[r, c]
 void bias_grad(const float* dy, float* dbias, i64 rows, i64 cols);
