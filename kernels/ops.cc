@@ -147,11 +147,12 @@ struct GemmDims {
 };
 GemmDims gemm_dims(const std::string& name, SpecList in, bool ta, bool tb) {
   require_f32(name, in, {0, 1});
-  require(in[1].shape.size() == 2, name, in, "the second operand must be 2-D");
+  require(!in[0].shape.empty() && !in[1].shape.empty(), name, in, "operands must not be scalars");
   const i64 ar = rows(in[0]), ac = last(in[0]);
+  const i64 br = rows(in[1]), bc = last(in[1]);
   const i64 m = ta ? ac : ar, k = ta ? ar : ac;
-  const i64 bk = tb ? in[1].shape[1] : in[1].shape[0];
-  const i64 n = tb ? in[1].shape[0] : in[1].shape[1];
+  const i64 bk = tb ? bc : br;
+  const i64 n = tb ? br : bc;
   require(bk == k, name, in, absl::StrCat("inner dimensions differ: ", k, " and ", bk));
   return {m, n, k};
 }
@@ -181,7 +182,7 @@ Tensor matmul(Runtime& rt, const Tensor& a, const Tensor& b, bool trans_a, bool 
           const i64 ar = rows(as), ac = last(as);
           const i64 m = ta ? ac : ar, kk = ta ? ar : ac;
           const TensorSpec& bs = k.input_spec(1);
-          const i64 n = tb ? bs.shape[0] : bs.shape[1];
+          const i64 n = tb ? rows(bs) : last(bs);
           be.gemm(ta, tb, m, n, kk, 1.0f, k.input<float>(0), k.input<float>(1), 0.0f,
                   k.output<float>(0));
         });

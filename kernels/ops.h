@@ -33,7 +33,7 @@ double estimate_ns(double flops, double bytes);
 // y = x w^T (+ b): x (.., C), w (OC, C), b (OC) or undefined.
 Tensor linear(Runtime& rt, const Tensor& x, const Tensor& w, const Tensor& b = {});
 // op(a) op(b): a is taken as (rows, last); with trans_a the result is (last, N), else it keeps
-// a's leading dimensions with N last. b is 2-D.
+// a's leading dimensions with N last. b is taken as (rows, last) the same way.
 Tensor matmul(Runtime& rt, const Tensor& a, const Tensor& b, bool trans_a = false,
               bool trans_b = false);
 Tensor bias_add(Runtime& rt, const Tensor& x, const Tensor& b);

@@ -1,0 +1,249 @@
+#include "examples/common/trainer.h"
+
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "remat/errors.h"
+#include "remat/segment_source.h"
+
+namespace remat::examples {
+namespace {
+
+struct Param {
+  ad::Var var;  // unused outside a step
+  Tensor value, m, v;
+};
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+    case Backend::kSimulated: return "sim";
+  }
+  return "?";
+}
+
+std::vector<float> read_floats(Runtime& rt, const Tensor& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.spec().numel()));
+  rt.read(t, out.data());
+  return out;
+}
+
+}  // namespace
+
+TrainResult train(Model& model, const TrainConfig& config) {
+  TrainResult result;
+  result.budget = config.budget;
+  RuntimeOptions options;
+  options.backend = config.backend;
+  options.budget = config.budget;
+  options.policy = config.policy;
+  options.seed = config.seed;
+  const bool runs = config.backend != Backend::kSimulated;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Runtime rt(options);
+    std::vector<Param> params;
+    for (const HostTensor& h : model.init_params(config.seed)) {
+      Param p;
+      p.value = rt.constant(h.spec, runs ? h.data.data() : nullptr);
+      const std::vector<float> zero(runs ? static_cast<std::size_t>(h.spec.numel()) : 0, 0.0f);
+      p.m = rt.constant(h.spec, runs ? zero.data() : nullptr);
+      p.v = rt.constant(h.spec, runs ? zero.data() : nullptr);
+      params.push_back(std::move(p));
+    }
+    std::vector<Tensor> buffers;
+    for (const HostTensor& h : model.init_buffers())
+      buffers.push_back(rt.constant(h.spec, runs ? h.data.data() : nullptr));
+    result.param_bytes = rt.stats().pinned_bytes;
+
+    for (int step = 0; step < config.steps; ++step) {
+      float loss_value = std::numeric_limits<float>::quiet_NaN();
+      {
+        ad::Tape tape(rt);
+        std::vector<ad::Var> vars;
+        for (const Param& p : params) vars.push_back(tape.leaf(p.value));
+        ad::Var loss = model.loss(tape, vars, buffers, step, config.seed);
+        const RuntimeStats s = rt.stats();
+        result.forward_activation_bytes =
+            std::max(result.forward_activation_bytes, s.resident_bytes - s.pinned_bytes);
+        tape.backward(loss);
+        if (runs) rt.read(loss.value, &loss_value);
+        loss = ad::Var();
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          Tensor g = tape.grad(vars[i]);
+          if (g.defined()) ops::adamw(rt, params[i].value, params[i].m, params[i].v, g,
+                                      config.adamw, step + 1);
+        }
+      }
+      result.losses.push_back(loss_value);
+      result.items += model.items(step, config.seed);
+      if (config.progress) {
+        std::fprintf(stderr, "\r%s step %d/%d loss %.4f evictions %zu", model.name().c_str(),
+                     step + 1, config.steps, static_cast<double>(loss_value),
+                     rt.stats().evictions);
+        std::fflush(stderr);
+      }
+    }
+    if (config.progress) std::fprintf(stderr, "\n");
+    if (runs) {
+      for (const Param& p : params) result.final_state.push_back(read_floats(rt, p.value));
+      for (const Tensor& b : buffers) result.final_state.push_back(read_floats(rt, b));
+    }
+    result.stats = rt.stats();
+  } catch (const OutOfMemoryError& e) {
+    result.status = "oom";
+    result.error = e.what();
+  } catch (const ThrashError& e) {
+    result.status = "thrash";
+    result.error = e.what();
+  } catch (const std::exception& e) {
+    result.status = "error";
+    result.error = e.what();
+  }
+  result.peak_reserved = result.stats.memory.peak_reserved;
+  result.peak_allocated = result.stats.memory.peak_allocated;
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+Comparison train_with_baseline(Model& model, const TrainConfig& config) {
+  Comparison c;
+  TrainConfig base = config;
+  base.budget = SIZE_MAX;
+  base.progress = false;
+  c.baseline = train(model, base);
+  if (config.budget_fraction <= 0 && config.budget == SIZE_MAX) {
+    c.run = c.baseline;
+    return c;
+  }
+  TrainConfig run = config;
+  if (config.budget_fraction > 0) {
+    run.budget = static_cast<std::size_t>(config.budget_fraction *
+                                          static_cast<double>(c.baseline.peak_reserved));
+  }
+  c.run = train(model, run);
+  return c;
+}
+
+absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
+                         std::map<std::string, std::string>& model_flags) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) return absl::InvalidArgumentError("unexpected argument " + arg);
+    std::string key = arg.substr(2), value;
+    if (const auto eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    } else if (key != "json" && key != "help") {
+      if (i + 1 >= argc) return absl::InvalidArgumentError("--" + key + " needs a value");
+      value = argv[++i];
+    }
+    auto bad = [&] { return absl::InvalidArgumentError("bad value for --" + key + ": " + value); };
+    if (key == "json") {
+      json = true;
+    } else if (key == "help") {
+      return absl::InvalidArgumentError(
+          "flags: --backend cpu|cuda|sim --budget BYTES | --budget-fraction F --policy P "
+          "--steps N --seed S --lr X --json, and model flags --name value");
+    } else if (key == "backend") {
+      if (value == "cpu") config.backend = Backend::kCpu;
+      else if (value == "cuda") config.backend = Backend::kCuda;
+      else if (value == "sim") config.backend = Backend::kSimulated;
+      else return bad();
+    } else if (key == "budget") {
+      std::uint64_t b = 0;
+      if (!absl::SimpleAtoi(value, &b)) return bad();
+      config.budget = b;
+    } else if (key == "budget-fraction") {
+      if (!absl::SimpleAtod(value, &config.budget_fraction) || config.budget_fraction <= 0 ||
+          config.budget_fraction > 1)
+        return bad();
+    } else if (key == "policy") {
+      config.policy = value;
+    } else if (key == "steps") {
+      if (!absl::SimpleAtoi(value, &config.steps) || config.steps < 0) return bad();
+    } else if (key == "seed") {
+      if (!absl::SimpleAtoi(value, &config.seed)) return bad();
+    } else if (key == "lr") {
+      if (!absl::SimpleAtof(value, &config.adamw.lr)) return bad();
+    } else {
+      model_flags[key] = value;
+    }
+  }
+  return absl::OkStatus();
+}
+
+int run_main(int argc, char** argv, Model& model) {
+  TrainConfig config;
+  bool json = false;
+  std::map<std::string, std::string> model_flags;
+  absl::Status st = parse_flags(argc, argv, config, json, model_flags);
+  if (st.ok()) st = model.configure(model_flags);
+  if (!st.ok()) {
+    std::cerr << model.name() << ": " << st.message() << "\n";
+    return 2;
+  }
+  if (config.backend == Backend::kCuda && !cuda_device_available()) {
+    std::cerr << model.name() << ": --backend cuda needs a CUDA device, and none is usable\n";
+    return 2;
+  }
+  config.progress = !json && isatty(STDERR_FILENO);
+  Comparison c = train_with_baseline(model, config);
+  const TrainResult& r = c.run;
+  if (json) {
+    nlohmann::json j;
+    j["example"] = model.name();
+    j["backend"] = backend_name(config.backend);
+    j["policy"] = config.policy;
+    j["steps"] = config.steps;
+    j["seed"] = config.seed;
+    j["status"] = r.status;
+    if (!r.error.empty()) j["error"] = r.error;
+    nlohmann::json losses = nlohmann::json::array();
+    for (float l : r.losses) losses.push_back(std::isnan(l) ? nlohmann::json() : nlohmann::json(l));
+    j["losses"] = losses;
+    j["budget_bytes"] = r.budget == SIZE_MAX ? nlohmann::json() : nlohmann::json(r.budget);
+    j["peak_reserved_bytes"] = r.peak_reserved;
+    j["peak_allocated_bytes"] = r.peak_allocated;
+    j["baseline_peak_bytes"] = c.baseline.peak_reserved;
+    j["param_and_state_bytes"] = r.param_bytes;
+    j["forward_activation_bytes"] = r.forward_activation_bytes;
+    j["compute_overhead"] = r.stats.compute_overhead();
+    j["evictions"] = r.stats.evictions;
+    j["recomputations"] = r.stats.recomputations;
+    j["search_seconds"] = r.stats.search_seconds;
+    j["wall_seconds"] = r.wall_seconds;
+    j["baseline_wall_seconds"] = c.baseline.wall_seconds;
+    j["items"] = r.items;
+    bool same = r.losses.size() == c.baseline.losses.size();
+    for (std::size_t i = 0; same && i < r.losses.size(); ++i)
+      same = std::memcmp(&r.losses[i], &c.baseline.losses[i], sizeof(float)) == 0;
+    j["losses_match_baseline"] = same && r.final_state == c.baseline.final_state;
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("%s: status %s, %zu steps, final loss %.6f\n", model.name().c_str(),
+                r.status.c_str(), r.losses.size(),
+                r.losses.empty() ? 0.0 : static_cast<double>(r.losses.back()));
+    std::printf("  peak reserved %.2f MiB (unconstrained %.2f MiB), budget %s\n",
+                r.peak_reserved / 1048576.0, c.baseline.peak_reserved / 1048576.0,
+                r.budget == SIZE_MAX ? "none" : absl::StrCat(r.budget, " B").c_str());
+    std::printf("  evictions %zu, recomputations %zu, compute overhead %.4f, wall %.2f s "
+                "(unconstrained %.2f s)\n",
+                r.stats.evictions, r.stats.recomputations, r.stats.compute_overhead(),
+                r.wall_seconds, c.baseline.wall_seconds);
+    if (!r.error.empty()) std::printf("  %s\n", r.error.c_str());
+  }
+  return r.status == "ok" ? 0 : 1;
+}
+
+}  // namespace remat::examples

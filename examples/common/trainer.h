@@ -1,0 +1,97 @@
+// The training loop the examples share: parameters pinned in the runtime, a gradient tape
+// per step, AdamW in place, and the statistics and flags every example reports.
+//
+//   class MyModel : public remat::examples::Model { ... };
+//   int main(int argc, char** argv) { return remat::examples::run_main(argc, argv, my_model); }
+//
+// Flags: --backend cpu|cuda|sim, --budget BYTES | --budget-fraction F (of the unconstrained
+// peak, measured first in the same process), --policy P, --steps N, --seed S, --json, and
+// --name=value model flags (e.g. --layers 4).
+#ifndef REMAT_EXAMPLES_COMMON_TRAINER_H_
+#define REMAT_EXAMPLES_COMMON_TRAINER_H_
+
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/autograd.h"
+#include "kernels/ops.h"
+#include "remat/runtime.h"
+
+namespace remat::examples {
+
+struct HostTensor {
+  std::string name;
+  TensorSpec spec;
+  std::vector<float> data;  // empty on the simulated backend's request (see Model::init)
+};
+
+// A model: its parameters, its non-trained state (batch-norm running statistics) and the
+// loss of a step. Everything a step draws (data, sequence lengths) derives from (seed, step),
+// so two runs see the same inputs.
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string name() const = 0;
+  // Reads model flags (--layers etc.); unknown keys are an error.
+  virtual absl::Status configure(const std::map<std::string, std::string>& flags) = 0;
+  virtual std::vector<HostTensor> init_params(std::uint64_t seed) const = 0;
+  virtual std::vector<HostTensor> init_buffers() const { return {}; }
+  // Builds step `step`'s inputs in `rt` and runs the forward pass on the tape; returns the
+  // one-element loss. `buffers` are pinned and may be updated in place (running statistics).
+  virtual ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,
+                       const std::vector<Tensor>& buffers, int step, std::uint64_t seed) = 0;
+  // How many items a step processed (tokens, images, trees), for per-item rates.
+  virtual double items(int step, std::uint64_t seed) const = 0;
+};
+
+struct TrainConfig {
+  Backend backend = Backend::kCpu;
+  std::size_t budget = SIZE_MAX;
+  double budget_fraction = 0;  // > 0: the budget is this fraction of a first unconstrained run
+  std::string policy = "dtr";
+  int steps = 10;
+  std::uint64_t seed = 1;
+  ops::AdamW adamw = {.lr = 1e-3f, .weight_decay = 0.0f};
+  bool progress = false;        // a progress line on stderr
+};
+
+struct TrainResult {
+  std::string status = "ok";   // ok, oom, thrash, error
+  std::string error;
+  std::vector<float> losses;   // per step (NaN on the simulated backend)
+  std::vector<std::vector<float>> final_state;  // parameters then buffers (CPU backend)
+  RuntimeStats stats;
+  std::size_t budget = SIZE_MAX;
+  std::size_t peak_reserved = 0;
+  std::size_t peak_allocated = 0;
+  std::size_t param_bytes = 0;         // parameters + optimizer state + buffers
+  std::size_t forward_activation_bytes = 0;  // most bytes of non-pinned tensors after a forward
+  double items = 0;
+  double wall_seconds = 0;
+};
+
+// One training run with the budget as given (budget_fraction ignored).
+TrainResult train(Model& model, const TrainConfig& config);
+
+struct Comparison {
+  TrainResult baseline;  // unconstrained
+  TrainResult run;       // under the budget
+};
+// The unconstrained run, then the budgeted one (budget = fraction x its peak reserved bytes,
+// or config.budget when no fraction is given).
+Comparison train_with_baseline(Model& model, const TrainConfig& config);
+
+// Parses the common flags into `config` and the rest into `model_flags`.
+absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
+                         std::map<std::string, std::string>& model_flags);
+
+int run_main(int argc, char** argv, Model& model);
+
+}  // namespace remat::examples
+
+#endif  // REMAT_EXAMPLES_COMMON_TRAINER_H_

@@ -1,0 +1,125 @@
+// Every example, at small sizes, under every budget from the unconstrained peak down to
+// where it no longer fits: losses and final parameters (and batch-norm running statistics)
+// must be bitwise identical to the unconstrained run, dropout included.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <set>
+
+#include "examples/gpt_model.h"
+#include "examples/mlp_model.h"
+#include "examples/resnet_model.h"
+#include "examples/treelstm_model.h"
+
+namespace remat::examples {
+namespace {
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct Case {
+  std::string name;
+  std::function<std::unique_ptr<Model>()> make;
+  int steps;
+};
+
+// Small configurations whose memory is mostly activations, so that low budgets force
+// eviction rather than failing on the parameters.
+std::vector<Case> cases() {
+  return {
+      {"mlp", [] { return std::make_unique<MlpModel>(MlpConfig{.batch = 256, .in = 32, .hidden = 64, .layers = 4, .classes = 5}); }, 3},
+      {"gpt", [] { return std::make_unique<GptModel>(GptConfig{.layers = 2, .channels = 32, .heads = 2, .vocab = 64, .batch = 4, .min_t = 8, .max_t = 48, .dropout = 0.1f}); }, 3},
+      {"resnet", [] { return std::make_unique<ResnetModel>(ResnetConfig{.batch = 4, .blocks = 1, .width = 4, .image = 16, .classes = 3}); }, 2},
+      {"treelstm", [] { return std::make_unique<TreeLstmModel>(TreeLstmConfig{.trees = 6, .hidden = 16, .vocab = 16, .classes = 3, .min_leaves = 3, .max_leaves = 10}); }, 2},
+  };
+}
+
+class ExampleTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
+  const Case& c = GetParam();
+  std::unique_ptr<Model> model = c.make();
+  TrainConfig config;
+  config.steps = c.steps;
+  config.seed = 7;
+  const TrainResult base = train(*model, config);
+  ASSERT_EQ(base.status, "ok") << base.error;
+  ASSERT_EQ(base.losses.size(), static_cast<std::size_t>(c.steps));
+  EXPECT_LT(base.losses.back(), base.losses.front() * 1.5f) << "training diverged";
+
+  int evicting_runs = 0;
+  double lowest_ok = 1.0;
+  for (const std::string policy : {"dtr", "msps"}) {
+    // Fractions of the bytes the unconstrained run's tensors needed at most (its reserved
+    // peak includes whole cached segments, which at these sizes is mostly slack).
+    for (int tenth = 10; tenth >= 1; --tenth) {
+      TrainConfig run = config;
+      run.policy = policy;
+      run.budget = static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
+      const TrainResult r = train(*model, run);
+      if (r.status != "ok") {
+        EXPECT_TRUE(r.status == "oom" || r.status == "thrash") << r.status << ": " << r.error;
+        continue;
+      }
+      SCOPED_TRACE(c.name + " " + policy + " at " + std::to_string(tenth / 10.0));
+      EXPECT_LE(r.peak_reserved, run.budget) << "the budget is a hard cap";
+      EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
+      ASSERT_EQ(r.final_state.size(), base.final_state.size());
+      for (std::size_t i = 0; i < r.final_state.size(); ++i)
+        EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+      if (r.stats.evictions > 0) ++evicting_runs;
+      lowest_ok = std::min(lowest_ok, tenth / 10.0);
+    }
+  }
+  EXPECT_GT(evicting_runs, 0) << "no budget made the runtime evict";
+  EXPECT_LE(lowest_ok, 0.9) << "remat should fit below what the unconstrained run needed";
+  std::printf("[ %s ] lowest passing budget fraction %.1f, %d runs evicted\n", c.name.c_str(),
+              lowest_ok, evicting_runs);
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, ExampleTest, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(ExampleTest, GptSequenceLengthChangesFromStepToStep) {
+  GptModel model(GptConfig{.min_t = 8, .max_t = 64});
+  std::set<std::int64_t> lengths;
+  for (int s = 0; s < 20; ++s) lengths.insert(model.seq_len(s, 3));
+  EXPECT_GT(lengths.size(), 5u);
+  for (std::int64_t t : lengths) {
+    EXPECT_GE(t, 8);
+    EXPECT_LE(t, 64);
+  }
+}
+
+TEST(ExampleTest, InfeasibleBudgetIsReportedAsOutOfMemory) {
+  MlpModel model(MlpConfig{.batch = 32, .in = 8, .hidden = 16, .layers = 2, .classes = 3});
+  TrainConfig config;
+  config.steps = 1;
+  config.budget = 4096;
+  const TrainResult r = train(model, config);
+  EXPECT_EQ(r.status, "oom");
+  EXPECT_NE(r.error.find("budget"), std::string::npos) << r.error;
+}
+
+TEST(ExampleTest, SimulatedBackendAccountsMemoryWithoutRunningKernels) {
+  GptModel model(GptConfig{.layers = 2, .channels = 64, .heads = 2, .vocab = 128, .batch = 2,
+                           .min_t = 32, .max_t = 32});
+  TrainConfig config;
+  config.steps = 1;
+  config.backend = Backend::kSimulated;
+  const TrainResult sim = train(model, config);
+  ASSERT_EQ(sim.status, "ok") << sim.error;
+  config.backend = Backend::kCpu;
+  const TrainResult cpu = train(model, config);
+  ASSERT_EQ(cpu.status, "ok") << cpu.error;
+  EXPECT_EQ(sim.forward_activation_bytes, cpu.forward_activation_bytes);
+  EXPECT_EQ(sim.peak_reserved, cpu.peak_reserved);
+  EXPECT_TRUE(std::isnan(sim.losses[0]));
+}
+
+}  // namespace
+}  // namespace remat::examples

@@ -1,0 +1,109 @@
+#include "examples/treelstm_model.h"
+
+#include <cmath>
+
+#include "examples/common/flags.h"
+#include "examples/common/random.h"
+
+namespace remat::examples {
+
+absl::Status TreeLstmModel::configure(const std::map<std::string, std::string>& flags) {
+  FlagReader f(flags);
+  f.read<std::int64_t>("trees", c_.trees, 1);
+  f.read<std::int64_t>("hidden", c_.hidden, 1);
+  f.read<std::int64_t>("vocab", c_.vocab, 2);
+  f.read<std::int64_t>("classes", c_.classes, 2);
+  f.read<std::int64_t>("min-leaves", c_.min_leaves, 1);
+  f.read<std::int64_t>("max-leaves", c_.max_leaves, 1);
+  absl::Status st = f.finish();
+  if (st.ok() && c_.min_leaves > c_.max_leaves)
+    return absl::InvalidArgumentError("--min-leaves must be at most --max-leaves");
+  return st;
+}
+
+std::vector<HostTensor> TreeLstmModel::init_params(std::uint64_t seed) const {
+  SplitMix rng(seed, 0x72EE);
+  const std::int64_t H = c_.hidden;
+  const float s = 1.0f / std::sqrt(static_cast<float>(2 * H));
+  return {
+      {"embed", TensorSpec{{c_.vocab, H}, DType::kF32}, normal_values(c_.vocab * H, 0.5f, rng)},
+      {"gates_w", TensorSpec{{5 * H, 2 * H}, DType::kF32}, normal_values(10 * H * H, s, rng)},
+      {"gates_b", TensorSpec{{5 * H}, DType::kF32}, constant_values(5 * H, 0.0f)},
+      {"out_w", TensorSpec{{c_.classes, H}, DType::kF32},
+       normal_values(c_.classes * H, 1.0f / std::sqrt(static_cast<float>(H)), rng)},
+      {"out_b", TensorSpec{{c_.classes}, DType::kF32}, constant_values(c_.classes, 0.0f)},
+  };
+}
+
+namespace {
+struct State {
+  ad::Var h, c;
+};
+}  // namespace
+
+ad::Var TreeLstmModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
+                            const std::vector<Tensor>&, int step, std::uint64_t seed) {
+  Runtime& rt = tape.rt();
+  const std::int64_t H = c_.hidden;
+  const ad::Var& embed = params[0];
+  const ad::Var& gw = params[1];
+  const ad::Var& gb = params[2];
+  SplitMix data(seed, 0x78EE + static_cast<std::uint64_t>(step));
+  const bool runs = rt.options().backend != Backend::kSimulated;
+
+  // Every tree's leaves first: one embedding lookup for the whole step.
+  std::vector<std::vector<std::int32_t>> leaves(static_cast<std::size_t>(c_.trees));
+  std::vector<std::int32_t> all_tokens, labels;
+  for (auto& tokens : leaves) {
+    const std::int64_t n = c_.min_leaves + static_cast<std::int64_t>(data.below(
+                                               static_cast<std::uint64_t>(c_.max_leaves - c_.min_leaves + 1)));
+    std::int64_t sum = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      tokens.push_back(static_cast<std::int32_t>(data.below(static_cast<std::uint64_t>(c_.vocab))));
+      sum += tokens.back() * (i % 2 == 0 ? 1 : 2);
+      all_tokens.push_back(tokens.back());
+    }
+    labels.push_back(static_cast<std::int32_t>(sum % c_.classes));
+  }
+  const auto total = static_cast<std::int64_t>(all_tokens.size());
+  Tensor idx = rt.constant(TensorSpec{{1, total}, DType::kI32}, runs ? all_tokens.data() : nullptr);
+  Tensor tgt = rt.constant(TensorSpec{{c_.trees}, DType::kI32}, runs ? labels.data() : nullptr);
+  ad::Var emb = ad::embedding(tape, idx, embed, ad::Var{});  // (1, total, H)
+
+  std::int64_t leaf_base = 0;
+  std::vector<ad::Var> roots;
+  for (const auto& tokens : leaves) {
+    // Leaves in order; then merge random adjacent pairs until one root is left, so every
+    // tree has its own shape.
+    std::vector<State> level;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      ad::Var c = ad::narrow(tape, emb, (leaf_base + static_cast<std::int64_t>(i)) * H, {1, H});
+      level.push_back({ad::tanh(tape, c), c});
+    }
+    leaf_base += static_cast<std::int64_t>(tokens.size());
+    while (level.size() > 1) {
+      const std::size_t k = data.below(level.size() - 1);
+      const State& l = level[k];
+      const State& r = level[k + 1];
+      ad::Var in = ad::reshape(tape, ad::concat(tape, {l.h, r.h}), {1, 2 * H});
+      ad::Var gates = ad::linear(tape, in, gw, gb);  // (1, 5H): i, f_l, f_r, o, u
+      auto gate = [&](int g) { return ad::narrow(tape, gates, g * H, {1, H}); };
+      ad::Var i = ad::sigmoid(tape, gate(0));
+      ad::Var fl = ad::sigmoid(tape, gate(1));
+      ad::Var fr = ad::sigmoid(tape, gate(2));
+      ad::Var o = ad::sigmoid(tape, gate(3));
+      ad::Var u = ad::tanh(tape, gate(4));
+      ad::Var c = ad::add(tape, ad::add(tape, ad::mul(tape, i, u), ad::mul(tape, fl, l.c)),
+                          ad::mul(tape, fr, r.c));
+      ad::Var h = ad::mul(tape, o, ad::tanh(tape, c));
+      level[k] = State{h, c};
+      level.erase(level.begin() + static_cast<std::ptrdiff_t>(k) + 1);
+    }
+    roots.push_back(level[0].h);
+  }
+  ad::Var hs = ad::concat(tape, roots);  // (trees, H)
+  ad::Var logits = ad::linear(tape, hs, params[3], params[4]);
+  return ad::cross_entropy_mean(tape, logits, tgt);
+}
+
+}  // namespace remat::examples

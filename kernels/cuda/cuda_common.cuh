@@ -1,0 +1,142 @@
+// Internal helpers shared by the CUDA kernel sources (not part of the public interface):
+// status checks that throw, launch geometry, and fixed-order (deterministic) reductions.
+//
+//   REMAT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+//   my_kernel<<<grid_for(n), kThreads, 0, stream>>>(...);
+//   check_launch("my_kernel");
+#ifndef REMAT_KERNELS_CUDA_CUDA_COMMON_CUH_
+#define REMAT_KERNELS_CUDA_CUDA_COMMON_CUH_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace remat::kernels::cuda::detail {
+
+inline void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(status) + ": " +
+                             cudaGetErrorString(status));
+  }
+}
+
+inline void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string(what) + " failed: " + cublasGetStatusName(status) +
+                             ": " + cublasGetStatusString(status));
+  }
+}
+
+// After a <<<...>>> launch: reports a bad configuration or an earlier asynchronous error.
+inline void check_launch(const char* kernel) {
+  check_cuda(cudaGetLastError(), (std::string("launch of ") + kernel).c_str());
+}
+
+#define REMAT_CUDA_CHECK(expr) ::remat::kernels::cuda::detail::check_cuda((expr), #expr)
+#define REMAT_CUBLAS_CHECK(expr) ::remat::kernels::cuda::detail::check_cublas((expr), #expr)
+
+// The cuBLAS handle of this thread and the current device, bound to `stream` and to that
+// stream's own workspace (defined in cuda_blas.cu).
+cublasHandle_t blas_handle(cudaStream_t stream);
+
+constexpr int kThreads = 256;  // elementwise and most reduction kernels
+constexpr int kWarp = 32;
+
+// Blocks for a grid-stride loop over n items (kernels loop, so the grid may be capped).
+inline unsigned grid_for(i64 n, int threads = kThreads) {
+  const i64 blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::clamp<i64>(blocks, 1, i64{1} << 20));
+}
+
+// Blocks for a loop of one block per item.
+inline unsigned grid_blocks(i64 items) {
+  return static_cast<unsigned>(std::clamp<i64>(items, 1, i64{1} << 30));
+}
+
+#define REMAT_GRID_STRIDE(i, n)                                                     \
+  for (::remat::kernels::cuda::i64 i =                                            \
+           static_cast<::remat::kernels::cuda::i64>(blockIdx.x) * blockDim.x +    \
+           threadIdx.x;                                                           \
+       i < (n); i += static_cast<::remat::kernels::cuda::i64>(blockDim.x) * gridDim.x)
+
+// Butterfly reductions inside one warp. Every lane ends with the same bits (each step adds the
+// same two values, and float addition is commutative), and the order is fixed, so the result
+// depends on the inputs only.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Block-wide reductions for a block of blockDim.x threads (a multiple of 32, at most 1024):
+// each warp reduces its lanes, then warp 0 reduces the per-warp values, always in the same
+// order. Every thread of the block must call it; all get the result. `scratch` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < warps ? scratch[lane] : 0.0f;
+    w = warp_sum(w);
+    if (lane == 0) scratch[0] = w;
+  }
+  __syncthreads();
+  const float result = scratch[0];
+  __syncthreads();  // scratch may be reused right away
+  return result;
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < warps ? scratch[lane] : -INFINITY;
+    w = warp_max(w);
+    if (lane == 0) scratch[0] = w;
+  }
+  __syncthreads();
+  const float result = scratch[0];
+  __syncthreads();
+  return result;
+}
+
+// Sets the dynamic shared memory a kernel may ask for when it is above the 48 KiB default.
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, std::size_t bytes, const char* name) {
+  if (bytes > 48 * 1024) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)),
+               (std::string("cudaFuncSetAttribute(") + name + ")").c_str());
+  }
+}
+
+// Output size of a window sliding over `in` (padded by 2*pad); 0 when the window never fits.
+inline i64 out_dim(i64 in, i64 pad, i64 k, i64 stride) {
+  const i64 span = in + 2 * pad - k;
+  return (span < 0 || k <= 0 || stride <= 0) ? 0 : span / stride + 1;
+}
+
+}  // namespace remat::kernels::cuda::detail
+
+#endif  // REMAT_KERNELS_CUDA_CUDA_COMMON_CUH_
