@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# The README's main job: set up, build, and replay a recorded training step under a budget
-# sweep with every eviction policy, printing the result table. With no argument it replays
-# the embedded default (examples/traces/mlp12.log); pass any DTR-format trace to replay that.
-#   bash tools/run.sh                                   # embedded default
-#   bash tools/run.sh ../shared/traces/dtr/resnet32.log --accounting allocator
+# The README's main job: set up, build, and train the GPT-2-shaped example on the CPU with a
+# sequence length drawn per batch: first unconstrained, then under half of that run's peak
+# memory, printing both (the losses match bit for bit). Extra arguments go to gpt_train,
+# e.g. `bash tools/run.sh --budget-fraction 0.3 --json`.
+#   bash tools/run.sh --replay [TRACE.log] [remat-replay flags]   # the recorded-step replay
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc 2>/dev/null || echo 2)" --target remat-replay
-trace="${1:-examples/traces/mlp12.log}"
-shift || true
-exec build/bin/remat-replay "$trace" --policy all --sweep "$@"
+jobs="$(nproc 2>/dev/null || echo 2)"
+if [[ "${1:-}" == "--replay" ]]; then
+  shift
+  cmake --build build -j"$jobs" --target remat-replay
+  trace="${1:-examples/traces/mlp12.log}"
+  shift || true
+  exec build/bin/remat-replay "$trace" --policy all --sweep "$@"
+fi
+cmake --build build -j"$jobs" --target gpt_train
+exec build/bin/gpt_train --steps 30 --budget-fraction 0.5 "$@"
