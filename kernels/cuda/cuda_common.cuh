@@ -37,7 +37,8 @@ inline void check_cublas(cublasStatus_t status, const char* what) {
 
 // After a <<<...>>> launch: reports a bad configuration or an earlier asynchronous error.
 inline void check_launch(const char* kernel) {
-  check_cuda(cudaGetLastError(), (std::string("launch of ") + kernel).c_str());
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) check_cuda(status, (std::string("launch of ") + kernel).c_str());
 }
 
 #define REMAT_CUDA_CHECK(expr) ::remat::kernels::cuda::detail::check_cuda((expr), #expr)

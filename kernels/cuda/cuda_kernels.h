@@ -77,7 +77,7 @@ void softmax_backward(const float* y, const float* dy, float* dx, i64 rows, i64 
 // queries, then the keys, then the values, each C = NH * HS wide with head h at [h*HS,
 // (h+1)*HS). att (B, NH, T, T) receives the post-softmax weights, scale 1/sqrt(HS), entries
 // above the diagonal (t2 > t) set to 0. out (B, T, C) = att @ v, heads side by side.
-// Needs 4*T bytes of shared memory per block (T up to about 50000 on sm_90).
+// Needs 4*T bytes of shared memory per block (T up to about 58000 on sm_90).
 void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i64 c, i64 nh,
                        cudaStream_t stream);
 // dqkv (B, T, 3C) overwritten (its value slots serve as scratch between the internal passes).
