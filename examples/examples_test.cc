@@ -13,6 +13,7 @@
 #include "examples/mlp_model.h"
 #include "examples/resnet_model.h"
 #include "examples/treelstm_model.h"
+#include "remat/segment_source.h"
 
 namespace remat::examples {
 namespace {
@@ -83,6 +84,40 @@ TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Examples, ExampleTest, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+// The same on the CUDA backend: budgeted runs against the unconstrained CUDA run, bit for bit
+// (the CUDA kernels are deterministic), and the losses close to the CPU's.
+TEST(ExampleTest, CudaBudgetsMatchTheUnconstrainedCudaRunBitwise) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no usable CUDA device";
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Model> model = c.make();
+    TrainConfig config;
+    config.steps = c.steps;
+    config.seed = 7;
+    config.backend = Backend::kCuda;
+    const TrainResult base = train(*model, config);
+    ASSERT_EQ(base.status, "ok") << base.error;
+    TrainConfig cpu_config = config;
+    cpu_config.backend = Backend::kCpu;
+    const TrainResult cpu = train(*model, cpu_config);
+    ASSERT_EQ(cpu.status, "ok") << cpu.error;
+    EXPECT_NEAR(base.losses[0], cpu.losses[0], 1e-3 * std::abs(cpu.losses[0]));
+    int evicting = 0;
+    for (int tenth = 10; tenth >= 3; --tenth) {
+      TrainConfig run = config;
+      run.budget = static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
+      const TrainResult r = train(*model, run);
+      if (r.status != "ok") continue;
+      EXPECT_LE(r.peak_reserved, run.budget);
+      EXPECT_TRUE(bitwise_equal(r.losses, base.losses)) << tenth;
+      for (std::size_t i = 0; i < r.final_state.size(); ++i)
+        EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << tenth << " " << i;
+      if (r.stats.evictions > 0) ++evicting;
+    }
+    EXPECT_GT(evicting, 0);
+  }
+}
 
 TEST(ExampleTest, GptSequenceLengthChangesFromStepToStep) {
   GptModel model(GptConfig{.min_t = 8, .max_t = 64});
