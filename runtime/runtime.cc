@@ -482,8 +482,8 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
     KernelContext ctx{in_ptrs, in_specs, outs, out_specs, op.rng, recompute, stream};
     // Host time of an asynchronous CUDA launch says nothing; CUDA ops declare their cost.
-    const bool measure = !recompute && !op.op->cost && op.cost < 0 &&
-                         options.backend != Backend::kCuda;
+    const bool measure = !recompute && options.backend == Backend::kCpu &&
+                         (options.measure_costs || (!op.op->cost && op.cost < 0));
     const auto start = SteadyClock::now();
     kernel(ctx);
     if (measure) op.cost = seconds_since(start) * 1e9;

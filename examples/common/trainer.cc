@@ -47,6 +47,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
   options.budget = config.budget;
   options.policy = config.policy;
   options.seed = config.seed;
+  options.measure_costs = config.measure_costs;
   const bool runs = config.backend != Backend::kSimulated;
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -168,6 +169,9 @@ absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
       if (!absl::SimpleAtod(value, &config.budget_fraction) || config.budget_fraction <= 0 ||
           config.budget_fraction > 1)
         return bad();
+    } else if (key == "costs") {
+      if (value != "measured" && value != "estimated") return bad();
+      config.measure_costs = value == "measured";
     } else if (key == "policy") {
       config.policy = value;
     } else if (key == "steps") {

@@ -58,6 +58,7 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   ops::AdamW adamw = {.lr = 1e-3f, .weight_decay = 0.0f};
   bool progress = false;        // a progress line on stderr
+  bool measure_costs = true;    // CPU: op costs from timing first runs (--costs measured)
 };
 
 struct TrainResult {

@@ -54,6 +54,10 @@ struct RuntimeOptions {
   // rather than the best-scored tensors one by one (see Note [Contiguous eviction]).
   bool contiguous_eviction = true;
   std::uint64_t seed = 0;               // seeds random ops and the `random` policy
+  // Time every op's first run on the host and use that as its cost instead of the declared
+  // estimate (CPU backend). Declared estimates can be far off for kernels that run well below
+  // peak (a naive attention loop beside an OpenBLAS GEMM), and eviction ranks by cost.
+  bool measure_costs = false;
   // Recomputations allowed for one request before it is reported as thrashing; 0 picks a
   // limit proportional to the lineage.
   std::size_t thrash_limit = 0;
