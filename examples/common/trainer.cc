@@ -48,6 +48,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
   options.policy = config.policy;
   options.seed = config.seed;
   options.measure_costs = config.measure_costs;
+  options.clock_limit = config.clock_limit;
   const bool runs = config.backend != Backend::kSimulated;
   const auto start = std::chrono::steady_clock::now();
   try {

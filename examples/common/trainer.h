@@ -12,6 +12,7 @@
 
 #include <absl/status/statusor.h>
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -59,6 +60,7 @@ struct TrainConfig {
   ops::AdamW adamw = {.lr = 1e-3f, .weight_decay = 0.0f};
   bool progress = false;        // a progress line on stderr
   bool measure_costs = true;    // CPU: op costs from timing first runs (--costs measured)
+  double clock_limit = INFINITY;  // runtime clock (summed op costs) past which a run thrashes
 };
 
 struct TrainResult {
