@@ -469,15 +469,11 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   }
 
   OpRec& op = ops[op_id];
-  const auto& kernel = options.backend == Backend::kCuda ? op.op->cuda_kernel : op.op->kernel;
+  const auto& kernel = kernel_of(*op.op);
   if (runs_kernels && kernel) {
-    std::vector<const void*> in_ptrs(op.inputs.size());
-    std::vector<const TensorSpec*> in_specs(op.inputs.size());
-    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
-      const TensorRec& tr = tensors[op.inputs[i]];
-      in_ptrs[i] = static_cast<const char*>(storages[tr.storage].ptr) + tr.offset;
-      in_specs[i] = &tr.spec;
-    }
+    std::vector<const void*> in_ptrs;
+    std::vector<const TensorSpec*> in_specs;
+    kernel_inputs(op.inputs, in_ptrs, in_specs);
     std::vector<const TensorSpec*> out_specs(n);
     for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
     KernelContext ctx{in_ptrs, in_specs, outs, out_specs, op.rng, recompute, stream};
@@ -644,16 +640,35 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
   return t;
 }
 
+const std::function<void(const KernelContext&)>& RuntimeImpl::kernel_of(const OpDef& op) const {
+  return options.backend == Backend::kCuda ? op.cuda_kernel : op.kernel;
+}
+
+// The data pointers and specs of `inputs`, as a kernel sees them (all resident).
+void RuntimeImpl::kernel_inputs(const std::vector<Id>& inputs, std::vector<const void*>& ptrs,
+                                std::vector<const TensorSpec*>& specs) const {
+  ptrs.clear();
+  specs.clear();
+  for (Id t : inputs) {
+    const TensorRec& tr = tensors[t];
+    ptrs.push_back(static_cast<const char*>(storages[tr.storage].ptr) + tr.offset);
+    specs.push_back(&tr.spec);
+  }
+}
+
+// Reruns the producer of an evicted storage; an OOM names the op that could not run.
+void RuntimeImpl::recompute_storage(Id s) {
+  current_op_ = ops[storages[s].producer].op->name;
+  try {
+    run_frames(storages[s].producer, /*recompute=*/true);
+  } catch (const OutOfMemoryError& e) {
+    throw annotated(e, current_op_);
+  }
+}
+
 void RuntimeImpl::make_resident(Id t) {
   const Id s = tensors[t].storage;
-  if (!storages[s].resident) {
-    current_op_ = ops[storages[s].producer].op->name;
-    try {
-      run_frames(storages[s].producer, /*recompute=*/true);
-    } catch (const OutOfMemoryError& e) {
-      throw annotated(e, current_op_);
-    }
-  }
+  if (!storages[s].resident) recompute_storage(s);
   touch(s);
 }
 
@@ -716,14 +731,7 @@ void RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
     }
   }
   for (Id s : frontier) {
-    if (!storages[s].resident) {
-      current_op_ = ops[storages[s].producer].op->name;
-      try {
-        run_frames(storages[s].producer, /*recompute=*/true);
-      } catch (const OutOfMemoryError& e) {
-        throw annotated(e, current_op_);
-      }
-    }
+    if (!storages[s].resident) recompute_storage(s);
     StorageRec& r = storages[s];
     r.pinned = true;
     stats.pinned_bytes += r.bytes;
@@ -746,7 +754,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
                                                "updated in place (use call_inplace)"));
     targets.push_back(tensors[args[static_cast<std::size_t>(m)]].storage);
   }
-  const auto& kernel = options.backend == Backend::kCuda ? op->cuda_kernel : op->kernel;
+  const auto& kernel = kernel_of(*op);
   if (runs_kernels && !kernel)
     throw std::invalid_argument(absl::StrCat("remat: update op '", op->name,
                                              "' has no kernel for this backend"));
@@ -758,16 +766,12 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
       unlock(s);
     }
   };
-  current_op_ = op->name;
   try {
     for (Id t : args) {
-      make_resident(t);
+      make_resident(t);  // an OOM here is annotated with the op being recomputed
       lock(tensors[t].storage);
       held.push_back(tensors[t].storage);
     }
-  } catch (const OutOfMemoryError& e) {
-    unlock_all();
-    throw annotated(e, op->name);
   } catch (...) {
     unlock_all();
     throw;
@@ -778,11 +782,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
   if (runs_kernels) {
     std::vector<const void*> in_ptrs;
     std::vector<const TensorSpec*> in_specs;
-    for (Id t : args) {
-      in_ptrs.push_back(static_cast<const char*>(storages[tensors[t].storage].ptr) +
-                        tensors[t].offset);
-      in_specs.push_back(&tensors[t].spec);
-    }
+    kernel_inputs(args, in_ptrs, in_specs);
     std::vector<void*> outs;
     std::vector<const TensorSpec*> out_specs;
     for (int m : mutated) {

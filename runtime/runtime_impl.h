@@ -4,6 +4,7 @@
 
 #include <absl/container/flat_hash_map.h>
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <random>
@@ -74,6 +75,10 @@ class RuntimeImpl final : public MemoryReclaimer {
   bool evict_window(std::size_t bytes);
   std::vector<Id> find_window(std::size_t bytes);
   void freeze_dependents(const std::vector<Id>& roots);
+  void recompute_storage(Id s);
+  const std::function<void(const KernelContext&)>& kernel_of(const OpDef& op) const;
+  void kernel_inputs(const std::vector<Id>& inputs, std::vector<const void*>& ptrs,
+                     std::vector<const TensorSpec*>& specs) const;
   void run_frames(Id root_op, bool recompute);
   void execute(Id op, bool recompute, const OpRec* waiting);
   void unlock_frame(const Frame& f);
