@@ -14,7 +14,11 @@ Var Tape::leaf(Tensor t) {
 Var Tape::record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn fn) {
   bool needed = false;
   for (const Var* v : inputs) needed |= v != nullptr && v->node >= 0;
-  if (!needed) return Var{std::move(value), -1};
+  return record(std::move(value), needed, std::move(fn));
+}
+
+Var Tape::record(Tensor value, bool needs_grad, BackwardFn fn) {
+  if (!needs_grad) return Var{std::move(value), -1};
   const int node = static_cast<int>(grads_.size());
   grads_.emplace_back();
   is_leaf_.push_back(false);
@@ -218,15 +222,14 @@ Var narrow(Tape& t, const Var& x, std::int64_t offset, std::vector<std::int64_t>
 
 Var concat(Tape& t, const std::vector<Var>& parts) {
   std::vector<Tensor> values;
-  for (const Var& p : parts) values.push_back(p.value);
-  Tensor y = ops::concat(t.rt(), values);
   bool needed = false;
-  for (const Var& p : parts) needed |= p.node >= 0;
-  if (!needed) return Var{std::move(y), -1};
   std::vector<std::pair<int, TensorSpec>> info;
-  for (const Var& p : parts) info.emplace_back(p.node, p.spec());
-  const Var any{Tensor(), 0};  // marks the record as needing a gradient
-  return t.record(std::move(y), {&any}, [info](Tape& tp, const Tensor& g) {
+  for (const Var& p : parts) {
+    values.push_back(p.value);
+    needed |= p.node >= 0;
+    info.emplace_back(p.node, p.spec());
+  }
+  return t.record(ops::concat(t.rt(), values), needed, [info](Tape& tp, const Tensor& g) {
     std::int64_t offset = 0;
     for (const auto& [node, spec] : info) {
       if (node >= 0) tp.accumulate(node, ops::narrow(tp.rt(), g, offset, spec.shape));

@@ -46,6 +46,7 @@ class Tape {
   // gradient into theirs (calling accumulate). No record when no input needs a gradient.
   using BackwardFn = std::function<void(Tape&, const Tensor& grad)>;
   Var record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn fn);
+  Var record(Tensor value, bool needs_grad, BackwardFn fn);
   void accumulate(int node, const Tensor& g);
   void accumulate(const Var& v, const Tensor& g) { accumulate(v.node, g); }
 

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -15,8 +14,6 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #ifdef REMAT_HAVE_CUDA
-#include <cuda_runtime.h>
-
 #include "kernels/cuda/cuda_kernels.h"
 #endif
 
@@ -34,7 +31,7 @@ using i64 = std::int64_t;
   X(embedding_backward) X(cross_entropy_forward) X(cross_entropy_backward) X(dropout_forward)  \
   X(dropout_backward) X(conv2d_forward) X(conv2d_backward) X(batchnorm_forward)                \
   X(batchnorm_backward) X(batchnorm_running_update) X(maxpool2d_forward) X(maxpool2d_backward) \
-  X(avgpool_forward) X(avgpool_backward) X(adamw_update)
+  X(avgpool_forward) X(avgpool_backward) X(adamw_update) X(fill_zero) X(copy_bytes)
 
 struct CpuBackend {
   void* stream;
@@ -43,15 +40,9 @@ struct CpuBackend {
   void f(A&&... a) const { kernels::cpu::f(std::forward<A>(a)...); }
   REMAT_KERNEL_LIST(REMAT_FORWARD)
 #undef REMAT_FORWARD
-  void zero(void* p, std::size_t bytes) const { std::memset(p, 0, bytes); }
-  void copy(void* dst, const void* src, std::size_t bytes) const { std::memcpy(dst, src, bytes); }
 };
 
 #ifdef REMAT_HAVE_CUDA
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(absl::StrCat("remat: ", what, ": ", cudaGetErrorString(e)));
-}
 struct CudaBackend {
   void* stream;
   cudaStream_t s() const { return static_cast<cudaStream_t>(stream); }
@@ -60,10 +51,6 @@ struct CudaBackend {
   void f(A&&... a) const { kernels::cuda::f(std::forward<A>(a)..., s()); }
   REMAT_KERNEL_LIST(REMAT_FORWARD)
 #undef REMAT_FORWARD
-  void zero(void* p, std::size_t bytes) const { check(cudaMemsetAsync(p, 0, bytes, s()), "memset"); }
-  void copy(void* dst, const void* src, std::size_t bytes) const {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s()), "copy");
-  }
 };
 #endif
 
@@ -321,7 +308,7 @@ Tensor zeros(Runtime& rt, const TensorSpec& spec) {
   auto op = define(
       "zeros", [spec](SpecList) { return Outputs{{spec}}; },
       [spec](SpecList) { return estimate_ns(0, static_cast<double>(spec.bytes())); },
-      [](auto be, const KernelContext& k) { be.zero(k.output<void>(0), k.output_spec(0).bytes()); });
+      [](auto be, const KernelContext& k) { be.fill_zero(k.output<void>(0), k.output_spec(0).bytes()); });
   return rt.call(op, std::span<const Tensor>{}).at(0);
 }
 
@@ -387,7 +374,7 @@ Tensor concat(Runtime& rt, const std::vector<Tensor>& parts) {
           char* dst = k.output<char>(0);
           for (std::size_t i = 0; i < k.inputs.size(); ++i) {
             const std::size_t b = k.input_spec(i).bytes();
-            be.copy(dst, k.inputs[i], b);
+            be.copy_bytes(dst, k.inputs[i], b);
             dst += b;
           }
         });
@@ -599,7 +586,7 @@ EmbeddingGrads embedding_backward(Runtime& rt, const Tensor& dout, const Tensor&
         if (pos) {
           // Rows of wpe past this step's T get no gradient.
           dwpe = k.output<float>(1);
-          be.zero(dwpe, k.output_spec(1).bytes());
+          be.fill_zero(dwpe, k.output_spec(1).bytes());
         }
         be.embedding_backward(k.input<float>(0), k.input<std::int32_t>(1), k.output<float>(0),
                               dwpe, s[0], s[1], c, v);

@@ -119,6 +119,14 @@ void bias_grad(const float* dy, float* dbias, i64 rows, i64 cols) {
   for (i64 j = 0; j < cols; ++j) dbias[j] = static_cast<float>(acc[j]);
 }
 
+void fill_zero(void* p, std::size_t bytes) {
+  if (bytes > 0) std::memset(p, 0, bytes);
+}
+
+void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 void add(const float* a, const float* b, float* y, i64 n) {
   for (i64 i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }

@@ -13,6 +13,7 @@
 #ifndef REMAT_KERNELS_CPU_CPU_KERNELS_H_
 #define REMAT_KERNELS_CPU_CPU_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 namespace remat::kernels::cpu {
@@ -28,6 +29,10 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
 void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols);
 // dbias[c] = sum_r dy[r, c]
 void bias_grad(const float* dy, float* dbias, i64 rows, i64 cols);
+
+// Raw bytes: zero a buffer, copy between two that do not overlap.
+void fill_zero(void* p, std::size_t bytes);
+void copy_bytes(void* dst, const void* src, std::size_t bytes);
 
 // Elementwise over n values.
 void add(const float* a, const float* b, float* y, i64 n);

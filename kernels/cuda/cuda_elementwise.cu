@@ -240,6 +240,16 @@ void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols,
   launch_map(rows * cols, BiasAdd{x, bias, y, cols}, stream, "bias_add");
 }
 
+void fill_zero(void* p, std::size_t bytes, cudaStream_t stream) {
+  if (bytes > 0) REMAT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+}
+
+void copy_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  if (bytes > 0) {
+    REMAT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+}
+
 void add(const float* a, const float* b, float* y, i64 n, cudaStream_t stream) {
   launch_map(n, Add{a, b, y}, stream, "add");
 }

@@ -22,6 +22,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace remat::kernels::cuda {
@@ -58,6 +59,8 @@ void tanh_backward(const float* y, const float* dy, float* dx, i64 n,
                    cudaStream_t stream);  // from the output y
 // y[0] = sum of x (a fixed summation order).
 void sum(const float* x, float* y, i64 n, cudaStream_t stream);
+void fill_zero(void* p, std::size_t bytes, cudaStream_t stream);
+void copy_bytes(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 
 // LayerNorm over the last dimension C of `rows` rows: y = (x - mean) * rstd * w + b, with
 // mean[r] and rstd[r] = 1 / sqrt(var + eps) saved for the backward pass (biased variance).
