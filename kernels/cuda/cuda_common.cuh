@@ -68,34 +68,37 @@ inline unsigned grid_blocks(i64 items) {
            threadIdx.x;                                                           \
        i < (n); i += static_cast<::remat::kernels::cuda::i64>(blockDim.x) * gridDim.x)
 
-// Butterfly reductions inside one warp. Every lane ends with the same bits (each step adds the
-// same two values, and float addition is commutative), and the order is fixed, so the result
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Butterfly reduction inside one warp. Every lane ends with the same bits (each step combines
+// the same two values, and both ops are commutative), and the order is fixed, so the result
 // depends on the inputs only.
-__device__ __forceinline__ float warp_sum(float v) {
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
 #pragma unroll
-  for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  for (int off = kWarp / 2; off > 0; off /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int off = kWarp / 2; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
-
-// Block-wide reductions for a block of blockDim.x threads (a multiple of 32, at most 1024):
+// Block-wide reduction for a block of blockDim.x threads (a multiple of 32, at most 1024):
 // each warp reduces its lanes, then warp 0 reduces the per-warp values, always in the same
 // order. Every thread of the block must call it; all get the result. `scratch` holds 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+template <class Op>
+__device__ __forceinline__ float block_reduce(float v, float* scratch, float identity, Op op) {
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
-  v = warp_sum(v);
+  v = warp_reduce(v, op);
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    float w = lane < warps ? scratch[lane] : 0.0f;
-    w = warp_sum(w);
+    float w = lane < warps ? scratch[lane] : identity;
+    w = warp_reduce(w, op);
     if (lane == 0) scratch[0] = w;
   }
   __syncthreads();
@@ -104,22 +107,13 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return result;
 }
 
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp{}); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, MaxOp{}); }
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  return block_reduce(v, scratch, 0.0f, SumOp{});
+}
 __device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  const int warps = blockDim.x / kWarp;
-  v = warp_max(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < warps ? scratch[lane] : -INFINITY;
-    w = warp_max(w);
-    if (lane == 0) scratch[0] = w;
-  }
-  __syncthreads();
-  const float result = scratch[0];
-  __syncthreads();
-  return result;
+  return block_reduce(v, scratch, -INFINITY, MaxOp{});
 }
 
 // Sets the dynamic shared memory a kernel may ask for when it is above the 48 KiB default.

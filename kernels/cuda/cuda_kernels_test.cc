@@ -4,6 +4,7 @@
 // garbage before each run (so an output that is accumulated into, or left partly unwritten,
 // shows up too). Every test skips where no CUDA device is usable.
 #include "kernels/cuda/cuda_kernels.h"
+#include "remat/segment_source.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -28,16 +29,8 @@ namespace cpu = remat::kernels::cpu;
 namespace gpu = remat::kernels::cuda;
 using i64 = std::int64_t;
 
-// False where the runtime reports any error (no driver, a driver too old, no device) or no
-// device at all.
-bool gpu_available() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
+// False where the runtime reports any error (no driver, a driver too old, no device).
+bool gpu_available() { return remat::cuda_device_available(); }
 
 void cuda_check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
