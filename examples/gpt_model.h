@@ -24,6 +24,9 @@ class GptModel final : public Model {
   ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,
                const std::vector<Tensor>& buffers, int step, std::uint64_t seed) override;
   double items(int step, std::uint64_t seed) const override;
+  PlanCache::Key shape_key(int step, std::uint64_t seed) const override {
+    return {c_.batch, seq_len(step, seed)};
+  }
   const GptConfig& config() const { return c_; }
   // The sequence length of step `step`.
   std::int64_t seq_len(int step, std::uint64_t seed) const;

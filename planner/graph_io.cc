@@ -276,6 +276,17 @@ absl::StatusOr<Graph> ParseGraph(std::string_view text) {
       }
       node.recomputable = jn["recomputable"].get<bool>();
     }
+    if (jn.contains("site")) {
+      const auto& site = jn["site"];
+      if (!site.is_array() || site.size() != 2 || !site[0].is_number_integer() ||
+          !site[1].is_number_integer() || site[0].get<int64_t>() < 0 || site[1].get<int64_t>() < 0 ||
+          site[0].get<int64_t>() > INT32_MAX || site[1].get<int64_t>() > INT32_MAX) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": 'site' is not a pair of non-negative integers [position, output]"));
+      }
+      node.site_position = site[0].get<int>();
+      node.site_output = site[1].get<int>();
+    }
     if (jn.contains("pytorch_banned")) {
       if (!jn["pytorch_banned"].is_boolean()) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": 'pytorch_banned' is not a boolean"));
@@ -347,6 +358,7 @@ std::string WriteGraph(const Graph& g) {
     if (n.group) jn["group"] = *n.group;
     if (!n.recomputable) jn["recomputable"] = false;
     if (n.pytorch_banned) jn["pytorch_banned"] = true;
+    if (n.site_position >= 0) jn["site"] = {n.site_position, n.site_output};
     nodes.push_back(std::move(jn));
   }
   doc["nodes"] = std::move(nodes);

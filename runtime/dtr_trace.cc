@@ -247,4 +247,91 @@ absl::StatusOr<DtrTrace> load_dtr_trace(const std::string& path) {
   return parse_dtr_trace(in, name);
 }
 
+namespace {
+
+json memory_line(const std::string& name, std::uint64_t bytes) {
+  return {{"INSTRUCTION", "MEMORY"}, {"NAME", name}, {"MEMORY", std::to_string(bytes)}};
+}
+
+}  // namespace
+
+absl::Status write_dtr_trace(const DtrTrace& trace, std::ostream& out) {
+  const auto& names = trace.handle_names;
+  auto bad = [&](std::size_t i) {
+    return absl::InvalidArgumentError(absl::StrCat("trace '", trace.name, "' instruction ", i,
+                                                   ": a handle index past the ", names.size(),
+                                                   " handle names"));
+  };
+  // Checked first, so that a bad trace writes nothing.
+  for (std::size_t i = 0; i < trace.instructions.size(); ++i) {
+    const DtrInstruction& in = trace.instructions[i];
+    for (auto* list : {&in.args, &in.results})
+      for (std::uint32_t h : *list)
+        if (h >= names.size()) return bad(i);
+    if ((in.kind == Kind::kCopy || in.kind == Kind::kCopyFrom || in.kind == Kind::kRelease) &&
+        (in.dst >= names.size() || (in.kind != Kind::kRelease && in.src >= names.size())))
+      return bad(i);
+    if ((in.kind == Kind::kCall || in.kind == Kind::kConstant) && in.bytes.size() != in.results.size())
+      return absl::InvalidArgumentError(absl::StrCat("trace '", trace.name, "' instruction ", i,
+                                                     ": ", in.results.size(), " results but ",
+                                                     in.bytes.size(), " sizes"));
+  }
+  auto handles = [&](const std::vector<std::uint32_t>& ids) {
+    json a = json::array();
+    for (std::uint32_t h : ids) a.push_back(names[h]);
+    return a;
+  };
+  out << json{{"INSTRUCTION", "ANNOTATE"}, {"ANNOTATION", "START"}}.dump() << "\n";
+  for (const DtrInstruction& in : trace.instructions) {
+    switch (in.kind) {
+      case Kind::kConstant:
+        out << json{{"INSTRUCTION", "CONSTANT"}, {"NAME", names[in.results[0]]}}.dump() << "\n";
+        out << memory_line(names[in.results[0]], in.bytes[0]).dump() << "\n";
+        break;
+      case Kind::kCall:
+      case Kind::kMutate: {
+        json j{{"NAME", in.op}, {"ARGS", handles(in.args)}, {"TIME", std::to_string(in.time_ns)}};
+        if (in.kind == Kind::kCall) {
+          j["INSTRUCTION"] = "CALL";
+          j["RESULT"] = handles(in.results);
+        } else {
+          j["INSTRUCTION"] = "MUTATE";
+          j["MUTATE"] = in.mutate;
+        }
+        out << j.dump() << "\n";
+        for (std::size_t k = 0; k < in.results.size(); ++k) {
+          const std::string& name = names[in.results[k]];
+          out << memory_line(name, in.bytes[k]).dump() << "\n";
+          const int alias = k < in.alias.size() ? in.alias[k] : -1;
+          out << json{{"INSTRUCTION", "ALIAS"}, {"NAME", name}, {"ALIAS", std::to_string(alias)}}.dump()
+              << "\n";
+        }
+        break;
+      }
+      case Kind::kCopy:
+      case Kind::kCopyFrom:
+        out << json{{"INSTRUCTION", in.kind == Kind::kCopy ? "COPY" : "COPY_FROM"},
+                    {"DST", names[in.dst]},
+                    {"SRC", names[in.src]}}
+                   .dump()
+            << "\n";
+        break;
+      case Kind::kRelease:
+        out << json{{"INSTRUCTION", "RELEASE"}, {"NAME", names[in.dst]}}.dump() << "\n";
+        break;
+      case Kind::kBackward:
+        out << json{{"INSTRUCTION", "ANNOTATE"}, {"ANNOTATION", "BACKWARD"}}.dump() << "\n";
+        break;
+    }
+  }
+  if (!out) return absl::DataLossError(absl::StrCat("trace '", trace.name, "': write failed"));
+  return absl::OkStatus();
+}
+
+absl::Status save_dtr_trace(const DtrTrace& trace, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) return absl::NotFoundError(absl::StrCat("cannot open '", path, "' for writing"));
+  return write_dtr_trace(trace, out);
+}
+
 }  // namespace remat

@@ -128,13 +128,19 @@ class DtrLocalPolicy final : public PolicyBase {
 //   dtr       h_DTR: parents and children, staleness^1;
 //   dtr_sqrt  the same neighbourhood, staleness^0.5: recency counts, but less, so a cheap
 //             tensor used a moment ago can still go before a costly stale one;
-//   msps      memory saving per second (after Capuchin): evicted ancestors only, staleness^0.
+//   msps      memory saving per second (after Capuchin): evicted ancestors only, staleness^0;
+//   hinted    h_DTR times the storage's hint weight (Note [Hinted eviction] in step.cc).
 class NeighbourhoodPolicy final : public PolicyBase {
  public:
-  NeighbourhoodPolicy(LineageView v, std::string_view name, bool descendants, double exponent)
-      : PolicyBase(v), walker_(v), name_(name), descendants_(descendants), exponent_(exponent) {}
+  NeighbourhoodPolicy(LineageView v, std::string_view name, bool descendants, double exponent,
+                      bool weighted = false)
+      : PolicyBase(v), walker_(v), name_(name), descendants_(descendants), exponent_(exponent),
+        weighted_(weighted) {}
   std::string_view name() const override { return name_; }
-  double key(Id s) override { return walker_.cost(s, descendants_) / bytes(s); }
+  double key(Id s) override {
+    const double k = walker_.cost(s, descendants_) / bytes(s);
+    return weighted_ ? k * (*v_.storages)[s].hint_weight : k;
+  }
   double staleness_exponent() const override { return exponent_; }
 
  private:
@@ -142,6 +148,7 @@ class NeighbourhoodPolicy final : public PolicyBase {
   std::string_view name_;
   bool descendants_;
   double exponent_;
+  bool weighted_;
 };
 
 // Note [Equivalence classes]
@@ -240,7 +247,7 @@ class DtrEqPolicy final : public PolicyBase {
 }  // namespace
 
 std::vector<std::string> policy_names() {
-  return {"dtr", "dtr_eq", "dtr_local", "lru", "largest", "msps", "random", "dtr_sqrt"};
+  return {"dtr", "dtr_eq", "dtr_local", "lru", "largest", "msps", "random", "dtr_sqrt", "hinted"};
 }
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, LineageView view,
@@ -252,6 +259,7 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, Line
   if (name == "largest") return std::make_unique<LargestPolicy>(view);
   if (name == "msps") return std::make_unique<NeighbourhoodPolicy>(view, "msps", false, 0.0);
   if (name == "dtr_sqrt") return std::make_unique<NeighbourhoodPolicy>(view, "dtr_sqrt", true, 0.5);
+  if (name == "hinted") return std::make_unique<NeighbourhoodPolicy>(view, "hinted", true, 1.0, true);
   if (name == "random") return std::make_unique<RandomPolicy>(view, seed);
   return nullptr;
 }

@@ -32,8 +32,8 @@ TensorSpec bytes_spec(std::uint64_t bytes) {
 }
 
 // Runs the trace's instructions on `rt`. Handles still alive at the end are the step's
-// outputs and are made resident.
-void run_trace(const DtrTrace& trace, Runtime& rt) {
+// outputs and are made resident; they are returned, so that a recording sees them held.
+std::vector<Tensor> run_trace(const DtrTrace& trace, Runtime& rt) {
   std::vector<Tensor> handles(trace.handle_names.size());
   OpTable ops;
   std::vector<Tensor> inputs;
@@ -70,12 +70,14 @@ void run_trace(const DtrTrace& trace, Runtime& rt) {
         handles[in.dst].reset();
         break;
       case Kind::kBackward:
+        rt.mark_backward();
         break;
     }
   }
   for (const Tensor& h : handles) {
     if (h.defined()) rt.materialize(h);
   }
+  return handles;
 }
 
 }  // namespace
@@ -111,9 +113,14 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   ro.min_evictable_bytes = options.min_evictable_bytes;
   ro.allocator.expandable_segments = options.expandable_segments;
   ro.clock_limit = options.slowdown_cap * static_cast<double>(trace.total_time_ns);
+  ro.record_timeline = options.record_timeline;
   Runtime rt(ro);
   try {
-    run_trace(trace, rt);
+    StepOptions step;
+    step.hints = options.hints;
+    rt.begin_step(step);
+    const std::vector<Tensor> outputs = run_trace(trace, rt);
+    rt.end_step();
   } catch (const OutOfMemoryError& e) {
     r.status = "oom";
     r.error = e.what();
@@ -129,9 +136,22 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   r.evictions = s.evictions;
   r.recomputations = s.recomputations;
   r.search_seconds = s.search_seconds;
+  r.overhead = s.compute_overhead();
+  r.hint_evictions = s.hint_evictions;
+  if (options.record_timeline) r.timeline = rt.timeline();
   r.simulated_seconds = rt.clock() * 1e-9;
   r.slowdown = trace.total_time_ns == 0 ? 1.0 : rt.clock() / static_cast<double>(trace.total_time_ns);
   return r;
+}
+
+RecordedStep record_replay(const DtrTrace& trace) {
+  Runtime rt({.backend = Backend::kSimulated, .accounting = Accounting::kLogical});
+  StepOptions step;
+  step.record = true;
+  step.name = trace.name;
+  rt.begin_step(step);
+  const std::vector<Tensor> outputs = run_trace(trace, rt);
+  return rt.end_step();
 }
 
 }  // namespace remat

@@ -54,6 +54,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
     memory = std::move(alloc);
   }
   memory->set_reclaimer(this);
+  timeline.budget = options.budget;
   runs_kernels = options.backend != Backend::kSimulated;
   policy = make_eviction_policy(options.policy, LineageView{&storages, &tensors, &ops, &clock},
                                 options.seed);
@@ -158,6 +159,13 @@ void RuntimeImpl::free_storage(Id s) {
 void RuntimeImpl::evict(Id s) {
   free_storage(s);
   ++stats.evictions;
+  if (options.record_timeline) {
+    const Id producer = storages[s].producer;
+    timeline.events.push_back({TimelineEvent::Kind::kEvict,
+                               producer == kNone ? std::string() : ops[producer].op->name, clock,
+                               0.0, storages[s].bytes});
+    note_memory();
+  }
 }
 
 // A storage no user handle can reach is freed at once; its record stays while lineage needs it.
@@ -485,6 +493,15 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     if (measure) op.cost = seconds_since(start) * 1e9;
   }
   if (op.cost < 0) op.cost = 0;
+  if (options.record_timeline) {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (op.alias_of[i] < 0) bytes += op.output_specs[i].bytes();
+    timeline.events.push_back({recompute ? TimelineEvent::Kind::kRecompute
+                                         : TimelineEvent::Kind::kCompute,
+                               op.op->name, clock, op.cost, bytes});
+    note_memory();
+  }
   clock += op.cost;
   if (clock > options.clock_limit) {
     ++stats.thrashes;
@@ -528,6 +545,7 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
                                      const Outputs& outputs, double cost) {
   if (options.backend == Backend::kCuda && op->kernel && !op->cuda_kernel)
     throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' has no CUDA kernel"));
+  const int position = next_position();
   OpRec rec;
   rec.op = op;
   rec.inputs = inputs;
@@ -596,7 +614,9 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
     for (Id t : result) release(t);
     throw;
   }
+  const OpHint* hint = on_new_op(op_id, position);
   for (Id t : result) touch(tensors[t].storage);
+  after_new_op(hint);
   return result;
 }
 
@@ -637,6 +657,7 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
   storages[s].tensor_refs = 1;
   const Id t = tensors.add(std::move(tr));
   retain(t);
+  on_constant(t);
   return t;
 }
 
@@ -687,6 +708,7 @@ bool RuntimeImpl::evict_tensor(Id t) {
 
 void RuntimeImpl::set_budget(std::size_t budget) {
   options.budget = budget;
+  timeline.budget = budget;
   memory->set_budget(budget);
   // Lowering the budget below what is held evicts down to it where it can.
   while (memory->stats().reserved > budget) {
@@ -758,6 +780,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
   if (runs_kernels && !kernel)
     throw std::invalid_argument(absl::StrCat("remat: update op '", op->name,
                                              "' has no kernel for this backend"));
+  const int position = next_position();
   freeze_dependents(targets);
   std::vector<Id> held;
   auto unlock_all = [&] {
@@ -797,10 +820,15 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
       throw;
     }
   }
+  if (options.record_timeline) {
+    timeline.events.push_back({TimelineEvent::Kind::kCompute, op->name, clock, cost, 0});
+    note_memory();
+  }
   clock += cost;
   ++stats.calls;
   stats.base_cost += cost;
   unlock_all();
+  on_update(*op, args, cost, position);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -815,7 +843,7 @@ void RuntimeImpl::retain(Id t) {
 
 void RuntimeImpl::release(Id t) {
   TensorRec& tr = tensors[t];
-  --tr.handles;
+  if (--tr.handles == 0) on_handles_gone(t);
   const Id s = tr.storage;
   --storages[s].handles;
   release_if_dead(s);
@@ -981,6 +1009,10 @@ void Runtime::update(const OpPtr& op, std::span<const Tensor> args,
 void Runtime::materialize(const Tensor& t) { impl_->make_resident(t.id()); }
 bool Runtime::evict(const Tensor& t) { return impl_->evict_tensor(t.id()); }
 void Runtime::set_budget(std::size_t budget) { impl_->set_budget(budget); }
+void Runtime::begin_step(StepOptions options) { impl_->begin_step(std::move(options)); }
+void Runtime::mark_backward() { impl_->mark_backward(); }
+RecordedStep Runtime::end_step() { return impl_->end_step(); }
+const Timeline& Runtime::timeline() const { return impl_->timeline; }
 std::size_t Runtime::budget() const { return impl_->options.budget; }
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
 MemoryResource& Runtime::memory() { return *impl_->memory; }

@@ -36,6 +36,20 @@ class RuntimeImpl final : public MemoryReclaimer {
   bool evict_tensor(Id tensor);
   void set_budget(std::size_t budget);
 
+  // Steps, recording and hints (step.cc).
+  void begin_step(StepOptions step_options);
+  void mark_backward();
+  RecordedStep end_step();
+  int next_position();  // the position of the op about to be registered (-1 outside a step)
+  // After a new op ran (outputs made, not yet touched): sites, hint weights, the recording.
+  // Returns the op's hint when the policy is `hinted` and the hint matches the op.
+  const OpHint* on_new_op(Id op_id, int position);
+  // After its outputs entered the candidate index: the evictions its hint asks for.
+  void after_new_op(const OpHint* hint);
+  void on_update(const OpDef& op, const std::vector<Id>& args, double cost, int position);
+  void on_constant(Id tensor);
+  void on_handles_gone(Id tensor);
+
   void retain(Id tensor);
   void release(Id tensor);
   bool reclaim(std::size_t bytes) override;
@@ -51,6 +65,8 @@ class RuntimeImpl final : public MemoryReclaimer {
   RuntimeStats stats;
   bool runs_kernels = false;
   void* stream = nullptr;  // cudaStream_t of the CUDA backend (null: the default stream)
+  Timeline timeline;
+  void note_memory();                // appends a memory sample (timeline on)
 
  private:
   struct Frame {
@@ -88,6 +104,27 @@ class RuntimeImpl final : public MemoryReclaimer {
   void destroy_storage(Id s);
   std::size_t thrash_limit() const;
 
+  struct Recording {
+    Graph graph;
+    DtrTrace trace;
+    std::vector<std::pair<Id, int>> made;  // (tensor, node) of the step's op outputs
+  };
+  struct StepState {
+    bool active = false;
+    std::uint32_t stamp = 0;
+    int position = 0;          // of the next op
+    Phase phase = Phase::kForward;
+    std::shared_ptr<const StepHints> hints;  // null unless the policy is `hinted`
+    std::vector<std::vector<Id>> outputs;    // per position: the output tensors
+    StepSignature signature;
+    std::unique_ptr<Recording> recording;
+  };
+  int recorded_node(Id tensor);
+  void record_call(Id op_id, int position);
+  bool is_step_tensor(Id t, int position, int output) const;
+
+  StepState step_;
+  std::uint32_t step_stamp_ = 0;
   std::unique_ptr<CandidateIndex> candidates_;
   absl::flat_hash_map<std::uintptr_t, Id> storage_at_;  // address -> storage (allocator mode)
   std::string current_op_;

@@ -2,6 +2,7 @@
 
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_split.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "remat/errors.h"
+#include "remat/planner.h"
 #include "remat/segment_source.h"
+#include "remat/static_replay.h"
 
 namespace remat::examples {
 namespace {
@@ -38,6 +41,28 @@ std::vector<float> read_floats(Runtime& rt, const Tensor& t) {
 }
 
 }  // namespace
+
+StepHints plan_step(const RecordedStep& step, std::size_t budget,
+                    const std::vector<std::string>& planners) {
+  StepHints best;
+  if (budget == SIZE_MAX) return best;  // nothing to plan for
+  const Graph g = HoldInputs(step.graph);
+  // The planners count tensor bytes; the allocator rounds sizes up and cannot always reuse
+  // a freed block, so the plan aims a little lower than the reserved-bytes budget.
+  PlanOptions opt;
+  opt.budget_bytes = static_cast<std::int64_t>(0.9 * static_cast<double>(budget));
+  opt.time_limit_seconds = 5;
+  double best_cost = INFINITY;
+  for (const std::string& algo : planners) {
+    if (algo == "greedy" && g.nodes.size() > 3000) continue;  // it simulates per candidate
+    absl::StatusOr<Plan> plan = RunPlanner(algo, g, opt);
+    if (!plan.ok() || !plan->feasible || plan->sim.cost >= best_cost) continue;
+    best_cost = plan->sim.cost;
+    best = HintsFromSchedule(g, plan->schedule, recorded_sites(g),
+                             absl::StrCat(algo, " @ ", *opt.budget_bytes, " B"));
+  }
+  return best;
+}
 
 TrainResult train(Model& model, const TrainConfig& config) {
   TrainResult result;
@@ -67,9 +92,25 @@ TrainResult train(Model& model, const TrainConfig& config) {
       buffers.push_back(rt.constant(h.spec, runs ? h.data.data() : nullptr));
     result.param_bytes = rt.stats().pinned_bytes;
 
+    const bool hinted = config.policy == "hinted";
+    std::shared_ptr<PlanCache> cache =
+        config.plan_cache != nullptr ? config.plan_cache : std::make_shared<PlanCache>();
     for (int step = 0; step < config.steps; ++step) {
       float loss_value = std::numeric_limits<float>::quiet_NaN();
+      StepOptions step_options;
+      step_options.name = absl::StrCat(model.name(), "_step", step);
+      step_options.record = step == config.record_step;
+      const PlanCache::Key key = model.shape_key(step, config.seed);
+      bool plan_now = false;
+      if (hinted) {
+        PlanCache::Found found = cache->find(key);
+        step_options.hints = found.hints;
+        plan_now = found.hints == nullptr;
+        step_options.record |= plan_now;
+        if (found.hints != nullptr) ++(found.exact ? result.exact_plan_steps : result.reused_plan_steps);
+      }
       {
+        rt.begin_step(step_options);
         ad::Tape tape(rt);
         std::vector<ad::Var> vars;
         for (const Param& p : params) vars.push_back(tape.leaf(p.value));
@@ -77,6 +118,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
         const RuntimeStats s = rt.stats();
         result.forward_activation_bytes =
             std::max(result.forward_activation_bytes, s.resident_bytes - s.pinned_bytes);
+        rt.mark_backward();
         tape.backward(loss);
         if (runs) rt.read(loss.value, &loss_value);
         loss = ad::Var();
@@ -85,6 +127,14 @@ TrainResult train(Model& model, const TrainConfig& config) {
           if (g.defined()) ops::adamw(rt, params[i].value, params[i].m, params[i].v, g,
                                       config.adamw, step + 1);
         }
+        RecordedStep recorded = rt.end_step();
+        if (plan_now) {
+          auto hints = std::make_shared<StepHints>(plan_step(recorded, config.budget, config.planners));
+          if (result.plan_source.empty()) result.plan_source = hints->source;
+          cache->insert(key, std::move(hints));
+          ++result.plans_made;
+        }
+        if (step == config.record_step) result.recorded = std::move(recorded);
       }
       result.losses.push_back(loss_value);
       result.items += model.items(step, config.seed);
@@ -156,7 +206,8 @@ absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
     } else if (key == "help") {
       return absl::InvalidArgumentError(
           "flags: --backend cpu|cuda|sim --budget BYTES | --budget-fraction F --policy P "
-          "--steps N --seed S --lr X --json, and model flags --name value");
+          "--steps N --seed S --lr X --planners a,b (policy hinted) --json, and model flags "
+          "--name value");
     } else if (key == "backend") {
       if (value == "cpu") config.backend = Backend::kCpu;
       else if (value == "cuda") config.backend = Backend::kCuda;
@@ -175,6 +226,9 @@ absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
       config.measure_costs = value == "measured";
     } else if (key == "policy") {
       config.policy = value;
+    } else if (key == "planners") {
+      config.planners = absl::StrSplit(value, ',', absl::SkipEmpty());
+      if (config.planners.empty()) return bad();
     } else if (key == "steps") {
       if (!absl::SimpleAtoi(value, &config.steps) || config.steps < 0) return bad();
     } else if (key == "seed") {
@@ -230,6 +284,14 @@ int run_main(int argc, char** argv, Model& model) {
     j["wall_seconds"] = r.wall_seconds;
     j["baseline_wall_seconds"] = c.baseline.wall_seconds;
     j["items"] = r.items;
+    if (config.policy == "hinted") {
+      j["plans_made"] = r.plans_made;
+      j["exact_plan_steps"] = r.exact_plan_steps;
+      j["reused_plan_steps"] = r.reused_plan_steps;
+      j["plan_source"] = r.plan_source;
+      j["hint_evictions"] = r.stats.hint_evictions;
+      j["hint_mismatches"] = r.stats.hint_mismatches;
+    }
     bool same = r.losses.size() == c.baseline.losses.size();
     for (std::size_t i = 0; same && i < r.losses.size(); ++i)
       same = std::memcmp(&r.losses[i], &c.baseline.losses[i], sizeof(float)) == 0;

@@ -16,11 +16,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/autograd.h"
 #include "kernels/ops.h"
+#include "remat/hints.h"
 #include "remat/runtime.h"
 
 namespace remat::examples {
@@ -48,6 +50,9 @@ class Model {
                        const std::vector<Tensor>& buffers, int step, std::uint64_t seed) = 0;
   // How many items a step processed (tokens, images, trees), for per-item rates.
   virtual double items(int step, std::uint64_t seed) const = 0;
+  // What the loop knows of step `step`'s shapes before running it (batch, sequence length):
+  // the key of its plan in the PlanCache. Steps with one key run the same shapes.
+  virtual PlanCache::Key shape_key(int /*step*/, std::uint64_t /*seed*/) const { return {}; }
 };
 
 struct TrainConfig {
@@ -61,6 +66,12 @@ struct TrainConfig {
   bool progress = false;        // a progress line on stderr
   bool measure_costs = true;    // CPU: op costs from timing first runs (--costs measured)
   double clock_limit = INFINITY;  // runtime clock (summed op costs) past which a run thrashes
+  int record_step = -1;           // >= 0: record that step (TrainResult::recorded)
+  // Policy `hinted`: the first step of a shape with no usable plan in the cache is recorded
+  // and planned (the cheapest feasible plan of `planners`, fast ones by default); later steps
+  // take its hints, at their own shape or, through Note [Hints by position], at others.
+  std::vector<std::string> planners = {"chen", "twremat", "greedy", "rotor", "mincut"};
+  std::shared_ptr<PlanCache> plan_cache;  // null: one per run
 };
 
 struct TrainResult {
@@ -76,7 +87,18 @@ struct TrainResult {
   std::size_t forward_activation_bytes = 0;  // most bytes of non-pinned tensors after a forward
   double items = 0;
   double wall_seconds = 0;
+  std::optional<RecordedStep> recorded;  // TrainConfig::record_step
+  // Policy `hinted`: plans made, steps that ran a plan made at their own shape, and steps
+  // that ran one made at another shape.
+  std::size_t plans_made = 0, exact_plan_steps = 0, reused_plan_steps = 0;
+  std::string plan_source;  // what made the first plan
 };
+
+// The hints for a recorded step under `budget` reserved bytes: the cheapest feasible plan of
+// `planners` on the step's graph (inputs held, as the runtime holds parameters). Empty hints
+// when no planner fits the budget.
+StepHints plan_step(const RecordedStep& step, std::size_t budget,
+                    const std::vector<std::string>& planners);
 
 // One training run with the budget as given (budget_fraction ignored).
 TrainResult train(Model& model, const TrainConfig& config);

@@ -41,6 +41,12 @@ struct DtrTrace {
 absl::StatusOr<DtrTrace> parse_dtr_trace(std::istream& in, const std::string& name);
 absl::StatusOr<DtrTrace> load_dtr_trace(const std::string& path);
 
+// Writes `trace` in the DTR log format (START, then one line per instruction with its MEMORY
+// and ALIAS lines); parse_dtr_trace reads it back to an equal trace. An instruction naming a
+// handle with no name is an error naming the instruction, and nothing is written.
+absl::Status write_dtr_trace(const DtrTrace& trace, std::ostream& out);
+absl::Status save_dtr_trace(const DtrTrace& trace, const std::string& path);
+
 }  // namespace remat
 
 #endif  // REMAT_DTR_TRACE_H_

@@ -41,6 +41,11 @@ struct Node {
   std::optional<int64_t> group;     // multi-output operator this node belongs to
   bool recomputable = true;         // false: may be computed only once
   bool pytorch_banned = false;      // PyTorch's partitioner would never recompute it
+  // Extension of remat-graph-v1 for steps the runtime recorded (written as "site": [p, k]):
+  // the node is output `site_output` of the op at position `site_position` in the step
+  // (the runtime's n-th call of the step). Hints are keyed by it; -1 where unknown.
+  int site_position = -1;
+  int site_output = 0;
 
   // Whether a schedule may compute this node more than once.
   bool CanRecompute() const {

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "remat/graph.h"
+#include "remat/hints.h"
 #include "remat/schedule.h"
 
 namespace remat {
@@ -49,6 +50,15 @@ struct Plan {
 // Per step of a schedule: the node ids whose instance dies after that step (their last
 // read). The runtime uses them as eviction hints.
 std::vector<std::vector<int>> EvictionHints(const Graph& g, const Schedule& s);
+
+// The runtime's hints for a schedule of `g` (see remat/hints.h): `sites[v]` is where node v
+// runs in the step (recorded_sites() or trace_sites() of remat/static_replay.h). Nodes the
+// schedule computes once are kept, the others marked recomputed, and every instance the
+// schedule frees is evicted after the step's op that comes at or after its last read (unless
+// its next instance is made before that op: the runtime keeps it resident instead). Outputs
+// of `g` are never evicted after their last instance.
+StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
+                            std::string source);
 
 std::vector<std::string> PlannerNames();
 

@@ -10,6 +10,7 @@
 #define REMAT_REPLAY_H_
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "remat/dtr_trace.h"
@@ -28,6 +29,9 @@ struct ReplayOptions {
   // A replay whose simulated time passes this multiple of the trace's time stops with status
   // "thrash" (runs past 2x count as failures anyway; this only bounds wasted work).
   double slowdown_cap = 8.0;
+  // Hints for the `hinted` policy, keyed by the position of each CALL/MUTATE in the trace.
+  std::shared_ptr<const StepHints> hints;
+  bool record_timeline = false;
 };
 
 struct ReplayBaseline {
@@ -49,10 +53,17 @@ struct ReplayResult {
   double wall_seconds = 0;    // wall time of the whole replay
   double simulated_seconds = 0;  // simulated time of the replay (its kernels' time)
   double fragmentation = 0;
+  double overhead = 0;        // recomputed cost over base cost (slowdown - 1 when all ran)
+  std::size_t hint_evictions = 0;
+  Timeline timeline;          // with ReplayOptions::record_timeline
 };
 
 ReplayBaseline replay_baseline(const DtrTrace& trace);
 ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options);
+
+// Replays the trace with no budget, recording it: the step as a remat-graph-v1 graph (for the
+// planners) and as the trace the runtime saw.
+RecordedStep record_replay(const DtrTrace& trace);
 
 }  // namespace remat
 

@@ -26,10 +26,14 @@
 #include <vector>
 
 #include "remat/caching_allocator.h"
+#include "remat/dtr_trace.h"
 #include "remat/errors.h"
+#include "remat/graph.h"
+#include "remat/hints.h"
 #include "remat/memory_resource.h"
 #include "remat/op.h"
 #include "remat/tensor.h"
+#include "remat/timeline.h"
 
 namespace remat {
 
@@ -64,6 +68,9 @@ struct RuntimeOptions {
   // Simulated time past which the runtime gives up with ThrashError (a replay's cap on
   // slowdown); unlimited by default.
   double clock_limit = INFINITY;
+  // Keep a memory timeline (every op run, recomputation and eviction, with the memory after
+  // it) for WriteChromeTrace. Costs a few bytes per event; off by default.
+  bool record_timeline = false;
   // Allocator settings; the budget field is replaced by `budget`. (Pooled segments measured
   // better than one expandable arena on the recorded steps, so the arena is opt-in.)
   CachingAllocatorOptions allocator = {};
@@ -83,11 +90,37 @@ struct RuntimeStats {
   std::size_t thrashes = 0;
   std::size_t pinned_bytes = 0;
   std::size_t frozen = 0;         // tensors pinned by update() (Note [Updating pinned tensors])
+  std::size_t hint_evictions = 0;   // storages evicted because a hint said the plan frees them
+  std::size_t hint_mismatches = 0;  // ops whose hint named another op (see Note [Hints by position])
   std::size_t live_tensors = 0;   // tensor records alive (held or kept for lineage)
   std::size_t resident_bytes = 0;  // bytes of resident storages
   std::size_t peak_resident_bytes = 0;
   // Recomputed cost over base cost.
   double compute_overhead() const { return base_cost > 0 ? recompute_cost / base_cost : 0.0; }
+};
+
+// What begin_step() is told about the step that follows.
+struct StepOptions {
+  // Hints from a static plan (remat/hints.h); the `hinted` policy acts on them: it evicts
+  // what the plan frees once the plan frees it, and weighs DTR's scores by what the plan
+  // keeps and recomputes. Other policies ignore them.
+  std::shared_ptr<const StepHints> hints;
+  bool record = false;       // record the step; end_step() returns it as a graph and a trace
+  std::string name = "step";  // the recorded graph's and trace's name
+};
+
+// A step as the runtime ran it (first runs only; recomputations are the runtime's business).
+struct RecordedStep {
+  // remat-graph-v1: every op output a node (views kind `view`, several outputs a `group`),
+  // with bytes, cost (an equal share of its op's) and phase (backward after mark_backward());
+  // tensors made before the step that it reads are `input` nodes; update() calls are
+  // zero-byte nodes that may not be recomputed. Each node carries its site (op position,
+  // output index), which hints are keyed by.
+  Graph graph;
+  // The same step in the DTR log format (handle k is node k), with the releases the program
+  // made, so that remat-replay re-runs exactly what ran.
+  DtrTrace trace;
+  StepSignature signature;
 };
 
 namespace detail {
@@ -146,6 +179,18 @@ class Runtime {
   void materialize(const Tensor& t);
   // Evicts the tensor's storage now if it is evictable; returns whether it did.
   bool evict(const Tensor& t);
+
+  // A training step: ops are numbered from here (their position), hints apply by position,
+  // and the step may be recorded. Steps do not nest; begin_step() ends an unfinished one.
+  void begin_step(StepOptions options = {});
+  // Marks the start of the backward pass (recorded as the phase of the nodes that follow).
+  void mark_backward();
+  // Ends the step; returns what was recorded (empty unless StepOptions::record) and the
+  // step's signature.
+  RecordedStep end_step();
+
+  // The memory timeline since construction (RuntimeOptions::record_timeline).
+  const Timeline& timeline() const;
 
   void set_budget(std::size_t budget);
   std::size_t budget() const;

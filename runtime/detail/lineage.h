@@ -36,6 +36,7 @@ struct StorageRec {
   // second time (then it stays until that request ends): see Note [Iterative recomputation].
   std::uint32_t recomputed_in = 0;
   std::uint32_t keep_in = 0;
+  float hint_weight = 1.0f;    // the `hinted` policy's factor on its score (Note [Hinted eviction])
 };
 
 struct TensorRec {
@@ -45,6 +46,12 @@ struct TensorRec {
   Id producer = kNone;         // the op that made it (kNone for constants)
   std::uint32_t handles = 0;   // user handles
   std::uint32_t refs = 0;      // handles + live consumer ops
+  // Where the current step made it (see Note [Hints by position]); valid while `step`
+  // equals the runtime's step stamp.
+  std::uint32_t step = 0;
+  std::int32_t position = -1;  // -1: made before the step (or outside any step)
+  std::int32_t output = 0;
+  std::int32_t node = -1;      // node id in the step being recorded, -1: none yet
 };
 
 struct OpRec {

@@ -1,0 +1,89 @@
+// remat/hints.h: what a static plan tells the dynamic runtime, keyed so that it still applies
+// when shapes change, and a cache of plans keyed by the step's shape signature.
+//
+// Usage (see examples/common/trainer.cc for the whole loop):
+//   remat::PlanCache cache;
+//   rt.begin_step({.hints = cache.find({batch, seq_len}).hints, .record = first_time});
+//   ... forward, rt.mark_backward(), backward ...
+//   remat::RecordedStep step = rt.end_step();            // the step as a graph and a trace
+//   remat::Plan plan = remat::RunPlanner("twremat", step.graph, opt).value();
+//   cache.insert({batch, seq_len}, std::make_shared<remat::StepHints>(
+//       remat::HintsFromSchedule(step.graph, plan.schedule, remat::recorded_sites(step.graph))));
+//
+// Note [Hints by position]
+// A hint names an op by its position in the step (the runtime's n-th call since begin_step)
+// and an output by its index, never by tensor ids, which differ from one step to the next.
+// A training loop makes the same calls in the same order whatever its sequence length or
+// batch size, so a plan made at one shape applies at every other. Each op hint carries the
+// op's name; where the running step's op at a position has another name, the step's
+// structure differs from the planned one and the runtime ignores that hint (counting it in
+// RuntimeStats::hint_mismatches) rather than act on the wrong tensor.
+#ifndef REMAT_HINTS_H_
+#define REMAT_HINTS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace remat {
+
+struct OutputHint {
+  bool keep = false;        // the plan computes it once and keeps it to its last read
+  bool recomputed = false;  // the plan computes it more than once (it may be evicted)
+};
+
+// A tensor of the step: output `output` of the op at position `position`.
+struct StepSite {
+  int position = -1;
+  int output = 0;
+  friend bool operator==(const StepSite&, const StepSite&) = default;
+};
+
+struct OpHint {
+  std::string op;                    // the op's name when planned (a mismatch voids the hint)
+  std::vector<OutputHint> outputs;   // by output index
+  std::vector<StepSite> evict_after;  // tensors the plan frees once this op has run
+};
+
+struct StepHints {
+  std::string source;        // what made them, e.g. "twremat @ 0.5"
+  std::vector<OpHint> ops;   // by position in the step
+};
+
+// Signature of a step as the runtime saw it: its op sequence (names, arities) and its
+// shapes. Two steps with the same `structure` take the same hints.
+struct StepSignature {
+  std::uint64_t structure = 0;
+  std::uint64_t shapes = 0;
+  std::size_t ops = 0;
+  friend bool operator==(const StepSignature&, const StepSignature&) = default;
+};
+
+// Plans by shape signature (whatever the loop knows before a step: batch size, sequence
+// length). Thread-safe. find() returns the plan made for that exact signature, else the
+// nearest one of the same length (smallest sum of absolute differences), which applies
+// through Note [Hints by position]; `exact` says which.
+class PlanCache {
+ public:
+  using Key = std::vector<std::int64_t>;
+  struct Found {
+    std::shared_ptr<const StepHints> hints;  // null: nothing usable
+    bool exact = false;
+    Key key;                                  // the key it was stored under
+  };
+  void insert(Key key, std::shared_ptr<const StepHints> hints);
+  Found find(const Key& key) const;
+  std::size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<Key, std::shared_ptr<const StepHints>> plans_;
+};
+
+}  // namespace remat
+
+#endif  // REMAT_HINTS_H_

@@ -1,0 +1,63 @@
+// remat/timeline.h: a memory timeline of a run, written in the Chrome trace event format so
+// that it opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
+//
+// Usage:
+//   remat::Runtime rt({.backend = remat::Backend::kSimulated, .record_timeline = true});
+//   ... run a step ...
+//   std::ofstream out("step.trace.json");
+//   remat::WriteChromeTrace(rt.timeline(), "gpt step 0 @ 0.5", out);
+//
+// Times are the runtime's clock (the summed cost of the ops run so far, in the cost unit of
+// the ops: nanoseconds for measured and recorded costs), so a timeline of the simulated
+// backend shows where time would go on the device, recomputations included.
+#ifndef REMAT_TIMELINE_H_
+#define REMAT_TIMELINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace remat {
+
+struct TimelineEvent {
+  enum class Kind : std::uint8_t {
+    kCompute,    // an op's first run: a slice [start, start + duration)
+    kRecompute,  // a rerun of an op whose output had been evicted: a slice
+    kEvict,      // a storage evicted (by the policy or by a hint): an instant at `start`
+  };
+  Kind kind = Kind::kCompute;
+  std::string name;       // the op's name (for kEvict: the op that made the evicted storage)
+  double start = 0;       // runtime clock at the start
+  double duration = 0;    // the op's cost (0 for instants)
+  std::size_t bytes = 0;  // bytes the op's outputs take, or the bytes evicted
+};
+
+// Memory after an event: bytes held by live tensors (allocated) and reserved from the
+// device by the caching allocator (equal to allocated in logical accounting).
+struct MemorySample {
+  double time = 0;
+  std::size_t allocated = 0;
+  std::size_t reserved = 0;
+};
+
+struct Timeline {
+  std::vector<TimelineEvent> events;   // in the order they happened
+  std::vector<MemorySample> memory;    // one per event, same order, non-decreasing time
+  std::size_t budget = SIZE_MAX;       // SIZE_MAX: none
+};
+
+// Writes `timeline` as one JSON object {"traceEvents": [...], "displayTimeUnit": "ns", ...}:
+// op slices ("ph": "X") on one track, recomputations on a second, evictions as instants
+// ("ph": "i"), and counters ("ph": "C") for allocated, reserved and the budget. Timestamps
+// are microseconds (clock / 1000) as the format requires. `title` names the process track.
+absl::Status WriteChromeTrace(const Timeline& timeline, std::string_view title,
+                              std::ostream& out);
+
+}  // namespace remat
+
+#endif  // REMAT_TIMELINE_H_

@@ -1,0 +1,75 @@
+// A schedule as hints for the dynamic runtime (see Note [Hints by position] in remat/hints.h).
+#include <algorithm>
+
+#include "remat/planner.h"
+
+namespace remat {
+
+StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
+                            std::string source) {
+  StepHints hints;
+  hints.source = std::move(source);
+  const int n = g.size();
+  const std::size_t steps = s.order.size();
+  if (static_cast<int>(sites.size()) != n) return hints;
+  auto site = [&](int v) -> const StepSite& { return sites[static_cast<std::size_t>(v)]; };
+  auto valid = [&](int v) { return v >= 0 && v < n && site(v).position >= 0; };
+
+  // Instances: the last step reading each, and the step making the next instance.
+  std::vector<int> latest(static_cast<std::size_t>(n), -1), count(static_cast<std::size_t>(n), 0);
+  std::vector<int> last_read(steps), next_instance(steps, -1);
+  std::vector<bool> program_step(steps, false);
+  for (std::size_t j = 0; j < steps; ++j) {
+    const int v = s.order[j];
+    if (v < 0 || v >= n) return StepHints{hints.source, {}};  // not a schedule of g
+    last_read[j] = static_cast<int>(j);
+    for (int u : g.nodes[static_cast<std::size_t>(v)].inputs) {
+      const int inst = latest[static_cast<std::size_t>(u)];
+      if (inst >= 0) last_read[static_cast<std::size_t>(inst)] = static_cast<int>(j);
+    }
+    if (const int prev = latest[static_cast<std::size_t>(v)]; prev >= 0) {
+      next_instance[static_cast<std::size_t>(prev)] = static_cast<int>(j);
+    } else {
+      program_step[j] = valid(v);  // a first run: the step's op at that position runs here
+    }
+    latest[static_cast<std::size_t>(v)] = static_cast<int>(j);
+    ++count[static_cast<std::size_t>(v)];
+  }
+  // For each step, the first program step at or after it.
+  std::vector<int> next_program(steps + 1, -1);
+  for (std::size_t j = steps; j-- > 0;) next_program[j] = program_step[j] ? static_cast<int>(j) : next_program[j + 1];
+
+  int positions = 0;
+  for (int v = 0; v < n; ++v)
+    if (valid(v)) positions = std::max(positions, site(v).position + 1);
+  hints.ops.resize(static_cast<std::size_t>(positions));
+  for (int v = 0; v < n; ++v) {
+    if (!valid(v)) continue;
+    OpHint& op = hints.ops[static_cast<std::size_t>(site(v).position)];
+    const Node& node = g.nodes[static_cast<std::size_t>(v)];
+    op.op = node.op.empty() ? node.name : node.op;
+    const auto k = static_cast<std::size_t>(site(v).output);
+    if (op.outputs.size() <= k) op.outputs.resize(k + 1);
+    op.outputs[k].keep = count[static_cast<std::size_t>(v)] == 1;
+    op.outputs[k].recomputed = count[static_cast<std::size_t>(v)] > 1;
+  }
+  std::vector<bool> is_output(static_cast<std::size_t>(n), false);
+  for (int v : g.outputs)
+    if (v >= 0 && v < n) is_output[static_cast<std::size_t>(v)] = true;
+  for (std::size_t i = 0; i < steps; ++i) {
+    const int v = s.order[i];
+    if (!valid(v)) continue;
+    const int next = next_instance[i];
+    if (next < 0 && is_output[static_cast<std::size_t>(v)]) continue;
+    const int at = next_program[static_cast<std::size_t>(last_read[i])];
+    if (at < 0) continue;            // freed at the very end: nothing left to save
+    if (next >= 0 && next <= at) continue;  // recomputed before that op: it stays
+    std::vector<StepSite>& list =
+        hints.ops[static_cast<std::size_t>(site(s.order[static_cast<std::size_t>(at)]).position)]
+            .evict_after;
+    if (std::find(list.begin(), list.end(), site(v)) == list.end()) list.push_back(site(v));
+  }
+  return hints;
+}
+
+}  // namespace remat

@@ -1,0 +1,265 @@
+#include "tools/compare/compare.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include "remat/planner.h"
+#include "remat/replay.h"
+#include "remat/schedule.h"
+#include "remat/static_replay.h"
+#include "remat/timeline.h"
+
+namespace remat::compare {
+namespace {
+
+std::string fraction_label(double f) { return absl::StrFormat("%.2f", f); }
+
+// Writes a run's timeline when the options ask for it; returns its path ("" if none).
+std::string maybe_write_timeline(const CompareOptions& o, const std::string& name,
+                                 const RunRow& row, const Timeline& timeline) {
+  if (o.timeline_dir.empty()) return "";
+  std::filesystem::create_directories(o.timeline_dir);
+  const std::string file = absl::StrCat(name, "_", row.method, "_", fraction_label(row.fraction),
+                                        ".trace.json");
+  const std::string path = (std::filesystem::path(o.timeline_dir) / file).string();
+  std::ofstream out(path);
+  const absl::Status s = WriteChromeTrace(
+      timeline, absl::StrCat(name, " ", row.method, " @ ", fraction_label(row.fraction)), out);
+  return s.ok() ? path : "";
+}
+
+bool wants_timeline(const CompareOptions& o, double fraction) {
+  return !o.timeline_dir.empty() &&
+         (o.all_timelines || std::abs(fraction - o.timeline_fraction) < 1e-9);
+}
+
+RunRow dynamic_row(const DtrTrace& trace, const std::string& method, const std::string& policy,
+                   std::shared_ptr<const StepHints> hints, double fraction, std::size_t budget,
+                   const CompareOptions& o, Timeline* timeline) {
+  ReplayOptions ro;
+  ro.policy = policy;
+  ro.accounting = o.accounting;
+  ro.budget = budget;
+  ro.slowdown_cap = o.slowdown_cap;
+  ro.hints = std::move(hints);
+  ro.record_timeline = timeline != nullptr;
+  ReplayResult r = replay(trace, ro);
+  RunRow row;
+  row.method = method;
+  row.kind = method == "hinted" ? "hinted" : "dynamic";
+  row.fraction = fraction;
+  row.budget = budget;
+  row.status = r.status;
+  row.note = r.error;
+  row.peak_reserved = r.peak_reserved_bytes;
+  row.peak_logical = r.peak_allocated_bytes;
+  row.overhead = r.slowdown - 1.0;
+  row.evictions = r.evictions;
+  row.recomputations = r.recomputations;
+  row.decision_seconds = r.search_seconds;
+  if (timeline != nullptr) *timeline = std::move(r.timeline);
+  return row;
+}
+
+}  // namespace
+
+std::vector<std::string> DefaultPlanners(std::size_t nodes) {
+  std::vector<std::string> p = {"chen", "greedy", "mincut", "rotor", "twremat"};
+  if (nodes > 3000) p.erase(std::find(p.begin(), p.end(), "greedy"));  // simulates per candidate
+  if (nodes <= 120) p.push_back("checkmate");
+  if (nodes <= 400) p.push_back("moccasin");
+  return p;
+}
+
+CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
+  CompareReport report;
+  report.name = g.name;
+  report.nodes = g.nodes.size();
+  Schedule file_order{.graph = g.name, .order = {}};
+  for (int v = 0; v < g.size(); ++v) file_order.order.push_back(v);
+  const SimResult base = Simulate(g, file_order);
+  report.baseline_peak = base.peak_bytes;
+  const DtrTrace program = dtr_trace_from_graph(g);
+  const std::vector<StepSite> sites = trace_sites(g);
+  const std::vector<std::string> planners = o.planners.empty() ? DefaultPlanners(g.nodes.size())
+                                                                : o.planners;
+  std::optional<Schedule> last_best;  // the best plan at the last budget that had one
+  std::string last_best_note;
+  for (double f : o.fractions) {
+    const auto budget = static_cast<std::size_t>(f * static_cast<double>(base.peak_bytes));
+    const bool timeline = wants_timeline(o, f);
+    {  // noremat: the program as it is, no budget
+      RunRow row;
+      row.method = "noremat";
+      row.kind = "none";
+      row.fraction = f;
+      row.budget = budget;
+      row.predicted_peak = base.peak_bytes;
+      row.peak_logical = static_cast<std::size_t>(base.peak_bytes);
+      row.status = base.peak_bytes <= static_cast<std::int64_t>(budget) ? "ok" : "over_budget";
+      report.rows.push_back(row);
+    }
+    // Static planners, replayed.
+    std::optional<Schedule> best;
+    double best_overhead = INFINITY;
+    std::string best_name;
+    for (const std::string& algo : planners) {
+      PlanOptions po;
+      po.budget_bytes = static_cast<std::int64_t>(budget);
+      po.time_limit_seconds = o.planner_time_limit;
+      RunRow row;
+      row.method = algo;
+      row.kind = "static";
+      row.fraction = f;
+      row.budget = budget;
+      absl::StatusOr<Plan> plan = RunPlanner(algo, g, po);
+      if (!plan.ok()) {
+        row.status = "error";
+        row.note = std::string(plan.status().message());
+        report.rows.push_back(row);
+        continue;
+      }
+      row.decision_seconds = plan->solve_seconds;
+      if (!plan->feasible) {
+        row.status = "infeasible";
+        row.note = plan->reason;
+        report.rows.push_back(row);
+        continue;
+      }
+      row.predicted_peak = plan->sim.peak_bytes;
+      StaticReplayOptions logical_opts;
+      logical_opts.accounting = Accounting::kLogical;
+      absl::StatusOr<StaticReplayResult> logical = static_replay(g, plan->schedule, logical_opts);
+      StaticReplayOptions alloc_opts;
+      alloc_opts.record_timeline = timeline;
+      absl::StatusOr<StaticReplayResult> alloc = static_replay(g, plan->schedule, alloc_opts);
+      if (!logical.ok() || !alloc.ok()) {
+        row.status = "error";
+        row.note = std::string((!logical.ok() ? logical : alloc).status().message());
+        report.rows.push_back(row);
+        continue;
+      }
+      row.peak_logical = logical->peak_allocated_bytes;
+      row.peak_reserved = alloc->peak_reserved_bytes;
+      row.overhead = logical->overhead;
+      row.evictions = logical->evictions;
+      row.recomputations = logical->recomputations;
+      if (o.accounting == Accounting::kAllocator && row.peak_reserved > budget) {
+        row.status = "over_budget";
+        row.note = absl::StrCat("the allocator reserved ", row.peak_reserved - budget,
+                                " bytes past the budget");
+      }
+      if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, alloc->timeline);
+      if (row.status == "ok" && row.overhead < best_overhead) {
+        best_overhead = row.overhead;
+        best = plan->schedule;
+        best_name = algo;
+      }
+      report.rows.push_back(row);
+    }
+    // Dynamic policies.
+    for (const std::string& policy : o.policies) {
+      Timeline tl;
+      RunRow row = dynamic_row(program, policy, policy, nullptr, f, budget, o,
+                               timeline ? &tl : nullptr);
+      if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, tl);
+      report.rows.push_back(row);
+    }
+    // Hinted, seeded with the best plan here (or the last budget's best).
+    std::string seed_note;
+    if (best) {
+      last_best = best;
+      last_best_note = absl::StrCat("seeded by ", best_name, " @ ", fraction_label(f));
+      seed_note = last_best_note;
+    } else if (last_best) {
+      seed_note = absl::StrCat(last_best_note, " (no plan fits this budget)");
+    } else {
+      seed_note = "no plan to seed it: DTR alone";
+    }
+    std::shared_ptr<const StepHints> hints;
+    if (last_best)
+      hints = std::make_shared<StepHints>(HintsFromSchedule(g, *last_best, sites, seed_note));
+    Timeline tl;
+    RunRow row = dynamic_row(program, "hinted", "hinted", hints, f, budget, o,
+                             timeline ? &tl : nullptr);
+    if (row.status == "ok") row.note = seed_note;
+    if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, tl);
+    report.rows.push_back(row);
+  }
+  return report;
+}
+
+std::string FormatTable(const CompareReport& r) {
+  std::string out = absl::StrFormat("%s: %zu nodes, unconstrained peak %d bytes\n", r.name,
+                                    r.nodes, r.baseline_peak);
+  out += absl::StrFormat("%-6s %-10s %-8s %-11s %14s %14s %14s %9s %9s %9s\n", "budget",
+                         "method", "kind", "status", "peak_reserved", "peak_logical",
+                         "predicted", "overhead", "evictions", "decide_s");
+  for (const RunRow& row : r.rows) {
+    const bool ok = row.status == "ok";
+    out += absl::StrFormat(
+        "%-6s %-10s %-8s %-11s %14s %14s %14s %9s %9zu %9.4f\n", fraction_label(row.fraction),
+        row.method, row.kind, row.status, row.peak_reserved ? absl::StrCat(row.peak_reserved) : "-",
+        row.peak_logical ? absl::StrCat(row.peak_logical) : "-",
+        row.predicted_peak >= 0 ? absl::StrCat(row.predicted_peak) : "-",
+        ok ? absl::StrFormat("%.4f", row.overhead) : "-", row.evictions, row.decision_seconds);
+  }
+  return out;
+}
+
+nlohmann::json ToJson(const CompareReport& r) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const RunRow& row : r.rows) {
+    nlohmann::json j = {{"method", row.method},
+                        {"kind", row.kind},
+                        {"fraction", row.fraction},
+                        {"budget_bytes", row.budget},
+                        {"status", row.status},
+                        {"note", row.note},
+                        {"peak_reserved_bytes", row.peak_reserved},
+                        {"peak_logical_bytes", row.peak_logical},
+                        {"overhead", row.overhead},
+                        {"evictions", row.evictions},
+                        {"recomputations", row.recomputations},
+                        {"decision_seconds", row.decision_seconds}};
+    if (row.predicted_peak >= 0) {
+      j["predicted_peak_bytes"] = row.predicted_peak;
+      // The replay's own peak against the planner's: zero in logical accounting when the
+      // runtime executes the schedule exactly; the allocator's rounding and fragmentation
+      // in reserved bytes.
+      j["logical_minus_predicted_bytes"] =
+          static_cast<std::int64_t>(row.peak_logical) - row.predicted_peak;
+      if (row.peak_reserved > 0)
+        j["reserved_minus_predicted_bytes"] =
+            static_cast<std::int64_t>(row.peak_reserved) - row.predicted_peak;
+    }
+    if (!row.timeline.empty()) j["timeline"] = row.timeline;
+    runs.push_back(std::move(j));
+  }
+  return {{"graph", r.name}, {"nodes", r.nodes}, {"baseline_peak_bytes", r.baseline_peak},
+          {"runs", std::move(runs)}};
+}
+
+std::vector<PlotSeries> OverheadSeries(const CompareReport& r) {
+  std::vector<PlotSeries> series;
+  for (const RunRow& row : r.rows) {
+    if (row.kind == "none") continue;
+    auto it = std::find_if(series.begin(), series.end(),
+                           [&](const PlotSeries& s) { return s.name == row.method; });
+    if (it == series.end()) {
+      series.push_back({row.method, {}});
+      it = series.end() - 1;
+    }
+    if (row.status == "ok") it->points.emplace_back(row.fraction, row.overhead);
+  }
+  return series;
+}
+
+}  // namespace remat::compare

@@ -1,0 +1,240 @@
+#include "tools/compare/svg_plot.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace remat::compare {
+namespace {
+
+// Tableau 10: distinct, readable on white. Series past the tenth reuse a colour with a dash.
+constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+constexpr std::size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
+constexpr const char* kDashes[] = {"", "6,3", "2,2", "8,3,2,3"};
+constexpr std::size_t kDashCount = sizeof(kDashes) / sizeof(kDashes[0]);
+
+// Escapes XML special characters; control characters that XML 1.0 forbids become '?'.
+std::string Escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: {
+        const auto u = static_cast<unsigned char>(c);
+        out += (u < 0x20 && c != '\t' && c != '\n' && c != '\r') ? '?' : c;
+      }
+    }
+  }
+  return out;
+}
+
+// Formats with a fixed number of decimals, independent of the C locale.
+std::string Fixed(double value, int decimals) {
+  if (value == 0) value = 0;  // no "-0"
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::fixed, decimals);
+  if (ec != std::errc()) {
+    auto [g_end, g_ec] = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::general, 6);
+    return g_ec == std::errc() ? std::string(buf, g_end) : std::string("?");
+  }
+  return std::string(buf, end);
+}
+
+std::string Px(double v) { return Fixed(v, 2); }
+
+struct Axis {
+  double lo = 0;
+  double hi = 1;
+  std::vector<double> ticks;
+  int decimals = 1;
+};
+
+// Ticks at a 1/2/5 x 10^k step covering [min, max], choosing the step that gives the count
+// closest to 7 (preferring 5 to 10 ticks).
+Axis NiceAxis(double min, double max) {
+  Axis axis;
+  if (!(max > min)) {
+    const double pad = min == 0 ? 0.5 : std::abs(min) * 0.1;
+    min -= pad;
+    max += pad;
+  }
+  const double range = max - min;
+  if (!std::isfinite(range) || range <= 0) {  // values near the limits of double
+    axis.lo = min;
+    axis.hi = max;
+    const double step = max / 4 - min / 4;
+    for (int i = 0; i <= 4; ++i) axis.ticks.push_back(min + i * step);
+    axis.decimals = 0;
+    return axis;
+  }
+  constexpr double kSlack = 1e-9;  // 0.3 / 0.1 is 2.9999999999999996
+  const int top = static_cast<int>(std::floor(std::log10(range)));
+  double best_step = 0;
+  int best_count = 0;
+  int best_exp = 0;
+  auto score = [](int count) {
+    return std::abs(count - 7) + ((count < 5 || count > 10) ? 100 : 0);
+  };
+  for (int e = top - 2; e <= top + 1; ++e) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      const double step = m * std::pow(10.0, e);
+      const double lo = std::floor(min / step + kSlack) * step;
+      const double hi = std::ceil(max / step - kSlack) * step;
+      const int count = static_cast<int>(std::lround((hi - lo) / step)) + 1;
+      if (best_count == 0 || score(count) <= score(best_count)) {  // ties: the larger step
+        best_step = step;
+        best_count = count;
+        best_exp = e;
+      }
+    }
+  }
+  axis.lo = std::floor(min / best_step + kSlack) * best_step;
+  axis.hi = axis.lo + (best_count - 1) * best_step;
+  for (int i = 0; i < best_count; ++i) axis.ticks.push_back(axis.lo + i * best_step);
+  axis.decimals = std::clamp(-best_exp, 0, 12);
+  return axis;
+}
+
+}  // namespace
+
+std::string RenderOverheadPlot(const std::vector<PlotSeries>& series, const PlotOptions& options) {
+  const double width = std::max(options.width, 320);
+  const double height = std::max(options.height, 200);
+  constexpr double kLeft = 70, kTop = 50, kBottom = 60, kLegendWidth = 170;
+  const double plot_w = width - kLeft - kLegendWidth;
+  const double plot_h = height - kTop - kBottom;
+
+  // Finite points of each series, sorted by x.
+  std::vector<std::vector<std::pair<double, double>>> points(series.size());
+  double x_min = INFINITY, x_max = -INFINITY, y_min = 0, y_max = 0;
+  bool any = false;
+  for (std::size_t s = 0; s < series.size(); ++s) {
+    for (const auto& [x, y] : series[s].points) {
+      if (!std::isfinite(x) || !std::isfinite(y)) continue;
+      points[s].emplace_back(x, y);
+      x_min = std::min(x_min, x);
+      x_max = std::max(x_max, x);
+      y_min = std::min(y_min, y);
+      y_max = std::max(y_max, y);
+      any = true;
+    }
+    std::stable_sort(points[s].begin(), points[s].end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  if (!any) {
+    x_min = 0;
+    x_max = 1;
+  }
+  if (y_max == y_min) y_max = y_min + 1;  // all zero (or no data): a unit axis
+  const Axis xa = NiceAxis(x_min, x_max);
+  const Axis ya = NiceAxis(y_min, y_max);
+
+  auto px = [&](double x) { return kLeft + (x - xa.lo) / (xa.hi - xa.lo) * plot_w; };
+  auto py = [&](double y) { return kTop + plot_h - (y - ya.lo) / (ya.hi - ya.lo) * plot_h; };
+  const double x0 = kLeft, x1 = kLeft + plot_w, y0 = kTop + plot_h, y1 = kTop;
+
+  std::string svg;
+  svg += "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + Px(width) +
+         "\" height=\"" + Px(height) + "\" viewBox=\"0 0 " + Px(width) + " " + Px(height) +
+         "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg += "<rect x=\"0\" y=\"0\" width=\"" + Px(width) + "\" height=\"" + Px(height) +
+         "\" fill=\"white\"/>\n";
+  svg += "<text x=\"" + Px(kLeft + plot_w / 2) +
+         "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">" +
+         Escape(options.title) + "</text>\n";
+
+  // Grid, ticks and tick labels.
+  svg += "<g stroke=\"#e0e0e0\" stroke-width=\"1\">\n";
+  for (double t : xa.ticks) {
+    svg += "<line x1=\"" + Px(px(t)) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(px(t)) + "\" y2=\"" +
+           Px(y1) + "\"/>\n";
+  }
+  for (double t : ya.ticks) {
+    svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(py(t)) + "\" x2=\"" + Px(x1) + "\" y2=\"" +
+           Px(py(t)) + "\"/>\n";
+  }
+  svg += "</g>\n<g stroke=\"black\" stroke-width=\"1\">\n";
+  svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(x1) + "\" y2=\"" +
+         Px(y0) + "\"/>\n";
+  svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(x0) + "\" y2=\"" +
+         Px(y1) + "\"/>\n";
+  for (double t : xa.ticks) {
+    svg += "<line x1=\"" + Px(px(t)) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(px(t)) + "\" y2=\"" +
+           Px(y0 + 5) + "\"/>\n";
+  }
+  for (double t : ya.ticks) {
+    svg += "<line x1=\"" + Px(x0 - 5) + "\" y1=\"" + Px(py(t)) + "\" x2=\"" + Px(x0) + "\" y2=\"" +
+           Px(py(t)) + "\"/>\n";
+  }
+  svg += "</g>\n<g fill=\"black\">\n";
+  for (double t : xa.ticks) {
+    svg += "<text x=\"" + Px(px(t)) + "\" y=\"" + Px(y0 + 18) + "\" text-anchor=\"middle\">" +
+           Fixed(t, xa.decimals) + "</text>\n";
+  }
+  for (double t : ya.ticks) {
+    svg += "<text x=\"" + Px(x0 - 8) + "\" y=\"" + Px(py(t) + 4) + "\" text-anchor=\"end\">" +
+           Fixed(t, ya.decimals) + "</text>\n";
+  }
+  svg += "</g>\n";
+
+  // Axis titles.
+  svg += "<text x=\"" + Px(kLeft + plot_w / 2) + "\" y=\"" + Px(height - 15) +
+         "\" text-anchor=\"middle\">" + Escape(options.x_label) + "</text>\n";
+  svg += "<text x=\"18\" y=\"" + Px(kTop + plot_h / 2) +
+         "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " + Px(kTop + plot_h / 2) + ")\">" +
+         Escape(options.y_label) + "</text>\n";
+
+  if (series.empty()) {
+    svg += "<text x=\"" + Px(kLeft + plot_w / 2) + "\" y=\"" + Px(kTop + plot_h / 2) +
+           "\" text-anchor=\"middle\" fill=\"#808080\">no data</text>\n";
+  }
+
+  // One polyline (and a circle per point) per series, then the legend.
+  for (std::size_t s = 0; s < series.size(); ++s) {
+    const std::string colour = kPalette[s % kPaletteSize];
+    const std::string dash = kDashes[(s / kPaletteSize) % kDashCount];
+    std::string coords;
+    for (const auto& [x, y] : points[s]) {
+      if (!coords.empty()) coords += ' ';
+      coords += Px(px(x)) + "," + Px(py(y));
+    }
+    svg += "<g>\n<polyline data-series=\"" + Escape(series[s].name) + "\" points=\"" + coords +
+           "\" fill=\"none\" stroke=\"" + colour + "\" stroke-width=\"2\"" +
+           (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") + "/>\n";
+    for (const auto& [x, y] : points[s]) {
+      svg += "<circle cx=\"" + Px(px(x)) + "\" cy=\"" + Px(py(y)) + "\" r=\"3\" fill=\"" + colour +
+             "\"/>\n";
+    }
+    svg += "</g>\n";
+  }
+  svg += "<g>\n";
+  for (std::size_t s = 0; s < series.size(); ++s) {
+    const std::string colour = kPalette[s % kPaletteSize];
+    const std::string dash = kDashes[(s / kPaletteSize) % kDashCount];
+    const double ly = kTop + 10 + 20.0 * static_cast<double>(s);
+    const double lx = x1 + 15;
+    svg += "<line x1=\"" + Px(lx) + "\" y1=\"" + Px(ly) + "\" x2=\"" + Px(lx + 24) + "\" y2=\"" +
+           Px(ly) + "\" stroke=\"" + colour + "\" stroke-width=\"2\"" +
+           (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") + "/>\n";
+    svg += "<circle cx=\"" + Px(lx + 12) + "\" cy=\"" + Px(ly) + "\" r=\"3\" fill=\"" + colour +
+           "\"/>\n";
+    svg += "<text x=\"" + Px(lx + 30) + "\" y=\"" + Px(ly + 4) + "\">" + Escape(series[s].name) +
+           "</text>\n";
+  }
+  svg += "</g>\n</svg>\n";
+  return svg;
+}
+
+}  // namespace remat::compare
