@@ -133,6 +133,45 @@ TEST(ExampleTest, GptSequenceLengthChangesFromStepToStep) {
   }
 }
 
+// Policy `hinted` on GPT with a sequence length that changes every step: the first step is
+// recorded and planned, and every later step, whatever its length, runs on those hints
+// (Note [Hints by position]); losses and parameters stay bitwise those of the unconstrained
+// run, and the hints really evicted tensors.
+TEST(ExampleTest, GptPlansMadeAtOneLengthAreReusedAtOthersBitwise) {
+  GptModel model(GptConfig{.layers = 2, .channels = 32, .heads = 2, .vocab = 64, .batch = 4,
+                           .min_t = 8, .max_t = 48, .dropout = 0.1f});
+  TrainConfig config;
+  config.steps = 5;
+  config.seed = 11;
+  config.measure_costs = false;
+  const TrainResult base = train(model, config);
+  ASSERT_EQ(base.status, "ok") << base.error;
+  std::set<std::int64_t> lengths;
+  for (int s = 0; s < config.steps; ++s) lengths.insert(model.seq_len(s, config.seed));
+  ASSERT_GT(lengths.size(), 2u);
+  int checked = 0;
+  for (double fraction : {0.9, 0.8, 0.7}) {
+    TrainConfig run = config;
+    run.policy = "hinted";
+    run.budget = static_cast<std::size_t>(fraction * static_cast<double>(base.peak_allocated));
+    run.clock_limit = 3 * base.stats.base_cost;
+    const TrainResult r = train(model, run);
+    if (r.status != "ok") continue;
+    EXPECT_EQ(r.plans_made, 1u);
+    EXPECT_EQ(r.exact_plan_steps + r.reused_plan_steps, static_cast<std::size_t>(config.steps - 1));
+    EXPECT_GT(r.reused_plan_steps, 0u);
+    EXPECT_EQ(r.stats.hint_mismatches, 0u) << "every step makes the same calls";
+    EXPECT_LE(r.peak_reserved, run.budget);
+    for (int s = 0; s < config.steps; ++s)
+      EXPECT_EQ(std::memcmp(&r.losses[s], &base.losses[s], sizeof(float)), 0) << "step " << s;
+    ASSERT_EQ(r.final_state.size(), base.final_state.size());
+    for (std::size_t i = 0; i < r.final_state.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+    if (r.stats.hint_evictions > 0 && !r.plan_source.empty()) ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no budget ran on hints that evicted";
+}
+
 TEST(ExampleTest, InfeasibleBudgetIsReportedAsOutOfMemory) {
   MlpModel model(MlpConfig{.batch = 32, .in = 8, .hidden = 16, .layers = 2, .classes = 3});
   TrainConfig config;

@@ -48,6 +48,7 @@ StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector
     OpHint& op = hints.ops[static_cast<std::size_t>(site(v).position)];
     const Node& node = g.nodes[static_cast<std::size_t>(v)];
     op.op = node.op.empty() ? node.name : node.op;
+    if (site(v).output < 0) continue;  // an op with no result: nothing to keep or evict
     const auto k = static_cast<std::size_t>(site(v).output);
     if (op.outputs.size() <= k) op.outputs.resize(k + 1);
     op.outputs[k].keep = count[static_cast<std::size_t>(v)] == 1;
@@ -58,7 +59,7 @@ StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector
     if (v >= 0 && v < n) is_output[static_cast<std::size_t>(v)] = true;
   for (std::size_t i = 0; i < steps; ++i) {
     const int v = s.order[i];
-    if (!valid(v)) continue;
+    if (!valid(v) || site(v).output < 0) continue;
     const int next = next_instance[i];
     if (next < 0 && is_output[static_cast<std::size_t>(v)]) continue;
     const int at = next_program[static_cast<std::size_t>(last_read[i])];

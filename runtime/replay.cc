@@ -118,9 +118,10 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   try {
     StepOptions step;
     step.hints = options.hints;
+    step.record = options.record_executed;
     rt.begin_step(step);
     const std::vector<Tensor> outputs = run_trace(trace, rt);
-    rt.end_step();
+    r.executed = rt.end_step().executed;
   } catch (const OutOfMemoryError& e) {
     r.status = "oom";
     r.error = e.what();

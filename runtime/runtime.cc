@@ -513,6 +513,7 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   if (recompute) {
     ++stats.recomputations;
     stats.recompute_cost += op.cost;
+    note_recomputed(op);
   } else {
     ++stats.calls;
     stats.base_cost += op.cost;

@@ -67,6 +67,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   void* stream = nullptr;  // cudaStream_t of the CUDA backend (null: the default stream)
   Timeline timeline;
   void note_memory();                // appends a memory sample (timeline on)
+  void note_recomputed(const OpRec& op);
 
  private:
   struct Frame {
@@ -108,6 +109,7 @@ class RuntimeImpl final : public MemoryReclaimer {
     Graph graph;
     DtrTrace trace;
     std::vector<std::pair<Id, int>> made;  // (tensor, node) of the step's op outputs
+    std::vector<int> executed;             // positions of every op run, recomputations too
   };
   struct StepState {
     bool active = false;

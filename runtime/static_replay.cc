@@ -208,13 +208,57 @@ std::vector<StepSite> trace_sites(const Graph& g) {
   for (std::size_t v = 0; v < g.nodes.size(); ++v) {
     const Node& node = g.nodes[v];
     if (is_input(node)) continue;
-    if (no_output(node, readers)) {
-      ++position;
-      continue;
-    }
-    sites[v] = {position++, 0};
+    sites[v] = {position++, no_output(node, readers) ? -1 : 0};
   }
   return sites;
+}
+
+absl::StatusOr<Schedule> realized_schedule(const Graph& g, const std::vector<StepSite>& sites,
+                                           const std::vector<int>& executed) {
+  if (sites.size() != g.nodes.size())
+    return absl::InvalidArgumentError(absl::StrCat("realized_schedule: ", sites.size(),
+                                                   " sites for ", g.nodes.size(), " nodes"));
+  std::vector<std::vector<int>> at;  // position -> its nodes, by output
+  for (std::size_t v = 0; v < g.nodes.size(); ++v) {
+    if (is_input(g.nodes[v]) || sites[v].position < 0) continue;
+    const auto p = static_cast<std::size_t>(sites[v].position);
+    if (at.size() <= p) at.resize(p + 1);
+    at[p].push_back(static_cast<int>(v));
+  }
+  for (auto& nodes : at)
+    std::sort(nodes.begin(), nodes.end(), [&](int a, int b) {
+      return sites[static_cast<std::size_t>(a)].output < sites[static_cast<std::size_t>(b)].output;
+    });
+  Schedule s;
+  s.graph = g.name;
+  std::vector<bool> made(g.nodes.size(), false);
+  for (int p : executed) {
+    if (p < 0 || static_cast<std::size_t>(p) >= at.size() || at[static_cast<std::size_t>(p)].empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("realized_schedule: no node of the graph ran at position ", p));
+    for (int v : at[static_cast<std::size_t>(p)]) {
+      for (int u : g.nodes[static_cast<std::size_t>(v)].inputs) {
+        if (made[static_cast<std::size_t>(u)] || !is_input(g.nodes[static_cast<std::size_t>(u)]))
+          continue;
+        s.order.push_back(u);
+        made[static_cast<std::size_t>(u)] = true;
+      }
+      s.order.push_back(v);
+      made[static_cast<std::size_t>(v)] = true;
+    }
+  }
+  // Nodes that ran nowhere in the step (a graph's added last node): at the end, in order.
+  for (std::size_t v = 0; v < g.nodes.size(); ++v) {
+    if (made[v] || sites[v].position >= 0) continue;
+    for (int u : g.nodes[v].inputs) {
+      if (made[static_cast<std::size_t>(u)]) continue;
+      s.order.push_back(u);
+      made[static_cast<std::size_t>(u)] = true;
+    }
+    if (!made[v]) s.order.push_back(static_cast<int>(v));
+    made[v] = true;
+  }
+  return s;
 }
 
 Graph HoldInputs(Graph g) {

@@ -85,6 +85,7 @@ RecordedStep RuntimeImpl::end_step() {
                             rec.graph.outputs.end());
     out.graph = std::move(rec.graph);
     out.trace = std::move(rec.trace);
+    out.executed = std::move(rec.executed);
   }
   step_ = StepState{};
   return out;
@@ -136,7 +137,10 @@ void RuntimeImpl::on_constant(Id t) {
 
 const OpHint* RuntimeImpl::on_new_op(Id op_id, int position) {
   if (position < 0) return nullptr;
-  const OpRec& op = ops[op_id];
+  OpRec& op = ops[op_id];
+  op.position = position;
+  op.step = step_.stamp;
+  if (step_.recording) step_.recording->executed.push_back(position);
   // The signature: the op sequence, then the shapes.
   StepSignature& sig = step_.signature;
   sig.structure = mix(mix(mix(sig.structure, hash_string(op.op->name)), op.inputs.size()),
@@ -244,6 +248,7 @@ void RuntimeImpl::on_update(const OpDef& op, const std::vector<Id>& args, double
     step_.outputs.resize(static_cast<std::size_t>(position) + 1);
   if (!step_.recording) return;
   Recording& rec = *step_.recording;
+  rec.executed.push_back(position);
   DtrInstruction in;
   in.kind = DtrInstruction::Kind::kCall;
   in.op = op.name;
@@ -277,6 +282,11 @@ void RuntimeImpl::on_handles_gone(Id t) {
   in.kind = DtrInstruction::Kind::kRelease;
   in.dst = static_cast<std::uint32_t>(tr.node);
   step_.recording->trace.instructions.push_back(std::move(in));
+}
+
+void RuntimeImpl::note_recomputed(const OpRec& op) {
+  if (step_.recording && op.position >= 0 && op.step == step_.stamp)
+    step_.recording->executed.push_back(op.position);
 }
 
 void RuntimeImpl::note_memory() {

@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <sstream>
+
+#include "remat/replay.h"
 #include "remat/runtime.h"
 #include "tests/test_ops.h"
 
@@ -26,10 +29,12 @@ struct Program {
 struct Outcome {
   std::vector<std::vector<char>> reads;  // every read, in order
   RuntimeStats stats;
+  RecordedStep recorded;                 // when the step options asked for it
 };
 
-Outcome run(const Program& p, RuntimeOptions options) {
+Outcome run(const Program& p, RuntimeOptions options, StepOptions step = {}) {
   Runtime rt(options);
+  rt.begin_step(step);
   std::mt19937_64 rng(p.seed);
   const OpPtr ops[] = {testing::affine(0.75f, 0.25f), testing::affine(-1.5f, 2.0f),
                        testing::combine(), testing::scan_and_square(), testing::second_half(),
@@ -77,6 +82,7 @@ Outcome run(const Program& p, RuntimeOptions options) {
     if (pool.size() > 60) pool.erase(pool.begin());
   }
   for (const Tensor& t : pool) read(t);
+  out.recorded = rt.end_step();
   out.stats = rt.stats();
   return out;
 }
@@ -146,6 +152,97 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, PropertyTest, ::testing::ValuesIn(configs(
                                                            ? "_logical"
                                                            : "_allocator");
                          });
+
+// A recorded step, written in the DTR log format and parsed back, replays to the very peak
+// the live run had (logical accounting), and its graph is well formed: topological, every
+// op output a node at its site, views and groups kept.
+TEST(RecordingProperty, RecordedTracesReplayToTheLivePeak) {
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 20; ++trial) {
+    const Program p{rng(), 80 + static_cast<int>(rng() % 120)};
+    RuntimeOptions o;
+    o.backend = Backend::kCpu;
+    o.accounting = Accounting::kLogical;
+    StepOptions step;
+    step.record = true;
+    const Outcome live = run(p, o, step);
+    const Graph& g = live.recorded.graph;
+    ASSERT_GT(g.size(), 0);
+    int views = 0, grouped = 0;
+    for (int v = 0; v < g.size(); ++v) {
+      const Node& n = g.nodes[static_cast<std::size_t>(v)];
+      ASSERT_EQ(n.id, v);
+      for (int u : n.inputs) ASSERT_LT(u, v);
+      if (n.kind == NodeKind::kInput) continue;
+      ASSERT_GE(n.site_position, 0);
+      views += n.kind == NodeKind::kView;
+      grouped += n.group.has_value();
+    }
+    EXPECT_EQ(live.recorded.signature.ops, live.stats.calls);
+    std::stringstream text;
+    ASSERT_TRUE(write_dtr_trace(live.recorded.trace, text).ok());
+    absl::StatusOr<DtrTrace> back = parse_dtr_trace(text, "recorded");
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->instructions.size(), live.recorded.trace.instructions.size());
+    EXPECT_EQ(replay_baseline(*back).logical_peak_bytes, live.stats.memory.peak_allocated)
+        << "trial " << trial << " (" << views << " views, " << grouped << " grouped outputs)";
+  }
+}
+
+// Hints are advice: random keep/recompute marks and random early evictions, under random
+// budgets, never change a byte that is read, and reserved memory never passes the budget.
+TEST(RecordingProperty, RandomHintsNeverChangeResults) {
+  std::mt19937_64 rng(4242);
+  int passes = 0, hint_evictions = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    const Program p{rng(), 120 + static_cast<int>(rng() % 120)};
+    RuntimeOptions o;
+    o.backend = Backend::kCpu;
+    o.seed = 5;
+    o.allocator.small_segment = 16 << 10;
+    o.allocator.medium_segment = 64 << 10;
+    StepOptions record;
+    record.record = true;
+    const Outcome base = run(p, o, record);
+    auto hints = std::make_shared<StepHints>();
+    for (const Node& n : base.recorded.graph.nodes) {
+      if (n.site_position < 0) continue;
+      if (hints->ops.size() <= static_cast<std::size_t>(n.site_position))
+        hints->ops.resize(static_cast<std::size_t>(n.site_position) + 1);
+      OpHint& h = hints->ops[static_cast<std::size_t>(n.site_position)];
+      h.op = n.op;
+      if (h.outputs.size() <= static_cast<std::size_t>(n.site_output))
+        h.outputs.resize(static_cast<std::size_t>(n.site_output) + 1);
+      h.outputs[static_cast<std::size_t>(n.site_output)] = {rng() % 2 == 0, rng() % 3 == 0};
+    }
+    for (std::size_t q = 0; q < hints->ops.size(); ++q)
+      for (int k = 0; k < 2; ++k)
+        hints->ops[q + rng() % (hints->ops.size() - q)].evict_after.push_back(
+            {static_cast<int>(q), static_cast<int>(rng() % 2)});
+    o.policy = "hinted";
+    StepOptions hinted;
+    hinted.hints = hints;
+    for (int b = 0; b < 2; ++b) {
+      o.budget = static_cast<std::size_t>(std::uniform_real_distribution<double>(0.4, 1.0)(rng) *
+                                          static_cast<double>(base.stats.memory.peak_reserved));
+      Outcome got;
+      try {
+        got = run(p, o, hinted);
+      } catch (const OutOfMemoryError&) {
+        continue;
+      } catch (const ThrashError&) {
+        continue;
+      }
+      ++passes;
+      hint_evictions += static_cast<int>(got.stats.hint_evictions);
+      EXPECT_EQ(got.stats.hint_mismatches, 0u);
+      ASSERT_EQ(got.reads, base.reads) << "trial " << trial;
+      ASSERT_LE(got.stats.memory.peak_reserved, o.budget);
+    }
+  }
+  EXPECT_GE(passes, 20);
+  EXPECT_GT(hint_evictions, 0);
+}
 
 }  // namespace
 }  // namespace remat

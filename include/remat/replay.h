@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "remat/dtr_trace.h"
 #include "remat/runtime.h"
@@ -32,6 +33,7 @@ struct ReplayOptions {
   // Hints for the `hinted` policy, keyed by the position of each CALL/MUTATE in the trace.
   std::shared_ptr<const StepHints> hints;
   bool record_timeline = false;
+  bool record_executed = false;  // fill ReplayResult::executed
 };
 
 struct ReplayBaseline {
@@ -56,6 +58,7 @@ struct ReplayResult {
   double overhead = 0;        // recomputed cost over base cost (slowdown - 1 when all ran)
   std::size_t hint_evictions = 0;
   Timeline timeline;          // with ReplayOptions::record_timeline
+  std::vector<int> executed;  // with record_executed: RecordedStep::executed of the replay
 };
 
 ReplayBaseline replay_baseline(const DtrTrace& trace);

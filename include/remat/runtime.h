@@ -120,6 +120,9 @@ struct RecordedStep {
   // The same step in the DTR log format (handle k is node k), with the releases the program
   // made, so that remat-replay re-runs exactly what ran.
   DtrTrace trace;
+  // The position of every op run in the step, in order, recomputations included: with the
+  // graph's sites, the schedule the runtime realized (realized_schedule in static_replay.h).
+  std::vector<int> executed;
   StepSignature signature;
 };
 

@@ -64,9 +64,17 @@ DtrTrace dtr_trace_from_graph(const Graph& graph);
 
 // Where each node of `graph` runs, for HintsFromSchedule(): in the step the runtime recorded
 // it from (Node::site_position; -1 for inputs), or in dtr_trace_from_graph()'s program (one
-// call per CALL it makes, in node order; -1 for inputs and calls with no result).
+// call per CALL it makes, in node order; -1 for inputs; a call with no result has its
+// position and output -1).
 std::vector<StepSite> recorded_sites(const Graph& graph);
 std::vector<StepSite> trace_sites(const Graph& graph);
+
+// The schedule a recorded step realized: `executed` (RecordedStep::executed) as node ids of
+// `graph`, whose node v ran at `sites[v]`; each input comes right before its first reader.
+// It is a static plan like any planner's (Simulate() measures it), which is how a dynamic
+// policy's decisions on one step can seed the hints of the next.
+absl::StatusOr<Schedule> realized_schedule(const Graph& graph, const std::vector<StepSite>& sites,
+                                           const std::vector<int>& executed);
 
 // The graph with a last node that reads every input and tangent (zero bytes, zero cost), so
 // that they stay resident for the whole step in every accounting, as a runtime holds

@@ -65,6 +65,8 @@ struct OpRec {
   RngState rng;
   std::uint32_t refs = 0;      // live output tensor records + live storages it makes
   std::uint32_t stamp = 0;
+  std::int32_t position = -1;  // in the step stamped `step` (see Note [Hints by position])
+  std::uint32_t step = 0;
 };
 
 // A vector of records with recycled slots, so long training loops do not grow it forever.
