@@ -53,12 +53,22 @@ StepHints plan_step(const RecordedStep& step, std::size_t budget,
   opt.budget_bytes = static_cast<std::int64_t>(0.9 * static_cast<double>(budget));
   opt.time_limit_seconds = 5;
   double best_cost = INFINITY;
+  // What the runtime itself did on the recorded step is a plan too (Note [Seeding hinted] in
+  // tools/compare/compare.cc): it fit the budget, and a planner must beat it to be followed.
+  const std::vector<StepSite> sites = recorded_sites(g);
+  if (absl::StatusOr<Schedule> realized = realized_schedule(g, sites, step.executed); realized.ok()) {
+    const SimResult sim = Simulate(g, *realized);
+    if (sim.valid) {
+      best_cost = sim.cost;
+      best = HintsFromSchedule(g, *realized, sites, "the schedule the runtime realized");
+    }
+  }
   for (const std::string& algo : planners) {
     if (algo == "greedy" && g.nodes.size() > 3000) continue;  // it simulates per candidate
     absl::StatusOr<Plan> plan = RunPlanner(algo, g, opt);
     if (!plan.ok() || !plan->feasible || plan->sim.cost >= best_cost) continue;
     best_cost = plan->sim.cost;
-    best = HintsFromSchedule(g, plan->schedule, recorded_sites(g),
+    best = HintsFromSchedule(g, plan->schedule, sites,
                              absl::StrCat(algo, " @ ", *opt.budget_bytes, " B"));
   }
   return best;

@@ -94,9 +94,9 @@ struct TrainResult {
   std::string plan_source;  // what made the first plan
 };
 
-// The hints for a recorded step under `budget` reserved bytes: the cheapest feasible plan of
-// `planners` on the step's graph (inputs held, as the runtime holds parameters). Empty hints
-// when no planner fits the budget.
+// The hints for a recorded step under `budget` reserved bytes: the cheapest of the schedule
+// the runtime realized on it and the feasible plans of `planners` on the step's graph (inputs
+// held, as the runtime holds parameters).
 StepHints plan_step(const RecordedStep& step, std::size_t budget,
                     const std::vector<std::string>& planners);
 

@@ -3,7 +3,10 @@
 //
 // Usage (see examples/common/trainer.cc for the whole loop):
 //   remat::PlanCache cache;
-//   rt.begin_step({.hints = cache.find({batch, seq_len}).hints, .record = first_time});
+//   remat::StepOptions so;
+//   so.hints = cache.find({batch, seq_len}).hints;
+//   so.record = first_time;
+//   rt.begin_step(so);
 //   ... forward, rt.mark_backward(), backward ...
 //   remat::RecordedStep step = rt.end_step();            // the step as a graph and a trace
 //   remat::Plan plan = remat::RunPlanner("twremat", step.graph, opt).value();
