@@ -64,15 +64,6 @@ absl::StatusOr<std::string> ReadString(const json& obj, const char* key, const s
 
 }  // namespace
 
-const char* KindName(NodeKind k) {
-  switch (k) {
-    case NodeKind::kCompute: return "compute";
-    case NodeKind::kView: return "view";
-    case NodeKind::kInput: return "input";
-    case NodeKind::kTangent: return "tangent";
-  }
-  return "compute";
-}
 
 const char* PhaseName(Phase p) { return p == Phase::kForward ? "forward" : "backward"; }
 

@@ -1,6 +1,7 @@
 // A schedule as hints for the dynamic runtime (see Note [Hints by position] in remat/hints.h).
 #include <algorithm>
 
+#include "remat/instances.h"
 #include "remat/planner.h"
 
 namespace remat {
@@ -15,25 +16,16 @@ StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector
   auto site = [&](int v) -> const StepSite& { return sites[static_cast<std::size_t>(v)]; };
   auto valid = [&](int v) { return v >= 0 && v < n && site(v).position >= 0; };
 
-  // Instances: the last step reading each, and the step making the next instance.
-  std::vector<int> latest(static_cast<std::size_t>(n), -1), count(static_cast<std::size_t>(n), 0);
-  std::vector<int> last_read(steps), next_instance(steps, -1);
+  const Instances instances = ComputeInstances(g, s.order);
+  if (!instances.error.empty()) return hints;  // not a valid schedule of g: no advice
+  const std::vector<int>& last_read = instances.last_read;
+  const std::vector<int>& next_instance = instances.next_instance;
+  std::vector<int> count(static_cast<std::size_t>(n), 0);
   std::vector<bool> program_step(steps, false);
   for (std::size_t j = 0; j < steps; ++j) {
     const int v = s.order[j];
-    if (v < 0 || v >= n) return StepHints{hints.source, {}};  // not a schedule of g
-    last_read[j] = static_cast<int>(j);
-    for (int u : g.nodes[static_cast<std::size_t>(v)].inputs) {
-      const int inst = latest[static_cast<std::size_t>(u)];
-      if (inst >= 0) last_read[static_cast<std::size_t>(inst)] = static_cast<int>(j);
-    }
-    if (const int prev = latest[static_cast<std::size_t>(v)]; prev >= 0) {
-      next_instance[static_cast<std::size_t>(prev)] = static_cast<int>(j);
-    } else {
-      program_step[j] = valid(v);  // a first run: the step's op at that position runs here
-    }
-    latest[static_cast<std::size_t>(v)] = static_cast<int>(j);
-    ++count[static_cast<std::size_t>(v)];
+    // A first run: the step's op at that position runs here.
+    if (count[static_cast<std::size_t>(v)]++ == 0) program_step[j] = valid(v);
   }
   // For each step, the first program step at or after it.
   std::vector<int> next_program(steps + 1, -1);

@@ -5,42 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "remat/instances.h"
 #include "remat/planner.h"
 #include "remat/schedule.h"
 
 namespace remat {
 namespace {
-
-std::string Label(const Graph& g, int v) { return absl::StrCat("node ", v, " ('", g.nodes[v].name, "')"); }
-
-// For every step, the last step that reads the instance it makes (itself if none).
-// Returns an error message, empty when the order is structurally valid.
-std::string InstanceLifetimes(const Graph& g, const std::vector<int>& order, std::vector<int>* last_read) {
-  const int n = g.size();
-  std::vector<int> latest(n, -1);
-  last_read->assign(order.size(), 0);
-  for (size_t j = 0; j < order.size(); ++j) {
-    int v = order[j];
-    if (v < 0 || v >= n) return absl::StrCat("step ", j, ": unknown node id ", v);
-    (*last_read)[j] = static_cast<int>(j);
-    for (int u : g.nodes[v].inputs) {
-      int inst = latest[u];
-      if (inst < 0) {
-        return absl::StrCat("step ", j, ": ", Label(g, v), " reads ", Label(g, u), " before any instance of it");
-      }
-      (*last_read)[inst] = static_cast<int>(j);
-    }
-    if (latest[v] >= 0 && !g.nodes[v].CanRecompute()) {
-      return absl::StrCat("step ", j, ": ", Label(g, v), " (kind '", KindName(g.nodes[v].kind),
-                          g.nodes[v].recomputable ? "" : ", not recomputable", "') is computed a second time");
-    }
-    latest[v] = static_cast<int>(j);
-  }
-  for (int v = 0; v < n; ++v) {
-    if (latest[v] < 0) return absl::StrCat(Label(g, v), " is never computed");
-  }
-  return "";
-}
 
 std::vector<int64_t> Profile(const Graph& g, const std::vector<int>& order, const std::vector<int>& last_read) {
   std::vector<int64_t> delta(order.size() + 1, 0);
@@ -63,8 +33,9 @@ std::vector<int64_t> Profile(const Graph& g, const std::vector<int>& order, cons
 SimResult Simulate(const Graph& g, const Schedule& s, std::optional<int64_t> budget_bytes) {
   SimResult r;
   r.base_cost = g.TotalCost();
-  std::vector<int> last_read;
-  std::string err = InstanceLifetimes(g, s.order, &last_read);
+  Instances instances = ComputeInstances(g, s.order);
+  const std::vector<int>& last_read = instances.last_read;
+  const std::string& err = instances.error;
   // Cost, recomputations and peak are reported for the steps that were checked even when
   // the order is invalid; `valid` is what counts.
   if (!err.empty()) {
@@ -120,22 +91,22 @@ SimResult Simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
   if (budget_bytes && r.peak_bytes > *budget_bytes) {
     r.valid = false;
     r.error = absl::StrCat("peak ", r.peak_bytes, " bytes at step ", r.peak_step, " (",
-                           Label(g, s.order[r.peak_step]), ") exceeds the budget of ", *budget_bytes, " bytes");
+                           NodeLabel(g, s.order[r.peak_step]), ") exceeds the budget of ", *budget_bytes, " bytes");
   }
   return r;
 }
 
 std::vector<int64_t> MemoryProfile(const Graph& g, const std::vector<int>& order) {
-  std::vector<int> last_read;
-  if (!InstanceLifetimes(g, order, &last_read).empty()) return {};
-  return Profile(g, order, last_read);
+  const Instances in = ComputeInstances(g, order);
+  if (!in.error.empty()) return {};
+  return Profile(g, order, in.last_read);
 }
 
 std::vector<std::vector<int>> EvictionHints(const Graph& g, const Schedule& s) {
-  std::vector<int> last_read;
-  if (!InstanceLifetimes(g, s.order, &last_read).empty()) return {};
+  const Instances in = ComputeInstances(g, s.order);
+  if (!in.error.empty()) return {};
   std::vector<std::vector<int>> hints(s.order.size());
-  for (size_t j = 0; j < s.order.size(); ++j) hints[last_read[j]].push_back(s.order[j]);
+  for (size_t j = 0; j < s.order.size(); ++j) hints[in.last_read[j]].push_back(s.order[j]);
   return hints;
 }
 

@@ -1,5 +1,7 @@
 #include "remat/static_replay.h"
 
+#include "remat/instances.h"
+
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
@@ -13,10 +15,6 @@ bool is_input(const Node& n) { return n.kind == NodeKind::kInput || n.kind == No
 
 TensorSpec bytes_spec(std::int64_t bytes) {
   return TensorSpec{{std::max<std::int64_t>(bytes, 0)}, DType::kU8};
-}
-
-std::string label(const Graph& g, int v) {
-  return absl::StrCat("node ", v, " ('", g.nodes[static_cast<std::size_t>(v)].name, "')");
 }
 
 // A node with no bytes that nothing reads is run for its cost only (no output tensor): an
@@ -40,35 +38,12 @@ absl::StatusOr<StaticReplayResult> static_replay(const Graph& g, const Schedule&
   const auto start = std::chrono::steady_clock::now();
   const int n = g.size();
   const std::size_t steps = s.order.size();
-  // Instance lifetimes, as FORMAT.md defines them: the instance made at step j lives through
-  // the last step that reads it (a read uses the newest earlier instance).
-  std::vector<int> latest(static_cast<std::size_t>(n), -1);
-  std::vector<int> last_read(steps), next_instance(steps, -1);
-  for (std::size_t j = 0; j < steps; ++j) {
-    const int v = s.order[j];
-    if (v < 0 || v >= n)
-      return absl::InvalidArgumentError(absl::StrCat("schedule step ", j, ": unknown node id ", v));
-    const Node& node = g.nodes[static_cast<std::size_t>(v)];
-    last_read[j] = static_cast<int>(j);
-    for (int u : node.inputs) {
-      const int inst = latest[static_cast<std::size_t>(u)];
-      if (inst < 0)
-        return absl::InvalidArgumentError(absl::StrCat("schedule step ", j, ": ", label(g, v),
-                                                       " reads ", label(g, u),
-                                                       " before any instance of it"));
-      last_read[static_cast<std::size_t>(inst)] = static_cast<int>(j);
-    }
-    if (const int prev = latest[static_cast<std::size_t>(v)]; prev >= 0) {
-      if (!node.CanRecompute())
-        return absl::InvalidArgumentError(absl::StrCat(
-            "schedule step ", j, ": ", label(g, v), " may not be computed a second time"));
-      next_instance[static_cast<std::size_t>(prev)] = static_cast<int>(j);
-    }
-    latest[static_cast<std::size_t>(v)] = static_cast<int>(j);
-  }
-  for (int v = 0; v < n; ++v)
-    if (latest[static_cast<std::size_t>(v)] < 0)
-      return absl::InvalidArgumentError(absl::StrCat(label(g, v), " is never computed"));
+  // Instance lifetimes, as FORMAT.md defines them.
+  const Instances instances = ComputeInstances(g, s.order);
+  if (!instances.error.empty())
+    return absl::InvalidArgumentError(absl::StrCat("schedule ", instances.error));
+  const std::vector<int>& last_read = instances.last_read;
+  const std::vector<int>& next_instance = instances.next_instance;
   std::vector<std::vector<int>> dies_after(steps);
   for (std::size_t j = 0; j < steps; ++j)
     dies_after[static_cast<std::size_t>(last_read[j])].push_back(static_cast<int>(j));

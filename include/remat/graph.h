@@ -25,7 +25,16 @@ namespace remat {
 enum class NodeKind { kCompute, kView, kInput, kTangent };
 enum class Phase { kForward, kBackward };
 
-const char* KindName(NodeKind k);
+// Inline, so that the runtime (which reads graphs but does not link the planner) has it too.
+inline const char* KindName(NodeKind k) {
+  switch (k) {
+    case NodeKind::kCompute: return "compute";
+    case NodeKind::kView: return "view";
+    case NodeKind::kInput: return "input";
+    case NodeKind::kTangent: return "tangent";
+  }
+  return "compute";
+}
 const char* PhaseName(Phase p);
 
 struct Node {
