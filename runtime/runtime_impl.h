@@ -121,6 +121,8 @@ class RuntimeImpl final : public MemoryReclaimer {
     StepSignature signature;
     std::unique_ptr<Recording> recording;
   };
+  void enter_position(const std::string& name, const std::vector<Id>& inputs,
+                      std::span<const TensorSpec> outputs, int position);
   int recorded_node(Id tensor);
   void record_call(Id op_id, int position);
   bool is_step_tensor(Id t, int position, int output) const;

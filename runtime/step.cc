@@ -91,6 +91,20 @@ RecordedStep RuntimeImpl::end_step() {
   return out;
 }
 
+// Adds the op at `position` to the step's signature (its name and arities, then its shapes)
+// and makes room for its outputs.
+void RuntimeImpl::enter_position(const std::string& name, const std::vector<Id>& inputs,
+                                 std::span<const TensorSpec> outputs, int position) {
+  StepSignature& sig = step_.signature;
+  sig.structure = mix(mix(mix(sig.structure, hash_string(name)), inputs.size()), outputs.size());
+  sig.shapes = mix(sig.shapes, sig.structure);
+  for (Id t : inputs) sig.shapes = hash_spec(sig.shapes, tensors[t].spec);
+  for (const TensorSpec& spec : outputs) sig.shapes = hash_spec(sig.shapes, spec);
+  ++sig.ops;
+  if (step_.outputs.size() <= static_cast<std::size_t>(position))
+    step_.outputs.resize(static_cast<std::size_t>(position) + 1);
+}
+
 int RuntimeImpl::next_position() { return step_.active ? step_.position++ : -1; }
 
 bool RuntimeImpl::is_step_tensor(Id t, int position, int output) const {
@@ -141,17 +155,7 @@ const OpHint* RuntimeImpl::on_new_op(Id op_id, int position) {
   op.position = position;
   op.step = step_.stamp;
   if (step_.recording) step_.recording->executed.push_back(position);
-  // The signature: the op sequence, then the shapes.
-  StepSignature& sig = step_.signature;
-  sig.structure = mix(mix(mix(sig.structure, hash_string(op.op->name)), op.inputs.size()),
-                      op.outputs.size());
-  sig.shapes = mix(sig.shapes, sig.structure);
-  for (Id t : op.inputs) sig.shapes = hash_spec(sig.shapes, tensors[t].spec);
-  for (const TensorSpec& spec : op.output_specs) sig.shapes = hash_spec(sig.shapes, spec);
-  ++sig.ops;
-
-  if (step_.outputs.size() <= static_cast<std::size_t>(position))
-    step_.outputs.resize(static_cast<std::size_t>(position) + 1);
+  enter_position(op.op->name, op.inputs, op.output_specs, position);
   step_.outputs[static_cast<std::size_t>(position)] = op.outputs;
   for (std::size_t k = 0; k < op.outputs.size(); ++k) {
     TensorRec& tr = tensors[op.outputs[k]];
@@ -239,13 +243,7 @@ void RuntimeImpl::record_call(Id op_id, int position) {
 void RuntimeImpl::on_update(const OpDef& op, const std::vector<Id>& args, double cost,
                             int position) {
   if (position < 0) return;
-  StepSignature& sig = step_.signature;
-  sig.structure = mix(mix(sig.structure, hash_string(op.name)), args.size());
-  sig.shapes = mix(sig.shapes, sig.structure);
-  for (Id t : args) sig.shapes = hash_spec(sig.shapes, tensors[t].spec);
-  ++sig.ops;
-  if (step_.outputs.size() <= static_cast<std::size_t>(position))
-    step_.outputs.resize(static_cast<std::size_t>(position) + 1);
+  enter_position(op.name, args, {}, position);
   if (!step_.recording) return;
   Recording& rec = *step_.recording;
   rec.executed.push_back(position);
