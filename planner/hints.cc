@@ -5,6 +5,48 @@
 #include "remat/planner.h"
 
 namespace remat {
+namespace {
+
+// The schedule itself, for Note [Following a schedule]: one entry per step that runs an op
+// of the program (inputs are the runtime's constants), each with the instances whose last
+// read it is. A program's outputs are never freed; frees at a step that is not the
+// program's (the last node HoldInputs adds) go to the entry before it. A step that makes
+// nothing anyone reads (an optimizer's update) is left out: where a plan puts it does not
+// change memory, the program issues it where it must (an update after the backward pass
+// that reads the old parameters), and a runtime waiting for it would defer everything
+// between.
+void AppendScheduleSteps(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
+                         const Instances& instances, const std::vector<bool>& is_output,
+                         StepHints& hints) {
+  const std::size_t steps = s.order.size();
+  std::vector<bool> read(g.nodes.size(), false);
+  for (const Node& node : g.nodes)
+    for (int u : node.inputs)
+      if (u >= 0 && u < g.size()) read[static_cast<std::size_t>(u)] = true;
+  std::vector<std::vector<int>> dies_after(steps);
+  for (std::size_t i = 0; i < steps; ++i)
+    dies_after[static_cast<std::size_t>(instances.last_read[i])].push_back(static_cast<int>(i));
+  for (std::size_t j = 0; j < steps; ++j) {
+    const int v = s.order[j];
+    const StepSite& at = sites[static_cast<std::size_t>(v)];
+    const bool makes_nothing = g.nodes[static_cast<std::size_t>(v)].bytes == 0 &&
+                               !read[static_cast<std::size_t>(v)];
+    if (at.position >= 0 && !makes_nothing) hints.schedule.push_back({at, {}});
+    if (hints.schedule.empty()) continue;
+    std::vector<StepSite>& frees = hints.schedule.back().free_after;
+    for (int i : dies_after[j]) {
+      const int v = s.order[static_cast<std::size_t>(i)];
+      const StepSite& dying = sites[static_cast<std::size_t>(v)];
+      if (dying.position < 0 || dying.output < 0) continue;
+      if (instances.next_instance[static_cast<std::size_t>(i)] < 0 &&
+          is_output[static_cast<std::size_t>(v)])
+        continue;
+      frees.push_back(dying);
+    }
+  }
+}
+
+}  // namespace
 
 StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
                             std::string source) {
@@ -62,6 +104,7 @@ StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector
             .evict_after;
     if (std::find(list.begin(), list.end(), site(v)) == list.end()) list.push_back(site(v));
   }
+  AppendScheduleSteps(g, s, sites, instances, is_output, hints);
   return hints;
 }
 

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "remat/logical_memory.h"
@@ -171,7 +173,9 @@ void RuntimeImpl::evict(Id s) {
 // A storage no user handle can reach is freed at once; its record stays while lineage needs it.
 void RuntimeImpl::release_if_dead(Id s) {
   const StorageRec& r = storages[s];
-  if (r.handles == 0 && r.resident && !r.pinned && r.locks == 0) free_storage(s);
+  if (r.handles == 0 && r.resident && !r.pinned && r.locks == 0 && r.pending_reads == 0 &&
+      r.plan_refs == 0 && !r.plan_spec)
+    free_storage(s);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -411,9 +415,11 @@ void RuntimeImpl::run_frames(Id root_op, bool recompute) {
   } catch (...) {
     for (const Frame& f : stack) unlock_frame(f);
     release_request_dead();
+    drop_undeferred();
     throw;
   }
   release_request_dead();
+  drop_undeferred();
 }
 
 void RuntimeImpl::release_request_dead() {
@@ -429,6 +435,8 @@ void RuntimeImpl::release_request_dead() {
 // output it reads stays resident until it has run.
 void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   const std::size_t n = ops[op_id].outputs.size();
+  // A deferred op's first run is a first run wherever it comes from.
+  const bool rerun = recompute && !ops[op_id].deferred;
   std::vector<void*> outs(n, nullptr);
   std::vector<Id> held;   // live outputs, locked until the kernel has run
   std::vector<Id> fresh;  // the ones this run gives memory to
@@ -484,9 +492,9 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     kernel_inputs(op.inputs, in_ptrs, in_specs);
     std::vector<const TensorSpec*> out_specs(n);
     for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
-    KernelContext ctx{in_ptrs, in_specs, outs, out_specs, op.rng, recompute, stream};
+    KernelContext ctx{in_ptrs, in_specs, outs, out_specs, op.rng, rerun, stream};
     // Host time of an asynchronous CUDA launch says nothing; CUDA ops declare their cost.
-    const bool measure = !recompute && options.backend == Backend::kCpu &&
+    const bool measure = !rerun && options.backend == Backend::kCpu &&
                          (options.measure_costs || (!op.op->cost && op.cost < 0));
     const auto start = SteadyClock::now();
     kernel(ctx);
@@ -497,7 +505,7 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     std::size_t bytes = 0;
     for (std::size_t i = 0; i < n; ++i)
       if (op.alias_of[i] < 0) bytes += op.output_specs[i].bytes();
-    timeline.events.push_back({recompute ? TimelineEvent::Kind::kRecompute
+    timeline.events.push_back({rerun ? TimelineEvent::Kind::kRecompute
                                          : TimelineEvent::Kind::kCompute,
                                op.op->name, clock, op.cost, bytes});
     note_memory();
@@ -510,14 +518,16 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
                                    "' (", stats.recomputations, " recomputations so far)"),
                       stats.recomputations);
   }
-  if (recompute) {
+  if (rerun) {
     ++stats.recomputations;
     stats.recompute_cost += op.cost;
-    note_recomputed(op);
   } else {
     ++stats.calls;
     stats.base_cost += op.cost;
   }
+  note_run(op);
+  if (std::getenv("DBGPLAN") && rerun) std::fprintf(stderr, "DBG recompute %s pos %d step %u cursor %zu following %d waiting %s\n", op.op->name.c_str(), op.position, op.step, step_.cursor, step_.following, waiting ? waiting->op->name.c_str() : "-");
+  if (op.deferred) undefer(op_id);
   for (auto [p, b] : scratch) memory->deallocate(p, b);
   for (Id s : held) {
     storages[s].last_access = clock;
@@ -527,6 +537,11 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     policy->on_resident(s);
     refresh_neighbours(s);
     StorageRec& r = storages[s];
+    if (plan_run_ && waiting == nullptr) {  // a plan step's op: the plan decides when it goes
+      if (!r.plan_spec && r.plan_refs == 0) step_.plan_storages.push_back(s);
+      r.plan_spec = true;
+      continue;
+    }
     if (r.handles != 0 || !recompute) continue;
     if (r.recomputed_in == request_ && r.keep_in != request_) {
       r.keep_in = request_;
@@ -606,19 +621,33 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
     result.push_back(t);
   }
   current_op_ = op->name;
+  // Sites, recording and hint weights first: the op's run (now, or when the plan it follows
+  // says) is then recorded at its position.
+  const OpHint* hint = on_new_op(op_id, position);
+  const bool follow = following();
   try {
-    run_frames(op_id, /*recompute=*/false);
+    if (follow) {
+      follow_schedule(op_id, position, hint);
+    } else {
+      run_frames(op_id, /*recompute=*/false);
+    }
   } catch (const OutOfMemoryError& e) {
-    for (Id t : result) release(t);
+    abandon_new_op(op_id, result);
     throw annotated(e, op->name);
   } catch (...) {
-    for (Id t : result) release(t);
+    abandon_new_op(op_id, result);
     throw;
   }
-  const OpHint* hint = on_new_op(op_id, position);
   for (Id t : result) touch(tensors[t].storage);
-  after_new_op(hint);
+  if (!follow) after_new_op(hint);
   return result;
+}
+
+// A new op that failed: its outputs' handles go, and so does its deferral if it had one.
+void RuntimeImpl::abandon_new_op(Id op_id, const std::vector<Id>& outputs) {
+  const bool deferred = cancel_deferral(op_id);
+  for (Id t : outputs) release(t);
+  if (deferred) release_op_ref(op_id);
 }
 
 // The memory resource's error, counted and completed with what only the runtime knows: the
@@ -696,6 +725,7 @@ void RuntimeImpl::make_resident(Id t) {
 
 void* RuntimeImpl::data_pointer(Id t) {
   make_resident(t);
+  on_host_read(t);
   const TensorRec& tr = tensors[t];
   return static_cast<char*>(storages[tr.storage].ptr) + tr.offset;
 }
@@ -782,6 +812,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
     throw std::invalid_argument(absl::StrCat("remat: update op '", op->name,
                                              "' has no kernel for this backend"));
   const int position = next_position();
+  settle_before_update(position);
   freeze_dependents(targets);
   std::vector<Id> held;
   auto unlock_all = [&] {
@@ -861,6 +892,15 @@ void RuntimeImpl::release(Id t) {
 // free the whole chain: the cascade runs on an explicit worklist, never by recursion.
 void RuntimeImpl::drop_tensor_ref(Id t0) {
   pending_tensors_.push_back(t0);
+  drain_tensor_refs();
+}
+
+void RuntimeImpl::release_op_ref(Id op_id) {
+  drop_op_ref(op_id);
+  drain_tensor_refs();
+}
+
+void RuntimeImpl::drain_tensor_refs() {
   while (!pending_tensors_.empty()) {
     const Id t = pending_tensors_.back();
     pending_tensors_.pop_back();

@@ -47,8 +47,16 @@ class RuntimeImpl final : public MemoryReclaimer {
   // After its outputs entered the candidate index: the evictions its hint asks for.
   void after_new_op(const OpHint* hint);
   void on_update(const OpDef& op, const std::vector<Id>& args, double cost, int position);
+  // Note [Following a schedule]: whether a new op is placed by the plan's cursor; running
+  // the plan's steps up to the new op at `position` (which may stay deferred); and running
+  // what the plan computes before an update at `position` and every deferred op.
+  bool following() const { return step_.following; }
+  void follow_schedule(Id op_id, int position, const OpHint* hint);
+  void settle_before_update(int position);
+  bool cancel_deferral(Id op_id);  // ends a deferral without running; false: none
   void on_constant(Id tensor);
   void on_handles_gone(Id tensor);
+  void on_host_read(Id tensor);  // the program read it: an output of the recorded step
 
   void retain(Id tensor);
   void release(Id tensor);
@@ -67,7 +75,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   void* stream = nullptr;  // cudaStream_t of the CUDA backend (null: the default stream)
   Timeline timeline;
   void note_memory();                // appends a memory sample (timeline on)
-  void note_recomputed(const OpRec& op);
+  void note_run(const OpRec& op);  // appends a run of the step's op to the recording
 
  private:
   struct Frame {
@@ -85,6 +93,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   void allocate_storage(Id s);
   void release_memory(Id s);
   void free_storage(Id s);
+  void abandon_new_op(Id op_id, const std::vector<Id>& outputs);
   OutOfMemoryError annotated(const OutOfMemoryError& e, const std::string& op);
   void evict(Id s);
   void release_if_dead(Id s);
@@ -102,6 +111,10 @@ class RuntimeImpl final : public MemoryReclaimer {
   void release_request_dead();
   void drop_tensor_ref(Id tensor);
   void drop_op_ref(Id op);
+  void release_op_ref(Id op);      // drop_op_ref, then whatever that frees
+  void drain_tensor_refs();
+  void undefer(Id op);             // a deferred op is running: its pending reads end
+  void drop_undeferred();          // the references deferred ops held until they ran
   void destroy_storage(Id s);
   std::size_t thrash_limit() const;
 
@@ -110,6 +123,7 @@ class RuntimeImpl final : public MemoryReclaimer {
     DtrTrace trace;
     std::vector<std::pair<Id, int>> made;  // (tensor, node) of the step's op outputs
     std::vector<int> executed;             // positions of every op run, recomputations too
+    std::vector<int> host_read;            // nodes the program read back (data(), read())
   };
   struct StepState {
     bool active = false;
@@ -118,6 +132,11 @@ class RuntimeImpl final : public MemoryReclaimer {
     Phase phase = Phase::kForward;
     std::shared_ptr<const StepHints> hints;  // null unless the policy is `hinted`
     std::vector<std::vector<Id>> outputs;    // per position: the output tensors
+    std::vector<Id> ops_at;                  // per position: the op (kNone: an update)
+    bool following = false;                  // a schedule is being followed
+    std::size_t cursor = 0;                  // its next step
+    std::vector<Id> deferred;                // ops deferred in this step, in order
+    std::vector<Id> plan_storages;           // storages the plan holds (plan_refs, plan_spec)
     StepSignature signature;
     std::unique_ptr<Recording> recording;
   };
@@ -126,6 +145,15 @@ class RuntimeImpl final : public MemoryReclaimer {
   int recorded_node(Id tensor);
   void record_call(Id op_id, int position);
   bool is_step_tensor(Id t, int position, int output) const;
+  Id op_at(int position) const;
+  Id site_tensor(const StepSite& site) const;
+  void run_plan_step(const PlanStep& step);
+  void free_planned(const StepSite& site);
+  void run_remaining_plan(int end);
+  void run_deferred();
+  void claim_for_plan(Id s);
+  void stop_following();
+  void abandon_step();
 
   StepState step_;
   std::uint32_t step_stamp_ = 0;
@@ -136,6 +164,8 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::uint64_t rng_counter_ = 0;
   std::mt19937_64 sampler_;
   std::vector<Id> pending_tensors_;
+  std::vector<Id> undeferred_;     // deferred ops run by the current request
+  bool plan_run_ = false;          // a plan step is running: its op's outputs stay resident
   std::vector<Id> request_fresh_;  // dead storages kept until the running request ends
   std::uint32_t request_ = 0;      // counts top-level requests (run_frames calls)
 };

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "runtime/runtime_impl.h"
 
@@ -47,10 +49,12 @@ std::uint64_t time_of(double cost) {
 }  // namespace
 
 void RuntimeImpl::begin_step(StepOptions step_options) {
+  if (step_.active) end_step();  // runs what the unfinished step deferred
   step_ = StepState{};
   step_.active = true;
   step_.stamp = ++step_stamp_;
   if (policy->name() == "hinted") step_.hints = std::move(step_options.hints);
+  step_.following = step_.hints != nullptr && !step_.hints->schedule.empty();
   if (step_options.record) {
     step_.recording = std::make_unique<Recording>();
     step_.recording->graph.name = step_options.name;
@@ -70,6 +74,18 @@ void RuntimeImpl::mark_backward() {
 }
 
 RecordedStep RuntimeImpl::end_step() {
+  // Whatever the plan still computes, and every op still deferred, runs before the step
+  // ends: a step's results are all computed once it is over.
+  try {
+    if (step_.following) run_remaining_plan(step_.position);
+    run_deferred();
+  } catch (const OutOfMemoryError& e) {
+    abandon_step();
+    throw annotated(e, current_op_);
+  } catch (...) {
+    abandon_step();
+    throw;
+  }
   RecordedStep out;
   out.signature = step_.signature;
   if (step_.recording) {
@@ -80,6 +96,7 @@ RecordedStep RuntimeImpl::end_step() {
       if (tr.step == step_.stamp && tr.node == node && tr.handles > 0)
         rec.graph.outputs.push_back(node);
     }
+    rec.graph.outputs.insert(rec.graph.outputs.end(), rec.host_read.begin(), rec.host_read.end());
     std::sort(rec.graph.outputs.begin(), rec.graph.outputs.end());
     rec.graph.outputs.erase(std::unique(rec.graph.outputs.begin(), rec.graph.outputs.end()),
                             rec.graph.outputs.end());
@@ -101,8 +118,10 @@ void RuntimeImpl::enter_position(const std::string& name, const std::vector<Id>&
   for (Id t : inputs) sig.shapes = hash_spec(sig.shapes, tensors[t].spec);
   for (const TensorSpec& spec : outputs) sig.shapes = hash_spec(sig.shapes, spec);
   ++sig.ops;
-  if (step_.outputs.size() <= static_cast<std::size_t>(position))
+  if (step_.outputs.size() <= static_cast<std::size_t>(position)) {
     step_.outputs.resize(static_cast<std::size_t>(position) + 1);
+    step_.ops_at.resize(static_cast<std::size_t>(position) + 1, kNone);
+  }
 }
 
 int RuntimeImpl::next_position() { return step_.active ? step_.position++ : -1; }
@@ -154,9 +173,9 @@ const OpHint* RuntimeImpl::on_new_op(Id op_id, int position) {
   OpRec& op = ops[op_id];
   op.position = position;
   op.step = step_.stamp;
-  if (step_.recording) step_.recording->executed.push_back(position);
   enter_position(op.op->name, op.inputs, op.output_specs, position);
   step_.outputs[static_cast<std::size_t>(position)] = op.outputs;
+  step_.ops_at[static_cast<std::size_t>(position)] = op_id;
   for (std::size_t k = 0; k < op.outputs.size(); ++k) {
     TensorRec& tr = tensors[op.outputs[k]];
     tr.step = step_.stamp;
@@ -272,6 +291,15 @@ void RuntimeImpl::on_update(const OpDef& op, const std::vector<Id>& args, double
   rec.trace.instructions.push_back(std::move(in));
 }
 
+// A value the program reads back (a loss it prints) is a result of the step even when its
+// handle is gone by the end: a plan made from the recording must not free it before the
+// read, which the graph would otherwise not show.
+void RuntimeImpl::on_host_read(Id t) {
+  if (!step_.recording) return;
+  const TensorRec& tr = tensors[t];
+  if (tr.step == step_.stamp && tr.node >= 0) step_.recording->host_read.push_back(tr.node);
+}
+
 void RuntimeImpl::on_handles_gone(Id t) {
   if (!step_.recording) return;
   const TensorRec& tr = tensors[t];
@@ -282,9 +310,216 @@ void RuntimeImpl::on_handles_gone(Id t) {
   step_.recording->trace.instructions.push_back(std::move(in));
 }
 
-void RuntimeImpl::note_recomputed(const OpRec& op) {
+void RuntimeImpl::note_run(const OpRec& op) {
   if (step_.recording && op.position >= 0 && op.step == step_.stamp)
     step_.recording->executed.push_back(op.position);
+}
+
+// ---------------------------------------------------------------------------------------
+// Following a schedule (Note [Following a schedule] in remat/hints.h)
+
+Id RuntimeImpl::op_at(int position) const {
+  if (position < 0 || static_cast<std::size_t>(position) >= step_.ops_at.size()) return kNone;
+  const Id op = step_.ops_at[static_cast<std::size_t>(position)];
+  if (op == kNone || ops[op].step != step_.stamp || ops[op].position != position) return kNone;
+  return op;
+}
+
+Id RuntimeImpl::site_tensor(const StepSite& site) const {
+  if (site.position < 0 || static_cast<std::size_t>(site.position) >= step_.outputs.size())
+    return kNone;
+  const auto& outs = step_.outputs[static_cast<std::size_t>(site.position)];
+  if (site.output < 0 || static_cast<std::size_t>(site.output) >= outs.size()) return kNone;
+  const Id t = outs[static_cast<std::size_t>(site.output)];
+  return t != kNone && is_step_tensor(t, site.position, site.output) ? t : kNone;
+}
+
+// The new op starts deferred; the plan's steps up to its position run, its own first run
+// among them unless the plan computes it after an op not called yet. A hint that does not
+// match (another op, or past the plan's end) means the plan no longer describes the step:
+// the cursor stops, and from here DTR's weighted scores decide alone.
+void RuntimeImpl::follow_schedule(Id op_id, int position, const OpHint* hint) {
+  if (hint == nullptr) {
+    stop_following();
+    run_frames(op_id, /*recompute=*/false);
+    return;
+  }
+  const std::vector<PlanStep>& plan = step_.hints->schedule;
+  if (ops[op_id].outputs.empty()) {
+    // Nothing reads what it makes: it runs where the program calls it, after the plan's
+    // steps before it (Note [Following a schedule]).
+    try {
+      while (step_.cursor < plan.size() && plan[step_.cursor].site.position < position)
+        run_plan_step(plan[step_.cursor++]);
+      run_frames(op_id, /*recompute=*/false);
+    } catch (...) {
+      stop_following();
+      throw;
+    }
+    return;
+  }
+  OpRec& op = ops[op_id];
+  op.deferred = true;
+  ++op.refs;  // the op must outlive its outputs' handles until it has run
+  for (Id t : op.inputs) ++storages[tensors[t].storage].pending_reads;
+  step_.deferred.push_back(op_id);
+  try {
+    while (step_.cursor < plan.size() && plan[step_.cursor].site.position <= position)
+      run_plan_step(plan[step_.cursor++]);
+  } catch (...) {
+    stop_following();
+    throw;
+  }
+  if (!ops[op_id].deferred) return;
+  ++stats.deferred_ops;
+  for (Id s : ops[op_id].out_storages)
+    if (s != kNone) policy->on_evicted(s);  // born evicted, as far as the policy can tell
+}
+
+// One computation of the plan: a deferred op's first run, or an evicted output recomputed;
+// then the frees the plan makes there. What is already as the plan wants is left alone.
+// Storages the step's op makes stay resident (plan_spec) until the plan claims them as
+// instances (plan_refs) and frees them, so that a dead tensor the plan recomputes for later
+// steps is not freed by the first op that reads it.
+void RuntimeImpl::run_plan_step(const PlanStep& step) {
+  const Id op = op_at(step.site.position);
+  if (std::getenv("DBGPLAN")) { std::fprintf(stderr, "DBG step %zu site %d.%d op %u deferred %d frees", step_.cursor - 1, step.site.position, step.site.output, op, op != kNone && ops[op].deferred); for (auto& f : step.free_after) std::fprintf(stderr, " %d.%d", f.position, f.output); std::fprintf(stderr, "\n"); }
+  Id root = kNone;
+  bool recompute = false;
+  if (op != kNone && ops[op].deferred) {
+    root = op;
+  } else if (const Id t = site_tensor(step.site); t != kNone) {
+    const Id s = tensors[t].storage;
+    if (!storages[s].resident && storages[s].producer != kNone) {
+      root = storages[s].producer;
+      recompute = true;
+    }
+  }
+  if (root != kNone) {
+    current_op_ = ops[root].op->name;
+    plan_run_ = true;
+    try {
+      run_frames(root, recompute);
+    } catch (...) {
+      plan_run_ = false;
+      throw;
+    }
+    plan_run_ = false;
+  }
+  if (const Id t = site_tensor(step.site); t != kNone && storages[tensors[t].storage].resident)
+    claim_for_plan(tensors[t].storage);
+  for (const StepSite& site : step.free_after) free_planned(site);
+}
+
+void RuntimeImpl::claim_for_plan(Id s) {
+  StorageRec& r = storages[s];
+  if (r.plan_refs == 0 && !r.plan_spec) step_.plan_storages.push_back(s);
+  ++r.plan_refs;
+  r.plan_spec = false;
+}
+
+// The plan no longer says what happens next: its holds end, and dead storages go.
+void RuntimeImpl::stop_following() {
+  step_.following = false;
+  std::vector<Id> held;
+  held.swap(step_.plan_storages);
+  for (Id s : held) {
+    storages[s].plan_refs = 0;
+    storages[s].plan_spec = false;
+  }
+  for (Id s : held) release_if_dead(s);
+}
+
+// A storage nothing will read before the plan's next instance of it: freed outright when no
+// handle holds it and no deferred op waits for it, else evicted (it stays recomputable).
+void RuntimeImpl::free_planned(const StepSite& site) {
+  const Id t = site_tensor(site);
+  if (t == kNone) return;
+  const Id s = tensors[t].storage;
+  StorageRec& r = storages[s];
+  if (r.plan_refs > 0 && --r.plan_refs > 0) return;  // a view or its base still lives in the plan
+  r.plan_spec = false;
+  if (!evictable(r)) return;
+  if (r.handles == 0 && r.pending_reads == 0) {
+    release_if_dead(s);
+    return;
+  }
+  evict(s);
+  ++stats.hint_evictions;
+}
+
+// The plan's steps left, for ops the program has called (positions before `end`).
+void RuntimeImpl::run_remaining_plan(int end) {
+  const std::vector<PlanStep>& plan = step_.hints->schedule;
+  while (step_.cursor < plan.size()) {
+    const PlanStep& step = plan[step_.cursor++];
+    if (step.site.position < end) run_plan_step(step);
+  }
+  stop_following();
+}
+
+// Every op still deferred, in the order the program called them.
+void RuntimeImpl::run_deferred() {
+  for (std::size_t i = 0; i < step_.deferred.size(); ++i) {
+    const Id op = step_.deferred[i];
+    if (!ops[op].deferred) continue;
+    current_op_ = ops[op].op->name;
+    run_frames(op, /*recompute=*/false);
+  }
+  step_.deferred.clear();
+}
+
+// An update writes parameters in place: what the plan computes before it runs first, and
+// no op that may read the old values is left deferred past it.
+void RuntimeImpl::settle_before_update(int position) {
+  if (!step_.active || (step_.deferred.empty() && !step_.following)) return;
+  try {
+    if (step_.following) {
+      const std::vector<PlanStep>& plan = step_.hints->schedule;
+      while (step_.cursor < plan.size() && plan[step_.cursor].site.position <= position)
+        run_plan_step(plan[step_.cursor++]);
+    }
+    run_deferred();
+  } catch (const OutOfMemoryError& e) {
+    stop_following();
+    throw annotated(e, current_op_);
+  } catch (...) {
+    stop_following();
+    throw;
+  }
+}
+
+void RuntimeImpl::undefer(Id op_id) {
+  OpRec& op = ops[op_id];
+  op.deferred = false;
+  for (Id t : op.inputs) --storages[tensors[t].storage].pending_reads;
+  undeferred_.push_back(op_id);  // its extra reference goes once the request is over
+}
+
+void RuntimeImpl::drop_undeferred() {
+  std::vector<Id> done;
+  done.swap(undeferred_);
+  for (Id op : done) release_op_ref(op);
+}
+
+// A step that failed to finish: nothing stays deferred or held by the plan.
+void RuntimeImpl::abandon_step() {
+  stop_following();
+  for (Id op : step_.deferred)
+    if (cancel_deferral(op)) release_op_ref(op);
+  step_ = StepState{};
+}
+
+bool RuntimeImpl::cancel_deferral(Id op_id) {
+  OpRec& op = ops[op_id];
+  if (!op.deferred) return false;
+  op.deferred = false;
+  for (Id t : op.inputs) {
+    const Id s = tensors[t].storage;
+    --storages[s].pending_reads;
+    release_if_dead(s);
+  }
+  return true;
 }
 
 void RuntimeImpl::note_memory() {

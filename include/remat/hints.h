@@ -21,6 +21,24 @@
 // op's name; where the running step's op at a position has another name, the step's
 // structure differs from the planned one and the runtime ignores that hint (counting it in
 // RuntimeStats::hint_mismatches) rather than act on the wrong tensor.
+//
+// Note [Following a schedule]
+// Weights and early evictions alone only steer DTR toward a plan: the runtime still
+// recomputes in its own order, and it cannot run what the plan computes before the program
+// asks for it. So the hints also carry the plan's schedule (StepHints::schedule), one entry
+// per computation, and `hinted` follows it with a cursor. When the program calls the op at
+// position p, the runtime registers it (lineage, shapes, RNG state) and then runs plan steps
+// in order for as long as they name ops already called: a first run of such an op, a
+// recomputation of an evicted output, and after each step the evictions the plan makes
+// there. If the plan computes p only after some op the program has not called yet, p stays
+// deferred: its outputs exist as handles but hold no memory, like evicted tensors that were
+// never computed, until the plan's cursor reaches them or something reads them. Memory then
+// follows the plan's profile step for step, reordered plans (TWRemat) included; a deferred
+// op's inputs are kept until it has run. Deviations are safe: a read of a deferred tensor
+// computes it on demand, a tensor the plan says is resident but is not gets recomputed, the
+// budget still binds (DTR's weighted scores choose what else to evict), an op whose name
+// differs from the plan's stops the cursor for the rest of the step, and end_step() runs
+// whatever is still deferred.
 #ifndef REMAT_HINTS_H_
 #define REMAT_HINTS_H_
 
@@ -52,9 +70,19 @@ struct OpHint {
   std::vector<StepSite> evict_after;  // tensors the plan frees once this op has run
 };
 
+// One computation of the plan: the op at `site.position` runs (its first run, or a
+// recomputation of output `site.output`), then the plan frees `free_after`.
+struct PlanStep {
+  StepSite site;
+  std::vector<StepSite> free_after;
+};
+
 struct StepHints {
   std::string source;        // what made them, e.g. "twremat @ 0.5"
   std::vector<OpHint> ops;   // by position in the step
+  // The plan itself, in order (Note [Following a schedule]); empty: weights and evict_after
+  // only.
+  std::vector<PlanStep> schedule;
 };
 
 // Signature of a step as the runtime saw it: its op sequence (names, arities) and its

@@ -56,7 +56,8 @@ std::vector<std::vector<int>> EvictionHints(const Graph& g, const Schedule& s);
 // schedule computes once are kept, the others marked recomputed, and every instance the
 // schedule frees is evicted after the step's op that comes at or after its last read (unless
 // its next instance is made before that op: the runtime keeps it resident instead). Outputs
-// of `g` are never evicted after their last instance.
+// of `g` are never evicted after their last instance. The schedule itself goes along, step by
+// step with what each step frees, for the runtime to follow (Note [Following a schedule]).
 StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
                             std::string source);
 

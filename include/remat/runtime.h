@@ -92,6 +92,8 @@ struct RuntimeStats {
   std::size_t frozen = 0;         // tensors pinned by update() (Note [Updating pinned tensors])
   std::size_t hint_evictions = 0;   // storages evicted because a hint said the plan frees them
   std::size_t hint_mismatches = 0;  // ops whose hint named another op (see Note [Hints by position])
+  std::size_t deferred_ops = 0;   // ops run after later ones, as a followed plan ordered them
+                                  // (Note [Following a schedule] in remat/hints.h)
   std::size_t live_tensors = 0;   // tensor records alive (held or kept for lineage)
   std::size_t resident_bytes = 0;  // bytes of resident storages
   std::size_t peak_resident_bytes = 0;
@@ -101,9 +103,10 @@ struct RuntimeStats {
 
 // What begin_step() is told about the step that follows.
 struct StepOptions {
-  // Hints from a static plan (remat/hints.h); the `hinted` policy acts on them: it evicts
-  // what the plan frees once the plan frees it, and weighs DTR's scores by what the plan
-  // keeps and recomputes. Other policies ignore them.
+  // Hints from a static plan (remat/hints.h); the `hinted` policy acts on them: it follows
+  // the plan's schedule where they carry one (Note [Following a schedule]), evicts what the
+  // plan frees once the plan frees it, and weighs DTR's scores by what the plan keeps and
+  // recomputes. Other policies ignore them.
   std::shared_ptr<const StepHints> hints;
   bool record = false;       // record the step; end_step() returns it as a graph and a trace
   std::string name = "step";  // the recorded graph's and trace's name
@@ -115,7 +118,8 @@ struct RecordedStep {
   // with bytes, cost (an equal share of its op's) and phase (backward after mark_backward());
   // tensors made before the step that it reads are `input` nodes; update() calls are
   // zero-byte nodes that may not be recomputed. Each node carries its site (op position,
-  // output index), which hints are keyed by.
+  // output index), which hints are keyed by. Its outputs are what the program still holds at
+  // end_step() and what it read back during the step (data(), read()).
   Graph graph;
   // The same step in the DTR log format (handle k is node k), with the releases the program
   // made, so that remat-replay re-runs exactly what ran.

@@ -37,6 +37,14 @@ struct StorageRec {
   std::uint32_t recomputed_in = 0;
   std::uint32_t keep_in = 0;
   float hint_weight = 1.0f;    // the `hinted` policy's factor on its score (Note [Hinted eviction])
+  // Reads by deferred ops that have not run yet; a dead storage stays while any is pending
+  // (Note [Following a schedule] in remat/hints.h).
+  std::uint32_t pending_reads = 0;
+  // Instances of a followed plan that live on it (a view's and its base's share one
+  // storage), and whether a plan step made it resident before any instance claimed it (the
+  // other outputs of a multi-output op); either keeps a dead storage until the plan frees it.
+  std::uint32_t plan_refs = 0;
+  bool plan_spec = false;
 };
 
 struct TensorRec {
@@ -67,6 +75,9 @@ struct OpRec {
   std::uint32_t stamp = 0;
   std::int32_t position = -1;  // in the step stamped `step` (see Note [Hints by position])
   std::uint32_t step = 0;
+  // Called by the program but not run yet, as the plan it follows orders (Note [Following a
+  // schedule]); holds one extra reference until it has run.
+  bool deferred = false;
 };
 
 // A vector of records with recycled slots, so long training loops do not grow it forever.
