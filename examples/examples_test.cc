@@ -111,8 +111,7 @@ TEST(ExampleTest, CudaBudgetsMatchTheUnconstrainedCudaRunBitwise) {
       TrainConfig run = config;
       run.budget = static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
       const TrainResult r = train(*model, run);
-      std::cerr << "DBG status " << r.status << " " << r.error << "\n";
-    if (r.status != "ok") continue;
+      if (r.status != "ok") continue;
       EXPECT_LE(r.peak_reserved, run.budget);
       EXPECT_TRUE(bitwise_equal(r.losses, base.losses)) << tenth;
       for (std::size_t i = 0; i < r.final_state.size(); ++i)
@@ -157,7 +156,6 @@ TEST(ExampleTest, GptPlansMadeAtOneLengthAreReusedAtOthersBitwise) {
     run.budget = static_cast<std::size_t>(fraction * static_cast<double>(base.peak_allocated));
     run.clock_limit = 3 * base.stats.base_cost;
     const TrainResult r = train(model, run);
-    std::cerr << "DBG status " << r.status << " " << r.error << "\n";
     if (r.status != "ok") continue;
     EXPECT_EQ(r.plans_made, 1u);
     EXPECT_EQ(r.exact_plan_steps + r.reused_plan_steps, static_cast<std::size_t>(config.steps - 1));
@@ -169,7 +167,6 @@ TEST(ExampleTest, GptPlansMadeAtOneLengthAreReusedAtOthersBitwise) {
     ASSERT_EQ(r.final_state.size(), base.final_state.size());
     for (std::size_t i = 0; i < r.final_state.size(); ++i)
       EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
-    std::cerr << "DBG " << fraction << " " << r.stats.hint_evictions << " " << r.stats.evictions << " " << r.stats.recomputations << " " << r.plan_source << " def " << r.stats.deferred_ops << "\n";
     if (r.stats.hint_evictions > 0 && !r.plan_source.empty()) ++checked;
   }
   EXPECT_GT(checked, 0) << "no budget ran on hints that evicted";

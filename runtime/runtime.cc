@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "remat/logical_memory.h"
@@ -526,7 +524,6 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     stats.base_cost += op.cost;
   }
   note_run(op);
-  if (std::getenv("DBGPLAN") && rerun) std::fprintf(stderr, "DBG recompute %s pos %d step %u cursor %zu following %d waiting %s\n", op.op->name.c_str(), op.position, op.step, step_.cursor, step_.following, waiting ? waiting->op->name.c_str() : "-");
   if (op.deferred) undefer(op_id);
   for (auto [p, b] : scratch) memory->deallocate(p, b);
   for (Id s : held) {

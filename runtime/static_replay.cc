@@ -207,47 +207,74 @@ absl::StatusOr<Schedule> realized_schedule(const Graph& g, const std::vector<Ste
   Schedule s;
   s.graph = g.name;
   std::vector<bool> made(g.nodes.size(), false);
+  // A node that ran nowhere in the step (an input, or a node HoldInputs added) comes right
+  // before its first reader, after its own inputs (their ids are smaller: no recursion).
+  auto place = [&](int v, auto&& self) -> void {
+    if (made[static_cast<std::size_t>(v)]) return;
+    for (int u : g.nodes[static_cast<std::size_t>(v)].inputs)
+      if (!made[static_cast<std::size_t>(u)] && sites[static_cast<std::size_t>(u)].position < 0)
+        self(u, self);
+    s.order.push_back(v);
+    made[static_cast<std::size_t>(v)] = true;
+  };
   for (int p : executed) {
     if (p < 0 || static_cast<std::size_t>(p) >= at.size() || at[static_cast<std::size_t>(p)].empty())
       return absl::InvalidArgumentError(
           absl::StrCat("realized_schedule: no node of the graph ran at position ", p));
     for (int v : at[static_cast<std::size_t>(p)]) {
-      for (int u : g.nodes[static_cast<std::size_t>(v)].inputs) {
-        if (made[static_cast<std::size_t>(u)] || !is_input(g.nodes[static_cast<std::size_t>(u)]))
-          continue;
-        s.order.push_back(u);
-        made[static_cast<std::size_t>(u)] = true;
-      }
+      for (int u : g.nodes[static_cast<std::size_t>(v)].inputs)
+        if (sites[static_cast<std::size_t>(u)].position < 0) place(u, place);
       s.order.push_back(v);
       made[static_cast<std::size_t>(v)] = true;
     }
   }
-  // Nodes that ran nowhere in the step (a graph's added last node): at the end, in order.
-  for (std::size_t v = 0; v < g.nodes.size(); ++v) {
-    if (made[v] || sites[v].position >= 0) continue;
-    for (int u : g.nodes[v].inputs) {
-      if (made[static_cast<std::size_t>(u)]) continue;
-      s.order.push_back(u);
-      made[static_cast<std::size_t>(u)] = true;
-    }
-    if (!made[v]) s.order.push_back(static_cast<int>(v));
-    made[v] = true;
-  }
+  // What nothing in the step read (the last node HoldInputs adds): at the end, in order.
+  for (std::size_t v = 0; v < g.nodes.size(); ++v)
+    if (sites[v].position < 0) place(static_cast<int>(v), place);
   return s;
 }
 
 Graph HoldInputs(Graph g) {
-  Node sink;
-  sink.id = g.size();
-  sink.name = "hold_inputs";
-  sink.op = "hold_inputs";
+  std::vector<int> inputs;
+  for (const Node& node : g.nodes)
+    if (is_input(node)) inputs.push_back(node.id);
+  if (inputs.empty()) return g;
+  // New ids: the inputs first, in their order, then `inputs_ready`, then the other nodes.
+  const int n = g.size();
+  std::vector<int> id(static_cast<std::size_t>(n));
+  int next = 0;
+  for (int v : inputs) id[static_cast<std::size_t>(v)] = next++;
+  const int ready = next++;
+  for (int v = 0; v < n; ++v)
+    if (!is_input(g.nodes[static_cast<std::size_t>(v)])) id[static_cast<std::size_t>(v)] = next++;
+  Graph out;
+  out.name = g.name;
+  out.source = g.source;
+  out.peer = g.peer;
+  out.nodes.resize(static_cast<std::size_t>(n) + 2);
+  for (Node& node : g.nodes) {
+    const bool root = !is_input(node) &&
+                      std::all_of(node.inputs.begin(), node.inputs.end(), [&](int u) {
+                        return is_input(g.nodes[static_cast<std::size_t>(u)]);
+                      });
+    for (int& u : node.inputs) u = id[static_cast<std::size_t>(u)];
+    if (root) node.inputs.push_back(ready);
+    node.id = id[static_cast<std::size_t>(node.id)];
+    out.nodes[static_cast<std::size_t>(node.id)] = std::move(node);
+  }
+  for (int v : g.outputs) out.outputs.push_back(id[static_cast<std::size_t>(v)]);
+  Node& start = out.nodes[static_cast<std::size_t>(ready)];
+  start.id = ready;
+  start.name = start.op = "inputs_ready";
+  start.phase = Phase::kForward;
+  for (int v : inputs) start.inputs.push_back(id[static_cast<std::size_t>(v)]);
+  Node& sink = out.nodes.back();
+  sink.id = n + 1;
+  sink.name = sink.op = "hold_inputs";
   sink.phase = Phase::kBackward;
   sink.recomputable = false;
-  for (const Node& node : g.nodes)
-    if (is_input(node)) sink.inputs.push_back(node.id);
-  if (sink.inputs.empty()) return g;
-  g.nodes.push_back(std::move(sink));
-  return g;
+  sink.inputs = start.inputs;
+  return out;
 }
 
 }  // namespace remat

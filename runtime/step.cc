@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 
 #include "runtime/runtime_impl.h"
 
@@ -383,7 +381,6 @@ void RuntimeImpl::follow_schedule(Id op_id, int position, const OpHint* hint) {
 // steps is not freed by the first op that reads it.
 void RuntimeImpl::run_plan_step(const PlanStep& step) {
   const Id op = op_at(step.site.position);
-  if (std::getenv("DBGPLAN")) { std::fprintf(stderr, "DBG step %zu site %d.%d op %u deferred %d frees", step_.cursor - 1, step.site.position, step.site.output, op, op != kNone && ops[op].deferred); for (auto& f : step.free_after) std::fprintf(stderr, " %d.%d", f.position, f.output); std::fprintf(stderr, "\n"); }
   Id root = kNone;
   bool recompute = false;
   if (op != kNone && ops[op].deferred) {

@@ -70,16 +70,21 @@ std::vector<StepSite> recorded_sites(const Graph& graph);
 std::vector<StepSite> trace_sites(const Graph& graph);
 
 // The schedule a recorded step realized: `executed` (RecordedStep::executed) as node ids of
-// `graph`, whose node v ran at `sites[v]`; each input comes right before its first reader.
+// `graph`, whose node v ran at `sites[v]`; each node that has no site (inputs, the nodes
+// HoldInputs adds) comes right before its first reader.
 // It is a static plan like any planner's (Simulate() measures it), which is how a dynamic
 // policy's decisions on one step can seed the hints of the next.
 absl::StatusOr<Schedule> realized_schedule(const Graph& graph, const std::vector<StepSite>& sites,
                                            const std::vector<int>& executed);
 
-// The graph with a last node that reads every input and tangent (zero bytes, zero cost), so
-// that they stay resident for the whole step in every accounting, as a runtime holds
-// parameters (a pinned constant cannot be freed while lineage may need it; FORMAT.md frees
-// inputs after their last read, which no dynamic runtime could do).
+// The graph with its inputs and tangents resident for the whole step in every accounting, as
+// a runtime holds parameters (a pinned constant cannot be freed while lineage may need it;
+// FORMAT.md makes an input when a schedule first places it and frees it after its last
+// read, which no dynamic runtime could do). The inputs come first, then a node
+// `inputs_ready` that reads them all and that every node reading only inputs also reads (so
+// every schedule makes all inputs before any other node), then the other nodes in their
+// order, and last a node `hold_inputs` that reads every input. Both added nodes have no
+// bytes and no cost; node ids change, sites do not.
 Graph HoldInputs(Graph graph);
 
 }  // namespace remat
