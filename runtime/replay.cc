@@ -139,6 +139,7 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   r.search_seconds = s.search_seconds;
   r.overhead = s.compute_overhead();
   r.hint_evictions = s.hint_evictions;
+  r.deferred_ops = s.deferred_ops;
   if (options.record_timeline) r.timeline = rt.timeline();
   r.simulated_seconds = rt.clock() * 1e-9;
   r.slowdown = trace.total_time_ns == 0 ? 1.0 : rt.clock() / static_cast<double>(trace.total_time_ns);

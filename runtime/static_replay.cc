@@ -277,4 +277,15 @@ Graph HoldInputs(Graph g) {
   return out;
 }
 
+bool HoldInputsToTheEnd(const Graph& g, Schedule& s) {
+  if (g.nodes.empty() || g.nodes.back().op != "hold_inputs" || s.order.empty()) return false;
+  const int sink = g.size() - 1;
+  if (s.order.back() == sink) return false;
+  const auto before = s.order.size();
+  std::erase(s.order, sink);
+  if (s.order.size() == before) return false;  // not in the schedule: Simulate() will say so
+  s.order.push_back(sink);
+  return true;
+}
+
 }  // namespace remat

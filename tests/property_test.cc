@@ -3,6 +3,8 @@
 // of an unconstrained run, and reserved memory must never pass the budget.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -242,6 +244,93 @@ TEST(RecordingProperty, RandomHintsNeverChangeResults) {
   }
   EXPECT_GE(passes, 20);
   EXPECT_GT(hint_evictions, 0);
+}
+
+// Note [Following a schedule]: a random plan (a random order of the recorded step's nodes,
+// so later ops often come first and earlier ones wait deferred, with random recomputations
+// and random frees) followed under random budgets never changes a byte that is read, and
+// reserved memory never passes the budget.
+TEST(RecordingProperty, RandomSchedulesFollowedNeverChangeResults) {
+  std::mt19937_64 rng(9090);
+  int passes = 0;
+  std::size_t deferred = 0, recomputed = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    const Program p{rng(), 100 + static_cast<int>(rng() % 140)};
+    RuntimeOptions o;
+    o.backend = Backend::kCpu;
+    o.seed = 3;
+    o.allocator.small_segment = 16 << 10;
+    o.allocator.medium_segment = 64 << 10;
+    StepOptions record;
+    record.record = true;
+    const Outcome base = run(p, o, record);
+    const Graph& g = base.recorded.graph;
+    auto hints = std::make_shared<StepHints>();
+    // A random linear extension of the graph: any node whose inputs are placed may come next.
+    std::vector<int> missing(g.nodes.size(), 0);
+    std::vector<int> ready;
+    std::vector<std::vector<int>> users(g.nodes.size());
+    for (const Node& n : g.nodes)
+      for (int u : n.inputs) users[static_cast<std::size_t>(u)].push_back(n.id);
+    for (const Node& n : g.nodes) {
+      missing[static_cast<std::size_t>(n.id)] = static_cast<int>(n.inputs.size());
+      if (n.inputs.empty()) ready.push_back(n.id);
+    }
+    std::vector<int> placed;
+    while (!ready.empty()) {
+      const std::size_t i = rng() % ready.size();
+      const int v = ready[i];
+      ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(i));
+      for (int u : users[static_cast<std::size_t>(v)])
+        if (--missing[static_cast<std::size_t>(u)] == 0) ready.push_back(u);
+      const Node& n = g.nodes[static_cast<std::size_t>(v)];
+      if (n.site_position < 0) continue;
+      if (hints->ops.size() <= static_cast<std::size_t>(n.site_position))
+        hints->ops.resize(static_cast<std::size_t>(n.site_position) + 1);
+      hints->ops[static_cast<std::size_t>(n.site_position)].op = n.op;
+      hints->schedule.push_back({{n.site_position, n.site_output}, {}});
+      placed.push_back(v);
+      if (rng() % 4 == 0) {  // recompute something placed before
+        const Node& again = g.nodes[static_cast<std::size_t>(placed[rng() % placed.size()])];
+        hints->schedule.push_back({{again.site_position, again.site_output}, {}});
+      }
+      if (rng() % 3 == 0) {  // and free something
+        const Node& gone = g.nodes[static_cast<std::size_t>(placed[rng() % placed.size()])];
+        hints->schedule.back().free_after.push_back({gone.site_position, gone.site_output});
+      }
+    }
+    ASSERT_EQ(placed.size() + static_cast<std::size_t>(std::count_if(
+                                  g.nodes.begin(), g.nodes.end(),
+                                  [](const Node& n) { return n.site_position < 0; })),
+              g.nodes.size());
+    o.policy = "hinted";
+    StepOptions hinted;
+    hinted.hints = hints;
+    for (int b = 0; b < 3; ++b) {
+      o.budget = b == 0 ? SIZE_MAX
+                        : static_cast<std::size_t>(
+                              std::uniform_real_distribution<double>(0.4, 1.0)(rng) *
+                              static_cast<double>(base.stats.memory.peak_reserved));
+      Outcome got;
+      try {
+        got = run(p, o, hinted);
+      } catch (const OutOfMemoryError&) {
+        continue;
+      } catch (const ThrashError&) {
+        continue;
+      }
+      ++passes;
+      deferred += got.stats.deferred_ops;
+      recomputed += got.stats.recomputations;
+      EXPECT_EQ(got.stats.hint_mismatches, 0u);
+      EXPECT_EQ(got.stats.calls, base.stats.calls) << "every op runs once, deferred or not";
+      ASSERT_EQ(got.reads, base.reads) << "trial " << trial << " budget " << o.budget;
+      ASSERT_LE(got.stats.memory.peak_reserved, o.budget);
+    }
+  }
+  EXPECT_GE(passes, 30);
+  EXPECT_GT(deferred, 0u) << "no plan made the runtime defer an op";
+  EXPECT_GT(recomputed, 0u);
 }
 
 }  // namespace

@@ -66,6 +66,10 @@ StepHints plan_step(const RecordedStep& step, std::size_t budget,
   for (const std::string& algo : planners) {
     if (algo == "greedy" && g.nodes.size() > 3000) continue;  // it simulates per candidate
     absl::StatusOr<Plan> plan = RunPlanner(algo, g, opt);
+    if (plan.ok() && plan->feasible && HoldInputsToTheEnd(g, plan->schedule)) {
+      plan->sim = Simulate(g, plan->schedule, opt.budget_bytes);
+      plan->feasible = plan->sim.valid;
+    }
     if (!plan.ok() || !plan->feasible || plan->sim.cost >= best_cost) continue;
     best_cost = plan->sim.cost;
     best = HintsFromSchedule(g, plan->schedule, sites,

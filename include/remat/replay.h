@@ -57,6 +57,7 @@ struct ReplayResult {
   double fragmentation = 0;
   double overhead = 0;        // recomputed cost over base cost (slowdown - 1 when all ran)
   std::size_t hint_evictions = 0;
+  std::size_t deferred_ops = 0;  // ops a followed plan ran after later ones
   Timeline timeline;          // with ReplayOptions::record_timeline
   std::vector<int> executed;  // with record_executed: RecordedStep::executed of the replay
 };

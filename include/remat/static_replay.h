@@ -87,6 +87,13 @@ absl::StatusOr<Schedule> realized_schedule(const Graph& graph, const std::vector
 // bytes and no cost; node ids change, sites do not.
 Graph HoldInputs(Graph graph);
 
+// A schedule of a HoldInputs() graph with its `hold_inputs` node moved to the end. Nothing
+// reads that node, so a planner may place it anywhere, and where it comes early FORMAT.md's
+// accounting frees the inputs early; moved last, the schedule's simulated peak is what a
+// runtime that holds its parameters needs. Returns whether it moved anything (then the plan
+// must be simulated again).
+bool HoldInputsToTheEnd(const Graph& graph, Schedule& schedule);
+
 }  // namespace remat
 
 #endif  // REMAT_STATIC_REPLAY_H_

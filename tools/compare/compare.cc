@@ -132,6 +132,11 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
       row.fraction = f;
       row.budget = budget;
       absl::StatusOr<Plan> plan = RunPlanner(algo, g, po);
+      if (plan.ok() && plan->feasible && HoldInputsToTheEnd(g, plan->schedule)) {
+        plan->sim = Simulate(g, plan->schedule, po.budget_bytes);
+        plan->feasible = plan->sim.valid;
+        if (!plan->feasible) plan->reason = "over budget once the inputs are held to the end";
+      }
       if (!plan.ok()) {
         row.status = "error";
         row.note = std::string(plan.status().message());

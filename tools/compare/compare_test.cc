@@ -4,11 +4,15 @@
 
 #include <boost/property_tree/ptree.hpp>
 #include <boost/property_tree/xml_parser.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "remat/planner.h"
+#include "remat/replay.h"
+#include "remat/schedule.h"
 #include "remat/static_replay.h"
 
 namespace remat::compare {
@@ -16,7 +20,9 @@ namespace {
 
 // A forward chain with a skip connection every few layers and its mirrored backward: the
 // shape of a small training step, with every value of the forward read again by the backward.
-Graph TrainingLikeGraph(int layers, std::uint64_t seed) {
+// With `branches`, every third layer also makes a side value only its backward reads (as
+// batch norm's statistics are), which a schedule may compute at either end.
+Graph TrainingLikeGraph(int layers, std::uint64_t seed, bool branches = false) {
   std::mt19937_64 rng(seed);
   Graph g;
   g.name = "small";
@@ -36,6 +42,7 @@ Graph TrainingLikeGraph(int layers, std::uint64_t seed) {
   };
   const int x = add(NodeKind::kInput, Phase::kForward, 1000, 0, {});
   std::vector<int> fwd;
+  std::vector<int> side(static_cast<std::size_t>(layers), -1);
   int prev = x;
   for (int i = 0; i < layers; ++i) {
     std::vector<int> in = {prev};
@@ -43,11 +50,16 @@ Graph TrainingLikeGraph(int layers, std::uint64_t seed) {
     prev = add(NodeKind::kCompute, Phase::kForward, 1000 + static_cast<std::int64_t>(rng() % 4000),
                1 + static_cast<double>(rng() % 9), in);
     fwd.push_back(prev);
+    if (branches && i % 3 == 1)
+      side[static_cast<std::size_t>(i)] =
+          add(NodeKind::kCompute, Phase::kForward, 500 + static_cast<std::int64_t>(rng() % 3000),
+              1 + static_cast<double>(rng() % 4), {prev});
   }
   int grad = add(NodeKind::kCompute, Phase::kBackward, 1000, 1, {prev});
   for (int i = layers - 1; i >= 0; --i) {
     std::vector<int> in = {grad, fwd[static_cast<std::size_t>(i)]};
     if (i > 0) in.push_back(fwd[static_cast<std::size_t>(i - 1)]);
+    if (side[static_cast<std::size_t>(i)] >= 0) in.push_back(side[static_cast<std::size_t>(i)]);
     grad = add(NodeKind::kCompute, Phase::kBackward, 1000 + static_cast<std::int64_t>(rng() % 2000),
                2, in);
   }
@@ -134,6 +146,117 @@ TEST(Compare, StaticReplayReproducesThePlannersPeak) {
       ++checked;
     }
     EXPECT_GT(checked, 4);
+  }
+}
+
+// Note [Following a schedule]: hints made from a plan, followed by `hinted` on the graph's
+// program under a budget of the plan's own predicted peak, cost exactly what the plan costs
+// and never make DTR search.
+TEST(Compare, HintedFollowsAPlanExactly) {
+  int checked = 0;
+  for (std::uint64_t seed : {1, 2, 3, 4}) {
+    const Graph g = HoldInputs(TrainingLikeGraph(30, seed));
+    const DtrTrace program = dtr_trace_from_graph(g);
+    Schedule in_order{.graph = g.name, .order = {}};
+    for (int v = 0; v < g.size(); ++v) in_order.order.push_back(v);
+    const std::int64_t peak = Simulate(g, in_order).peak_bytes;
+    for (double f : {0.8, 0.6, 0.45}) {
+      for (const std::string algo : {"chen", "greedy", "rotor", "twremat"}) {
+        PlanOptions po;
+        po.budget_bytes = static_cast<std::int64_t>(f * static_cast<double>(peak));
+        absl::StatusOr<Plan> plan = RunPlanner(algo, g, po);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        if (!plan->feasible) continue;
+        ReplayOptions ro;
+        ro.policy = "hinted";
+        ro.accounting = Accounting::kLogical;
+        ro.budget = static_cast<std::size_t>(plan->sim.peak_bytes);
+        ro.hints = std::make_shared<StepHints>(
+            HintsFromSchedule(g, plan->schedule, trace_sites(g), algo));
+        const ReplayResult r = replay(program, ro);
+        ASSERT_EQ(r.status, "ok") << algo << " @ " << f << " seed " << seed << ": " << r.error;
+        EXPECT_NEAR(r.overhead, plan->sim.overhead, 1e-6) << algo << " @ " << f << " seed " << seed;
+        EXPECT_LE(static_cast<std::int64_t>(r.peak_allocated_bytes), plan->sim.peak_bytes);
+        EXPECT_EQ(r.evictions, r.hint_evictions) << "DTR searched: memory left the plan's profile";
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
+// The same for random valid schedules: a random topological order (so that ops the program
+// calls early often come late, deferred) with random recomputations. Followed under a budget
+// of the schedule's simulated peak, the runtime costs what Simulate() says, exactly.
+TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
+  std::mt19937_64 rng(31);
+  std::size_t deferred = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const Graph g = HoldInputs(TrainingLikeGraph(20 + trial, rng(), /*branches=*/true));
+    std::vector<int> missing(g.nodes.size());
+    std::vector<std::vector<int>> users = g.Users();
+    std::vector<int> ready;
+    for (const Node& n : g.nodes) {
+      missing[static_cast<std::size_t>(n.id)] = static_cast<int>(n.inputs.size());
+      if (n.inputs.empty()) ready.push_back(n.id);
+    }
+    Schedule s{.graph = g.name, .order = {}};
+    while (!ready.empty()) {
+      const std::size_t i = rng() % ready.size();
+      const int v = ready[i];
+      ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(i));
+      s.order.push_back(v);
+      for (int u : users[static_cast<std::size_t>(v)])
+        if (--missing[static_cast<std::size_t>(u)] == 0) ready.push_back(u);
+      const int again = s.order[rng() % s.order.size()];
+      const Node& n = g.nodes[static_cast<std::size_t>(again)];
+      if (rng() % 3 == 0 && n.kind == NodeKind::kCompute && n.CanRecompute()) s.order.push_back(again);
+    }
+    HoldInputsToTheEnd(g, s);  // as planners' plans are (see compare.cc)
+    const SimResult sim = Simulate(g, s);
+    ASSERT_TRUE(sim.valid) << sim.error;
+    ReplayOptions ro;
+    ro.policy = "hinted";
+    ro.accounting = Accounting::kLogical;
+    ro.budget = static_cast<std::size_t>(sim.peak_bytes);
+    ro.hints = std::make_shared<StepHints>(HintsFromSchedule(g, s, trace_sites(g), "random"));
+    const ReplayResult r = replay(dtr_trace_from_graph(g), ro);
+    ASSERT_EQ(r.status, "ok") << "trial " << trial << ": " << r.error;
+    EXPECT_NEAR(r.overhead, sim.overhead, 1e-6) << "trial " << trial;
+    EXPECT_GT(sim.recomputations, 0);
+    EXPECT_LE(static_cast<std::int64_t>(r.peak_allocated_bytes), sim.peak_bytes);
+    EXPECT_EQ(r.evictions, r.hint_evictions) << "trial " << trial;
+    deferred += r.deferred_ops;
+  }
+  EXPECT_GT(deferred, 0u) << "no random order made the runtime defer an op";
+}
+
+// The acceptance of `hinted` as a property: at every budget of a sweep over random
+// training-like graphs, it fits wherever any static plan or dynamic policy fits, at or
+// below the lowest overhead among them.
+TEST(Compare, HintedIsAtOrBelowEveryOtherMethod) {
+  for (std::uint64_t seed : {5, 6, 7}) {
+    const Graph g = HoldInputs(TrainingLikeGraph(28, seed, /*branches=*/seed % 2 == 1));
+    CompareOptions o;
+    o.fractions = {0.9, 0.7, 0.55, 0.45, 0.35};
+    o.planners = {"chen", "twremat", "greedy", "rotor", "mincut"};
+    o.planner_time_limit = 5;
+    o.policies = {"dtr", "dtr_eq", "msps", "lru"};
+    const CompareReport r = RunComparison(g, o);
+    for (double f : o.fractions) {
+      double best = INFINITY;
+      const RunRow* hinted = nullptr;
+      for (const RunRow& row : r.rows) {
+        if (row.fraction != f) continue;
+        if (row.kind == "hinted") hinted = &row;
+        if ((row.kind == "static" || row.kind == "dynamic") && row.status == "ok")
+          best = std::min(best, row.overhead);
+      }
+      ASSERT_NE(hinted, nullptr);
+      if (!std::isfinite(best)) continue;
+      ASSERT_EQ(hinted->status, "ok") << "seed " << seed << " @ " << f << ": " << hinted->note;
+      EXPECT_LE(hinted->overhead, best + 1e-6) << "seed " << seed << " @ " << f;
+    }
   }
 }
 
