@@ -157,8 +157,12 @@ TEST(ExampleTest, GptPlansMadeAtOneLengthAreReusedAtOthersBitwise) {
     run.clock_limit = 3 * base.stats.base_cost;
     const TrainResult r = train(model, run);
     if (r.status != "ok") continue;
-    EXPECT_EQ(r.plans_made, 1u);
-    EXPECT_EQ(r.exact_plan_steps + r.reused_plan_steps, static_cast<std::size_t>(config.steps - 1));
+    // A step is planned where no plan made at a length no larger exists (Note [Reusing
+    // plans across shapes]); every other step runs on one.
+    EXPECT_GE(r.plans_made, 1u);
+    EXPECT_LT(r.plans_made, lengths.size());
+    EXPECT_EQ(r.exact_plan_steps + r.reused_plan_steps + r.plans_made,
+              static_cast<std::size_t>(config.steps));
     EXPECT_GT(r.reused_plan_steps, 0u);
     EXPECT_EQ(r.stats.hint_mismatches, 0u) << "every step makes the same calls";
     EXPECT_LE(r.peak_reserved, run.budget);

@@ -523,7 +523,7 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     ++stats.calls;
     stats.base_cost += op.cost;
   }
-  note_run(op);
+  note_run(op, !rerun);
   if (op.deferred) undefer(op_id);
   for (auto [p, b] : scratch) memory->deallocate(p, b);
   for (Id s : held) {

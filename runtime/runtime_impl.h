@@ -75,7 +75,9 @@ class RuntimeImpl final : public MemoryReclaimer {
   void* stream = nullptr;  // cudaStream_t of the CUDA backend (null: the default stream)
   Timeline timeline;
   void note_memory();                // appends a memory sample (timeline on)
-  void note_run(const OpRec& op);  // appends a run of the step's op to the recording
+  // Appends a run of the step's op to the recording; a first run also gives the recorded
+  // nodes the op's cost, which is known (measured) only once it has run.
+  void note_run(const OpRec& op, bool first_run);
 
  private:
   struct Frame {
@@ -124,6 +126,8 @@ class RuntimeImpl final : public MemoryReclaimer {
     std::vector<std::pair<Id, int>> made;  // (tensor, node) of the step's op outputs
     std::vector<int> executed;             // positions of every op run, recomputations too
     std::vector<int> host_read;            // nodes the program read back (data(), read())
+    // Per position: the op's CALL in the trace and its first node (-1: none).
+    std::vector<std::pair<int, int>> call_at;
   };
   struct StepState {
     bool active = false;

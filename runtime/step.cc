@@ -254,6 +254,11 @@ void RuntimeImpl::record_call(Id op_id, int position) {
     tensors[t].node = node;
     rec.made.emplace_back(t, node);
   }
+  if (rec.call_at.size() <= static_cast<std::size_t>(position))
+    rec.call_at.resize(static_cast<std::size_t>(position) + 1, {-1, -1});
+  rec.call_at[static_cast<std::size_t>(position)] = {
+      static_cast<int>(rec.trace.instructions.size()),
+      n > 0 ? static_cast<int>(in.results.front()) : -1};
   rec.trace.instructions.push_back(std::move(in));
 }
 
@@ -308,9 +313,21 @@ void RuntimeImpl::on_handles_gone(Id t) {
   step_.recording->trace.instructions.push_back(std::move(in));
 }
 
-void RuntimeImpl::note_run(const OpRec& op) {
-  if (step_.recording && op.position >= 0 && op.step == step_.stamp)
-    step_.recording->executed.push_back(op.position);
+void RuntimeImpl::note_run(const OpRec& op, bool first_run) {
+  if (!step_.recording || op.position < 0 || op.step != step_.stamp) return;
+  Recording& rec = *step_.recording;
+  rec.executed.push_back(op.position);
+  if (!first_run || static_cast<std::size_t>(op.position) >= rec.call_at.size()) return;
+  const auto [call, first_node] = rec.call_at[static_cast<std::size_t>(op.position)];
+  if (call < 0) return;
+  DtrInstruction& in = rec.trace.instructions[static_cast<std::size_t>(call)];
+  rec.trace.total_time_ns -= in.time_ns;
+  in.time_ns = time_of(op.cost);
+  rec.trace.total_time_ns += in.time_ns;
+  const std::size_t n = op.outputs.size();
+  for (std::size_t k = 0; first_node >= 0 && k < n; ++k)
+    rec.graph.nodes[static_cast<std::size_t>(first_node) + k].cost =
+        std::max(0.0, op.cost) / static_cast<double>(n);
 }
 
 // ---------------------------------------------------------------------------------------

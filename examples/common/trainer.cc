@@ -117,7 +117,8 @@ TrainResult train(Model& model, const TrainConfig& config) {
       const PlanCache::Key key = model.shape_key(step, config.seed);
       bool plan_now = false;
       if (hinted) {
-        PlanCache::Found found = cache->find(key);
+        // Note [Reusing plans across shapes] in remat/hints.h.
+        PlanCache::Found found = cache->find(key, PlanCache::Reuse::kNoLarger);
         step_options.hints = found.hints;
         plan_now = found.hints == nullptr;
         step_options.record |= plan_now;
