@@ -9,7 +9,8 @@ namespace {
 
 // The schedule itself, for Note [Following a schedule]: one entry per step that runs an op
 // of the program (inputs are the runtime's constants), each with the instances whose last
-// read it is. A program's outputs are never freed; frees at a step that is not the
+// read it is. A program's outputs are only dropped (the program may read them after the
+// plan's last use, so they are not evicted); frees at a step that is not the
 // program's (the last node HoldInputs adds) go to the entry before it. A step that makes
 // nothing anyone reads (an optimizer's update) is left out: where a plan puts it does not
 // change memory, the program issues it where it must (an update after the backward pass
@@ -31,17 +32,16 @@ void AppendScheduleSteps(const Graph& g, const Schedule& s, const std::vector<St
     const StepSite& at = sites[static_cast<std::size_t>(v)];
     const bool makes_nothing = g.nodes[static_cast<std::size_t>(v)].bytes == 0 &&
                                !read[static_cast<std::size_t>(v)];
-    if (at.position >= 0 && !makes_nothing) hints.schedule.push_back({at, {}});
+    if (at.position >= 0 && !makes_nothing) hints.schedule.push_back({at, {}, {}});
     if (hints.schedule.empty()) continue;
     std::vector<StepSite>& frees = hints.schedule.back().free_after;
     for (int i : dies_after[j]) {
       const int v = s.order[static_cast<std::size_t>(i)];
       const StepSite& dying = sites[static_cast<std::size_t>(v)];
       if (dying.position < 0 || dying.output < 0) continue;
-      if (instances.next_instance[static_cast<std::size_t>(i)] < 0 &&
-          is_output[static_cast<std::size_t>(v)])
-        continue;
-      frees.push_back(dying);
+      const bool result = instances.next_instance[static_cast<std::size_t>(i)] < 0 &&
+                          is_output[static_cast<std::size_t>(v)];
+      (result ? hints.schedule.back().drop_after : frees).push_back(dying);
     }
   }
 }

@@ -152,7 +152,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   Id op_at(int position) const;
   Id site_tensor(const StepSite& site) const;
   void run_plan_step(const PlanStep& step);
-  void free_planned(const StepSite& site);
+  void free_planned(const StepSite& site, bool evict_held);
   void run_remaining_plan(int end);
   void run_deferred();
   void claim_for_plan(Id s);

@@ -422,7 +422,8 @@ void RuntimeImpl::run_plan_step(const PlanStep& step) {
   }
   if (const Id t = site_tensor(step.site); t != kNone && storages[tensors[t].storage].resident)
     claim_for_plan(tensors[t].storage);
-  for (const StepSite& site : step.free_after) free_planned(site);
+  for (const StepSite& site : step.free_after) free_planned(site, /*evict=*/true);
+  for (const StepSite& site : step.drop_after) free_planned(site, /*evict=*/false);
 }
 
 void RuntimeImpl::claim_for_plan(Id s) {
@@ -445,19 +446,20 @@ void RuntimeImpl::stop_following() {
 }
 
 // A storage nothing will read before the plan's next instance of it: freed outright when no
-// handle holds it and no deferred op waits for it, else evicted (it stays recomputable).
-void RuntimeImpl::free_planned(const StepSite& site) {
+// handle holds it and no deferred op waits for it, else evicted (it stays recomputable) unless
+// it is a result the program may still read (`evict_held` false).
+void RuntimeImpl::free_planned(const StepSite& site, bool evict_held) {
   const Id t = site_tensor(site);
   if (t == kNone) return;
   const Id s = tensors[t].storage;
   StorageRec& r = storages[s];
   if (r.plan_refs > 0 && --r.plan_refs > 0) return;  // a view or its base still lives in the plan
   r.plan_spec = false;
-  if (!evictable(r)) return;
   if (r.handles == 0 && r.pending_reads == 0) {
     release_if_dead(s);
     return;
   }
+  if (!evict_held || !evictable(r)) return;
   evict(s);
   ++stats.hint_evictions;
 }

@@ -288,11 +288,11 @@ TEST(RecordingProperty, RandomSchedulesFollowedNeverChangeResults) {
       if (hints->ops.size() <= static_cast<std::size_t>(n.site_position))
         hints->ops.resize(static_cast<std::size_t>(n.site_position) + 1);
       hints->ops[static_cast<std::size_t>(n.site_position)].op = n.op;
-      hints->schedule.push_back({{n.site_position, n.site_output}, {}});
+      hints->schedule.push_back({{n.site_position, n.site_output}, {}, {}});
       placed.push_back(v);
       if (rng() % 4 == 0) {  // recompute something placed before
         const Node& again = g.nodes[static_cast<std::size_t>(placed[rng() % placed.size()])];
-        hints->schedule.push_back({{again.site_position, again.site_output}, {}});
+        hints->schedule.push_back({{again.site_position, again.site_output}, {}, {}});
       }
       if (rng() % 3 == 0) {  // and free something
         const Node& gone = g.nodes[static_cast<std::size_t>(placed[rng() % placed.size()])];

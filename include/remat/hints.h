@@ -71,10 +71,13 @@ struct OpHint {
 };
 
 // One computation of the plan: the op at `site.position` runs (its first run, or a
-// recomputation of output `site.output`), then the plan frees `free_after`.
+// recomputation of output `site.output`), then the plan frees `free_after` (evicted if the
+// program still holds them) and lets go of `drop_after` (results of the step, which the
+// program may still read: freed only if it no longer holds them).
 struct PlanStep {
   StepSite site;
   std::vector<StepSite> free_after;
+  std::vector<StepSite> drop_after;
 };
 
 struct StepHints {
