@@ -151,6 +151,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   bool is_step_tensor(Id t, int position, int output) const;
   Id op_at(int position) const;
   Id site_tensor(const StepSite& site) const;
+  void run_plan_through(int last);
   void run_plan_step(const PlanStep& step);
   void free_planned(const StepSite& site, bool evict_held);
   void run_remaining_plan(int end);

@@ -236,8 +236,12 @@ absl::StatusOr<Schedule> realized_schedule(const Graph& g, const std::vector<Ste
 
 Graph HoldInputs(Graph g) {
   std::vector<int> inputs;
-  for (const Node& node : g.nodes)
-    if (is_input(node)) inputs.push_back(node.id);
+  std::vector<bool> input(g.nodes.size(), false);
+  for (const Node& node : g.nodes) {
+    if (!is_input(node)) continue;
+    inputs.push_back(node.id);
+    input[static_cast<std::size_t>(node.id)] = true;
+  }
   if (inputs.empty()) return g;
   // New ids: the inputs first, in their order, then `inputs_ready`, then the other nodes.
   const int n = g.size();
@@ -246,16 +250,17 @@ Graph HoldInputs(Graph g) {
   for (int v : inputs) id[static_cast<std::size_t>(v)] = next++;
   const int ready = next++;
   for (int v = 0; v < n; ++v)
-    if (!is_input(g.nodes[static_cast<std::size_t>(v)])) id[static_cast<std::size_t>(v)] = next++;
+    if (!input[static_cast<std::size_t>(v)]) id[static_cast<std::size_t>(v)] = next++;
   Graph out;
   out.name = g.name;
   out.source = g.source;
   out.peer = g.peer;
   out.nodes.resize(static_cast<std::size_t>(n) + 2);
   for (Node& node : g.nodes) {
-    const bool root = !is_input(node) &&
+    // (Nodes already moved into `out` are read only through `input`.)
+    const bool root = !input[static_cast<std::size_t>(node.id)] &&
                       std::all_of(node.inputs.begin(), node.inputs.end(), [&](int u) {
-                        return is_input(g.nodes[static_cast<std::size_t>(u)]);
+                        return input[static_cast<std::size_t>(u)];
                       });
     for (int& u : node.inputs) u = id[static_cast<std::size_t>(u)];
     if (root) node.inputs.push_back(ready);

@@ -359,28 +359,20 @@ void RuntimeImpl::follow_schedule(Id op_id, int position, const OpHint* hint) {
     run_frames(op_id, /*recompute=*/false);
     return;
   }
-  const std::vector<PlanStep>& plan = step_.hints->schedule;
-  if (ops[op_id].outputs.empty()) {
-    // Nothing reads what it makes: it runs where the program calls it, after the plan's
-    // steps before it (Note [Following a schedule]).
-    try {
-      while (step_.cursor < plan.size() && plan[step_.cursor].site.position < position)
-        run_plan_step(plan[step_.cursor++]);
-      run_frames(op_id, /*recompute=*/false);
-    } catch (...) {
-      stop_following();
-      throw;
-    }
-    return;
-  }
-  OpRec& op = ops[op_id];
-  op.deferred = true;
-  ++op.refs;  // the op must outlive its outputs' handles until it has run
-  for (Id t : op.inputs) ++storages[tensors[t].storage].pending_reads;
-  step_.deferred.push_back(op_id);
   try {
-    while (step_.cursor < plan.size() && plan[step_.cursor].site.position <= position)
-      run_plan_step(plan[step_.cursor++]);
+    if (ops[op_id].outputs.empty()) {
+      // Nothing reads what it makes: it runs where the program calls it, after the plan's
+      // steps before it (Note [Following a schedule]).
+      run_plan_through(position - 1);
+      run_frames(op_id, /*recompute=*/false);
+      return;
+    }
+    OpRec& op = ops[op_id];
+    op.deferred = true;
+    ++op.refs;  // the op must outlive its outputs' handles until it has run
+    for (Id t : op.inputs) ++storages[tensors[t].storage].pending_reads;
+    step_.deferred.push_back(op_id);
+    run_plan_through(position);
   } catch (...) {
     stop_following();
     throw;
@@ -389,6 +381,13 @@ void RuntimeImpl::follow_schedule(Id op_id, int position, const OpHint* hint) {
   ++stats.deferred_ops;
   for (Id s : ops[op_id].out_storages)
     if (s != kNone) policy->on_evicted(s);  // born evicted, as far as the policy can tell
+}
+
+// The plan's steps from the cursor on, while they name ops at positions up to `last`.
+void RuntimeImpl::run_plan_through(int last) {
+  const std::vector<PlanStep>& plan = step_.hints->schedule;
+  while (step_.cursor < plan.size() && plan[step_.cursor].site.position <= last)
+    run_plan_step(plan[step_.cursor++]);
 }
 
 // One computation of the plan: a deferred op's first run, or an evicted output recomputed;
@@ -490,11 +489,7 @@ void RuntimeImpl::run_deferred() {
 void RuntimeImpl::settle_before_update(int position) {
   if (!step_.active || (step_.deferred.empty() && !step_.following)) return;
   try {
-    if (step_.following) {
-      const std::vector<PlanStep>& plan = step_.hints->schedule;
-      while (step_.cursor < plan.size() && plan[step_.cursor].site.position <= position)
-        run_plan_step(plan[step_.cursor++]);
-    }
+    if (step_.following) run_plan_through(position);
     run_deferred();
   } catch (const OutOfMemoryError& e) {
     stop_following();

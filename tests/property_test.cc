@@ -3,7 +3,6 @@
 // of an unconstrained run, and reserved memory must never pass the budget.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -14,6 +13,7 @@
 
 #include "remat/replay.h"
 #include "remat/runtime.h"
+#include "tests/random_order.h"
 #include "tests/test_ops.h"
 
 namespace remat {
@@ -191,6 +191,17 @@ TEST(RecordingProperty, RecordedTracesReplayToTheLivePeak) {
   }
 }
 
+// The CPU backend with small allocator segments, so that budgets well below a small
+// program's peak still leave room for several.
+RuntimeOptions SmallSegmentsOnCpu(std::uint64_t seed) {
+  RuntimeOptions o;
+  o.backend = Backend::kCpu;
+  o.seed = seed;
+  o.allocator.small_segment = 16 << 10;
+  o.allocator.medium_segment = 64 << 10;
+  return o;
+}
+
 // Hints are advice: random keep/recompute marks and random early evictions, under random
 // budgets, never change a byte that is read, and reserved memory never passes the budget.
 TEST(RecordingProperty, RandomHintsNeverChangeResults) {
@@ -198,11 +209,7 @@ TEST(RecordingProperty, RandomHintsNeverChangeResults) {
   int passes = 0, hint_evictions = 0;
   for (int trial = 0; trial < 20; ++trial) {
     const Program p{rng(), 120 + static_cast<int>(rng() % 120)};
-    RuntimeOptions o;
-    o.backend = Backend::kCpu;
-    o.seed = 5;
-    o.allocator.small_segment = 16 << 10;
-    o.allocator.medium_segment = 64 << 10;
+    RuntimeOptions o = SmallSegmentsOnCpu(5);
     StepOptions record;
     record.record = true;
     const Outcome base = run(p, o, record);
@@ -256,33 +263,16 @@ TEST(RecordingProperty, RandomSchedulesFollowedNeverChangeResults) {
   std::size_t deferred = 0, recomputed = 0;
   for (int trial = 0; trial < 20; ++trial) {
     const Program p{rng(), 100 + static_cast<int>(rng() % 140)};
-    RuntimeOptions o;
-    o.backend = Backend::kCpu;
-    o.seed = 3;
-    o.allocator.small_segment = 16 << 10;
-    o.allocator.medium_segment = 64 << 10;
+    RuntimeOptions o = SmallSegmentsOnCpu(3);
     StepOptions record;
     record.record = true;
     const Outcome base = run(p, o, record);
     const Graph& g = base.recorded.graph;
     auto hints = std::make_shared<StepHints>();
-    // A random linear extension of the graph: any node whose inputs are placed may come next.
-    std::vector<int> missing(g.nodes.size(), 0);
-    std::vector<int> ready;
-    std::vector<std::vector<int>> users(g.nodes.size());
-    for (const Node& n : g.nodes)
-      for (int u : n.inputs) users[static_cast<std::size_t>(u)].push_back(n.id);
-    for (const Node& n : g.nodes) {
-      missing[static_cast<std::size_t>(n.id)] = static_cast<int>(n.inputs.size());
-      if (n.inputs.empty()) ready.push_back(n.id);
-    }
+    const std::vector<int> order = testing::RandomTopologicalOrder(g, rng);
+    ASSERT_EQ(order.size(), g.nodes.size());
     std::vector<int> placed;
-    while (!ready.empty()) {
-      const std::size_t i = rng() % ready.size();
-      const int v = ready[i];
-      ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(i));
-      for (int u : users[static_cast<std::size_t>(v)])
-        if (--missing[static_cast<std::size_t>(u)] == 0) ready.push_back(u);
+    for (int v : order) {
       const Node& n = g.nodes[static_cast<std::size_t>(v)];
       if (n.site_position < 0) continue;
       if (hints->ops.size() <= static_cast<std::size_t>(n.site_position))
@@ -299,10 +289,6 @@ TEST(RecordingProperty, RandomSchedulesFollowedNeverChangeResults) {
         hints->schedule.back().free_after.push_back({gone.site_position, gone.site_output});
       }
     }
-    ASSERT_EQ(placed.size() + static_cast<std::size_t>(std::count_if(
-                                  g.nodes.begin(), g.nodes.end(),
-                                  [](const Node& n) { return n.site_position < 0; })),
-              g.nodes.size());
     o.policy = "hinted";
     StepOptions hinted;
     hinted.hints = hints;

@@ -14,6 +14,7 @@
 #include "remat/replay.h"
 #include "remat/schedule.h"
 #include "remat/static_replay.h"
+#include "tests/random_order.h"
 
 namespace remat::compare {
 namespace {
@@ -193,21 +194,9 @@ TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
   std::size_t deferred = 0;
   for (int trial = 0; trial < 12; ++trial) {
     const Graph g = HoldInputs(TrainingLikeGraph(20 + trial, rng(), /*branches=*/true));
-    std::vector<int> missing(g.nodes.size());
-    std::vector<std::vector<int>> users = g.Users();
-    std::vector<int> ready;
-    for (const Node& n : g.nodes) {
-      missing[static_cast<std::size_t>(n.id)] = static_cast<int>(n.inputs.size());
-      if (n.inputs.empty()) ready.push_back(n.id);
-    }
     Schedule s{.graph = g.name, .order = {}};
-    while (!ready.empty()) {
-      const std::size_t i = rng() % ready.size();
-      const int v = ready[i];
-      ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(i));
+    for (int v : testing::RandomTopologicalOrder(g, rng)) {
       s.order.push_back(v);
-      for (int u : users[static_cast<std::size_t>(v)])
-        if (--missing[static_cast<std::size_t>(u)] == 0) ready.push_back(u);
       const int again = s.order[rng() % s.order.size()];
       const Node& n = g.nodes[static_cast<std::size_t>(again)];
       if (rng() % 3 == 0 && n.kind == NodeKind::kCompute && n.CanRecompute()) s.order.push_back(again);
