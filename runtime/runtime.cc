@@ -760,7 +760,9 @@ void RuntimeImpl::set_budget(std::size_t budget) {
 // else needs freezing: a held tensor's dependents recompute from the frozen bits, and a
 // tensor nobody holds and nothing live depends on will never be read. In a training loop
 // the frozen tensors are the gradients and the loss; they are freed with their last handle.
-void RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
+// A recorded step shows the freeze as inputs of the update's node: whatever it froze must be
+// resident when the update runs, which is what a plan of the step has to budget for.
+std::vector<Id> RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
   std::vector<Id> work = roots;
   std::vector<Id> frontier;
   absl::flat_hash_set<Id> seen(roots.begin(), roots.end());
@@ -788,6 +790,7 @@ void RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
     refresh_candidate(s);
     ++stats.frozen;
   }
+  return frontier;
 }
 
 void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
@@ -810,7 +813,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
                                              "' has no kernel for this backend"));
   const int position = next_position();
   settle_before_update(position);
-  freeze_dependents(targets);
+  const std::vector<Id> frozen = freeze_dependents(targets);
   std::vector<Id> held;
   auto unlock_all = [&] {
     for (Id s : held) {
@@ -857,7 +860,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
   ++stats.calls;
   stats.base_cost += cost;
   unlock_all();
-  on_update(*op, args, cost, position);
+  on_update(*op, args, cost, position, frozen);
 }
 
 // ---------------------------------------------------------------------------------------

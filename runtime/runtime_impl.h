@@ -46,7 +46,8 @@ class RuntimeImpl final : public MemoryReclaimer {
   const OpHint* on_new_op(Id op_id, int position);
   // After its outputs entered the candidate index: the evictions its hint asks for.
   void after_new_op(const OpHint* hint);
-  void on_update(const OpDef& op, const std::vector<Id>& args, double cost, int position);
+  void on_update(const OpDef& op, const std::vector<Id>& args, double cost, int position,
+                 const std::vector<Id>& frozen);
   // Note [Following a schedule]: whether a new op is placed by the plan's cursor; running
   // the plan's steps up to the new op at `position` (which may stay deferred); and running
   // what the plan computes before an update at `position` and every deferred op.
@@ -102,7 +103,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   Id choose_victim();
   bool evict_window(std::size_t bytes);
   std::vector<Id> find_window(std::size_t bytes);
-  void freeze_dependents(const std::vector<Id>& roots);
+  std::vector<Id> freeze_dependents(const std::vector<Id>& roots);  // the storages frozen
   void recompute_storage(Id s);
   const std::function<void(const KernelContext&)>& kernel_of(const OpDef& op) const;
   void kernel_inputs(const std::vector<Id>& inputs, std::vector<const void*>& ptrs,
@@ -151,7 +152,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   bool is_step_tensor(Id t, int position, int output) const;
   Id op_at(int position) const;
   Id site_tensor(const StepSite& site) const;
-  void run_plan_through(int last);
+  void run_plan_through(int last, Id called = kNone);
   void run_plan_step(const PlanStep& step);
   void free_planned(const StepSite& site, bool evict_held);
   void run_remaining_plan(int end);

@@ -263,7 +263,7 @@ void RuntimeImpl::record_call(Id op_id, int position) {
 }
 
 void RuntimeImpl::on_update(const OpDef& op, const std::vector<Id>& args, double cost,
-                            int position) {
+                            int position, const std::vector<Id>& frozen) {
   if (position < 0) return;
   enter_position(op.name, args, {}, position);
   if (!step_.recording) return;
@@ -277,6 +277,20 @@ void RuntimeImpl::on_update(const OpDef& op, const std::vector<Id>& args, double
     const int node = recorded_node(t);
     in.args.push_back(static_cast<std::uint32_t>(node));
     g.inputs.push_back(node);
+  }
+  // What the update froze is read too (Note [Updating pinned tensors]): a plan must have it
+  // resident here. The trace's CALL takes it as arguments for the same reason.
+  for (Id s : frozen) {
+    const Id producer = storages[s].producer;
+    if (producer == kNone) continue;
+    const OpRec& made = ops[producer];
+    for (std::size_t k = 0; k < made.outputs.size(); ++k) {
+      if (made.out_storages[k] != s || made.alias_of[k] >= 0) continue;
+      const TensorRec& tr = tensors[made.outputs[k]];
+      if (tr.step != step_.stamp || tr.node < 0) continue;
+      in.args.push_back(static_cast<std::uint32_t>(tr.node));
+      g.inputs.push_back(tr.node);
+    }
   }
   std::sort(g.inputs.begin(), g.inputs.end());
   g.inputs.erase(std::unique(g.inputs.begin(), g.inputs.end()), g.inputs.end());
@@ -372,7 +386,7 @@ void RuntimeImpl::follow_schedule(Id op_id, int position, const OpHint* hint) {
     ++op.refs;  // the op must outlive its outputs' handles until it has run
     for (Id t : op.inputs) ++storages[tensors[t].storage].pending_reads;
     step_.deferred.push_back(op_id);
-    run_plan_through(position);
+    run_plan_through(position, op_id);
   } catch (...) {
     stop_following();
     throw;
@@ -384,10 +398,21 @@ void RuntimeImpl::follow_schedule(Id op_id, int position, const OpHint* hint) {
 }
 
 // The plan's steps from the cursor on, while they name ops at positions up to `last`.
-void RuntimeImpl::run_plan_through(int last) {
+// With `called` (the op the program is calling, at position `last`), the cursor stops once
+// that op has run: the steps after it wait for the program's next call, update or end of
+// step. Until the call returns, the program still holds handles to what the plan has
+// already dropped (a result freed at its own step, say); letting it release them first
+// keeps memory at the plan's profile instead of above it during the steps that follow.
+void RuntimeImpl::run_plan_through(int last, Id called) {
   const std::vector<PlanStep>& plan = step_.hints->schedule;
-  while (step_.cursor < plan.size() && plan[step_.cursor].site.position <= last)
+  while (step_.cursor < plan.size() && plan[step_.cursor].site.position <= last) {
     run_plan_step(plan[step_.cursor++]);
+    const bool ran_called = called != kNone && !ops[called].deferred &&
+                            plan[step_.cursor - 1].site.position == last;
+    // (The op's other outputs' steps, which come next in the plan, still run now.)
+    if (ran_called && (step_.cursor == plan.size() || plan[step_.cursor].site.position != last))
+      return;
+  }
 }
 
 // One computation of the plan: a deferred op's first run, or an evicted output recomputed;
@@ -458,7 +483,7 @@ void RuntimeImpl::free_planned(const StepSite& site, bool evict_held) {
     release_if_dead(s);
     return;
   }
-  if (!evict_held || !evictable(r)) return;
+  if (!evict_held || !evictable(r)) { if (getenv("RDBG")) fprintf(stderr, "  keep pos %d (handles %d pending %d res %d locks %d pinned %d)\n", site.position, (int)r.handles, (int)r.pending_reads, (int)r.resident, (int)r.locks, (int)r.pinned); return; }
   evict(s);
   ++stats.hint_evictions;
 }

@@ -35,7 +35,7 @@ int usage(const std::string& why) {
                "[--MODEL-FLAG V ...])\n"
                "       [--budgets F,F,...] [--planners a,b] [--policies p,q]\n"
                "       [--accounting logical|allocator] [--time-limit S] [--out DIR]\n"
-               "       [--timelines F|all|none] [--json] [--no-hold-inputs]\n";
+               "       [--timelines F|all|none] [--json] [--no-hold-inputs] [--write-graph PATH]\n";
   return 2;
 }
 
@@ -80,7 +80,7 @@ absl::StatusOr<remat::Graph> load_program(const std::string& input, const std::s
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string input, example, out_dir = "compare-out", timelines = "0.5";
+  std::string input, example, out_dir = "compare-out", timelines = "0.5", graph_out;
   std::map<std::string, std::string> model_flags;
   remat::compare::CompareOptions opt;
   bool json = false, hold = true;
@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
       hold = false;
     } else if (arg == "--example") {
       example = value();
+    } else if (arg == "--write-graph") {
+      graph_out = value();
     } else if (arg == "--out") {
       out_dir = value();
     } else if (arg == "--timelines") {
@@ -145,6 +147,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const remat::Graph program = hold ? remat::HoldInputs(*std::move(graph)) : *std::move(graph);
+  // The program compared (an example's recorded step, inputs held), for remat-plan.
+  if (!graph_out.empty()) {
+    if (absl::Status s = remat::WriteGraphFile(program, graph_out); !s.ok()) {
+      std::cerr << "remat-compare: " << s.message() << "\n";
+      return 1;
+    }
+  }
   remat::compare::CompareReport report = remat::compare::RunComparison(program, opt);
 
   std::filesystem::create_directories(out_dir);
