@@ -34,7 +34,10 @@
 // deferred: its outputs exist as handles but hold no memory, like evicted tensors that were
 // never computed, until the plan's cursor reaches them or something reads them. Memory then
 // follows the plan's profile step for step, reordered plans (TWRemat) included; a deferred
-// op's inputs are kept until it has run. Deviations are safe: a read of a deferred tensor
+// op's inputs are kept until it has run. Once the op being called has run, the cursor stops
+// until the program's next call (or update, or end of step): until `call` returns, the
+// program holds handles to results the plan already dropped, and running later steps then
+// would put memory above the plan's profile. Deviations are safe: a read of a deferred tensor
 // computes it on demand, a tensor the plan says is resident but is not gets recomputed, the
 // budget still binds (DTR's weighted scores choose what else to evict), an op whose name
 // differs from the plan's stops the cursor for the rest of the step, and end_step() runs
