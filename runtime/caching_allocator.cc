@@ -102,13 +102,28 @@ std::size_t CachingAllocator::rounded_size(std::size_t bytes) const {
 
 bool CachingAllocator::is_small(std::size_t bytes) const { return small_pool(rounded_size(bytes)); }
 
-// The arena is one pool: small requests live beside large ones and fill their gaps.
+// Note [One pool under a budget]
+// PyTorch keeps small requests in segments of their own so that long-lived small tensors do
+// not pin large segments, and it never splits a large block into slivers under 1 MiB. Both
+// rules assume memory can grow. Under a hard cap they partition the budget instead: bytes
+// freed in small segments cannot serve a large request (nor the reverse) until a whole
+// segment empties and is given back, which eviction in score order rarely achieves, and
+// slivers left unsplit are simply lost. So with a finite budget every request goes to one
+// pool, blocks split down to `round_to`, and the runtime's eviction (which can always free
+// what sits between two free blocks) takes the place of segregation; on the shared DTR
+// traces this moved allocator accounting from 8-10% to 0-3% above logical accounting for
+// the transformer and the tree LSTM. The arena (Note [Expandable arena]) is one pool too.
+bool CachingAllocator::one_pool() const {
+  return options_.expandable_segments ||
+         (options_.one_pool_under_budget && options_.budget != SIZE_MAX);
+}
+
 bool CachingAllocator::small_pool(std::size_t rounded) const {
-  return !options_.expandable_segments && rounded <= options_.small_max;
+  return !one_pool() && rounded <= options_.small_max;
 }
 
 std::size_t CachingAllocator::segment_size_for(std::size_t rounded) const {
-  if (rounded <= options_.small_max) return options_.small_segment;
+  if (rounded <= options_.small_max && !one_pool()) return options_.small_segment;
   if (rounded <= options_.medium_max) return options_.medium_segment;
   return round_up(rounded, options_.large_round);
 }
@@ -283,7 +298,7 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
   // Split off the tail when it is big enough to be useful to its pool.
   const bool small = small_pool(size);
   const std::size_t rest = b->size - size;
-  if (rest >= (small ? options_.round_to : options_.large_split_min)) {
+  if (rest >= (small || one_pool() ? options_.round_to : options_.large_split_min)) {
     Block* tail = pools_->new_block();
     tail->address = b->address + size;
     tail->size = rest;

@@ -214,7 +214,9 @@ TEST(CachingAllocatorTest, SplitsAndCoalescesNeighbours) {
 }
 
 TEST(CachingAllocatorTest, RoundsSizesAndSeparatesPools) {
-  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
+  CachingAllocatorOptions o = small_segments();
+  o.one_pool_under_budget = false;  // PyTorch's two pools
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
   EXPECT_EQ(alloc.rounded_size(1), 512u);
   EXPECT_EQ(alloc.rounded_size(513), 1024u);
   EXPECT_TRUE(alloc.is_small(1 << 20));
@@ -224,6 +226,35 @@ TEST(CachingAllocatorTest, RoundsSizesAndSeparatesPools) {
   EXPECT_EQ(alloc.stats().segments, 2u);  // a small and a large segment
   alloc.deallocate(s, 100);
   alloc.deallocate(l, 2 << 20);
+}
+
+// Note [One pool under a budget]: with a budget, a small request and a large one share a
+// segment, and a large block is split down to the rounding, so the bytes a small tensor
+// frees serve a large request and the reverse.
+TEST(CachingAllocatorTest, OnePoolUnderABudgetSharesSegmentsAcrossSizes) {
+  CachingAllocatorOptions o = small_segments();  // 4 MiB medium segments, 8 MiB budget
+  o.budget = 4 << 20;
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
+  EXPECT_FALSE(alloc.is_small(100));
+  void* s = alloc.allocate(100);
+  void* l = alloc.allocate(2 << 20);
+  EXPECT_EQ(alloc.stats().segments, 1u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(l), reinterpret_cast<std::uintptr_t>(s) + 512);
+  // The rest of the segment (2 MiB - 512) is a block of its own, not part of l's.
+  void* rest = alloc.allocate((2 << 20) - 512);
+  EXPECT_EQ(alloc.stats().segments, 1u);
+  EXPECT_EQ(alloc.stats().reserved, std::size_t{4} << 20);
+  alloc.deallocate(s, 100);
+  alloc.deallocate(rest, (2 << 20) - 512);
+  void* again = alloc.allocate(100);  // freed small bytes are reused by address order
+  EXPECT_EQ(again, s);
+  alloc.deallocate(again, 100);
+  alloc.deallocate(l, 2 << 20);
+  // Without a budget the two pools come back.
+  CachingAllocatorOptions unbounded = small_segments();
+  unbounded.budget = SIZE_MAX;
+  CachingAllocator two(std::make_unique<SimulatedSegmentSource>(), unbounded);
+  EXPECT_TRUE(two.is_small(100));
 }
 
 // Under a budget, cached segments of the wrong pool are returned before the request fails.
@@ -272,8 +303,8 @@ TEST(CachingAllocatorTest, ArenaGrowsAtItsEndAndGivesTheTailBack) {
   void* c = alloc.allocate(11 << 20);     // grows by what is missing, within the budget
   EXPECT_LE(alloc.stats().reserved, o.budget);
   alloc.deallocate(c, 11 << 20);
-  alloc.release_cached();                 // the free tail goes back
-  EXPECT_EQ(alloc.stats().reserved, std::size_t{4} << 20);
+  alloc.release_cached();                 // the free tail goes back, down to b's end
+  EXPECT_EQ(alloc.stats().reserved, (std::size_t{3} << 20) + 512);
   alloc.deallocate(a, 100);
   alloc.deallocate(b, 3 << 20);
   alloc.release_cached();

@@ -34,6 +34,9 @@ struct CachingAllocatorOptions {
   // A large-pool block is split only when the rest is at least this big (PyTorch: 1 MiB), so
   // that big segments are not nibbled into slivers no large request can use.
   std::size_t large_split_min = std::size_t{1} << 20;
+  // With a finite budget, serve every request from one pool and split blocks down to
+  // `round_to` (Note [One pool under a budget]); PyTorch's two pools are kept without one.
+  bool one_pool_under_budget = true;
   // With a finite budget and a source that can grow a reservation in place (host, simulated),
   // serve every request from one arena whose reserved size grows and shrinks at its end, as
   // PyTorch's expandable segments do: no segment boundaries, one pool, so freed neighbours
@@ -93,6 +96,7 @@ class CachingAllocator final : public MemoryResource {
   detail::Block* grow_arena(std::size_t size);
   void shrink_arena();
   bool small_pool(std::size_t rounded) const;
+  bool one_pool() const;
   detail::Block* try_serve(std::size_t size);
   void free_block(detail::Block* block);
   [[noreturn]] void throw_oom(std::size_t size);
