@@ -23,15 +23,19 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // is recomputed), so a stored key is a lower bound of the true one: at a leaf the search
 // recomputes the key, stores it if it grew, and goes on; the bound stays valid. The runtime
 // refreshes the neighbours of a storage that comes back, whose keys may shrink.
-CandidateIndex::CandidateIndex(std::function<double(Id)> key, double staleness_exponent)
-    : key_(std::move(key)), exponent_(staleness_exponent) {
+CandidateIndex::CandidateIndex(std::function<double(Id)> key, double staleness_exponent,
+                               std::function<double(Id)> key_floor)
+    : key_(std::move(key)), floor_(key_floor ? std::move(key_floor) : key_),
+      exponent_(staleness_exponent) {
   rebuild(256);
 }
 
 double CandidateIndex::score(double key, double access, double now) const {
   if (exponent_ == 0) return key;
   const double staleness = now - access + 1.0;
-  return key / (exponent_ == 1 ? staleness : std::pow(staleness, exponent_));
+  if (exponent_ == 1) return key / staleness;
+  if (exponent_ == 0.5) return key / std::sqrt(staleness);  // dtr_sqrt: pow() is far slower
+  return key / std::pow(staleness, exponent_);
 }
 
 double CandidateIndex::bound(std::size_t node, double now) const {
@@ -75,13 +79,19 @@ Id CandidateIndex::insert(Id storage, double last_access) {
   if (next_ == capacity_) rebuild(std::max<std::size_t>(256, 2 * (count_ + 1)));
   const std::size_t position = next_++;
   ++count_;
-  set_leaf(position, Leaf{storage, key_(storage), last_access});
+  set_leaf(position, Leaf{storage, floor_(storage), last_access});
   return static_cast<Id>(position);
 }
 
 void CandidateIndex::erase(Id position) {
   --count_;
   set_leaf(position, Leaf{});
+}
+
+void CandidateIndex::lower(Id position) {
+  Leaf leaf = leaves_[position];
+  leaf.key = std::min(leaf.key, floor_(leaf.storage));
+  set_leaf(position, leaf);
 }
 
 void CandidateIndex::refresh(Id position) {

@@ -16,7 +16,8 @@ class CandidateIndex {
  public:
   // `key` gives a candidate's current key; scores are key / (now - last_access + 1)^e for
   // the staleness exponent e >= 0 (0: the key alone). Lower evicts first.
-  CandidateIndex(std::function<double(Id)> key, double staleness_exponent);
+  CandidateIndex(std::function<double(Id)> key, double staleness_exponent,
+                 std::function<double(Id)> key_floor = nullptr);
 
   // Adds a candidate last accessed at `last_access` (never earlier than any candidate added
   // before it). Returns its position, to be passed to erase/refresh.
@@ -24,6 +25,8 @@ class CandidateIndex {
   void erase(Id position);
   // Recomputes the key of the candidate at `position`.
   void refresh(Id position);
+  // Lowers the stored key to the floor (a key that may have shrunk), without computing it.
+  void lower(Id position);
   // The score of the candidate at `position` from its stored key (which may lag behind a
   // key that grew): O(1), for callers that weigh many candidates at once.
   double stored_score(Id position, double now) const {
@@ -65,6 +68,7 @@ class CandidateIndex {
   double score(double key, double access, double now) const;
 
   std::function<double(Id)> key_;
+  std::function<double(Id)> floor_;  // a cheap lower bound of key_; key_ where none
   double exponent_;
   std::size_t capacity_ = 0;   // leaves (a power of two)
   std::size_t next_ = 0;       // next free position

@@ -141,6 +141,11 @@ class NeighbourhoodPolicy final : public PolicyBase {
     const double k = walker_.cost(s, descendants_) / bytes(s);
     return weighted_ ? k * (*v_.storages)[s].hint_weight : k;
   }
+  // The neighbourhood includes the storage's own op.
+  double key_floor(Id s) override {
+    const double k = v_.cost_of(s) / bytes(s);
+    return weighted_ ? k * (*v_.storages)[s].hint_weight : k;
+  }
   double staleness_exponent() const override { return exponent_; }
 
  private:

@@ -39,6 +39,9 @@ class EvictionPolicy {
   // A policy's score is key / staleness, or the key alone where staleness plays no part
   // (see Note [Candidate index]). Lower evicts first. Only asked of resident storages.
   virtual double key(Id storage) = 0;
+  // A lower bound of key(storage) that costs O(1) (Note [Candidate index]: stored keys may
+  // lag below the truth); policies whose keys walk the lineage override it.
+  virtual double key_floor(Id storage) { return key(storage); }
   // The power of staleness the key is divided by: 1 for DTR's heuristics, 0 where staleness
   // plays no part.
   virtual double staleness_exponent() const { return 1.0; }

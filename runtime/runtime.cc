@@ -62,8 +62,16 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
     throw std::invalid_argument(absl::StrCat("remat: unknown eviction policy '", options.policy,
                                              "' (see eviction_policy_names())"));
   }
+  // Candidates enter the index with a cheap lower bound of their key, which best() corrects
+  // where it looks (Note [Candidate index]); a use re-enters a candidate, so computing the
+  // whole neighbourhood there would walk the lineage on every read. The window search
+  // (Note [Contiguous eviction]) prices blocks by stored keys, and loose ones make it pick
+  // windows it then finds dear, so with it the index stores exact keys on entry.
+  std::function<double(Id)> floor;
+  if (caching == nullptr || !options.contiguous_eviction)
+    floor = [this](Id s) { return policy->key_floor(s); };
   candidates_ = std::make_unique<CandidateIndex>([this](Id s) { return policy->key(s); },
-                                                 policy->staleness_exponent());
+                                                 policy->staleness_exponent(), std::move(floor));
   candidates_->on_move = [this](Id s, Id position) { storages[s].candidate_slot = position; };
 }
 
@@ -106,7 +114,7 @@ void RuntimeImpl::touch(Id s) {
 void RuntimeImpl::refresh_neighbours(Id s) {
   auto refresh = [&](Id n) {
     const Id slot = storages[n].candidate_slot;
-    if (slot != kNone) candidates_->refresh(slot);
+    if (slot != kNone) candidates_->lower(slot);
   };
   const LineageView& v = policy->view();
   v.for_each_parent(s, refresh);
