@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -191,6 +192,19 @@ TEST(RecordingProperty, RecordedTracesReplayToTheLivePeak) {
   }
 }
 
+// Runs the program under a budget it may not fit: nothing when the run raised the typed
+// out-of-memory or thrashing error (allowed for a budget below what the program needs).
+std::optional<Outcome> run_if_it_fits(const Program& p, const RuntimeOptions& options,
+                                      const StepOptions& step) {
+  try {
+    return run(p, options, step);
+  } catch (const OutOfMemoryError&) {
+    return std::nullopt;
+  } catch (const ThrashError&) {
+    return std::nullopt;
+  }
+}
+
 // The CPU backend with small allocator segments, so that budgets well below a small
 // program's peak still leave room for several.
 RuntimeOptions SmallSegmentsOnCpu(std::uint64_t seed) {
@@ -234,14 +248,9 @@ TEST(RecordingProperty, RandomHintsNeverChangeResults) {
     for (int b = 0; b < 2; ++b) {
       o.budget = static_cast<std::size_t>(std::uniform_real_distribution<double>(0.4, 1.0)(rng) *
                                           static_cast<double>(base.stats.memory.peak_reserved));
-      Outcome got;
-      try {
-        got = run(p, o, hinted);
-      } catch (const OutOfMemoryError&) {
-        continue;
-      } catch (const ThrashError&) {
-        continue;
-      }
+      const std::optional<Outcome> ran = run_if_it_fits(p, o, hinted);
+      if (!ran) continue;
+      const Outcome& got = *ran;
       ++passes;
       hint_evictions += static_cast<int>(got.stats.hint_evictions);
       EXPECT_EQ(got.stats.hint_mismatches, 0u);
@@ -297,14 +306,9 @@ TEST(RecordingProperty, RandomSchedulesFollowedNeverChangeResults) {
                         : static_cast<std::size_t>(
                               std::uniform_real_distribution<double>(0.4, 1.0)(rng) *
                               static_cast<double>(base.stats.memory.peak_reserved));
-      Outcome got;
-      try {
-        got = run(p, o, hinted);
-      } catch (const OutOfMemoryError&) {
-        continue;
-      } catch (const ThrashError&) {
-        continue;
-      }
+      const std::optional<Outcome> ran = run_if_it_fits(p, o, hinted);
+      if (!ran) continue;
+      const Outcome& got = *ran;
       ++passes;
       deferred += got.stats.deferred_ops;
       recomputed += got.stats.recomputations;
