@@ -90,7 +90,7 @@ void CandidateIndex::erase(Id position) {
 
 void CandidateIndex::lower(Id position) {
   Leaf leaf = leaves_[position];
-  leaf.key = std::min(leaf.key, floor_(leaf.storage));
+  leaf.key = floor_(leaf.storage);
   set_leaf(position, leaf);
 }
 

@@ -25,7 +25,8 @@ class CandidateIndex {
   void erase(Id position);
   // Recomputes the key of the candidate at `position`.
   void refresh(Id position);
-  // Lowers the stored key to the floor (a key that may have shrunk), without computing it.
+  // Stores the floor as the key (for a key that may have shrunk): the exact key where the
+  // index has no cheaper floor.
   void lower(Id position);
   // The score of the candidate at `position` from its stored key (which may lag behind a
   // key that grew): O(1), for callers that weigh many candidates at once.
