@@ -483,7 +483,7 @@ void RuntimeImpl::free_planned(const StepSite& site, bool evict_held) {
     release_if_dead(s);
     return;
   }
-  if (!evict_held || !evictable(r)) { if (getenv("RDBG")) fprintf(stderr, "  keep pos %d (handles %d pending %d res %d locks %d pinned %d)\n", site.position, (int)r.handles, (int)r.pending_reads, (int)r.resident, (int)r.locks, (int)r.pinned); return; }
+  if (!evict_held || !evictable(r)) return;
   evict(s);
   ++stats.hint_evictions;
 }
