@@ -33,6 +33,7 @@ struct Segment {
   std::size_t size = 0;       // reserved (counted) bytes; for the arena, its mapped prefix
   std::size_t capacity = 0;   // the arena's whole range; equal to size otherwise
   bool small = false;
+  bool whole = false;         // one block, never split (Note [Whole segments for large tensors])
   Block* first = nullptr;     // null while an arena maps nothing
   Block* last = nullptr;
   std::size_t live_blocks = 0;
@@ -144,16 +145,40 @@ void CachingAllocator::set_budget(std::size_t budget) {
   if (stats_.reserved > budget) release_cached();
 }
 
+// Note [Whole segments for large tensors]
+// In one pool, a request may split any free block, and best fit will cut a smaller tensor
+// out of a big one's freed segment. Under a budget that is what fragments memory past repair:
+// the rest of the segment can serve no request bigger than itself, and the segment can no
+// longer be given back to make room for one. Large tensors come and go whole (the recorded
+// U-Net's are 50-780 MB), so with `whole_large_segments` a request above `medium_max` gets a
+// segment of its own that is never split, and a cached one is reused only by a request within
+// `large_round` of its size; any other request that needs the room gets it by the segment's
+// release (Note [Serving a request], step 3), which costs nothing on a simulated or virtual
+// address space. Memory then behaves like the sum of the large tensors' (rounded) sizes, and
+// fragmentation is confined to the shared segments of smaller tensors.
+bool CachingAllocator::fits(const Block& b, std::size_t size) const {
+  return b.size >= size && (!b.segment->whole || b.size - size <= options_.large_round);
+}
+
+bool CachingAllocator::window_serves(const SegmentView& segment, std::size_t window_bytes,
+                                     std::size_t bytes) const {
+  const std::size_t size = rounded_size(bytes);
+  return segment.small == small_pool(size) && window_bytes >= size &&
+         (!segment.whole || window_bytes - size <= options_.large_round);
+}
+
 Block* CachingAllocator::find_free(std::size_t size) {
   auto& set = pools_->free_set(small_pool(size));
   Block probe;
   probe.size = size;
   probe.address = 0;
-  auto it = set.lower_bound(&probe);
-  if (it == set.end()) return nullptr;
-  Block* b = *it;
-  set.erase(it);
-  return b;
+  for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
+    Block* b = *it;
+    if (!fits(*b, size)) continue;  // a whole segment too big for this request
+    set.erase(it);
+    return b;
+  }
+  return nullptr;
 }
 
 // Reserves a segment for a request of `size` (already rounded), preferring the pool's usual
@@ -172,6 +197,7 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
   seg->size = want;
   seg->capacity = want;
   seg->small = small;
+  seg->whole = options_.whole_large_segments && one_pool() && size > options_.medium_max;
   Block* b = pools_->new_block();
   b->address = seg->address;
   b->size = want;
@@ -299,7 +325,8 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
   // Split off the tail when it is big enough to be useful to its pool.
   const bool small = small_pool(size);
   const std::size_t rest = b->size - size;
-  if (rest >= (small || one_pool() ? options_.round_to : options_.large_split_min)) {
+  if (!b->segment->whole &&
+      rest >= (small || one_pool() ? options_.round_to : options_.large_split_min)) {
     Block* tail = pools_->new_block();
     tail->address = b->address + size;
     tail->size = rest;
@@ -371,7 +398,7 @@ std::size_t CachingAllocator::largest_free_block() const {
 }
 
 void CachingAllocator::for_each_segment(
-    const std::function<void(const std::vector<BlockView>&, bool small)>& fn) const {
+    const std::function<void(const std::vector<BlockView>&, const SegmentView&)>& fn) const {
   std::vector<BlockView> blocks;
   for (const Segment* s : pools_->segments) {
     blocks.clear();
@@ -383,7 +410,7 @@ void CachingAllocator::for_each_segment(
       const std::size_t room = std::min(s->capacity - s->size, unreserved());
       if (room > 0) blocks.push_back({s->address + s->size, room, false});
     }
-    fn(blocks, s->small);
+    fn(blocks, SegmentView{s->small, s->whole});
   }
 }
 

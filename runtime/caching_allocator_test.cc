@@ -257,6 +257,44 @@ TEST(CachingAllocatorTest, OnePoolUnderABudgetSharesSegmentsAcrossSizes) {
   EXPECT_TRUE(two.is_small(100));
 }
 
+// Note [Whole segments for large tensors]: a large tensor's freed segment is not cut up for a
+// smaller request; it serves a request of about its size, or goes back to make room.
+TEST(CachingAllocatorTest, LargeSegmentsStayWholeUnderABudget) {
+  CachingAllocatorOptions o = small_segments();
+  o.budget = 10 << 20;
+  o.medium_max = 1 << 20;
+  o.large_round = 1 << 20;
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
+  void* a = alloc.allocate(6 << 20);
+  alloc.deallocate(a, 6 << 20);
+  void* s = alloc.allocate(2 << 20);  // does not split a's cached 6 MiB
+  EXPECT_NE(s, a);
+  EXPECT_EQ(alloc.stats().reserved, std::size_t{8} << 20);
+  void* b = alloc.allocate((6 << 20) - (100 << 10));  // within large_round: reuses it whole
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(alloc.stats().allocated, std::size_t{8} << 20);
+  alloc.deallocate(b, (6 << 20) - (100 << 10));
+  void* c = alloc.allocate(4 << 20);  // no room for a new 4 MiB: a's segment goes back first
+  EXPECT_NE(c, a);
+  EXPECT_LE(alloc.stats().peak_reserved, o.budget);
+  EXPECT_EQ(alloc.stats().reserved, std::size_t{6} << 20);
+  alloc.deallocate(c, 4 << 20);
+  alloc.deallocate(s, 2 << 20);
+  // What the window search asks: a whole segment serves only a request of about its size.
+  const SegmentView whole{false, true}, shared{false, false};
+  EXPECT_FALSE(alloc.window_serves(whole, 6 << 20, 2 << 20));
+  EXPECT_TRUE(alloc.window_serves(whole, 6 << 20, (6 << 20) - (100 << 10)));
+  EXPECT_TRUE(alloc.window_serves(shared, 6 << 20, 2 << 20));
+  // Without the option, best fit splits the cached segment.
+  o.whole_large_segments = false;
+  CachingAllocator split(std::make_unique<SimulatedSegmentSource>(), o);
+  void* x = split.allocate(6 << 20);
+  split.deallocate(x, 6 << 20);
+  void* y = split.allocate(2 << 20);
+  EXPECT_EQ(y, x);
+  split.deallocate(y, 2 << 20);
+}
+
 // Under a budget, cached segments of the wrong pool are returned before the request fails.
 TEST(CachingAllocatorTest, ReleasesCachedSegmentsToStayUnderBudget) {
   CachingAllocatorOptions o = small_segments();
@@ -311,7 +349,7 @@ TEST(CachingAllocatorTest, ArenaGrowsAtItsEndAndGivesTheTailBack) {
   EXPECT_EQ(alloc.stats().reserved, 0u);
   // The room left under the budget is reported after the arena's last block.
   std::size_t room = 0;
-  alloc.for_each_segment([&](const std::vector<BlockView>& blocks, bool) {
+  alloc.for_each_segment([&](const std::vector<BlockView>& blocks, const SegmentView&) {
     for (const BlockView& v : blocks) room += v.allocated ? 0 : v.size;
   });
   EXPECT_EQ(room, o.budget);

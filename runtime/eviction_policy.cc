@@ -129,6 +129,8 @@ class DtrLocalPolicy final : public PolicyBase {
 //   dtr_sqrt  the same neighbourhood, staleness^0.5: recency counts, but less, so a cheap
 //             tensor used a moment ago can still go before a costly stale one;
 //   msps      memory saving per second (after Capuchin): evicted ancestors only, staleness^0;
+//   msps_sqrt the same ancestors, staleness^0.5: MSPS with a little of DTR's recency, which
+//             keeps it from evicting a cheap tensor the running block is about to read;
 //   hinted    h_DTR times the storage's hint weight (Note [Hinted eviction] in step.cc).
 class NeighbourhoodPolicy final : public PolicyBase {
  public:
@@ -252,7 +254,7 @@ class DtrEqPolicy final : public PolicyBase {
 }  // namespace
 
 std::vector<std::string> policy_names() {
-  return {"dtr", "dtr_eq", "dtr_local", "lru", "largest", "msps", "random", "dtr_sqrt", "hinted"};
+  return {"dtr", "dtr_eq", "dtr_local", "lru", "largest", "msps", "random", "dtr_sqrt", "msps_sqrt", "hinted"};
 }
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, LineageView view,
@@ -263,6 +265,8 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, Line
   if (name == "lru") return std::make_unique<LruPolicy>(view);
   if (name == "largest") return std::make_unique<LargestPolicy>(view);
   if (name == "msps") return std::make_unique<NeighbourhoodPolicy>(view, "msps", false, 0.0);
+  if (name == "msps_sqrt")
+    return std::make_unique<NeighbourhoodPolicy>(view, "msps_sqrt", false, 0.5);
   if (name == "dtr_sqrt") return std::make_unique<NeighbourhoodPolicy>(view, "dtr_sqrt", true, 0.5);
   if (name == "hinted") return std::make_unique<NeighbourhoodPolicy>(view, "hinted", true, 1.0, true);
   if (name == "random") return std::make_unique<RandomPolicy>(view, seed);

@@ -243,8 +243,7 @@ std::vector<Id> RuntimeImpl::find_window(std::size_t bytes) {
   // Whole segments that could be emptied, with their cost, for the second option.
   std::vector<std::pair<double, std::vector<Id>>> emptiable;
   std::vector<std::size_t> emptiable_sizes;
-  const bool small = caching->is_small(bytes);
-  caching->for_each_segment([&](const std::vector<BlockView>& blocks, bool segment_small) {
+  caching->for_each_segment([&](const std::vector<BlockView>& blocks, const SegmentView& segment) {
     costs.assign(blocks.size(), 0.0);
     std::size_t segment_bytes = 0;
     double segment_cost = 0;
@@ -269,8 +268,8 @@ std::vector<Id> RuntimeImpl::find_window(std::size_t bytes) {
       emptiable.emplace_back(segment_cost, std::move(victims));
       emptiable_sizes.push_back(segment_bytes);
     }
-    // A window must lie in a segment of the request's pool; any segment can be emptied.
-    if (segment_small != small || segment_bytes < need) return;
+    // A window must lie in a segment that can serve the request; any segment can be emptied.
+    if (!caching->window_serves(segment, segment_bytes, bytes)) return;
     std::size_t lo = 0, window_bytes = 0;
     double window_cost = 0;
     for (std::size_t hi = 0; hi < blocks.size(); ++hi) {

@@ -37,6 +37,10 @@ struct CachingAllocatorOptions {
   // With a finite budget, serve every request from one pool and split blocks down to
   // `round_to` (Note [One pool under a budget]); PyTorch's two pools are kept without one.
   bool one_pool_under_budget = true;
+  // With a finite budget, a request above `medium_max` gets a segment of its own that is
+  // never split, and a cached one is reused only by a request within `large_round` of its
+  // size (Note [Whole segments for large tensors]).
+  bool whole_large_segments = true;
   // With a finite budget and a source that can grow a reservation in place (host, simulated),
   // serve every request from one arena whose reserved size grows and shrinks at its end, as
   // PyTorch's expandable segments do: no segment boundaries, one pool, so freed neighbours
@@ -59,6 +63,12 @@ struct BlockView {
   bool allocated;
 };
 
+// What a caller choosing an address window needs to know of a segment.
+struct SegmentView {
+  bool small;  // belongs to the small pool
+  bool whole;  // holds one block that is never split (Note [Whole segments for large tensors])
+};
+
 class CachingAllocator final : public MemoryResource {
  public:
   explicit CachingAllocator(std::unique_ptr<SegmentSource> source,
@@ -77,10 +87,13 @@ class CachingAllocator final : public MemoryResource {
   std::size_t largest_free_block() const;
   // True when `bytes` would be served from the small pool.
   bool is_small(std::size_t bytes) const;
-  // Calls `fn(blocks, small)` for every segment, with its blocks in address order and
-  // whether it belongs to the small pool. Room left under the budget is `unreserved()`.
+  // Calls `fn(blocks, segment)` for every segment, with its blocks in address order. Room
+  // left under the budget is `unreserved()`.
   void for_each_segment(
-      const std::function<void(const std::vector<BlockView>&, bool small)>& fn) const;
+      const std::function<void(const std::vector<BlockView>&, const SegmentView&)>& fn) const;
+  // True when a free window of `window_bytes` in `segment` could serve a request of `bytes`.
+  bool window_serves(const SegmentView& segment, std::size_t window_bytes,
+                     std::size_t bytes) const;
   std::size_t unreserved() const;
   // The size of segment a request of `bytes` (rounded) would reserve.
   std::size_t segment_size_for(std::size_t rounded) const;
@@ -92,6 +105,7 @@ class CachingAllocator final : public MemoryResource {
 
  private:
   detail::Block* find_free(std::size_t size);
+  bool fits(const detail::Block& block, std::size_t size) const;
   detail::Block* reserve_segment(std::size_t size);
   detail::Block* grow_arena(std::size_t size);
   void shrink_arena();
