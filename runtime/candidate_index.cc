@@ -38,11 +38,6 @@ double CandidateIndex::score(double key, double access, double now) const {
   return key / std::pow(staleness, exponent_);
 }
 
-double CandidateIndex::bound(std::size_t node, double now) const {
-  const Node& n = nodes_[node];
-  return n.min_key == kInf ? kInf : score(n.min_key, n.min_access, now);
-}
-
 void CandidateIndex::pull(std::size_t node) {
   const Node& l = nodes_[2 * node];
   const Node& r = nodes_[2 * node + 1];
@@ -100,16 +95,35 @@ void CandidateIndex::refresh(Id position) {
   set_leaf(position, leaf);
 }
 
+// Note [Ranking without roots]
+// The search compares scores far more often than it computes one exactly, and for
+// staleness^0.5 each comparison would take a square root. Scores are non-negative, so the
+// search ranks by key^(1/e) / staleness instead, which orders candidates (and bounds) exactly
+// as key / staleness^e does: for dtr_sqrt, key * key / staleness, with no root at all.
+double CandidateIndex::rank(double key, double access, double now) const {
+  if (exponent_ == 0) return key;
+  const double staleness = now - access + 1.0;
+  if (exponent_ == 1) return key / staleness;
+  if (exponent_ == 0.5) return key * key / staleness;
+  return std::pow(key, 1.0 / exponent_) / staleness;
+}
+
+double CandidateIndex::node_rank(std::size_t node, double now) const {
+  const Node& n = nodes_[node];
+  return n.min_key == kInf ? kInf : rank(n.min_key, n.min_access, now);
+}
+
 Id CandidateIndex::best(double now) {
   if (count_ == 0) return kNone;
   Id best = kNone;
-  double best_score = kInf;
+  double best_rank = kInf;
+  // Each pending node carries its bound, computed once when its parent was expanded.
   stack_.clear();
-  stack_.push_back(1);
+  stack_.push_back({1, node_rank(1, now)});
   while (!stack_.empty()) {
-    const std::size_t node = stack_.back();
+    const auto [node, node_bound] = stack_.back();
     stack_.pop_back();
-    if (!(bound(node, now) < best_score)) continue;
+    if (!(node_bound < best_rank)) continue;
     if (node >= capacity_) {
       const std::size_t position = node - capacity_;
       Leaf leaf = leaves_[position];
@@ -118,21 +132,22 @@ Id CandidateIndex::best(double now) {
         leaf.key = key;
         set_leaf(position, leaf);
       }
-      const double s = score(key, leaf.last_access, now);
-      if (s < best_score || best == kNone) {
-        best_score = s;
+      const double r = rank(key, leaf.last_access, now);
+      if (r < best_rank || best == kNone) {
+        best_rank = r;
         best = leaf.storage;
       }
       continue;
     }
     // Visit the child with the better bound first: push it last.
     const std::size_t l = 2 * node, r = 2 * node + 1;
-    if (bound(l, now) <= bound(r, now)) {
-      stack_.push_back(r);
-      stack_.push_back(l);
+    const double bl = node_rank(l, now), br = node_rank(r, now);
+    if (bl <= br) {
+      if (br < best_rank) stack_.push_back({r, br});
+      if (bl < best_rank) stack_.push_back({l, bl});
     } else {
-      stack_.push_back(l);
-      stack_.push_back(r);
+      if (bl < best_rank) stack_.push_back({l, bl});
+      if (br < best_rank) stack_.push_back({r, br});
     }
   }
   if (best == kNone) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "runtime/detail/lineage.h"
@@ -65,8 +66,10 @@ class CandidateIndex {
   void pull(std::size_t node);
   void set_leaf(std::size_t position, const Leaf& leaf);
   void rebuild(std::size_t capacity);
-  double bound(std::size_t node, double now) const;
   double score(double key, double access, double now) const;
+  // A monotone transform of score() used by the search (Note [Ranking without roots]).
+  double rank(double key, double access, double now) const;
+  double node_rank(std::size_t node, double now) const;
 
   std::function<double(Id)> key_;
   std::function<double(Id)> floor_;  // a cheap lower bound of key_; key_ where none
@@ -76,7 +79,7 @@ class CandidateIndex {
   std::size_t count_ = 0;
   std::vector<Leaf> leaves_;
   std::vector<Node> nodes_;    // 1-based heap layout; leaves at [capacity_, 2 * capacity_)
-  std::vector<std::size_t> stack_;
+  std::vector<std::pair<std::size_t, double>> stack_;  // pending nodes and their bounds
 };
 
 }  // namespace remat::detail

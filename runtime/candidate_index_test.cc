@@ -15,7 +15,7 @@ namespace {
 // scan of every candidate would.
 TEST(CandidateIndexTest, BestIsTheTrueMinimumWhateverTheStoredLowerBounds) {
   std::mt19937_64 rng(17);
-  for (double exponent : {0.0, 0.5, 1.0}) {
+  for (double exponent : {0.0, 0.5, 1.0, 2.0}) {
     for (bool floors : {false, true}) {
       std::vector<double> truth(400, 0.0);
       auto key = [&](Id s) { return truth[s]; };
