@@ -191,7 +191,13 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
   if (want > room) want = size;
   if (want > room) return nullptr;
   void* p = source_->reserve(want);
-  if (p == nullptr) return nullptr;
+  if (p == nullptr && want > size) p = source_->reserve(want = size);  // the bare request may fit
+  if (p == nullptr) {
+    ++stats_.source_refusals;
+    refused_ = want;
+    return nullptr;
+  }
+  refused_ = 0;
   auto* seg = new Segment();
   seg->address = reinterpret_cast<std::uintptr_t>(p);
   seg->size = want;
@@ -303,8 +309,13 @@ void CachingAllocator::shrink_arena() {
 //      reclaimer says it freed something;
 //   5. an OutOfMemoryError.
 // Reserved bytes never pass the budget: step 2 checks the room before it asks the source.
+//
+// A source may refuse a reservation the budget has room for (cudaMalloc on a device shared
+// with other processes). That is handled like a full budget, by releasing and evicting, and
+// if the request still fails, the error says the device refused below the budget.
 void* CachingAllocator::do_allocate(std::size_t bytes) {
   const std::size_t size = rounded_size(bytes);
+  refused_ = 0;
   auto after_release = [&]() -> Block* {
     release_cached();
     if (Block* grown = grow_arena(size)) return grown;
@@ -422,6 +433,8 @@ void CachingAllocator::throw_oom(std::size_t size) {
   info.reserved = stats_.reserved;
   info.allocated = stats_.allocated;
   info.largest_free = largest_free_block();
+  info.source_refused = refused_;
+  if (refused_ != 0) info.source = source_->name();
   throw OutOfMemoryError(std::move(info));
 }
 

@@ -295,6 +295,42 @@ TEST(CachingAllocatorTest, LargeSegmentsStayWholeUnderABudget) {
   split.deallocate(y, 2 << 20);
 }
 
+// A source that refuses below the budget (cudaMalloc on a device with less free memory than
+// the budget) is handled like a full budget: cached segments go back and the reclaimer evicts;
+// when that cannot help, the error says the source refused, below the budget.
+TEST(CachingAllocatorTest, SourceRefusalBelowTheBudgetIsReportedAsSuch) {
+  CachingAllocatorOptions o = small_segments();
+  o.budget = 64 << 20;
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(std::size_t{12} << 20), o);
+  void* a = alloc.allocate(6 << 20);
+  try {
+    alloc.allocate(8 << 20);  // the budget has room; the source (12 MiB) does not
+    FAIL();
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.info().source_refused, std::size_t{8} << 20);
+    EXPECT_EQ(e.info().source, "simulated");
+    EXPECT_LT(e.info().reserved + e.info().requested, e.budget());
+    EXPECT_NE(std::string(e.what()).find("refused a reservation"), std::string::npos) << e.what();
+  }
+  EXPECT_GT(alloc.stats().source_refusals, 0u);
+  // With something to free, the refusal sends the allocator to the reclaimer, and it serves.
+  FreeingReclaimer reclaimer(&alloc);
+  alloc.set_reclaimer(&reclaimer);
+  reclaimer.held.emplace_back(a, 6 << 20);
+  void* b = alloc.allocate(8 << 20);
+  EXPECT_EQ(reclaimer.calls, 1);
+  alloc.deallocate(b, 8 << 20);
+  // A budget failure names no source.
+  alloc.set_reclaimer(nullptr);
+  try {
+    alloc.allocate(65 << 20);
+    FAIL();
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.info().source_refused, 0u);
+    EXPECT_EQ(std::string(e.what()).find("refused"), std::string::npos) << e.what();
+  }
+}
+
 // Under a budget, cached segments of the wrong pool are returned before the request fails.
 TEST(CachingAllocatorTest, ReleasesCachedSegmentsToStayUnderBudget) {
   CachingAllocatorOptions o = small_segments();

@@ -10,7 +10,13 @@ std::string describe(const OutOfMemoryInfo& i) {
                       ": requested ", i.requested, " bytes under a budget of ", i.budget,
                       " bytes (reserved ", i.reserved, ", allocated ", i.allocated, ", pinned ",
                       i.pinned, ", locked by running ops ", i.locked, ", largest free block ",
-                      i.largest_free, ")");
+                      i.largest_free, ")",
+                      i.source_refused == 0
+                          ? ""
+                          : absl::StrCat("; the ", i.source, " source refused a reservation of ",
+                                         i.source_refused,
+                                         " bytes below the budget (the device has less free "
+                                         "memory than the budget assumes)"));
 }
 
 }  // namespace

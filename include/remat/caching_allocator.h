@@ -120,6 +120,7 @@ class CachingAllocator final : public MemoryResource {
   std::unique_ptr<detail::BlockPool> pools_;
   detail::Segment* arena_ = nullptr;
   MemoryStats stats_;
+  std::size_t refused_ = 0;  // bytes of the last reservation the source refused in this request
 };
 
 }  // namespace remat

@@ -28,6 +28,10 @@ struct OutOfMemoryInfo {
   std::size_t pinned = 0;      // bytes of constants that can never be evicted
   std::size_t locked = 0;      // bytes locked as inputs of running ops
   std::size_t largest_free = 0;  // largest free block (0 where memory is counted logically)
+  // Non-zero when the segment source (cudaMalloc on CUDA) refused a reservation of this many
+  // bytes that the budget had room for: the failure is the device's, below the budget.
+  std::size_t source_refused = 0;
+  std::string source;          // the segment source's name, where source_refused is set
 };
 
 class OutOfMemoryError : public std::runtime_error {

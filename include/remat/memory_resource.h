@@ -29,6 +29,9 @@ struct MemoryStats {
   std::size_t retries = 0;         // times the resource had to release caches or reclaim
   std::size_t reclaims = 0;        // reclaim requests sent to the reclaimer
   std::size_t ooms = 0;
+  // Reservations the segment source refused although the budget had room for them (on CUDA:
+  // cudaMalloc failed below the budget, because the device has less free memory than that).
+  std::size_t source_refusals = 0;
   // 1 - peak allocated / peak reserved: the share of the peak reservation that never held data.
   double fragmentation() const {
     return peak_reserved == 0 ? 0.0
