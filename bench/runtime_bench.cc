@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "remat/caching_allocator.h"
+#include "remat/errors.h"
 #include "remat/replay.h"
 #include "remat/runtime.h"
 
@@ -43,6 +44,9 @@ void BM_SystemMallocFree(benchmark::State& state) {
 BENCHMARK(BM_SystemMallocFree)->Arg(256)->Arg(64 << 10)->Arg(8 << 20);
 
 // Random allocations and frees of random sizes with up to `range(0)` live, under a budget.
+// Sizes average about 5 MB, so 1000 live may not fit the 4 GiB budget: where a request does
+// not fit, a random live allocation is freed instead (what eviction would do), as in a
+// runtime under a budget.
 void BM_RandomAllocations(benchmark::State& state) {
   CachingAllocatorOptions o;
   o.budget = std::size_t{4} << 30;
@@ -50,11 +54,19 @@ void BM_RandomAllocations(benchmark::State& state) {
   std::mt19937_64 rng(1);
   std::vector<std::pair<void*, std::size_t>> live;
   const auto max_live = static_cast<std::size_t>(state.range(0));
+  std::size_t full = 0;
   for (auto _ : state) {
-    if (live.size() < max_live && (live.empty() || rng() % 2 == 0)) {
+    bool free_one = !(live.size() < max_live && (live.empty() || rng() % 2 == 0));
+    if (!free_one) {
       const std::size_t n = std::size_t{1} << (6 + rng() % 20);
-      live.emplace_back(alloc.allocate(n + rng() % n), n);
-    } else {
+      try {
+        live.emplace_back(alloc.allocate(n + rng() % n), n);
+      } catch (const OutOfMemoryError&) {
+        ++full;
+        free_one = !live.empty();
+      }
+    }
+    if (free_one) {
       const std::size_t i = rng() % live.size();
       alloc.deallocate(live[i].first, live[i].second);
       live[i] = live.back();
@@ -62,6 +74,7 @@ void BM_RandomAllocations(benchmark::State& state) {
     }
   }
   for (auto [p, n] : live) alloc.deallocate(p, n);
+  state.counters["budget_full"] = static_cast<double>(full);
 }
 BENCHMARK(BM_RandomAllocations)->Arg(100)->Arg(1000);
 
