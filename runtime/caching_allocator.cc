@@ -156,15 +156,14 @@ void CachingAllocator::set_budget(std::size_t budget) {
 // release (Note [Serving a request], step 3), which costs nothing on a simulated or virtual
 // address space. Memory then behaves like the sum of the large tensors' (rounded) sizes, and
 // fragmentation is confined to the shared segments of smaller tensors.
-bool CachingAllocator::fits(const Block& b, std::size_t size) const {
-  return b.size >= size && (!b.segment->whole || b.size - size <= options_.large_round);
+bool CachingAllocator::fits(bool whole, std::size_t have, std::size_t size) const {
+  return have >= size && (!whole || have - size <= options_.large_round);
 }
 
 bool CachingAllocator::window_serves(const SegmentView& segment, std::size_t window_bytes,
                                      std::size_t bytes) const {
   const std::size_t size = rounded_size(bytes);
-  return segment.small == small_pool(size) && window_bytes >= size &&
-         (!segment.whole || window_bytes - size <= options_.large_round);
+  return segment.small == small_pool(size) && fits(segment.whole, window_bytes, size);
 }
 
 Block* CachingAllocator::find_free(std::size_t size) {
@@ -174,7 +173,7 @@ Block* CachingAllocator::find_free(std::size_t size) {
   probe.address = 0;
   for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
     Block* b = *it;
-    if (!fits(*b, size)) continue;  // a whole segment too big for this request
+    if (!fits(b->segment->whole, b->size, size)) continue;  // a whole segment, too big
     set.erase(it);
     return b;
   }

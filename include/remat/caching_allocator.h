@@ -105,7 +105,9 @@ class CachingAllocator final : public MemoryResource {
 
  private:
   detail::Block* find_free(std::size_t size);
-  bool fits(const detail::Block& block, std::size_t size) const;
+  // True when `have` free bytes (one block, or a window of a segment that is `whole` or not)
+  // may serve a rounded request of `size` (Note [Whole segments for large tensors]).
+  bool fits(bool whole, std::size_t have, std::size_t size) const;
   detail::Block* reserve_segment(std::size_t size);
   detail::Block* grow_arena(std::size_t size);
   void shrink_arena();
