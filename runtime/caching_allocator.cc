@@ -166,6 +166,22 @@ bool CachingAllocator::window_serves(const SegmentView& segment, std::size_t win
   return segment.small == small_pool(size) && fits(segment.whole, window_bytes, size);
 }
 
+bool CachingAllocator::release_would_serve(const void* p, std::size_t bytes) const {
+  auto it = pools_->live.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == pools_->live.end()) return false;
+  const Block* b = it->second;
+  const Segment* seg = b->segment;
+  const std::size_t size = rounded_size(bytes);
+  std::size_t run = b->size;
+  if (b->prev != nullptr && !b->prev->allocated) run += b->prev->size;
+  if (b->next != nullptr && !b->next->allocated) run += b->next->size;
+  if (seg == arena_ && (b->next == nullptr || (!b->next->allocated && b->next->next == nullptr)))
+    run += std::min(seg->capacity - seg->size, unreserved());  // the room the arena grows into
+  if (window_serves(SegmentView{seg->small, seg->whole}, run, bytes)) return true;
+  // The last live block of a segment: the segment goes back and a bare reservation may fit.
+  return seg != arena_ && seg->live_blocks == 1 && unreserved() + seg->size >= size;
+}
+
 Block* CachingAllocator::find_free(std::size_t size) {
   auto& set = pools_->free_set(small_pool(size));
   Block probe;

@@ -295,6 +295,72 @@ TEST(CachingAllocatorTest, LargeSegmentsStayWholeUnderABudget) {
   split.deallocate(y, 2 << 20);
 }
 
+// What the runtime asks before it evicts its best victim (Note [Contiguous eviction]): would
+// freeing this one block serve the request? Property: in random states of segments and of
+// the arena where a request fails, it succeeds after freeing a random live block exactly
+// when release_would_serve said so.
+TEST(CachingAllocatorTest, ReleaseWouldServeIsExact) {
+  using Live = std::vector<std::pair<void*, std::size_t>>;
+  // The same seed gives the same state, so each live block can be tried on its own copy.
+  auto build = [](int trial, CachingAllocator& alloc, Live& live) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(trial));
+    std::uniform_int_distribution<std::size_t> size_of(1, 3 << 20);
+    for (int step = 0; step < 200; ++step) {
+      if (!live.empty() && rng() % 3 == 0) {
+        const std::size_t i = rng() % live.size();
+        alloc.deallocate(live[i].first, live[i].second);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      const std::size_t n = size_of(rng) >> (rng() % 6);
+      try {
+        live.emplace_back(alloc.allocate(n), n);
+      } catch (const OutOfMemoryError&) {
+      }
+    }
+    return size_of(rng) >> (rng() % 3);  // the request to predict for
+  };
+  auto options = [](int trial) {
+    CachingAllocatorOptions o = (trial % 2 == 0) ? small_segments() : arena();
+    o.budget = static_cast<std::size_t>(8 + trial % 24) << 20;
+    o.medium_max = 2 << 20;
+    o.large_round = 1 << 20;
+    return o;
+  };
+  int predicted_true = 0, predicted_false = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    CachingAllocator probe(std::make_unique<SimulatedSegmentSource>(), options(trial));
+    Live live;
+    const std::size_t n = build(trial, probe, live);
+    try {
+      probe.deallocate(probe.allocate(n), n);
+      continue;  // served already: nothing to predict
+    } catch (const OutOfMemoryError&) {
+    }
+    for (std::size_t v = 0; v < live.size(); ++v) {
+      CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), options(trial));
+      Live same;
+      build(trial, alloc, same);
+      EXPECT_THROW(alloc.allocate(n), OutOfMemoryError);
+      const bool predicted = alloc.release_would_serve(same[v].first, n);
+      (predicted ? predicted_true : predicted_false)++;
+      alloc.deallocate(same[v].first, same[v].second);
+      bool served = true;
+      try {
+        alloc.deallocate(alloc.allocate(n), n);
+      } catch (const OutOfMemoryError&) {
+        served = false;
+      }
+      EXPECT_EQ(served, predicted) << "trial " << trial << ", block " << v << ": request of "
+                                   << n << " bytes";
+      EXPECT_LE(alloc.stats().peak_reserved, options(trial).budget);
+    }
+  }
+  // Both answers must have come up often, or the property says little.
+  EXPECT_GT(predicted_true, 50);
+  EXPECT_GT(predicted_false, 50);
+}
+
 // A source that refuses below the budget (cudaMalloc on a device with less free memory than
 // the budget) is handled like a full budget: cached segments go back and the reclaimer evicts;
 // when that cannot help, the error says the source refused, below the budget.

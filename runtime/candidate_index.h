@@ -30,8 +30,10 @@ class CandidateIndex {
   // index has no cheaper floor.
   void lower(Id position);
   // The score of the candidate at `position` from its stored key (which may lag behind a
-  // key that grew): O(1), for callers that weigh many candidates at once.
-  double stored_score(Id position, double now) const {
+  // key that grew), computing the key first where only its floor is stored: for callers
+  // that weigh many candidates at once, which pay a walk once per candidate per use.
+  double priced_score(Id position, double now) {
+    if (!leaves_[position].exact) refresh(position);
     const Leaf& l = leaves_[position];
     return score(l.key, l.last_access, now);
   }
@@ -56,6 +58,7 @@ class CandidateIndex {
  private:
   struct Leaf {
     Id storage = kNone;
+    bool exact = false;  // the key was computed, not just floored
     double key = 0;
     double last_access = 0;
   };
@@ -73,6 +76,7 @@ class CandidateIndex {
 
   std::function<double(Id)> key_;
   std::function<double(Id)> floor_;  // a cheap lower bound of key_; key_ where none
+  bool exact_floor_;                  // floor_ is key_
   double exponent_;
   std::size_t capacity_ = 0;   // leaves (a power of two)
   std::size_t next_ = 0;       // next free position

@@ -95,6 +95,9 @@ class CachingAllocator final : public MemoryResource {
   bool window_serves(const SegmentView& segment, std::size_t window_bytes,
                      std::size_t bytes) const;
   std::size_t unreserved() const;
+  // True when freeing the live block at `p` alone would let a request of `bytes` be served:
+  // by the free run the block merges into, or by the room its emptied segment gives back.
+  bool release_would_serve(const void* p, std::size_t bytes) const;
   // The size of segment a request of `bytes` (rounded) would reserve.
   std::size_t segment_size_for(std::size_t rounded) const;
   const SegmentSource& source() const { return *source_; }
