@@ -15,8 +15,12 @@ namespace detail {
 // A segment is one reservation from the SegmentSource. It is cut into blocks that tile it
 // exactly, linked in address order (prev/next) so that a freed block can merge with free
 // neighbours in O(1). Free blocks also sit in their pool's ordered set, keyed by (size,
-// address): the first block not smaller than a request is the best fit, and among equals the
-// lowest address wins, which keeps allocations packed towards the start of segments.
+// segment, address): the first block not smaller than a request is the best fit, and among
+// equals the oldest segment and in it the lowest address wins, which keeps allocations packed
+// towards the start of segments. Segments are ordered by when they were reserved, not by
+// where: the source's addresses (malloc's, on the host) differ from run to run, and a choice
+// between equal blocks that followed them would make eviction, and so the whole run's cost,
+// differ too.
 struct Segment;
 struct Block {
   std::uintptr_t address = 0;
@@ -25,10 +29,12 @@ struct Block {
   Segment* segment = nullptr;
   Block* prev = nullptr;
   Block* next = nullptr;
+  std::uint32_t tag = CachingAllocator::kNoTag;
   bool allocated = false;
 };
 
 struct Segment {
+  std::uint64_t serial = 0;   // order of reservation (Note [Blocks and segments])
   std::uintptr_t address = 0;
   std::size_t size = 0;       // reserved (counted) bytes; for the arena, its mapped prefix
   std::size_t capacity = 0;   // the arena's whole range; equal to size otherwise
@@ -41,7 +47,9 @@ struct Segment {
 
 struct BlockOrder {
   bool operator()(const Block* a, const Block* b) const {
-    return a->size != b->size ? a->size < b->size : a->address < b->address;
+    if (a->size != b->size) return a->size < b->size;
+    if (a->segment->serial != b->segment->serial) return a->segment->serial < b->segment->serial;
+    return a->address < b->address;
   }
 };
 
@@ -182,11 +190,17 @@ bool CachingAllocator::release_would_serve(const void* p, std::size_t bytes) con
   return seg != arena_ && seg->live_blocks == 1 && unreserved() + seg->size >= size;
 }
 
+void CachingAllocator::set_tag(const void* p, std::uint32_t tag) {
+  auto it = pools_->live.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it != pools_->live.end()) it->second->tag = tag;
+}
+
 Block* CachingAllocator::find_free(std::size_t size) {
   auto& set = pools_->free_set(small_pool(size));
+  Segment before_all;  // serial 0: orders before every reserved segment
   Block probe;
   probe.size = size;
-  probe.address = 0;
+  probe.segment = &before_all;
   for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
     Block* b = *it;
     if (!fits(b->segment->whole, b->size, size)) continue;  // a whole segment, too big
@@ -214,6 +228,7 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
   }
   refused_ = 0;
   auto* seg = new Segment();
+  seg->serial = next_serial_++;
   seg->address = reinterpret_cast<std::uintptr_t>(p);
   seg->size = want;
   seg->capacity = want;
@@ -271,6 +286,7 @@ Block* CachingAllocator::grow_arena(std::size_t size) {
     void* p = source_->reserve(options_.budget);
     if (p == nullptr) return nullptr;
     arena_ = new Segment();
+    arena_->serial = next_serial_++;
     arena_->address = reinterpret_cast<std::uintptr_t>(p);
     arena_->capacity = options_.budget;
     pools_->segments.push_back(arena_);
@@ -396,6 +412,7 @@ void CachingAllocator::free_block(Block* b) {
   auto& set = pools_->free_set(b->segment->small);
   b->allocated = false;
   b->requested = 0;
+  b->tag = kNoTag;
   if (Block* n = b->next; n != nullptr && !n->allocated) {
     set.erase(n);
     b->size += n->size;
@@ -429,12 +446,12 @@ void CachingAllocator::for_each_segment(
   for (const Segment* s : pools_->segments) {
     blocks.clear();
     for (const Block* b = s->first; b != nullptr; b = b->next) {
-      blocks.push_back({b->address, b->size, b->allocated});
+      blocks.push_back({b->address, b->size, b->tag, b->allocated});
     }
     if (s == arena_) {
       // The room the arena may still grow into lies after its last block.
       const std::size_t room = std::min(s->capacity - s->size, unreserved());
-      if (room > 0) blocks.push_back({s->address + s->size, room, false});
+      if (room > 0) blocks.push_back({s->address + s->size, room, kNoTag, false});
     }
     fn(blocks, SegmentView{s->small, s->whole});
   }

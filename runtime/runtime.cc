@@ -140,7 +140,7 @@ void RuntimeImpl::allocate_storage(Id s) {
   StorageRec& r = storages[s];
   r.ptr = p;
   r.resident = true;
-  if (caching != nullptr) storage_at_[reinterpret_cast<std::uintptr_t>(p)] = s;
+  if (caching != nullptr) caching->set_tag(p, s);
   stats.resident_bytes += bytes;
   stats.peak_resident_bytes = std::max(stats.peak_resident_bytes, stats.resident_bytes);
 }
@@ -148,7 +148,6 @@ void RuntimeImpl::allocate_storage(Id s) {
 // Gives a resident storage's bytes back to the memory resource.
 void RuntimeImpl::release_memory(Id s) {
   StorageRec& r = storages[s];
-  if (caching != nullptr) storage_at_.erase(reinterpret_cast<std::uintptr_t>(r.ptr));
   memory->deallocate(r.ptr, r.bytes);
   r.ptr = nullptr;
   r.resident = false;
@@ -240,111 +239,155 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // every decision to about 40% of them, and it brought allocator slowdowns nearer the
 // logical ones (treelstm at 0.5: 5.2% above logical, now 3.6%), since per-byte choices are
 // what the policies are tuned for.
-std::vector<Id> RuntimeImpl::find_window(std::size_t bytes) {
+void RuntimeImpl::scan_blocks(std::size_t bytes) {
+  WindowScan& w = window_scan_;
   const std::size_t need = caching->rounded_size(bytes);
-  constexpr double kBarrier = -1;
-  double best_cost = INFINITY;
-  std::vector<Id> best_victims;
-  std::vector<double> costs;
-  // Whole segments that could be emptied, with their cost, for the second option.
-  std::vector<std::pair<double, std::vector<Id>>> emptiable;
-  std::vector<std::size_t> emptiable_sizes;
+  w.ids.clear();
+  w.costs.clear();
+  w.sizes.clear();
+  w.segments.clear();
   caching->for_each_segment([&](const std::vector<BlockView>& blocks, const SegmentView& segment) {
-    costs.assign(blocks.size(), 0.0);
     std::size_t segment_bytes = 0;
-    double segment_cost = 0;
-    bool segment_emptiable = true;
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      segment_bytes += blocks[i].size;
-      if (!blocks[i].allocated) continue;
-      auto it = storage_at_.find(blocks[i].address);
-      if (it == storage_at_.end() || !evictable(storages[it->second])) {
-        costs[i] = kBarrier;
-        segment_emptiable = false;
-        continue;
+    for (const BlockView& b : blocks) {
+      segment_bytes += b.size;
+      double cost = 0;
+      Id id = kNone;
+      if (b.allocated) {
+        id = b.tag;
+        // The candidate index holds exactly the evictable storages.
+        const Id slot = id == CachingAllocator::kNoTag ? kNone : storages[id].candidate_slot;
+        cost = slot == kNone ? kBarrier
+                             : candidates_->priced_score(slot, clock) *
+                                   static_cast<double>(storages[id].bytes);
       }
-      const StorageRec& r = storages[it->second];
-      costs[i] = candidates_->priced_score(r.candidate_slot, clock) * static_cast<double>(r.bytes);
-      segment_cost += costs[i];
+      w.ids.push_back(id);
+      w.costs.push_back(cost);
+      w.sizes.push_back(b.size);
     }
-    if (segment_emptiable) {
-      std::vector<Id> victims;
-      for (const BlockView& b : blocks)
-        if (b.allocated) victims.push_back(storage_at_.at(b.address));
-      emptiable.emplace_back(segment_cost, std::move(victims));
-      emptiable_sizes.push_back(segment_bytes);
-    }
-    // A window must lie in a segment that can serve the request; any segment can be emptied.
-    if (!caching->window_serves(segment, segment_bytes, bytes)) return;
-    std::size_t lo = 0, window_bytes = 0;
-    double window_cost = 0;
-    for (std::size_t hi = 0; hi < blocks.size(); ++hi) {
-      if (costs[hi] == kBarrier) {
-        lo = hi + 1;
-        window_bytes = 0;
-        window_cost = 0;
-        continue;
-      }
-      window_bytes += blocks[hi].size;
-      window_cost += costs[hi];
-      while (lo < hi && window_bytes - blocks[lo].size >= need) {
-        window_bytes -= blocks[lo].size;
-        window_cost -= costs[lo];
-        ++lo;
-      }
-      if (window_bytes >= need && window_cost < best_cost) {
-        best_cost = window_cost;
-        best_victims.clear();
-        for (std::size_t i = lo; i <= hi; ++i)
-          if (blocks[i].allocated) best_victims.push_back(storage_at_.at(blocks[i].address));
-      }
-    }
+    const std::size_t end = w.ids.size();
+    WindowScan::Segment seg;
+    seg.begin = end - blocks.size();
+    seg.end = end;
+    seg.bytes = segment_bytes;
+    seg.serves = caching->window_serves(segment, segment_bytes, bytes);
+    price_segment(seg, need);
+    w.segments.push_back(seg);
   });
-  // Emptying segments: cheapest per byte first, until the room under the budget holds the
-  // segment this request would reserve.
-  if (caching->unreserved() < need && !emptiable.empty()) {
-    std::vector<std::size_t> order(emptiable.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return emptiable[a].first / static_cast<double>(emptiable_sizes[a]) <
-             emptiable[b].first / static_cast<double>(emptiable_sizes[b]);
-    });
-    std::size_t room = caching->unreserved();
-    double cost = 0;
-    std::vector<Id> victims;
-    for (std::size_t i : order) {
-      if (room >= need) break;
-      room += emptiable_sizes[i];
-      cost += emptiable[i].first;
-      victims.insert(victims.end(), emptiable[i].second.begin(), emptiable[i].second.end());
+}
+
+// Prices a scanned segment: what emptying it costs, and its cheapest window.
+void RuntimeImpl::price_segment(WindowScan::Segment& seg, std::size_t need) {
+  const WindowScan& w = window_scan_;
+  seg.empty_cost = 0;
+  for (std::size_t i = seg.begin; i < seg.end && seg.empty_cost != INFINITY; ++i)
+    seg.empty_cost = w.costs[i] == kBarrier ? INFINITY : seg.empty_cost + w.costs[i];
+  seg.window_cost = INFINITY;
+  // A window must lie in a segment that can serve the request; any segment can be emptied.
+  if (!seg.serves) return;
+  std::size_t lo = seg.begin, window_bytes = 0;
+  double window_cost = 0;
+  for (std::size_t hi = seg.begin; hi < seg.end; ++hi) {
+    if (w.costs[hi] == kBarrier) {
+      lo = hi + 1;
+      window_bytes = 0;
+      window_cost = 0;
+      continue;
     }
-    if (room >= need && cost < best_cost) {
-      best_cost = cost;
-      best_victims = std::move(victims);
+    window_bytes += w.sizes[hi];
+    window_cost += w.costs[hi];
+    while (lo < hi && window_bytes - w.sizes[lo] >= need) {
+      window_bytes -= w.sizes[lo];
+      window_cost -= w.costs[lo];
+      ++lo;
+    }
+    if (window_bytes >= need && window_cost < seg.window_cost) {
+      seg.window_cost = window_cost;
+      seg.window_begin = lo;
+      seg.window_end = hi + 1;
     }
   }
-  return best_victims;
+}
+
+// Picks, from the priced segments, the cheapest window or set of segments to empty; its
+// blocks' positions go to `chosen`. False when neither can make room.
+bool RuntimeImpl::choose_window(std::size_t bytes) {
+  WindowScan& w = window_scan_;
+  const std::size_t need = caching->rounded_size(bytes);
+  const bool may_empty = caching->unreserved() < need;
+  const WindowScan::Segment* best = nullptr;
+  w.emptiable.clear();
+  for (const WindowScan::Segment& seg : w.segments) {
+    if (may_empty && seg.empty_cost != INFINITY) w.emptiable.push_back(&seg);
+    if (seg.window_cost != INFINITY && (best == nullptr || seg.window_cost < best->window_cost))
+      best = &seg;
+  }
+  const double best_cost = best == nullptr ? INFINITY : best->window_cost;
+  w.chosen.clear();
+  auto take = [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i)
+      if (w.ids[i] != kNone) w.chosen.push_back(i);
+  };
+  // Emptying segments: cheapest per byte first, until the room under the budget holds the
+  // segment this request would reserve. Usually one or two are enough: a heap orders only
+  // those it pops.
+  if (!w.emptiable.empty()) {
+    auto dearer = [](const WindowScan::Segment* a, const WindowScan::Segment* b) {
+      return a->empty_cost / static_cast<double>(a->bytes) >
+             b->empty_cost / static_cast<double>(b->bytes);
+    };
+    auto first = w.emptiable.begin(), last = w.emptiable.end();
+    std::make_heap(first, last, dearer);
+    std::size_t room = caching->unreserved();
+    double cost = 0;
+    while (last != first && room < need) {
+      std::pop_heap(first, last, dearer);
+      --last;
+      room += (*last)->bytes;
+      cost += (*last)->empty_cost;
+    }
+    if (room >= need && cost < best_cost) {
+      for (auto it = last; it != w.emptiable.end(); ++it) take((*it)->begin, (*it)->end);
+      return true;
+    }
+  }
+  if (best == nullptr) return false;
+  take(best->window_begin, best->window_end);
+  return true;
 }
 
 // Window costs come from stored keys, which lag behind keys that grew; like the candidate
-// index, the search checks the window it chose: it refreshes its victims' keys and searches
+// index, the search checks the window it chose: it refreshes its victims' keys and chooses
 // again while any of them turns out dearer than stored, so the window it evicts is priced
-// right.
+// right. Nothing is evicted in between, so the blocks are scanned once and only the chosen
+// ones repriced.
 bool RuntimeImpl::evict_window(std::size_t bytes) {
-  std::vector<Id> victims;
+  WindowScan& w = window_scan_;
+  const std::size_t need = caching->rounded_size(bytes);
+  scan_blocks(bytes);
   for (int round = 0; round < 8; ++round) {
-    victims = find_window(bytes);
+    if (!choose_window(bytes)) return false;
     bool stale = false;
-    for (Id s : victims) {
-      const Id slot = storages[s].candidate_slot;
-      const double before = candidates_->priced_score(slot, clock);
+    for (std::size_t i : w.chosen) {
+      const Id slot = storages[w.ids[i]].candidate_slot;
       candidates_->refresh(slot);
-      stale |= candidates_->priced_score(slot, clock) > before * (1 + 1e-9);
+      const double cost =
+          candidates_->priced_score(slot, clock) * static_cast<double>(storages[w.ids[i]].bytes);
+      if (cost == w.costs[i]) continue;
+      stale |= cost > w.costs[i] * (1 + 1e-9);
+      w.costs[i] = cost;
+      // Only the segment holding a repriced block needs pricing again.
+      auto seg = std::upper_bound(w.segments.begin(), w.segments.end(), i,
+                                  [](std::size_t p, const auto& s) { return p < s.begin; });
+      std::prev(seg)->stale = true;
     }
     if (!stale) break;
+    for (WindowScan::Segment& seg : w.segments)
+      if (seg.stale) {
+        price_segment(seg, need);
+        seg.stale = false;
+      }
   }
-  if (victims.empty()) return false;
-  for (Id s : victims) evict(s);
+  for (std::size_t i : w.chosen) evict(w.ids[i]);
   return true;
 }
 

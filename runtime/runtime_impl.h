@@ -102,7 +102,8 @@ class RuntimeImpl final : public MemoryReclaimer {
   void release_if_dead(Id s);
   Id choose_victim();
   bool evict_window(std::size_t bytes);
-  std::vector<Id> find_window(std::size_t bytes);
+  void scan_blocks(std::size_t bytes);
+  bool choose_window(std::size_t bytes);
   std::vector<Id> freeze_dependents(const std::vector<Id>& roots);  // the storages frozen
   void recompute_storage(Id s);
   const std::function<void(const KernelContext&)>& kernel_of(const OpDef& op) const;
@@ -164,7 +165,28 @@ class RuntimeImpl final : public MemoryReclaimer {
   StepState step_;
   std::uint32_t step_stamp_ = 0;
   std::unique_ptr<CandidateIndex> candidates_;
-  absl::flat_hash_map<std::uintptr_t, Id> storage_at_;  // address -> storage (allocator mode)
+  // Scratch of the window search (Note [Contiguous eviction]): one record per block, in
+  // address order segment by segment, kept to reuse its buffers.
+  static constexpr double kBarrier = -1;  // the cost of a block that cannot be evicted
+  struct WindowScan {
+    struct Segment {
+      std::size_t begin = 0, end = 0;  // its blocks' positions
+      std::size_t bytes = 0;
+      bool serves = false;  // a window in it can serve the request
+      bool stale = false;   // a block's cost changed since it was priced
+      double empty_cost = 0;  // of evicting all its blocks; infinite where one cannot go
+      double window_cost = 0;  // of its cheapest window; infinite where none serves
+      std::size_t window_begin = 0, window_end = 0;
+    };
+    std::vector<Id> ids;          // the storage in each block, kNone where free
+    std::vector<double> costs;    // its eviction cost, or kBarrier
+    std::vector<std::size_t> sizes;
+    std::vector<Segment> segments;
+    std::vector<const Segment*> emptiable;
+    std::vector<std::size_t> chosen;  // positions of the blocks to evict
+  };
+  WindowScan window_scan_;
+  void price_segment(WindowScan::Segment& seg, std::size_t need);
   std::string current_op_;
   std::size_t locked_bytes_ = 0;
   std::uint64_t rng_counter_ = 0;

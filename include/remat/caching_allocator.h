@@ -60,6 +60,7 @@ class BlockPool;
 struct BlockView {
   std::uintptr_t address;
   std::size_t size;
+  std::uint32_t tag;  // what the owner set with `set_tag`; kNoTag for a free block
   bool allocated;
 };
 
@@ -98,6 +99,10 @@ class CachingAllocator final : public MemoryResource {
   // True when freeing the live block at `p` alone would let a request of `bytes` be served:
   // by the free run the block merges into, or by the room its emptied segment gives back.
   bool release_would_serve(const void* p, std::size_t bytes) const;
+  // Labels the live block at `p` for its owner (the runtime: the storage it holds), so that
+  // callers walking segments need no address lookup; the label goes when the block is freed.
+  static constexpr std::uint32_t kNoTag = UINT32_MAX;
+  void set_tag(const void* p, std::uint32_t tag);
   // The size of segment a request of `bytes` (rounded) would reserve.
   std::size_t segment_size_for(std::size_t rounded) const;
   const SegmentSource& source() const { return *source_; }
@@ -126,6 +131,7 @@ class CachingAllocator final : public MemoryResource {
   detail::Segment* arena_ = nullptr;
   MemoryStats stats_;
   std::size_t refused_ = 0;  // bytes of the last reservation the source refused in this request
+  std::uint64_t next_serial_ = 1;  // of the next segment reserved
 };
 
 }  // namespace remat
