@@ -67,17 +67,16 @@ template <typename Fn>
 void LineageView::for_each_parent(Id s, Fn&& fn) const {
   const Id producer = (*storages)[s].producer;
   if (producer == kNone) return;
-  for (Id t : (*ops)[producer].inputs) fn((*tensors)[t].storage);
+  // Ops keep their inputs' and outputs' storages beside the tensors, so the walks that price
+  // eviction read no tensor record.
+  for (Id s : (*ops)[producer].in_storages) fn(s);
 }
 
 template <typename Fn>
 void LineageView::for_each_child(Id s, Fn&& fn) const {
   for (Id op : (*storages)[s].consumers) {
-    for (Id t : (*ops)[op].outputs) {
-      if (t == kNone) continue;
-      const Id child = (*tensors)[t].storage;
-      if (child != s) fn(child);
-    }
+    for (Id child : (*ops)[op].output_storage)
+      if (child != kNone && child != s) fn(child);
   }
 }
 

@@ -618,6 +618,8 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
   OpRec rec;
   rec.op = op;
   rec.inputs = inputs;
+  rec.in_storages.reserve(inputs.size());
+  for (Id t : inputs) rec.in_storages.push_back(tensors[t].storage);
   rec.cost = cost;
   if (op->random) {
     rec.rng = {options.seed, rng_counter_};
@@ -666,6 +668,7 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
     const Id t = tensors.add(std::move(tr));
     OpRec& o = ops[op_id];
     o.outputs.push_back(t);
+    o.output_storage.push_back(tensors[t].storage);
     o.out_storages.push_back(out.alias_of >= 0 ? kNone : tensors[t].storage);
     o.alias_of.push_back(out.alias_of);
     o.output_specs.push_back(out.spec);
@@ -967,7 +970,8 @@ void RuntimeImpl::drain_tensor_refs() {
     tensors.remove(t);
     if (producer != kNone) {
       OpRec& op = ops[producer];
-      std::replace(op.outputs.begin(), op.outputs.end(), t, kNone);
+      for (std::size_t k = 0; k < op.outputs.size(); ++k)
+        if (op.outputs[k] == t) op.outputs[k] = op.output_storage[k] = kNone;
     }
     if (--storages[s].tensor_refs == 0) destroy_storage(s);
     if (producer != kNone) drop_op_ref(producer);
