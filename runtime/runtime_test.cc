@@ -317,6 +317,40 @@ TEST(RuntimeTest, UpdateRejectsTensorsThatAreNotConstants) {
   EXPECT_EQ(read(rt, y), (std::vector<float>{2, 3, 4, 5})) << "nothing was written";
 }
 
+// Note [Contiguous eviction]: four 256 KiB tensors fill the only segment the budget allows;
+// a 512 KiB request needs two adjacent ones gone. The policy's own victim (the oldest cheap
+// one) is next to the dear one, so the runtime evicts the cheapest adjacent pair instead,
+// and nothing else.
+TEST(RuntimeTest, WindowSearchEvictsTheCheapestAdjacentPair) {
+  RuntimeOptions o;
+  o.backend = Backend::kSimulated;
+  o.accounting = Accounting::kAllocator;
+  o.budget = std::size_t{1} << 20;
+  o.allocator.medium_segment = std::size_t{1} << 20;
+  auto run = [](bool contiguous, RuntimeOptions options) {
+    options.contiguous_eviction = contiguous;
+    Runtime rt(options);
+    auto make = make_op(
+        "make", [](SpecList) { return Outputs{{vec(64 << 10)}}; }, {});
+    const Outputs quarter{{vec(64 << 10)}};
+    std::vector<Tensor> t;
+    for (double cost : {1.0, 1000.0, 1.0, 1.0}) t.push_back(rt.call_with(make, {}, quarter, cost)[0]);
+    auto big = rt.call_with(make, {}, Outputs{{vec(128 << 10)}}, 1.0)[0];
+    EXPECT_TRUE(big.resident());
+    EXPECT_LE(rt.stats().memory.peak_reserved, options.budget);
+    std::vector<bool> resident;
+    for (const Tensor& x : t) resident.push_back(x.resident());
+    return std::make_pair(resident, rt.stats().evictions);
+  };
+  const auto [window, window_evictions] = run(true, o);
+  EXPECT_EQ(window, (std::vector<bool>{true, true, false, false}));
+  EXPECT_EQ(window_evictions, 2u);
+  // Evicting by score alone takes the oldest cheap tensor first, which frees nothing usable.
+  const auto [by_score, score_evictions] = run(false, o);
+  EXPECT_FALSE(by_score[0]);
+  EXPECT_GT(score_evictions, 2u);
+}
+
 TEST(TensorSpecTest, BytesOverflowIsAnError) {
   TensorSpec s{{std::int64_t{1} << 40, std::int64_t{1} << 40}, DType::kF32};
   EXPECT_THROW(s.bytes(), std::overflow_error);
