@@ -236,7 +236,7 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // and free neighbours are too small, and its segment would not empty into enough room),
 // which the allocator answers in O(1) (`release_would_serve`). Otherwise the runtime evicts
 // that victim, as in logical accounting. On the tree LSTM that took the window search from
-// every decision to about 40% of them, and it brought allocator slowdowns nearer the
+// every decision to about a quarter of them, and it brought allocator slowdowns nearer the
 // logical ones (treelstm at 0.5: 5.2% above logical, now 3.6%), since per-byte choices are
 // what the policies are tuned for.
 void RuntimeImpl::scan_blocks(std::size_t bytes) {
