@@ -184,7 +184,7 @@ bool CachingAllocator::release_would_serve(const void* p, std::size_t bytes) con
   if (b->prev != nullptr && !b->prev->allocated) run += b->prev->size;
   if (b->next != nullptr && !b->next->allocated) run += b->next->size;
   if (seg == arena_ && (b->next == nullptr || (!b->next->allocated && b->next->next == nullptr)))
-    run += std::min(seg->capacity - seg->size, unreserved());  // the room the arena grows into
+    run += arena_room();
   if (window_serves(SegmentView{seg->small, seg->whole}, run, bytes)) return true;
   // The last live block of a segment: the segment goes back and a bare reservation may fit.
   return seg != arena_ && seg->live_blocks == 1 && unreserved() + seg->size >= size;
@@ -279,6 +279,10 @@ Block* CachingAllocator::try_serve(std::size_t size) {
 // segment boundaries and no separate small pool, so any two adjacent freed blocks merge,
 // and eviction can free a contiguous window that ends in the unreserved room. Where the
 // budget later grows past the range, ordinary segments serve what the arena cannot.
+std::size_t CachingAllocator::arena_room() const {
+  return std::min(arena_->capacity - arena_->size, unreserved());
+}
+
 Block* CachingAllocator::grow_arena(std::size_t size) {
   if (!options_.expandable_segments || !source_->lazily_committed()) return nullptr;
   if (arena_ == nullptr) {
@@ -295,7 +299,7 @@ Block* CachingAllocator::grow_arena(std::size_t size) {
   Block* tail = arena_->last;
   const bool tail_free = tail != nullptr && !tail->allocated;
   const std::size_t need = tail_free ? size - std::min(size, tail->size) : size;
-  const std::size_t limit = std::min(arena_->capacity - arena_->size, unreserved());
+  const std::size_t limit = arena_room();
   if (need > limit) return nullptr;
   const std::size_t grow = std::max(need, std::min(round_up(need, options_.arena_step), limit));
   if (tail_free) {
@@ -450,7 +454,7 @@ void CachingAllocator::for_each_segment(
     }
     if (s == arena_) {
       // The room the arena may still grow into lies after its last block.
-      const std::size_t room = std::min(s->capacity - s->size, unreserved());
+      const std::size_t room = arena_room();
       if (room > 0) blocks.push_back({s->address + s->size, room, kNoTag, false});
     }
     fn(blocks, SegmentView{s->small, s->whole});

@@ -118,6 +118,7 @@ class CachingAllocator final : public MemoryResource {
   bool fits(bool whole, std::size_t have, std::size_t size) const;
   detail::Block* reserve_segment(std::size_t size);
   detail::Block* grow_arena(std::size_t size);
+  std::size_t arena_room() const;  // bytes the arena may still grow by, within the budget
   void shrink_arena();
   bool small_pool(std::size_t rounded) const;
   bool one_pool() const;
