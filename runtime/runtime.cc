@@ -120,18 +120,12 @@ void RuntimeImpl::refresh_neighbours(Id s) {
 
 void RuntimeImpl::lock(Id s) {
   StorageRec& r = storages[s];
-  if (r.locks++ == 0) {
-    locked_bytes_ += r.bytes;
-    refresh_candidate(s);
-  }
+  if (r.locks++ == 0) refresh_candidate(s);
 }
 
 void RuntimeImpl::unlock(Id s) {
   StorageRec& r = storages[s];
-  if (--r.locks == 0) {
-    locked_bytes_ -= r.bytes;
-    refresh_candidate(s);
-  }
+  if (--r.locks == 0) refresh_candidate(s);
 }
 
 void RuntimeImpl::allocate_storage(Id s) {
@@ -214,6 +208,7 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
     evict(victim);
     freed = true;
   }
+  if (!freed) failed_locked_bytes_ = unpinned_locked_bytes();
   stats.search_seconds += seconds_since(start);
   return freed;
 }
@@ -713,8 +708,19 @@ OutOfMemoryError RuntimeImpl::annotated(const OutOfMemoryError& e, const std::st
   OutOfMemoryInfo info = e.info();
   info.op = op;
   info.pinned = stats.pinned_bytes;
-  info.locked = locked_bytes_;
+  info.locked = failed_locked_bytes_.value_or(unpinned_locked_bytes());
+  failed_locked_bytes_.reset();
   return OutOfMemoryError(std::move(info));
+}
+
+// Locked storages that are not pinned: pinned ones are reported as pinned, once. O(storages),
+// paid only when an allocation fails.
+std::size_t RuntimeImpl::unpinned_locked_bytes() const {
+  std::size_t bytes = 0;
+  storages.for_each_slot([&](const StorageRec& r) {
+    if (r.resident && r.locks > 0 && !r.pinned) bytes += r.bytes;
+  });
+  return bytes;
 }
 
 Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {

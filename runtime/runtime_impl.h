@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <random>
 #include <string>
@@ -98,6 +99,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   void free_storage(Id s);
   void abandon_new_op(Id op_id, const std::vector<Id>& outputs);
   OutOfMemoryError annotated(const OutOfMemoryError& e, const std::string& op);
+  std::size_t unpinned_locked_bytes() const;
   void evict(Id s);
   void release_if_dead(Id s);
   Id choose_victim();
@@ -188,7 +190,9 @@ class RuntimeImpl final : public MemoryReclaimer {
   WindowScan window_scan_;
   void price_segment(WindowScan::Segment& seg, std::size_t need);
   std::string current_op_;
-  std::size_t locked_bytes_ = 0;
+  // Unpinned bytes that were locked when `reclaim` last found nothing to evict: what the
+  // out-of-memory error reports, since the locks are gone once the failed op has unwound.
+  std::optional<std::size_t> failed_locked_bytes_;
   std::uint64_t rng_counter_ = 0;
   std::mt19937_64 sampler_;
   std::vector<Id> pending_tensors_;

@@ -153,7 +153,10 @@ TEST(RuntimeTest, InfeasibleBudgetRaisesOutOfMemoryAndRuntimeStaysUsable) {
     EXPECT_EQ(e.info().op, "concat");
     EXPECT_EQ(e.budget(), 1000u);
     EXPECT_EQ(e.info().pinned, 400u);
+    // y was locked as concat's input when nothing could be evicted; x counts as pinned only.
+    EXPECT_EQ(e.info().locked, 400u);
     EXPECT_NE(std::string(e.what()).find("concat"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("locked by running ops 400"), std::string::npos);
   }
   EXPECT_EQ(rt.stats().ooms, 1u);
   // Still usable: what existed is intact, and a bigger budget lets the op through.

@@ -26,7 +26,7 @@ struct OutOfMemoryInfo {
   std::size_t reserved = 0;    // reserved bytes when it failed
   std::size_t allocated = 0;   // bytes in live allocations when it failed
   std::size_t pinned = 0;      // bytes of constants that can never be evicted
-  std::size_t locked = 0;      // bytes locked as inputs of running ops
+  std::size_t locked = 0;      // unpinned bytes locked by running ops when eviction gave up
   std::size_t largest_free = 0;  // largest free block (0 where memory is counted logically)
   // Non-zero when the segment source (cudaMalloc on CUDA) refused a reservation of this many
   // bytes that the budget had room for: the failure is the device's, below the budget.

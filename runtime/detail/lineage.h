@@ -103,6 +103,11 @@ class SlotMap {
   T& operator[](Id id) { return items_[id]; }
   const T& operator[](Id id) const { return items_[id]; }
   std::size_t live() const { return items_.size() - free_.size(); }
+  // Visits every slot, removed ones included (they hold a default-constructed T).
+  template <class F>
+  void for_each_slot(F&& f) const {
+    for (const T& item : items_) f(item);
+  }
 
  private:
   std::vector<T> items_;
