@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -52,6 +53,13 @@ class EvictionPolicy {
     return key(storage) / (e == 1 ? s : std::pow(s, e));
   }
   virtual const LineageView& view() const = 0;
+  // Calls fn(storage) for each resident storage whose key may have dropped because `s` came
+  // back (the candidate index must be told: its stored keys may only lag below the truth).
+  // By default `s`'s direct neighbours; policies whose keys reach further override it.
+  virtual void for_each_lowered(Id s, const std::function<void(Id)>& fn) {
+    view().for_each_parent(s, fn);
+    view().for_each_child(s, fn);
+  }
   virtual void on_evicted(Id /*storage*/) {}
   virtual void on_resident(Id /*storage*/) {}
   virtual void on_destroyed(Id /*storage*/) {}

@@ -106,16 +106,14 @@ void RuntimeImpl::touch(Id s) {
   }
 }
 
-// A storage that came back shrinks the evicted neighbourhoods around it: the keys of its
-// resident neighbours may drop, and the index only corrects keys that grew by itself.
+// A storage that came back shrinks the evicted neighbourhoods around it: the keys of the
+// resident storages whose neighbourhoods it cut may drop, and the index only corrects keys
+// that grew by itself.
 void RuntimeImpl::refresh_neighbours(Id s) {
-  auto refresh = [&](Id n) {
+  policy->for_each_lowered(s, [&](Id n) {
     const Id slot = storages[n].candidate_slot;
     if (slot != kNone) candidates_->lower(slot);
-  };
-  const LineageView& v = policy->view();
-  v.for_each_parent(s, refresh);
-  v.for_each_child(s, refresh);
+  });
 }
 
 void RuntimeImpl::lock(Id s) {
