@@ -92,6 +92,8 @@ class RuntimeImpl final : public MemoryReclaimer {
   void refresh_candidate(Id s);
   void touch(Id s);
   void refresh_neighbours(Id s);
+  void linger(Id s);
+  void free_lingering();
   void lock(Id s);
   void unlock(Id s);
   void allocate_storage(Id s);
@@ -193,6 +195,8 @@ class RuntimeImpl final : public MemoryReclaimer {
   // Unpinned bytes that were locked when `reclaim` last found nothing to evict: what the
   // out-of-memory error reports, since the locks are gone once the failed op has unwound.
   std::optional<std::size_t> failed_locked_bytes_;
+  // Storages that lingered (Note [Lingering storages]); freed at the end of each step.
+  std::vector<Id> lingering_;
   std::uint64_t rng_counter_ = 0;
   std::mt19937_64 sampler_;
   std::vector<Id> pending_tensors_;

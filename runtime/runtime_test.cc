@@ -55,6 +55,44 @@ TEST(RuntimeTest, EvictedTensorIsRecomputedBitwise) {
   EXPECT_FALSE(rt.evict(x)) << "constants are pinned";
 }
 
+// Note [Lingering storages]: dead tensors recomputed for a recomputation stay, as a free
+// cache, until memory is needed or the step ends.
+TEST(RuntimeTest, DeadTensorsRecomputedForARecomputationLingerUntilMemoryIsNeeded) {
+  Runtime rt(logical(SIZE_MAX));
+  rt.begin_step({});
+  auto x = rt.constant(vec(100), iota(100).data());  // 400 bytes each
+  auto a = rt.call1(testing::affine(2, 0), {x});
+  auto b = rt.call1(testing::affine(3, 1), {a});
+  auto c = rt.call1(testing::affine(1, 2), {b});
+  auto d = rt.call1(testing::affine(5, 0), {b});
+  const auto c_before = read(rt, c), d_before = read(rt, d);
+  a.reset();
+  b.reset();  // dead: freed at once, kept as lineage of c and d
+  EXPECT_EQ(rt.stats().resident_bytes, 1200u);
+  ASSERT_TRUE(rt.evict(c));
+  ASSERT_TRUE(rt.evict(d));
+  EXPECT_EQ(read(rt, c), c_before);  // recomputes a, b, then c
+  EXPECT_EQ(rt.stats().recomputations, 3u);
+  EXPECT_EQ(rt.stats().resident_bytes, 1600u) << "a and b linger";
+  EXPECT_EQ(read(rt, d), d_before);  // b is still there: only d is recomputed
+  EXPECT_EQ(rt.stats().recomputations, 4u);
+  // Memory pressure takes the lingering storages first, and they are not evictions.
+  const std::size_t evictions = rt.stats().evictions;
+  rt.set_budget(1200);
+  EXPECT_EQ(rt.stats().resident_bytes, 1200u);
+  EXPECT_EQ(rt.stats().evictions, evictions);
+  EXPECT_TRUE(c.resident());
+  EXPECT_TRUE(d.resident());
+  // The end of the step frees what still lingers.
+  rt.set_budget(SIZE_MAX);
+  ASSERT_TRUE(rt.evict(d));
+  EXPECT_EQ(read(rt, d), d_before);  // recomputes a, b, d
+  EXPECT_EQ(rt.stats().resident_bytes, 2000u);
+  rt.end_step();
+  EXPECT_EQ(rt.stats().resident_bytes, 1200u);
+  EXPECT_EQ(read(rt, c), c_before);
+}
+
 TEST(RuntimeTest, EvictingABaseEvictsItsViews) {
   Runtime rt(logical(SIZE_MAX));
   auto x = rt.constant(vec(8), iota(8).data());

@@ -84,6 +84,7 @@ RecordedStep RuntimeImpl::end_step() {
     abandon_step();
     throw;
   }
+  free_lingering();
   RecordedStep out;
   out.signature = step_.signature;
   if (step_.recording) {
