@@ -58,7 +58,7 @@ class NeighbourhoodWalker {
     for (bool up : {true, false}) {
       stack_.assign(1, s);
       visits_ = 0;
-      auto step = [&](Id n) {
+      drain(up, [&](Id n) {
         StorageRec& r = (*v_.storages)[n];
         if (r.pinned || r.stamp == stamp_) return;
         r.stamp = stamp_;
@@ -68,27 +68,15 @@ class NeighbourhoodWalker {
           ++visits_;
           stack_.push_back(n);
         }
-      };
-      while (!stack_.empty() && visits_ < kMaxVisits) {
-        const Id x = stack_.back();
-        stack_.pop_back();
-        if (up) {
-          v_.for_each_parent(x, step);
-        } else {
-          v_.for_each_child(x, step);
-        }
-      }
+      });
     }
   }
 
  private:
-  // Drains the stack, following parents (`up`) or children through evicted storages.
-  void walk(double& total, bool up) {
-    visits_ = 0;
-    auto step = [&](Id n) {
-      StorageRec& r = (*v_.storages)[n];
-      if (!r.resident && !r.pinned && r.stamp != stamp_) visit(n, total);
-    };
+  // Pops the stack until it is empty or kMaxVisits storages were visited, calling step(n)
+  // for each parent (`up`) or child n of each storage popped.
+  template <typename Step>
+  void drain(bool up, Step&& step) {
     while (!stack_.empty() && visits_ < kMaxVisits) {
       const Id x = stack_.back();
       stack_.pop_back();
@@ -100,7 +88,15 @@ class NeighbourhoodWalker {
     }
   }
 
- private:
+  // Adds the evicted storages reached from the stack through parents (`up`) or children.
+  void walk(double& total, bool up) {
+    visits_ = 0;
+    drain(up, [&](Id n) {
+      StorageRec& r = (*v_.storages)[n];
+      if (!r.resident && !r.pinned && r.stamp != stamp_) visit(n, total);
+    });
+  }
+
   void visit(Id s, double& total) {
     ++visits_;
     StorageRec& r = (*v_.storages)[s];
