@@ -21,8 +21,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // looks at a few paths instead of every candidate.
 // Keys go stale as neighbours are evicted (a neighbourhood only grows until something in it
 // is recomputed), so a stored key is a lower bound of the true one: at a leaf the search
-// recomputes the key, stores it if it grew, and goes on; the bound stays valid. The runtime
-// refreshes the neighbours of a storage that comes back, whose keys may shrink.
+// recomputes the key, stores it if it grew, and goes on; the bound stays valid. When a
+// storage comes back the keys it cuts may shrink; the runtime lowers them to their floors
+// (EvictionPolicy::for_each_lowered).
 CandidateIndex::CandidateIndex(std::function<double(Id)> key, double staleness_exponent,
                                std::function<double(Id)> key_floor)
     : key_(std::move(key)), floor_(key_floor ? std::move(key_floor) : key_),

@@ -20,8 +20,10 @@ class CandidateIndex {
   CandidateIndex(std::function<double(Id)> key, double staleness_exponent,
                  std::function<double(Id)> key_floor = nullptr);
 
-  // Adds a candidate last accessed at `last_access` (never earlier than any candidate added
-  // before it). Returns its position, to be passed to erase/refresh.
+  // Adds a candidate last accessed at `last_access`. Candidates come in roughly in order of
+  // last access (an op's inputs go back in stamped with its start, after its outputs), which
+  // keeps old candidates together so that the search prunes well; the bounds hold in any
+  // order. Returns its position, to be passed to erase/refresh.
   Id insert(Id storage, double last_access);
   void erase(Id position);
   // Recomputes the key of the candidate at `position`.

@@ -53,6 +53,9 @@ std::vector<Tensor> run_trace(const DtrTrace& trace, Runtime& rt) {
         }
         std::vector<Tensor> made =
             rt.call_with(ops.get(in.op), inputs, outputs, static_cast<double>(in.time_ns));
+        // The copies go now: kept until the next call, they would keep alive a tensor whose
+        // handle the trace releases in between.
+        inputs.clear();
         for (std::size_t i = 0; i < made.size(); ++i) handles[in.results[i]] = std::move(made[i]);
         break;
       }

@@ -433,10 +433,9 @@ std::size_t RuntimeImpl::thrash_limit() const {
   return 8 * ops.live() + 1024;
 }
 
-// Inputs are locked while their op runs, so they are out of the candidate index; their
-// use is recorded here, before they go back in.
+// Inputs are locked while their op runs, so they are out of the candidate index; they go
+// back in with the use that `run_frames` recorded when the op began.
 void RuntimeImpl::unlock_frame(const Frame& f) {
-  for (Id s : f.locked) storages[s].last_access = clock;
   for (Id s : f.locked) {
     unlock(s);
     if (storages[s].keep_in != request_) linger(s);
@@ -452,11 +451,12 @@ void RuntimeImpl::unlock_frame(const Frame& f) {
 // input is resident and locked the op runs, its frame unlocks them and pops. Each pushed
 // frame is one recomputation; past `thrash_limit()` of them for one request the walk gives
 // up with ThrashError rather than evicting and recomputing in a circle forever.
-// A storage no handle holds (dead, kept only as lineage) that the walk recomputes is freed
-// as soon as the op that needed it has run. Freeing it that early is what keeps memory low,
-// but in a DAG whose dead ancestors are shared by several paths it would recompute them
-// once per path, exponentially often; so a dead storage recomputed a second time within
-// one request stays resident until that request ends.
+// A storage no handle holds (dead, kept only as lineage) that the walk recomputes lingers
+// as soon as the op that needed it has run (Note [Lingering storages]): the first thing any
+// request for memory takes. Letting the policy weigh it like any other storage would keep it
+// too long, but in a DAG whose dead ancestors are shared by several paths, giving it up at
+// once would recompute them once per path, exponentially often; so a dead storage
+// recomputed a second time within one request is held until that request ends.
 void RuntimeImpl::run_frames(Id root_op, bool recompute) {
   ++request_;
   std::vector<Frame> stack;
@@ -496,6 +496,10 @@ void RuntimeImpl::run_frames(Id root_op, bool recompute) {
         continue;
       }
       const OpRec* waiting = stack.size() > 1 ? &ops[stack[stack.size() - 2].op] : nullptr;
+      // An input's last use is when the op reads it, at its start; stamped at the op's end
+      // instead, a cheap input would look as fresh as the op's outputs however long the op
+      // ran, and be kept over older-but-dearer storages.
+      for (Id s : f.locked) storages[s].last_access = clock;
       execute(f.op, f.recompute, waiting);
       unlock_frame(stack.back());
       stack.pop_back();

@@ -93,6 +93,21 @@ TEST(RuntimeTest, DeadTensorsRecomputedForARecomputationLingerUntilMemoryIsNeede
   EXPECT_EQ(read(rt, c), c_before);
 }
 
+// An input's last use is when its op reads it, at the op's start. a (cost 100) is read when
+// b (cost 50) starts, so at the end a has been idle for b's whole run: a's score is
+// 100 / (50 + 1), b's 50 / 1, and a goes. Stamped at b's end instead, a would look as fresh as
+// b, and b, the cheaper, would go.
+TEST(RuntimeTest, AnOpsInputsAreStampedWhenItStarts) {
+  Runtime rt(logical(SIZE_MAX, "dtr"));
+  auto x = rt.constant(vec(100), iota(100).data());
+  const Outputs out{OutputSpec{vec(100)}};
+  auto a = rt.call_with(testing::affine(2, 0), std::vector<Tensor>{x}, out, 100).at(0);
+  auto b = rt.call_with(testing::affine(3, 0), std::vector<Tensor>{a}, out, 50).at(0);
+  rt.set_budget(rt.stats().resident_bytes - 400);  // a or b must go
+  EXPECT_FALSE(a.resident());
+  EXPECT_TRUE(b.resident());
+}
+
 TEST(RuntimeTest, EvictingABaseEvictsItsViews) {
   Runtime rt(logical(SIZE_MAX));
   auto x = rt.constant(vec(8), iota(8).data());
