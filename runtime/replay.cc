@@ -45,7 +45,6 @@ std::vector<Tensor> run_trace(const DtrTrace& trace, Runtime& rt) {
         handles[in.results[0]] = rt.constant(bytes_spec(in.bytes[0]));
         break;
       case Kind::kCall: {
-        inputs.clear();
         for (std::uint32_t a : in.args) inputs.push_back(handles[a]);
         outputs.clear();
         for (std::size_t i = 0; i < in.results.size(); ++i) {

@@ -102,11 +102,18 @@ void RuntimeImpl::refresh_candidate(Id s) {
 void RuntimeImpl::touch(Id s) {
   StorageRec& r = storages[s];
   r.last_access = clock;
+  if (r.candidate_slot != kNone) reenter_candidate(s);
+}
+
+// Takes a storage out of the candidate index and puts it back if it is evictable: its key
+// and last access are read afresh.
+void RuntimeImpl::reenter_candidate(Id s) {
+  StorageRec& r = storages[s];
   if (r.candidate_slot != kNone) {
     candidates_->erase(r.candidate_slot);
     r.candidate_slot = kNone;
-    refresh_candidate(s);
   }
+  refresh_candidate(s);
 }
 
 // A storage that came back shrinks the evicted neighbourhoods around it: the keys of the
@@ -162,17 +169,10 @@ void RuntimeImpl::release_memory(Id s) {
 // storages go at the end of each step, so no dead tensor outlives the step it served.
 void RuntimeImpl::linger(Id s) {
   StorageRec& r = storages[s];
-  if (r.lingering || r.handles != 0 || !r.resident || r.pinned || r.locks != 0 ||
-      r.pending_reads != 0 || r.plan_refs != 0 || r.plan_spec)
-    return;
+  if (r.lingering || !releasable(r)) return;
   r.lingering = true;
   lingering_.push_back(s);
-  // Re-enter the index with its new key.
-  if (r.candidate_slot != kNone) {
-    candidates_->erase(r.candidate_slot);
-    r.candidate_slot = kNone;
-  }
-  refresh_candidate(s);
+  reenter_candidate(s);  // with its new key
 }
 
 void RuntimeImpl::free_lingering() {
@@ -190,11 +190,9 @@ void RuntimeImpl::free_storage(Id s) {
 }
 
 void RuntimeImpl::evict(Id s) {
-  if (storages[s].lingering) {
-    free_storage(s);
-    return;
-  }
+  const bool lingering = storages[s].lingering;
   free_storage(s);
+  if (lingering) return;  // a free cache, not an eviction
   ++stats.evictions;
   if (options.record_timeline) {
     const Id producer = storages[s].producer;
@@ -207,10 +205,13 @@ void RuntimeImpl::evict(Id s) {
 
 // A storage no user handle can reach is freed at once; its record stays while lineage needs it.
 void RuntimeImpl::release_if_dead(Id s) {
-  const StorageRec& r = storages[s];
-  if (r.handles == 0 && r.resident && !r.pinned && r.locks == 0 && r.pending_reads == 0 &&
-      r.plan_refs == 0 && !r.plan_spec)
-    free_storage(s);
+  if (releasable(storages[s])) free_storage(s);
+}
+
+// Resident, and nothing holds it: no handle, lock, pending read or plan.
+bool RuntimeImpl::releasable(const StorageRec& r) const {
+  return r.handles == 0 && r.resident && !r.pinned && r.locks == 0 && r.pending_reads == 0 &&
+         r.plan_refs == 0 && !r.plan_spec;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -751,7 +752,7 @@ OutOfMemoryError RuntimeImpl::annotated(const OutOfMemoryError& e, const std::st
   OutOfMemoryInfo info = e.info();
   info.op = op;
   info.pinned = stats.pinned_bytes;
-  info.locked = failed_locked_bytes_.value_or(unpinned_locked_bytes());
+  info.locked = failed_locked_bytes_ ? *failed_locked_bytes_ : unpinned_locked_bytes();
   failed_locked_bytes_.reset();
   return OutOfMemoryError(std::move(info));
 }

@@ -91,6 +91,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   bool evictable(const StorageRec& r) const;
   void refresh_candidate(Id s);
   void touch(Id s);
+  void reenter_candidate(Id s);
   void refresh_neighbours(Id s);
   void linger(Id s);
   void free_lingering();
@@ -104,6 +105,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::size_t unpinned_locked_bytes() const;
   void evict(Id s);
   void release_if_dead(Id s);
+  bool releasable(const StorageRec& r) const;
   Id choose_victim();
   bool evict_window(std::size_t bytes);
   void scan_blocks(std::size_t bytes);
