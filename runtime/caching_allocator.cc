@@ -63,14 +63,20 @@ class BlockPool {
   absl::btree_set<Block*, BlockOrder>& free_set(bool small) {
     return small ? free_small : free_large;
   }
+  std::size_t blocks_in_use = 0;  // in segments, free ones included
+
   Block* new_block() {
+    ++blocks_in_use;
     if (spare_blocks_.empty()) return new Block();
     Block* b = spare_blocks_.back();
     spare_blocks_.pop_back();
     *b = Block();
     return b;
   }
-  void delete_block(Block* b) { spare_blocks_.push_back(b); }
+  void delete_block(Block* b) {
+    --blocks_in_use;
+    spare_blocks_.push_back(b);
+  }
   ~BlockPool() {
     for (Block* b : spare_blocks_) delete b;
     for (Segment* s : segments) {
@@ -444,21 +450,39 @@ std::size_t CachingAllocator::largest_free_block() const {
   return best;
 }
 
-void CachingAllocator::for_each_segment(
-    const std::function<void(const std::vector<BlockView>&, const SegmentView&)>& fn) const {
-  std::vector<BlockView> blocks;
+void CachingAllocator::layout(BlockLayout& out) const {
+  // Sized up front (one more for the arena's room) and filled through raw pointers: this
+  // runs for every window search, over every block.
+  out.tags.resize(pools_->blocks_in_use + 1);
+  out.sizes.resize(pools_->blocks_in_use + 1);
+  out.segments.clear();
+  std::uint32_t* tags = out.tags.data();
+  std::size_t* sizes = out.sizes.data();
+  std::size_t n = 0;
   for (const Segment* s : pools_->segments) {
-    blocks.clear();
-    for (const Block* b = s->first; b != nullptr; b = b->next) {
-      blocks.push_back({b->address, b->size, b->tag, b->allocated});
+    BlockLayout::Segment seg;
+    seg.begin = n;
+    seg.view = SegmentView{s->small, s->whole};
+    std::size_t bytes = 0;
+    for (const Block* b = s->first; b != nullptr; b = b->next, ++n) {
+      tags[n] = b->allocated ? b->tag : BlockLayout::kFree;
+      sizes[n] = b->size;
+      bytes += b->size;
     }
     if (s == arena_) {
       // The room the arena may still grow into lies after its last block.
-      const std::size_t room = arena_room();
-      if (room > 0) blocks.push_back({s->address + s->size, room, kNoTag, false});
+      if (const std::size_t room = arena_room(); room > 0) {
+        tags[n] = BlockLayout::kFree;
+        sizes[n++] = room;
+        bytes += room;
+      }
     }
-    fn(blocks, SegmentView{s->small, s->whole});
+    seg.end = n;
+    seg.bytes = bytes;
+    out.segments.push_back(seg);
   }
+  out.tags.resize(n);
+  out.sizes.resize(n);
 }
 
 void CachingAllocator::throw_oom(std::size_t size) {

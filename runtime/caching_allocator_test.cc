@@ -450,11 +450,14 @@ TEST(CachingAllocatorTest, ArenaGrowsAtItsEndAndGivesTheTailBack) {
   alloc.release_cached();
   EXPECT_EQ(alloc.stats().reserved, 0u);
   // The room left under the budget is reported after the arena's last block.
+  BlockLayout layout;
+  alloc.layout(layout);
   std::size_t room = 0;
-  alloc.for_each_segment([&](const std::vector<BlockView>& blocks, const SegmentView&) {
-    for (const BlockView& v : blocks) room += v.allocated ? 0 : v.size;
-  });
+  for (std::size_t i = 0; i < layout.tags.size(); ++i)
+    room += layout.tags[i] == BlockLayout::kFree ? layout.sizes[i] : 0;
   EXPECT_EQ(room, o.budget);
+  ASSERT_EQ(layout.segments.size(), 1u);
+  EXPECT_EQ(layout.segments[0].bytes, o.budget);
 }
 
 TEST(CachingAllocatorTest, LoweringTheBudgetReleasesCache) {

@@ -31,14 +31,6 @@ CandidateIndex::CandidateIndex(std::function<double(Id)> key, double staleness_e
   rebuild(256);
 }
 
-double CandidateIndex::score(double key, double access, double now) const {
-  if (exponent_ == 0) return key;
-  const double staleness = now - access + 1.0;
-  if (exponent_ == 1) return key / staleness;
-  if (exponent_ == 0.5) return key / std::sqrt(staleness);  // dtr_sqrt: pow() is far slower
-  return key / std::pow(staleness, exponent_);
-}
-
 void CandidateIndex::pull(std::size_t node) {
   const Node& l = nodes_[2 * node];
   const Node& r = nodes_[2 * node + 1];

@@ -3,6 +3,7 @@
 #ifndef REMAT_RUNTIME_CANDIDATE_INDEX_H_
 #define REMAT_RUNTIME_CANDIDATE_INDEX_H_
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -71,7 +72,13 @@ class CandidateIndex {
   void pull(std::size_t node);
   void set_leaf(std::size_t position, const Leaf& leaf);
   void rebuild(std::size_t capacity);
-  double score(double key, double access, double now) const;
+  double score(double key, double access, double now) const {
+    if (exponent_ == 0) return key;
+    const double staleness = now - access + 1.0;
+    if (exponent_ == 1) return key / staleness;
+    if (exponent_ == 0.5) return key / std::sqrt(staleness);  // dtr_sqrt: pow() is far slower
+    return key / std::pow(staleness, exponent_);
+  }
   // A monotone transform of score() used by the search (Note [Ranking without roots]).
   double rank(double key, double access, double now) const;
   double node_rank(std::size_t node, double now) const;

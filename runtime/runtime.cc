@@ -274,155 +274,45 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // every decision to about a quarter of them, and it brought allocator slowdowns nearer the
 // logical ones (treelstm at 0.5: 5.2% above logical, now 3.6%), since per-byte choices are
 // what the policies are tuned for.
-void RuntimeImpl::scan_blocks(std::size_t bytes) {
-  WindowScan& w = window_scan_;
-  const std::size_t need = caching->rounded_size(bytes);
-  w.ids.clear();
-  w.costs.clear();
-  w.sizes.clear();
-  w.segments.clear();
-  caching->for_each_segment([&](const std::vector<BlockView>& blocks, const SegmentView& segment) {
-    std::size_t segment_bytes = 0;
-    for (const BlockView& b : blocks) {
-      segment_bytes += b.size;
-      double cost = 0;
-      Id id = kNone;
-      if (b.allocated) {
-        id = b.tag;
-        // The candidate index holds exactly the evictable storages.
-        const Id slot = id == CachingAllocator::kNoTag ? kNone : storages[id].candidate_slot;
-        cost = slot == kNone ? kBarrier
-                             : candidates_->priced_score(slot, clock) *
-                                   static_cast<double>(storages[id].bytes);
-      }
-      w.ids.push_back(id);
-      w.costs.push_back(cost);
-      w.sizes.push_back(b.size);
-    }
-    const std::size_t end = w.ids.size();
-    WindowScan::Segment seg;
-    seg.begin = end - blocks.size();
-    seg.end = end;
-    seg.bytes = segment_bytes;
-    seg.serves = caching->window_serves(segment, segment_bytes, bytes);
-    price_segment(seg, need);
-    w.segments.push_back(seg);
-  });
-}
-
-// Prices a scanned segment: what emptying it costs, and its cheapest window.
-void RuntimeImpl::price_segment(WindowScan::Segment& seg, std::size_t need) {
-  const WindowScan& w = window_scan_;
-  seg.empty_cost = 0;
-  for (std::size_t i = seg.begin; i < seg.end && seg.empty_cost != INFINITY; ++i)
-    seg.empty_cost = w.costs[i] == kBarrier ? INFINITY : seg.empty_cost + w.costs[i];
-  seg.window_cost = INFINITY;
-  // A window must lie in a segment that can serve the request; any segment can be emptied.
-  if (!seg.serves) return;
-  std::size_t lo = seg.begin, window_bytes = 0;
-  double window_cost = 0;
-  for (std::size_t hi = seg.begin; hi < seg.end; ++hi) {
-    if (w.costs[hi] == kBarrier) {
-      lo = hi + 1;
-      window_bytes = 0;
-      window_cost = 0;
-      continue;
-    }
-    window_bytes += w.sizes[hi];
-    window_cost += w.costs[hi];
-    while (lo < hi && window_bytes - w.sizes[lo] >= need) {
-      window_bytes -= w.sizes[lo];
-      window_cost -= w.costs[lo];
-      ++lo;
-    }
-    if (window_bytes >= need && window_cost < seg.window_cost) {
-      seg.window_cost = window_cost;
-      seg.window_begin = lo;
-      seg.window_end = hi + 1;
-    }
-  }
-}
-
-// Picks, from the priced segments, the cheapest window or set of segments to empty; its
-// blocks' positions go to `chosen`. False when neither can make room.
-bool RuntimeImpl::choose_window(std::size_t bytes) {
-  WindowScan& w = window_scan_;
-  const std::size_t need = caching->rounded_size(bytes);
-  const bool may_empty = caching->unreserved() < need;
-  const WindowScan::Segment* best = nullptr;
-  w.emptiable.clear();
-  for (const WindowScan::Segment& seg : w.segments) {
-    if (may_empty && seg.empty_cost != INFINITY) w.emptiable.push_back(&seg);
-    if (seg.window_cost != INFINITY && (best == nullptr || seg.window_cost < best->window_cost))
-      best = &seg;
-  }
-  const double best_cost = best == nullptr ? INFINITY : best->window_cost;
-  w.chosen.clear();
-  auto take = [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i)
-      if (w.ids[i] != kNone) w.chosen.push_back(i);
-  };
-  // Emptying segments: cheapest per byte first, until the room under the budget holds the
-  // segment this request would reserve. Usually one or two are enough: a heap orders only
-  // those it pops.
-  if (!w.emptiable.empty()) {
-    auto dearer = [](const WindowScan::Segment* a, const WindowScan::Segment* b) {
-      return a->empty_cost / static_cast<double>(a->bytes) >
-             b->empty_cost / static_cast<double>(b->bytes);
-    };
-    auto first = w.emptiable.begin(), last = w.emptiable.end();
-    std::make_heap(first, last, dearer);
-    std::size_t room = caching->unreserved();
-    double cost = 0;
-    while (last != first && room < need) {
-      std::pop_heap(first, last, dearer);
-      --last;
-      room += (*last)->bytes;
-      cost += (*last)->empty_cost;
-    }
-    if (room >= need && cost < best_cost) {
-      for (auto it = last; it != w.emptiable.end(); ++it) take((*it)->begin, (*it)->end);
-      return true;
-    }
-  }
-  if (best == nullptr) return false;
-  take(best->window_begin, best->window_end);
-  return true;
+// What evicting the storage in a block costs: 0 for a free block, a barrier where the block
+// cannot be evicted (the candidate index holds exactly the evictable storages).
+inline double RuntimeImpl::block_cost(std::uint32_t tag) {
+  if (tag == BlockLayout::kFree) return 0;
+  const Id slot = tag == CachingAllocator::kNoTag ? kNone : storages[tag].candidate_slot;
+  if (slot == kNone) return WindowSearch::kBarrier;
+  return candidates_->priced_score(slot, clock) * static_cast<double>(storages[tag].bytes);
 }
 
 // Window costs come from stored keys, which lag behind keys that grew; like the candidate
 // index, the search checks the window it chose: it refreshes its victims' keys and chooses
 // again while any of them turns out dearer than stored, so the window it evicts is priced
-// right. Nothing is evicted in between, so the blocks are scanned once and only the chosen
-// ones repriced.
+// right. Nothing is evicted in between, so the blocks are scanned once, each key is
+// refreshed at most once, and a refreshed block reprices only the windows that hold it.
 bool RuntimeImpl::evict_window(std::size_t bytes) {
-  WindowScan& w = window_scan_;
+  WindowSearch& w = window_search_;
   const std::size_t need = caching->rounded_size(bytes);
-  scan_blocks(bytes);
+  caching->layout(w.layout());
+  const std::vector<std::uint32_t>& tags = w.layout().tags;
+  std::vector<double>& costs = w.costs();
+  costs.resize(tags.size());
+  for (std::size_t i = 0; i < tags.size(); ++i) costs[i] = block_cost(tags[i]);
+  w.price(need, [&](const SegmentView& segment, std::size_t segment_bytes) {
+    return caching->window_serves(segment, segment_bytes, bytes);
+  });
+  const std::size_t unreserved = caching->unreserved();
+  window_refreshed_.assign(tags.size(), false);
   for (int round = 0; round < 8; ++round) {
-    if (!choose_window(bytes)) return false;
+    if (!w.choose(need, unreserved)) return false;
     bool stale = false;
-    for (std::size_t i : w.chosen) {
-      const Id slot = storages[w.ids[i]].candidate_slot;
-      candidates_->refresh(slot);
-      const double cost =
-          candidates_->priced_score(slot, clock) * static_cast<double>(storages[w.ids[i]].bytes);
-      if (cost == w.costs[i]) continue;
-      stale |= cost > w.costs[i] * (1 + 1e-9);
-      w.costs[i] = cost;
-      // Only the segment holding a repriced block needs pricing again.
-      auto seg = std::upper_bound(w.segments.begin(), w.segments.end(), i,
-                                  [](std::size_t p, const auto& s) { return p < s.begin; });
-      std::prev(seg)->stale = true;
+    for (std::size_t i : w.chosen()) {
+      if (window_refreshed_[i]) continue;
+      window_refreshed_[i] = true;
+      candidates_->refresh(storages[tags[i]].candidate_slot);
+      stale |= w.reprice(i, block_cost(tags[i]));
     }
     if (!stale) break;
-    for (WindowScan::Segment& seg : w.segments)
-      if (seg.stale) {
-        price_segment(seg, need);
-        seg.stale = false;
-      }
   }
-  for (std::size_t i : w.chosen) evict(w.ids[i]);
+  for (std::size_t i : w.chosen()) evict(tags[i]);
   return true;
 }
 

@@ -16,6 +16,7 @@
 #include "runtime/candidate_index.h"
 #include "runtime/detail/lineage.h"
 #include "runtime/eviction_policy.h"
+#include "runtime/window_search.h"
 
 namespace remat::detail {
 
@@ -108,8 +109,6 @@ class RuntimeImpl final : public MemoryReclaimer {
   bool releasable(const StorageRec& r) const;
   Id choose_victim();
   bool evict_window(std::size_t bytes);
-  void scan_blocks(std::size_t bytes);
-  bool choose_window(std::size_t bytes);
   std::vector<Id> freeze_dependents(const std::vector<Id>& roots);  // the storages frozen
   void recompute_storage(Id s);
   const std::function<void(const KernelContext&)>& kernel_of(const OpDef& op) const;
@@ -171,28 +170,11 @@ class RuntimeImpl final : public MemoryReclaimer {
   StepState step_;
   std::uint32_t step_stamp_ = 0;
   std::unique_ptr<CandidateIndex> candidates_;
-  // Scratch of the window search (Note [Contiguous eviction]): one record per block, in
-  // address order segment by segment, kept to reuse its buffers.
-  static constexpr double kBarrier = -1;  // the cost of a block that cannot be evicted
-  struct WindowScan {
-    struct Segment {
-      std::size_t begin = 0, end = 0;  // its blocks' positions
-      std::size_t bytes = 0;
-      bool serves = false;  // a window in it can serve the request
-      bool stale = false;   // a block's cost changed since it was priced
-      double empty_cost = 0;  // of evicting all its blocks; infinite where one cannot go
-      double window_cost = 0;  // of its cheapest window; infinite where none serves
-      std::size_t window_begin = 0, window_end = 0;
-    };
-    std::vector<Id> ids;          // the storage in each block, kNone where free
-    std::vector<double> costs;    // its eviction cost, or kBarrier
-    std::vector<std::size_t> sizes;
-    std::vector<Segment> segments;
-    std::vector<const Segment*> emptiable;
-    std::vector<std::size_t> chosen;  // positions of the blocks to evict
-  };
-  WindowScan window_scan_;
-  void price_segment(WindowScan::Segment& seg, std::size_t need);
+  // The window search (Note [Contiguous eviction]) and which of its blocks' keys it
+  // refreshed, kept to reuse their buffers.
+  WindowSearch window_search_;
+  std::vector<bool> window_refreshed_;
+  double block_cost(std::uint32_t tag);
   std::string current_op_;
   // Unpinned bytes that were locked when `reclaim` last found nothing to evict: what the
   // out-of-memory error reports, since the locks are gone once the failed op has unwound.

@@ -55,19 +55,27 @@ struct Segment;
 class BlockPool;
 }  // namespace detail
 
-// A view of one block, for callers that choose what to evict by address (see
-// `CachingAllocator::for_each_segment`).
-struct BlockView {
-  std::uintptr_t address;
-  std::size_t size;
-  std::uint32_t tag;  // what the owner set with `set_tag`; kNoTag for a free block
-  bool allocated;
-};
-
 // What a caller choosing an address window needs to know of a segment.
 struct SegmentView {
   bool small;  // belongs to the small pool
   bool whole;  // holds one block that is never split (Note [Whole segments for large tensors])
+};
+
+// Every segment's blocks in address order, flattened into arrays, for callers that choose
+// what to evict by address (see `CachingAllocator::layout`). Flat arrays rather than a
+// callback per segment: the window search reads every block, often, and a pass over
+// contiguous tags and sizes is several times cheaper than one over the allocator's lists.
+struct BlockLayout {
+  static constexpr std::uint32_t kFree = UINT32_MAX - 1;  // the tag of a free block
+  struct Segment {
+    std::size_t begin = 0, end = 0;  // its blocks' positions in `tags` and `sizes`
+    std::size_t bytes = 0;
+    SegmentView view;
+  };
+  std::vector<std::uint32_t> tags;  // the owner's tag (`set_tag`), CachingAllocator::kNoTag
+                                    // where unset, kFree where free
+  std::vector<std::size_t> sizes;
+  std::vector<Segment> segments;
 };
 
 class CachingAllocator final : public MemoryResource {
@@ -88,10 +96,10 @@ class CachingAllocator final : public MemoryResource {
   std::size_t largest_free_block() const;
   // True when `bytes` would be served from the small pool.
   bool is_small(std::size_t bytes) const;
-  // Calls `fn(blocks, segment)` for every segment, with its blocks in address order. Room
-  // left under the budget is `unreserved()`.
-  void for_each_segment(
-      const std::function<void(const std::vector<BlockView>&, const SegmentView&)>& fn) const;
+  // Fills `out` with every segment's blocks in address order, reusing its buffers. The room
+  // the expandable arena may still grow into is a free block after its last one; the room
+  // left under the budget otherwise is `unreserved()`.
+  void layout(BlockLayout& out) const;
   // True when a free window of `window_bytes` in `segment` could serve a request of `bytes`.
   bool window_serves(const SegmentView& segment, std::size_t window_bytes,
                      std::size_t bytes) const;

@@ -1,0 +1,148 @@
+#include "runtime/window_search.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace remat::detail {
+
+// Note [Window sweep]
+// Costs are non-negative, so for each block `hi` the cheapest window that ends there and
+// holds the request is the shortest one: a two-pointer sweep moves its start `lo` forward
+// while the window still holds the request without its first block, which makes the whole
+// segment linear. A barrier (a block that cannot be evicted) ends every window; the sweep
+// restarts after it. The sweep keeps each block's window, so that refreshing a chosen
+// block's key (the search's convergence rounds in runtime.cc) updates the few windows that
+// hold the block instead of sweeping the segment again: the starts depend on sizes only.
+void WindowSearch::price(std::size_t need,
+                         const std::function<bool(const SegmentView&, std::size_t)>& serves) {
+  const std::size_t n = layout_.tags.size();
+  window_begin_.resize(n);
+  window_cost_.resize(n);
+  segments_.clear();
+  const double* costs = costs_.data();
+  const std::size_t* sizes = layout_.sizes.data();
+  for (const BlockLayout::Segment& s : layout_.segments) {
+    Segment seg;
+    seg.begin = s.begin;
+    seg.end = s.end;
+    seg.bytes = s.bytes;
+    seg.serves = serves(s.view, s.bytes);
+    double empty_cost = 0, best = INFINITY;
+    std::size_t lo = seg.begin, window_bytes = 0;
+    double window_cost = 0;
+    for (std::size_t hi = seg.begin; hi < seg.end; ++hi) {
+      if (costs[hi] == kBarrier) {
+        empty_cost = INFINITY;
+        // Any segment can be emptied; only one that serves can hold a window.
+        if (!seg.serves) break;
+        window_begin_[hi] = kNone;
+        lo = hi + 1;
+        window_bytes = 0;
+        window_cost = 0;
+        continue;
+      }
+      empty_cost += costs[hi];
+      if (!seg.serves) continue;
+      window_bytes += sizes[hi];
+      window_cost += costs[hi];
+      while (lo < hi && window_bytes - sizes[lo] >= need) {
+        window_bytes -= sizes[lo];
+        window_cost -= costs[lo];
+        ++lo;
+      }
+      const bool holds = window_bytes >= need;
+      window_begin_[hi] = holds ? lo : kNone;
+      window_cost_[hi] = window_cost;
+      if (holds && window_cost < best) {
+        best = window_cost;
+        seg.best_end = hi;
+      }
+    }
+    seg.empty_cost = empty_cost;
+    seg.empty_cost_per_byte = empty_cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
+    segments_.push_back(seg);
+  }
+}
+
+void WindowSearch::find_best_window(Segment& seg) {
+  seg.best_end = kNone;
+  double best = INFINITY;
+  for (std::size_t hi = seg.begin; hi < seg.end; ++hi)
+    if (window_begin_[hi] != kNone && window_cost_[hi] < best) {
+      best = window_cost_[hi];
+      seg.best_end = hi;
+    }
+}
+
+bool WindowSearch::choose(std::size_t need, std::size_t unreserved) {
+  const Segment* best = nullptr;
+  for (const Segment& seg : segments_)
+    if (seg.best_end != kNone &&
+        (best == nullptr || window_cost_[seg.best_end] < window_cost_[best->best_end]))
+      best = &seg;
+  const double best_cost = best == nullptr ? INFINITY : window_cost_[best->best_end];
+  chosen_.clear();
+  auto take = [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i)
+      if (layout_.tags[i] != BlockLayout::kFree) chosen_.push_back(i);
+  };
+  // Emptying segments makes room only where the budget has too little left for the segment
+  // this request would reserve. One or two segments are usually enough, so each is found by
+  // a pass over the segments rather than by ordering them all.
+  if (unreserved < need) {
+    emptied_.clear();
+    std::size_t room = unreserved;
+    double cost = 0;
+    while (room < need) {
+      Segment* next = nullptr;
+      for (Segment& seg : segments_)
+        if (seg.empty_cost != INFINITY && seg.bytes > 0 && !seg.emptied &&
+            (next == nullptr || seg.empty_cost_per_byte < next->empty_cost_per_byte))
+          next = &seg;
+      if (next == nullptr) break;
+      next->emptied = true;
+      emptied_.push_back(next);
+      room += next->bytes;
+      cost += next->empty_cost;
+    }
+    for (Segment* seg : emptied_) seg->emptied = false;
+    if (room >= need && cost < best_cost) {
+      for (const Segment* seg : emptied_) take(seg->begin, seg->end);
+      return true;
+    }
+  }
+  if (best == nullptr) return false;
+  take(window_begin_[best->best_end], best->best_end + 1);
+  return true;
+}
+
+WindowSearch::Segment& WindowSearch::segment_of(std::size_t i) {
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), i,
+                             [](std::size_t p, const Segment& s) { return p < s.begin; });
+  return *std::prev(it);
+}
+
+bool WindowSearch::reprice(std::size_t i, double cost) {
+  const double old = costs_[i];
+  if (cost == old) return false;
+  const double delta = cost - old;
+  costs_[i] = cost;
+  Segment& seg = segment_of(i);
+  if (seg.empty_cost != INFINITY) {
+    seg.empty_cost += delta;
+    seg.empty_cost_per_byte = seg.empty_cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
+  }
+  if (seg.serves) {
+    // The windows holding block i end at or after it, up to the first whose start passed it.
+    for (std::size_t hi = i; hi < seg.end && costs_[hi] != kBarrier; ++hi) {
+      if (window_begin_[hi] == kNone) continue;
+      if (window_begin_[hi] > i) break;
+      window_cost_[hi] += delta;
+    }
+    find_best_window(seg);
+  }
+  // A relative margin: a key recomputed to the same value may differ in its last bits.
+  return cost > old * (1 + 1e-9);
+}
+
+}  // namespace remat::detail
