@@ -41,7 +41,13 @@ void CandidateIndex::set_leaf(std::size_t position, const Leaf& leaf) {
   leaves_[position] = leaf;
   std::size_t node = capacity_ + position;
   nodes_[node] = leaf.storage == kNone ? Node{kInf, kInf} : Node{leaf.key, leaf.last_access};
-  for (node /= 2; node >= 1; node /= 2) pull(node);
+  // An ancestor whose bounds come out unchanged leaves every one above it unchanged too.
+  for (node /= 2; node >= 1; node /= 2) {
+    const Node before = nodes_[node];
+    pull(node);
+    if (nodes_[node].min_key == before.min_key && nodes_[node].min_access == before.min_access)
+      break;
+  }
 }
 
 // Packs the live leaves to the front of a tree of `capacity` leaves, keeping their order.
