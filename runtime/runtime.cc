@@ -262,8 +262,8 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // request at the least total eviction cost (the policy's score times the size, i.e. the
 // cost of the evicted neighbourhood over staleness for the DTR family; scores come from the
 // candidate index's stored keys, so weighing a block costs O(1) rather than a walk). Costs are
-// non-negative, so a two-pointer sweep finds each segment's best window in linear time. The
-// other way to make room is to empty whole segments, of either pool, so that they can be
+// non-negative, so a two-pointer sweep finds each segment's best window in linear time
+// (`WindowSearch`, Note [Window sweep] in window_search.cc). The other way to make room is to empty whole segments, of either pool, so that they can be
 // returned and a new one reserved; the cheaper of the two wins.
 // The window search weighs every block, which is too dear to do on every decision when ops
 // take microseconds (the recorded tree LSTM). So it runs only where fragmentation is the
@@ -274,6 +274,7 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // every decision to about a quarter of them, and it brought allocator slowdowns nearer the
 // logical ones (treelstm at 0.5: 5.2% above logical, now 3.6%), since per-byte choices are
 // what the policies are tuned for.
+
 // What evicting the storage in a block costs: 0 for a free block, a barrier where the block
 // cannot be evicted (the candidate index holds exactly the evictable storages).
 inline double RuntimeImpl::block_cost(std::uint32_t tag) {
