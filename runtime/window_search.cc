@@ -19,49 +19,65 @@ void WindowSearch::price(std::size_t need,
   window_begin_.resize(n);
   window_cost_.resize(n);
   segments_.clear();
-  const double* costs = costs_.data();
-  const std::size_t* sizes = layout_.sizes.data();
   for (const BlockLayout::Segment& s : layout_.segments) {
     Segment seg;
     seg.begin = s.begin;
     seg.end = s.end;
     seg.bytes = s.bytes;
     seg.serves = serves(s.view, s.bytes);
-    double empty_cost = 0, best = INFINITY;
-    std::size_t lo = seg.begin, window_bytes = 0;
-    double window_cost = 0;
-    for (std::size_t hi = seg.begin; hi < seg.end; ++hi) {
-      if (costs[hi] == kBarrier) {
-        empty_cost = INFINITY;
-        // Any segment can be emptied; only one that serves can hold a window.
-        if (!seg.serves) break;
-        window_begin_[hi] = kNone;
-        lo = hi + 1;
-        window_bytes = 0;
-        window_cost = 0;
-        continue;
-      }
-      empty_cost += costs[hi];
-      if (!seg.serves) continue;
-      window_bytes += sizes[hi];
-      window_cost += costs[hi];
-      while (lo < hi && window_bytes - sizes[lo] >= need) {
-        window_bytes -= sizes[lo];
-        window_cost -= costs[lo];
-        ++lo;
-      }
-      const bool holds = window_bytes >= need;
-      window_begin_[hi] = holds ? lo : kNone;
-      window_cost_[hi] = window_cost;
-      if (holds && window_cost < best) {
-        best = window_cost;
-        seg.best_end = hi;
-      }
-    }
-    seg.empty_cost = empty_cost;
-    seg.empty_cost_per_byte = empty_cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
+    seg.empty_cost = seg.serves ? sweep(seg, need) : empty_cost(seg);
+    seg.empty_cost_per_byte =
+        seg.empty_cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
     segments_.push_back(seg);
   }
+}
+
+// Any segment can be emptied; only one that serves can hold a window.
+double WindowSearch::empty_cost(const Segment& seg) const {
+  double cost = 0;
+  for (std::size_t i = seg.begin; i < seg.end; ++i) {
+    if (costs_[i] == kBarrier) return INFINITY;
+    cost += costs_[i];
+  }
+  return cost;
+}
+
+// Finds each block's window and the segment's cheapest; returns what emptying it costs.
+double WindowSearch::sweep(Segment& seg, std::size_t need) {
+  const double* costs = costs_.data();
+  const std::size_t* sizes = layout_.sizes.data();
+  double empty_cost = 0, best = INFINITY, window_cost = 0;
+  std::size_t lo = seg.begin, window_bytes = 0;
+  for (std::size_t hi = seg.begin; hi < seg.end; ++hi) {
+    const double cost = costs[hi];
+    if (cost == kBarrier) {
+      empty_cost = INFINITY;
+      window_begin_[hi] = kNone;
+      lo = hi + 1;
+      window_bytes = 0;
+      window_cost = 0;
+      continue;
+    }
+    empty_cost += cost;
+    window_bytes += sizes[hi];
+    window_cost += cost;
+    if (window_bytes < need) {
+      window_begin_[hi] = kNone;
+      continue;
+    }
+    while (lo < hi && window_bytes - sizes[lo] >= need) {
+      window_bytes -= sizes[lo];
+      window_cost -= costs[lo];
+      ++lo;
+    }
+    window_begin_[hi] = lo;
+    window_cost_[hi] = window_cost;
+    if (window_cost < best) {
+      best = window_cost;
+      seg.best_end = hi;
+    }
+  }
+  return empty_cost;
 }
 
 void WindowSearch::find_best_window(Segment& seg) {

@@ -55,6 +55,8 @@ class WindowSearch {
     std::size_t best_end = kNone;  // the last block of its cheapest window, kNone: none
     bool emptied = false;  // taken by the `choose` running now
   };
+  double empty_cost(const Segment& seg) const;
+  double sweep(Segment& seg, std::size_t need);
   void find_best_window(Segment& seg);
   Segment& segment_of(std::size_t i);
 
