@@ -101,26 +101,33 @@ void CandidateIndex::refresh(Id position) {
 // staleness^0.5 each comparison would take a square root. Scores are non-negative, so the
 // search ranks by key^(1/e) / staleness instead, which orders candidates (and bounds) exactly
 // as key / staleness^e does: for dtr_sqrt, key * key / staleness, with no root at all.
-double CandidateIndex::rank(double key, double access, double now) const {
-  if (exponent_ == 0) return key;
-  const double staleness = now - access + 1.0;
-  if (exponent_ == 1) return key / staleness;
-  if (exponent_ == 0.5) return key * key / staleness;
-  return std::pow(key, 1.0 / exponent_) / staleness;
-}
 
-double CandidateIndex::node_rank(std::size_t node, double now) const {
-  const Node& n = nodes_[node];
-  return n.min_key == kInf ? kInf : rank(n.min_key, n.min_access, now);
-}
-
+// The search runs once per eviction and ranks two nodes at every step, so it is instantiated
+// per staleness exponent rather than testing the exponent at each rank.
 Id CandidateIndex::best(double now) {
+  if (exponent_ == 1)
+    return best_by(now, [](double key, double staleness) { return key / staleness; });
+  if (exponent_ == 0) return best_by(now, [](double key, double) { return key; });
+  if (exponent_ == 0.5)
+    return best_by(now, [](double key, double staleness) { return key * key / staleness; });
+  return best_by(now, [e = 1.0 / exponent_](double key, double staleness) {
+    return std::pow(key, e) / staleness;
+  });
+}
+
+template <typename Rank>
+Id CandidateIndex::best_by(double now, Rank rank_of) {
+  // A node's bound: the rank of its smallest key at its oldest access (infinite when empty).
+  auto node_rank = [&](std::size_t node) {
+    const Node& n = nodes_[node];
+    return n.min_key == kInf ? kInf : rank_of(n.min_key, now - n.min_access + 1.0);
+  };
   if (count_ == 0) return kNone;
   Id best = kNone;
   double best_rank = kInf;
   // Each pending node carries its bound, computed once when its parent was expanded.
   stack_.clear();
-  stack_.push_back({1, node_rank(1, now)});
+  stack_.push_back({1, node_rank(1)});
   while (!stack_.empty()) {
     const auto [node, node_bound] = stack_.back();
     stack_.pop_back();
@@ -136,7 +143,7 @@ Id CandidateIndex::best(double now) {
       } else {
         leaves_[position].exact = true;
       }
-      const double r = rank(key, leaf.last_access, now);
+      const double r = rank_of(key, now - leaf.last_access + 1.0);
       if (r < best_rank || best == kNone) {
         best_rank = r;
         best = leaf.storage;
@@ -145,7 +152,7 @@ Id CandidateIndex::best(double now) {
     }
     // Visit the child with the better bound first: push it last.
     const std::size_t l = 2 * node, r = 2 * node + 1;
-    const double bl = node_rank(l, now), br = node_rank(r, now);
+    const double bl = node_rank(l), br = node_rank(r);
     if (bl <= br) {
       if (br < best_rank) stack_.push_back({r, br});
       if (bl < best_rank) stack_.push_back({l, bl});

@@ -79,9 +79,10 @@ class CandidateIndex {
     if (exponent_ == 0.5) return key / std::sqrt(staleness);  // dtr_sqrt: pow() is far slower
     return key / std::pow(staleness, exponent_);
   }
-  // A monotone transform of score() used by the search (Note [Ranking without roots]).
-  double rank(double key, double access, double now) const;
-  double node_rank(std::size_t node, double now) const;
+  // The search, ranking by rank_of(key, staleness): a monotone transform of score() (Note
+  // [Ranking without roots]).
+  template <typename Rank>
+  Id best_by(double now, Rank rank_of);
 
   std::function<double(Id)> key_;
   std::function<double(Id)> floor_;  // a cheap lower bound of key_; key_ where none
