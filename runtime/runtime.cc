@@ -278,8 +278,9 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // What evicting the storage in a block costs: 0 for a free block, a barrier where the block
 // cannot be evicted (the candidate index holds exactly the evictable storages).
 inline double RuntimeImpl::block_cost(std::uint32_t tag) {
-  if (tag == BlockLayout::kFree) return 0;
-  const Id slot = tag == CachingAllocator::kNoTag ? kNone : storages[tag].candidate_slot;
+  static_assert(CachingAllocator::kNoTag > BlockLayout::kFree);
+  if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
+  const Id slot = storages[tag].candidate_slot;
   if (slot == kNone) return WindowSearch::kBarrier;
   return candidates_->priced_score(slot, clock) * static_cast<double>(storages[tag].bytes);
 }
