@@ -29,6 +29,7 @@ class WindowSearch {
   const BlockLayout& layout() const { return layout_; }
   // One cost per block of the layout, filled by the caller before `price`.
   std::vector<double>& costs() { return costs_; }
+  const std::vector<double>& costs() const { return costs_; }
 
   // Prices every segment for a request of `need` (rounded) bytes: what emptying it costs and,
   // where serves(segment view, segment bytes) says a window of it may serve the request, the
