@@ -304,7 +304,8 @@ class DtrEqPolicy final : public PolicyBase {
 }  // namespace
 
 std::vector<std::string> policy_names() {
-  return {"dtr", "dtr_eq", "dtr_local", "lru", "largest", "msps", "random", "dtr_sqrt", "msps_sqrt", "hinted"};
+  return {"dtr",  "dtr_eq", "dtr_local", "lru",       "largest",
+          "msps", "random", "dtr_sqrt",  "msps_sqrt", "hinted"};
 }
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, LineageView view,

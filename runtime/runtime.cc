@@ -263,8 +263,9 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // cost of the evicted neighbourhood over staleness for the DTR family; scores come from the
 // candidate index's stored keys, so weighing a block costs O(1) rather than a walk). Costs are
 // non-negative, so a two-pointer sweep finds each segment's best window in linear time
-// (`WindowSearch`, Note [Window sweep] in window_search.cc). The other way to make room is to empty whole segments, of either pool, so that they can be
-// returned and a new one reserved; the cheaper of the two wins.
+// (`WindowSearch`, Note [Window sweep] in window_search.cc). The other way to make room is
+// to empty whole segments, of either pool, so that they can be returned and a new one
+// reserved; the cheaper of the two wins.
 // The window search weighs every block, which is too dear to do on every decision when ops
 // take microseconds (the recorded tree LSTM). So it runs only where fragmentation is the
 // problem: when freeing the policy's own best victim would not serve the request (its block

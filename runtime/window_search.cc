@@ -25,11 +25,15 @@ void WindowSearch::price(std::size_t need,
     seg.end = s.end;
     seg.bytes = s.bytes;
     seg.serves = serves(s.view, s.bytes);
-    seg.empty_cost = seg.serves ? sweep(seg, need) : empty_cost(seg);
-    seg.empty_cost_per_byte =
-        seg.empty_cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
+    set_empty_cost(seg, seg.serves ? sweep(seg, need) : empty_cost(seg));
     segments_.push_back(seg);
   }
+}
+
+// Keeps the cost per byte beside the cost: `choose` compares it across segments each round.
+void WindowSearch::set_empty_cost(Segment& seg, double cost) {
+  seg.empty_cost = cost;
+  seg.empty_cost_per_byte = cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
 }
 
 // Any segment can be emptied; only one that serves can hold a window.
@@ -144,10 +148,7 @@ bool WindowSearch::reprice(std::size_t i, double cost) {
   const double delta = cost - old;
   costs_[i] = cost;
   Segment& seg = segment_of(i);
-  if (seg.empty_cost != INFINITY) {
-    seg.empty_cost += delta;
-    seg.empty_cost_per_byte = seg.empty_cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
-  }
+  if (seg.empty_cost != INFINITY) set_empty_cost(seg, seg.empty_cost + delta);
   if (seg.serves) {
     // The windows holding block i end at or after it, up to the first whose start passed it.
     for (std::size_t hi = i; hi < seg.end && costs_[hi] != kBarrier; ++hi) {

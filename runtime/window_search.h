@@ -56,6 +56,7 @@ class WindowSearch {
     std::size_t best_end = kNone;  // the last block of its cheapest window, kNone: none
     bool emptied = false;  // taken by the `choose` running now
   };
+  static void set_empty_cost(Segment& seg, double cost);
   double empty_cost(const Segment& seg) const;
   double sweep(Segment& seg, std::size_t need);
   void find_best_window(Segment& seg);
