@@ -296,12 +296,12 @@ bool RuntimeImpl::evict_window(std::size_t bytes) {
   const std::size_t need = caching->rounded_size(bytes);
   caching->layout(w.layout());
   const std::vector<std::uint32_t>& tags = w.layout().tags;
-  std::vector<double>& costs = w.costs();
-  costs.resize(tags.size());
-  for (std::size_t i = 0; i < tags.size(); ++i) costs[i] = block_cost(tags[i]);
-  w.price(need, [&](const SegmentView& segment, std::size_t segment_bytes) {
-    return caching->window_serves(segment, segment_bytes, bytes);
-  });
+  w.price(
+      need,
+      [&](const SegmentView& segment, std::size_t segment_bytes) {
+        return caching->window_serves(segment, segment_bytes, bytes);
+      },
+      [&](std::size_t block) { return block_cost(tags[block]); });
   const std::size_t unreserved = caching->unreserved();
   window_refreshed_.assign(tags.size(), false);
   for (int round = 0; round < 8; ++round) {

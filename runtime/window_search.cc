@@ -13,75 +13,13 @@ namespace remat::detail {
 // restarts after it. The sweep keeps each block's window, so that refreshing a chosen
 // block's key (the search's convergence rounds in runtime.cc) updates the few windows that
 // hold the block instead of sweeping the segment again: the starts depend on sizes only.
-void WindowSearch::price(std::size_t need,
-                         const std::function<bool(const SegmentView&, std::size_t)>& serves) {
-  const std::size_t n = layout_.tags.size();
-  window_begin_.resize(n);
-  window_cost_.resize(n);
-  segments_.clear();
-  for (const BlockLayout::Segment& s : layout_.segments) {
-    Segment seg;
-    seg.begin = s.begin;
-    seg.end = s.end;
-    seg.bytes = s.bytes;
-    seg.serves = serves(s.view, s.bytes);
-    set_empty_cost(seg, seg.serves ? sweep(seg, need) : empty_cost(seg));
-    segments_.push_back(seg);
-  }
-}
+// The sweep itself (`price`, `sweep`) is in the header: it weighs the blocks as it goes,
+// through the caller's cost function, inlined.
 
 // Keeps the cost per byte beside the cost: `choose` compares it across segments each round.
 void WindowSearch::set_empty_cost(Segment& seg, double cost) {
   seg.empty_cost = cost;
   seg.empty_cost_per_byte = cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
-}
-
-// Any segment can be emptied; only one that serves can hold a window.
-double WindowSearch::empty_cost(const Segment& seg) const {
-  double cost = 0;
-  for (std::size_t i = seg.begin; i < seg.end; ++i) {
-    if (costs_[i] == kBarrier) return INFINITY;
-    cost += costs_[i];
-  }
-  return cost;
-}
-
-// Finds each block's window and the segment's cheapest; returns what emptying it costs.
-double WindowSearch::sweep(Segment& seg, std::size_t need) {
-  const double* costs = costs_.data();
-  const std::size_t* sizes = layout_.sizes.data();
-  double empty_cost = 0, best = INFINITY, window_cost = 0;
-  std::size_t lo = seg.begin, window_bytes = 0;
-  for (std::size_t hi = seg.begin; hi < seg.end; ++hi) {
-    const double cost = costs[hi];
-    if (cost == kBarrier) {
-      empty_cost = INFINITY;
-      window_begin_[hi] = kNone;
-      lo = hi + 1;
-      window_bytes = 0;
-      window_cost = 0;
-      continue;
-    }
-    empty_cost += cost;
-    window_bytes += sizes[hi];
-    window_cost += cost;
-    if (window_bytes < need) {
-      window_begin_[hi] = kNone;
-      continue;
-    }
-    while (lo < hi && window_bytes - sizes[lo] >= need) {
-      window_bytes -= sizes[lo];
-      window_cost -= costs[lo];
-      ++lo;
-    }
-    window_begin_[hi] = lo;
-    window_cost_[hi] = window_cost;
-    if (window_cost < best) {
-      best = window_cost;
-      seg.best_end = hi;
-    }
-  }
-  return empty_cost;
 }
 
 void WindowSearch::find_best_window(Segment& seg) {

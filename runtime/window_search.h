@@ -5,15 +5,14 @@
 //
 //   WindowSearch search;
 //   allocator.layout(search.layout());
-//   search.costs().resize(search.layout().tags.size());   // then one cost per block
-//   search.price(need, serves);
+//   search.price(need, serves, [&](std::size_t block) { return cost_of(block); });
 //   if (search.choose(need, allocator.unreserved()))
 //     for (std::size_t i : search.chosen()) evict(search.layout().tags[i]);
 #ifndef REMAT_RUNTIME_WINDOW_SEARCH_H_
 #define REMAT_RUNTIME_WINDOW_SEARCH_H_
 
+#include <cmath>
 #include <cstddef>
-#include <functional>
 #include <vector>
 
 #include "remat/caching_allocator.h"
@@ -27,15 +26,17 @@ class WindowSearch {
 
   BlockLayout& layout() { return layout_; }
   const BlockLayout& layout() const { return layout_; }
-  // One cost per block of the layout, filled by the caller before `price`.
-  std::vector<double>& costs() { return costs_; }
+  // Each block's cost as `price` (or `reprice`) last set it; a segment that cannot be
+  // emptied nor hold a window may be left unpriced after its first barrier.
   const std::vector<double>& costs() const { return costs_; }
 
   // Prices every segment for a request of `need` (rounded) bytes: what emptying it costs and,
   // where serves(segment view, segment bytes) says a window of it may serve the request, the
-  // cheapest window ending at each block. Linear in the blocks.
-  void price(std::size_t need,
-             const std::function<bool(const SegmentView&, std::size_t)>& serves);
+  // cheapest window ending at each block. cost_of(block position) weighs a block, once; the
+  // weighing and the sweep are one pass (this runs over every block of every segment, for
+  // every window search). Linear in the blocks.
+  template <typename Serves, typename CostOf>
+  void price(std::size_t need, Serves&& serves, CostOf&& cost_of);
   // Picks the cheapest window, or the cheapest segments to empty (cheapest per byte first,
   // until `unreserved` plus their bytes hold `need`), whichever costs less; their evictable
   // blocks go to `chosen()`. False when neither can make room.
@@ -57,8 +58,10 @@ class WindowSearch {
     bool emptied = false;  // taken by the `choose` running now
   };
   static void set_empty_cost(Segment& seg, double cost);
-  double empty_cost(const Segment& seg) const;
-  double sweep(Segment& seg, std::size_t need);
+  template <typename CostOf>
+  double empty_cost(const Segment& seg, CostOf& cost_of);
+  template <typename CostOf>
+  double sweep(Segment& seg, std::size_t need, CostOf& cost_of);
   void find_best_window(Segment& seg);
   Segment& segment_of(std::size_t i);
 
@@ -74,6 +77,80 @@ class WindowSearch {
   std::vector<Segment*> emptied_;  // the segments `choose` would empty, in order
   std::vector<std::size_t> chosen_;
 };
+
+// Note [Window sweep] in window_search.cc says how this works.
+template <typename Serves, typename CostOf>
+void WindowSearch::price(std::size_t need, Serves&& serves, CostOf&& cost_of) {
+  const std::size_t n = layout_.tags.size();
+  costs_.resize(n);
+  window_begin_.resize(n);
+  window_cost_.resize(n);
+  segments_.clear();
+  for (const BlockLayout::Segment& s : layout_.segments) {
+    Segment seg;
+    seg.begin = s.begin;
+    seg.end = s.end;
+    seg.bytes = s.bytes;
+    seg.serves = serves(s.view, s.bytes);
+    set_empty_cost(seg, seg.serves ? sweep(seg, need, cost_of) : empty_cost(seg, cost_of));
+    segments_.push_back(seg);
+  }
+}
+
+// Any segment can be emptied; only one that serves can hold a window. One barrier settles
+// it, so the blocks after it go unweighed.
+template <typename CostOf>
+double WindowSearch::empty_cost(const Segment& seg, CostOf& cost_of) {
+  double cost = 0;
+  for (std::size_t i = seg.begin; i < seg.end; ++i) {
+    const double c = costs_[i] = cost_of(i);
+    if (c == kBarrier) return INFINITY;
+    cost += c;
+  }
+  return cost;
+}
+
+// Weighs each block, finds its window and the segment's cheapest; returns what emptying the
+// segment costs.
+template <typename CostOf>
+double WindowSearch::sweep(Segment& seg, std::size_t need, CostOf& cost_of) {
+  double* costs = costs_.data();
+  const std::size_t* sizes = layout_.sizes.data();
+  std::size_t* window_begin = window_begin_.data();
+  double* window_cost_at = window_cost_.data();
+  double empty_cost = 0, best = INFINITY, window_cost = 0;
+  std::size_t lo = seg.begin, window_bytes = 0;
+  for (std::size_t hi = seg.begin; hi < seg.end; ++hi) {
+    const double cost = costs[hi] = cost_of(hi);
+    if (cost == kBarrier) {
+      empty_cost = INFINITY;
+      window_begin[hi] = kNone;
+      lo = hi + 1;
+      window_bytes = 0;
+      window_cost = 0;
+      continue;
+    }
+    empty_cost += cost;
+    window_bytes += sizes[hi];
+    window_cost += cost;
+    if (window_bytes < need) {
+      window_begin[hi] = kNone;
+      continue;
+    }
+    while (lo < hi && window_bytes - sizes[lo] >= need) {
+      window_bytes -= sizes[lo];
+      window_cost -= costs[lo];
+      ++lo;
+    }
+    window_begin[hi] = lo;
+    window_cost_at[hi] = window_cost;
+    if (window_cost < best) {
+      best = window_cost;
+      seg.best_end = hi;
+    }
+  }
+  return empty_cost;
+}
 
 }  // namespace remat::detail
 

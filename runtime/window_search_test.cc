@@ -15,14 +15,14 @@ constexpr std::size_t kUnit = 512;
 // A random layout: segments of up to 12 blocks, each free, evictable (a random cost, ties
 // likely) or a barrier; a random half of the segments may hold windows.
 struct RandomCase {
-  std::vector<bool> serves;  // per segment
+  std::vector<bool> serves;    // per segment
+  std::vector<double> costs;   // per block
 };
 
 RandomCase fill_random(WindowSearch& w, std::mt19937_64& rng) {
   RandomCase c;
   BlockLayout& layout = w.layout();
   layout = BlockLayout{};
-  w.costs().clear();
   const int segments = std::uniform_int_distribution<int>(1, 6)(rng);
   std::uint32_t next_tag = 0;
   for (int s = 0; s < segments; ++s) {
@@ -36,13 +36,13 @@ RandomCase fill_random(WindowSearch& w, std::mt19937_64& rng) {
       seg.bytes += size;
       if (kind < 2) {
         layout.tags.push_back(BlockLayout::kFree);
-        w.costs().push_back(0);
+        c.costs.push_back(0);
       } else if (kind < 3) {
         layout.tags.push_back(next_tag++);
-        w.costs().push_back(WindowSearch::kBarrier);
+        c.costs.push_back(WindowSearch::kBarrier);
       } else {
         layout.tags.push_back(next_tag++);
-        w.costs().push_back(std::uniform_int_distribution<int>(0, 20)(rng) * 0.25);
+        c.costs.push_back(std::uniform_int_distribution<int>(0, 20)(rng) * 0.25);
       }
     }
     seg.end = layout.tags.size();
@@ -54,7 +54,19 @@ RandomCase fill_random(WindowSearch& w, std::mt19937_64& rng) {
 
 void price(WindowSearch& w, const RandomCase& c, std::size_t need) {
   std::size_t s = 0;
-  w.price(need, [&](const SegmentView&, std::size_t) { return c.serves[s++]; });
+  std::vector<std::size_t> weighed(c.costs.size(), 0);
+  w.price(
+      need, [&](const SegmentView&, std::size_t) { return c.serves[s++]; },
+      [&](std::size_t i) {
+        ++weighed[i];
+        return c.costs[i];
+      });
+  for (std::size_t i = 0; i < weighed.size(); ++i) {
+    EXPECT_LE(weighed[i], 1u) << "block " << i << " weighed twice";
+    if (weighed[i] == 1) {
+      EXPECT_EQ(w.costs()[i], c.costs[i]) << "block " << i;
+    }
+  }
 }
 
 // The cheapest window by trying every one.
@@ -165,7 +177,7 @@ TEST(WindowSearchTest, EmptiesTheCheapestSegmentsPerByteWhenTheBudgetIsShort) {
     for (const auto& seg : layout.segments)
       if (layout.tags[seg.begin] == BlockLayout::kFree) {
         layout.tags[seg.begin] = 1000;
-        w.costs()[seg.begin] = 1;
+        c.costs[seg.begin] = 1;
       }
     const std::size_t unreserved = kUnit * std::uniform_int_distribution<std::size_t>(0, 8)(rng);
     const std::size_t need =
@@ -181,8 +193,8 @@ TEST(WindowSearchTest, EmptiesTheCheapestSegmentsPerByteWhenTheBudgetIsShort) {
       double cost = 0;
       std::size_t listed = 0, evictable = 0;
       for (std::size_t i = seg.begin; i < seg.end; ++i) {
-        if (w.costs()[i] == WindowSearch::kBarrier) cost = INFINITY;
-        else cost += w.costs()[i];
+        if (c.costs[i] == WindowSearch::kBarrier) cost = INFINITY;
+        else cost += c.costs[i];
         evictable += layout.tags[i] != BlockLayout::kFree;
         listed += chosen.count(i);
       }
