@@ -38,8 +38,18 @@ class CandidateIndex {
   double priced_score(Id position, double now) {
     if (!leaves_[position].exact) refresh(position);
     const Leaf& l = leaves_[position];
-    return score(l.key, l.last_access, now);
+    return score(l.key, l.last_access, now, exponent_);
   }
+  // How scores weigh staleness: not at all, by staleness, by its square root, by a power.
+  enum class Staleness { kIgnored, kLinear, kSqrt, kPow };
+  template <Staleness kKind>
+  class Pricing;
+  // Calls fn(pricing), where pricing(position) is `priced_score(position, now)`, built for
+  // many candidates in a loop (the window search weighs every block of every segment): it
+  // holds the index's arrays, and the exponent is a template argument, so the loop reads
+  // them once and tests no exponent. Valid until the next insert or erase.
+  template <typename Fn>
+  decltype(auto) with_pricing(double now, Fn&& fn);
   // The candidate with the lowest score at time `now`, or kNone when empty.
   Id best(double now);
   // Calls fn(storage) for up to `k` candidates drawn at random.
@@ -72,12 +82,19 @@ class CandidateIndex {
   void pull(std::size_t node);
   void set_leaf(std::size_t position, const Leaf& leaf);
   void rebuild(std::size_t capacity);
-  double score(double key, double access, double now) const {
-    if (exponent_ == 0) return key;
+  static double score(double key, double access, double now, double exponent) {
+    if (exponent == 0) return score_as<Staleness::kIgnored>(key, access, now, exponent);
+    if (exponent == 1) return score_as<Staleness::kLinear>(key, access, now, exponent);
+    if (exponent == 0.5) return score_as<Staleness::kSqrt>(key, access, now, exponent);
+    return score_as<Staleness::kPow>(key, access, now, exponent);
+  }
+  template <Staleness kKind>
+  static double score_as(double key, double access, double now, double exponent) {
     const double staleness = now - access + 1.0;
-    if (exponent_ == 1) return key / staleness;
-    if (exponent_ == 0.5) return key / std::sqrt(staleness);  // dtr_sqrt: pow() is far slower
-    return key / std::pow(staleness, exponent_);
+    if constexpr (kKind == Staleness::kIgnored) return key;
+    if constexpr (kKind == Staleness::kLinear) return key / staleness;
+    if constexpr (kKind == Staleness::kSqrt) return key / std::sqrt(staleness);  // not pow()
+    return key / std::pow(staleness, exponent);
   }
   // The search, ranking by rank_of(key, staleness): a monotone transform of score() (Note
   // [Ranking without roots]).
@@ -95,6 +112,33 @@ class CandidateIndex {
   std::vector<Node> nodes_;    // 1-based heap layout; leaves at [capacity_, 2 * capacity_)
   std::vector<std::pair<std::size_t, double>> stack_;  // pending nodes and their bounds
 };
+
+template <CandidateIndex::Staleness kKind>
+class CandidateIndex::Pricing {
+ public:
+  double operator()(Id position) const {
+    const Leaf& l = leaves_[position];
+    if (!l.exact) [[unlikely]] return index_->priced_score(position, now_);
+    return score_as<kKind>(l.key, l.last_access, now_, exponent_);
+  }
+
+ private:
+  friend class CandidateIndex;
+  Pricing(CandidateIndex* index, double now)
+      : index_(index), leaves_(index->leaves_.data()), now_(now), exponent_(index->exponent_) {}
+  CandidateIndex* index_;
+  const Leaf* leaves_;
+  double now_;
+  double exponent_;
+};
+
+template <typename Fn>
+decltype(auto) CandidateIndex::with_pricing(double now, Fn&& fn) {
+  if (exponent_ == 1) return fn(Pricing<Staleness::kLinear>(this, now));
+  if (exponent_ == 0) return fn(Pricing<Staleness::kIgnored>(this, now));
+  if (exponent_ == 0.5) return fn(Pricing<Staleness::kSqrt>(this, now));
+  return fn(Pricing<Staleness::kPow>(this, now));
+}
 
 }  // namespace remat::detail
 

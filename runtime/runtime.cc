@@ -237,20 +237,23 @@ Id RuntimeImpl::choose_victim() {
   return best != kNone ? best : candidates_->best(clock);
 }
 
+// The timer covers choosing what to evict; evicting it (freeing, lineage) is not the search.
 bool RuntimeImpl::reclaim(std::size_t bytes) {
   const auto start = SteadyClock::now();
-  bool freed = false;
+  evicting_.clear();
   const Id victim = choose_victim();
   if (caching != nullptr && options.contiguous_eviction && victim != kNone &&
       !caching->release_would_serve(storages[victim].ptr, bytes))
-    freed = evict_window(bytes);
-  if (!freed && victim != kNone) {
-    evict(victim);
-    freed = true;
-  }
-  if (!freed) failed_locked_bytes_ = unpinned_locked_bytes();
+    choose_window(bytes);
+  // A window of free blocks alone frees nothing new (the allocator would have used them).
+  if (evicting_.empty() && victim != kNone) evicting_.push_back(victim);
   stats.search_seconds += seconds_since(start);
-  return freed;
+  if (evicting_.empty()) {
+    failed_locked_bytes_ = unpinned_locked_bytes();
+    return false;
+  }
+  for (Id s : evicting_) evict(s);
+  return true;
 }
 
 // Note [Contiguous eviction]
@@ -276,14 +279,8 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // logical ones (treelstm at 0.5: 5.2% above logical, now 3.6%), since per-byte choices are
 // what the policies are tuned for.
 
-// What evicting the storage in a block costs: 0 for a free block, a barrier where the block
-// cannot be evicted (the candidate index holds exactly the evictable storages).
-inline double RuntimeImpl::block_cost(std::uint32_t tag) {
-  static_assert(CachingAllocator::kNoTag > BlockLayout::kFree);
-  if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
-  const Id slot = storages[tag].candidate_slot;
-  if (slot == kNone) return WindowSearch::kBarrier;
-  return candidates_->priced_score(slot, clock) * static_cast<double>(storages[tag].bytes);
+void RuntimeImpl::choose_window(std::size_t bytes) {
+  candidates_->with_pricing(clock, [&](auto score) { choose_window(bytes, score); });
 }
 
 // Window costs come from stored keys, which lag behind keys that grew; like the candidate
@@ -291,11 +288,23 @@ inline double RuntimeImpl::block_cost(std::uint32_t tag) {
 // again while any of them turns out dearer than stored, so the window it evicts is priced
 // right. Nothing is evicted in between, so the blocks are scanned once, each key is
 // refreshed at most once, and a refreshed block reprices only the windows that hold it.
-bool RuntimeImpl::evict_window(std::size_t bytes) {
+template <typename Score>
+void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
   WindowSearch& w = window_search_;
   const std::size_t need = caching->rounded_size(bytes);
   caching->layout(w.layout());
   const std::vector<std::uint32_t>& tags = w.layout().tags;
+  // What evicting the storage in a block costs: 0 for a free block, a barrier where the
+  // block cannot be evicted (the candidate index holds exactly the evictable storages). It
+  // runs for every block, so the arrays it reads are fetched once, not once a block.
+  auto block_cost = [recs = storages.data(), score](std::uint32_t tag) {
+    static_assert(CachingAllocator::kNoTag > BlockLayout::kFree);
+    if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
+    const StorageRec& r = recs[tag];
+    if (r.candidate_slot == kNone) return WindowSearch::kBarrier;
+    // Sizes are far below 2^63, and a signed conversion is one instruction.
+    return score(r.candidate_slot) * static_cast<double>(static_cast<std::int64_t>(r.bytes));
+  };
   w.price(
       need,
       [&](const SegmentView& segment, std::size_t segment_bytes) {
@@ -305,7 +314,7 @@ bool RuntimeImpl::evict_window(std::size_t bytes) {
   const std::size_t unreserved = caching->unreserved();
   window_refreshed_.assign(tags.size(), false);
   for (int round = 0; round < 8; ++round) {
-    if (!w.choose(need, unreserved)) return false;
+    if (!w.choose(need, unreserved)) return;
     bool stale = false;
     for (std::size_t i : w.chosen()) {
       if (window_refreshed_[i]) continue;
@@ -315,8 +324,7 @@ bool RuntimeImpl::evict_window(std::size_t bytes) {
     }
     if (!stale) break;
   }
-  for (std::size_t i : w.chosen()) evict(tags[i]);
-  return true;
+  for (std::size_t i : w.chosen()) evicting_.push_back(tags[i]);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -108,8 +108,11 @@ class RuntimeImpl final : public MemoryReclaimer {
   void release_if_dead(Id s);
   bool releasable(const StorageRec& r) const;
   Id choose_victim();
-  bool evict_window(std::size_t bytes);
-  double block_cost(std::uint32_t tag);  // of evicting the storage in a block (its tag)
+  // The window to evict for a request of `bytes` (Note [Contiguous eviction]), into
+  // `evicting_`; nothing where none can make room.
+  void choose_window(std::size_t bytes);
+  template <typename Score>
+  void choose_window(std::size_t bytes, Score score);
   std::vector<Id> freeze_dependents(const std::vector<Id>& roots);  // the storages frozen
   void recompute_storage(Id s);
   const std::function<void(const KernelContext&)>& kernel_of(const OpDef& op) const;
@@ -175,6 +178,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   // refreshed, kept to reuse their buffers.
   WindowSearch window_search_;
   std::vector<bool> window_refreshed_;
+  std::vector<Id> evicting_;  // what `reclaim` chose
   std::string current_op_;
   // Unpinned bytes that were locked when `reclaim` last found nothing to evict: what the
   // out-of-memory error reports, since the locks are gone once the failed op has unwound.

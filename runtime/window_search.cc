@@ -34,10 +34,15 @@ void WindowSearch::find_best_window(Segment& seg) {
 
 bool WindowSearch::choose(std::size_t need, std::size_t unreserved) {
   const Segment* best = nullptr;
-  for (const Segment& seg : segments_)
+  for (Segment& seg : segments_) {
+    if (seg.rescan) {
+      find_best_window(seg);
+      seg.rescan = false;
+    }
     if (seg.best_end != kNone &&
         (best == nullptr || window_cost_[seg.best_end] < window_cost_[best->best_end]))
       best = &seg;
+  }
   const double best_cost = best == nullptr ? INFINITY : window_cost_[best->best_end];
   chosen_.clear();
   auto take = [&](std::size_t begin, std::size_t end) {
@@ -89,12 +94,18 @@ bool WindowSearch::reprice(std::size_t i, double cost) {
   if (seg.empty_cost != INFINITY) set_empty_cost(seg, seg.empty_cost + delta);
   if (seg.serves) {
     // The windows holding block i end at or after it, up to the first whose start passed it.
+    // Where they got cheaper, the best is the old one or one of them; where dearer, only
+    // losing the best calls for a rescan, left to `choose` (a window's blocks are repriced
+    // one after another).
     for (std::size_t hi = i; hi < seg.end && costs_[hi] != kBarrier; ++hi) {
       if (window_begin_[hi] == kNone) continue;
       if (window_begin_[hi] > i) break;
       window_cost_[hi] += delta;
+      if (delta < 0 && !seg.rescan &&
+          (seg.best_end == kNone || window_cost_[hi] < window_cost_[seg.best_end]))
+        seg.best_end = hi;
+      seg.rescan |= delta > 0 && hi == seg.best_end;
     }
-    find_best_window(seg);
   }
   // A relative margin: a key recomputed to the same value may differ in its last bits.
   return cost > old * (1 + 1e-9);

@@ -56,6 +56,7 @@ class WindowSearch {
     double empty_cost_per_byte = 0;
     std::size_t best_end = kNone;  // the last block of its cheapest window, kNone: none
     bool emptied = false;  // taken by the `choose` running now
+    bool rescan = false;   // a repriced window may have taken the best's place
   };
   static void set_empty_cost(Segment& seg, double cost);
   template <typename CostOf>

@@ -103,6 +103,7 @@ class SlotMap {
   }
   T& operator[](Id id) { return items_[id]; }
   const T& operator[](Id id) const { return items_[id]; }
+  const T* data() const { return items_.data(); }  // valid until the next insert
   std::size_t live() const { return items_.size() - free_.size(); }
   // Visits every slot, removed ones included (they hold a default-constructed T).
   template <class F>
