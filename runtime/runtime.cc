@@ -310,7 +310,7 @@ void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
       [&](const SegmentView& segment, std::size_t segment_bytes) {
         return caching->window_serves(segment, segment_bytes, bytes);
       },
-      [&](std::size_t block) { return block_cost(tags[block]); });
+      [block_cost, tags = tags.data()](std::size_t block) { return block_cost(tags[block]); });
   const std::size_t unreserved = caching->unreserved();
   window_refreshed_.assign(tags.size(), false);
   for (int round = 0; round < 8; ++round) {

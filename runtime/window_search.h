@@ -102,9 +102,10 @@ void WindowSearch::price(std::size_t need, Serves&& serves, CostOf&& cost_of) {
 // it, so the blocks after it go unweighed.
 template <typename CostOf>
 double WindowSearch::empty_cost(const Segment& seg, CostOf& cost_of) {
+  const CostOf weigh = cost_of;  // a local copy: stores to costs_ cannot alias its fields
   double cost = 0;
-  for (std::size_t i = seg.begin; i < seg.end; ++i) {
-    const double c = costs_[i] = cost_of(i);
+  for (std::size_t i = seg.begin, end = seg.end; i < end; ++i) {
+    const double c = costs_[i] = weigh(i);
     if (c == kBarrier) return INFINITY;
     cost += c;
   }
@@ -115,14 +116,17 @@ double WindowSearch::empty_cost(const Segment& seg, CostOf& cost_of) {
 // segment costs.
 template <typename CostOf>
 double WindowSearch::sweep(Segment& seg, std::size_t need, CostOf& cost_of) {
+  // Locals, the cost function's copy included: the loop stores through pointers that the
+  // compiler would otherwise have to assume alias them, and reload them every block.
+  const CostOf weigh = cost_of;
   double* costs = costs_.data();
   const std::size_t* sizes = layout_.sizes.data();
   std::size_t* window_begin = window_begin_.data();
   double* window_cost_at = window_cost_.data();
   double empty_cost = 0, best = INFINITY, window_cost = 0;
-  std::size_t lo = seg.begin, window_bytes = 0;
-  for (std::size_t hi = seg.begin; hi < seg.end; ++hi) {
-    const double cost = costs[hi] = cost_of(hi);
+  std::size_t lo = seg.begin, window_bytes = 0, best_end = kNone;
+  for (std::size_t hi = seg.begin, end = seg.end; hi < end; ++hi) {
+    const double cost = costs[hi] = weigh(hi);
     if (cost == kBarrier) {
       empty_cost = INFINITY;
       window_begin[hi] = kNone;
@@ -147,9 +151,10 @@ double WindowSearch::sweep(Segment& seg, std::size_t need, CostOf& cost_of) {
     window_cost_at[hi] = window_cost;
     if (window_cost < best) {
       best = window_cost;
-      seg.best_end = hi;
+      best_end = hi;
     }
   }
+  seg.best_end = best_end;
   return empty_cost;
 }
 
