@@ -27,7 +27,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 CandidateIndex::CandidateIndex(std::function<double(Id)> key, double staleness_exponent,
                                std::function<double(Id)> key_floor)
     : key_(std::move(key)), floor_(key_floor ? std::move(key_floor) : key_),
-      exact_floor_(!key_floor), exponent_(staleness_exponent) {
+      exponent_(staleness_exponent) {
   rebuild(256);
 }
 
@@ -73,7 +73,7 @@ Id CandidateIndex::insert(Id storage, double last_access) {
   if (next_ == capacity_) rebuild(std::max<std::size_t>(256, 2 * (count_ + 1)));
   const std::size_t position = next_++;
   ++count_;
-  set_leaf(position, Leaf{storage, exact_floor_, floor_(storage), last_access});
+  set_leaf(position, Leaf{storage, floor_(storage), last_access});
   return static_cast<Id>(position);
 }
 
@@ -85,14 +85,12 @@ void CandidateIndex::erase(Id position) {
 void CandidateIndex::lower(Id position) {
   Leaf leaf = leaves_[position];
   leaf.key = floor_(leaf.storage);
-  leaf.exact = exact_floor_;
   set_leaf(position, leaf);
 }
 
 void CandidateIndex::refresh(Id position) {
   Leaf leaf = leaves_[position];
   leaf.key = key_(leaf.storage);
-  leaf.exact = true;
   set_leaf(position, leaf);
 }
 
@@ -138,10 +136,7 @@ Id CandidateIndex::best_by(double now, Rank rank_of) {
       const double key = key_(leaf.storage);
       if (key != leaf.key) {
         leaf.key = key;
-        leaf.exact = true;
         set_leaf(position, leaf);
-      } else {
-        leaves_[position].exact = true;
       }
       const double r = rank_of(key, now - leaf.last_access + 1.0);
       if (r < best_rank || best == kNone) {

@@ -32,11 +32,11 @@ class CandidateIndex {
   // Stores the floor as the key (for a key that may have shrunk): the exact key where the
   // index has no cheaper floor.
   void lower(Id position);
-  // The score of the candidate at `position` from its stored key (which may lag behind a
-  // key that grew), computing the key first where only its floor is stored: for callers
-  // that weigh many candidates at once, which pay a walk once per candidate per use.
-  double priced_score(Id position, double now) {
-    if (!leaves_[position].exact) refresh(position);
+  // The score of the candidate at `position` from its stored key: a lower bound of its
+  // true score, since the key may have grown since it was stored, or be only a floor. For
+  // callers that weigh many candidates at once, which then refresh the ones they pick and
+  // weigh again while those turn out dearer, as `best` does at its leaves.
+  double stored_score(Id position, double now) const {
     const Leaf& l = leaves_[position];
     return score(l.key, l.last_access, now, exponent_);
   }
@@ -44,7 +44,7 @@ class CandidateIndex {
   enum class Staleness { kIgnored, kLinear, kSqrt, kPow };
   template <Staleness kKind>
   class Pricing;
-  // Calls fn(pricing), where pricing(position) is `priced_score(position, now)`, built for
+  // Calls fn(pricing), where pricing(position) is `stored_score(position, now)`, built for
   // many candidates in a loop (the window search weighs every block of every segment): it
   // holds the index's arrays, and the exponent is a template argument, so the loop reads
   // them once and tests no exponent. Valid until the next insert or erase.
@@ -71,7 +71,6 @@ class CandidateIndex {
  private:
   struct Leaf {
     Id storage = kNone;
-    bool exact = false;  // the key was computed, not just floored
     double key = 0;
     double last_access = 0;
   };
@@ -103,7 +102,6 @@ class CandidateIndex {
 
   std::function<double(Id)> key_;
   std::function<double(Id)> floor_;  // a cheap lower bound of key_; key_ where none
-  bool exact_floor_;                  // floor_ is key_
   double exponent_;
   std::size_t capacity_ = 0;   // leaves (a power of two)
   std::size_t next_ = 0;       // next free position
@@ -118,15 +116,13 @@ class CandidateIndex::Pricing {
  public:
   double operator()(Id position) const {
     const Leaf& l = leaves_[position];
-    if (!l.exact) [[unlikely]] return index_->priced_score(position, now_);
     return score_as<kKind>(l.key, l.last_access, now_, exponent_);
   }
 
  private:
   friend class CandidateIndex;
-  Pricing(CandidateIndex* index, double now)
-      : index_(index), leaves_(index->leaves_.data()), now_(now), exponent_(index->exponent_) {}
-  CandidateIndex* index_;
+  Pricing(const CandidateIndex* index, double now)
+      : leaves_(index->leaves_.data()), now_(now), exponent_(index->exponent_) {}
   const Leaf* leaves_;
   double now_;
   double exponent_;

@@ -61,5 +61,48 @@ TEST(CandidateIndexTest, BestIsTheTrueMinimumWhateverTheStoredLowerBounds) {
   }
 }
 
+// The window search weighs blocks through with_pricing, whose view fixes the exponent at
+// compile time. It must give the stored score, a lower bound of the true one (the floor
+// stored on entry, a key that grew since), for every exponent, including those with no
+// special case; and a refreshed candidate's stored score is its true score.
+TEST(CandidateIndexTest, PricingGivesTheStoredLowerBound) {
+  std::mt19937_64 rng(23);
+  for (double exponent : {0.0, 0.5, 1.0, 2.0, 0.3}) {
+    std::vector<double> truth(64);
+    for (double& t : truth) t = 1.0 + static_cast<double>(rng() % 1000);
+    auto key = [&](Id s) { return truth[s]; };
+    auto floor = [&](Id s) { return truth[s] * 0.5; };
+    CandidateIndex index(key, exponent, floor);
+    std::vector<Id> positions;
+    for (Id s = 0; s < truth.size(); ++s) positions.push_back(index.insert(s, s));
+    const double now = 100;
+    auto true_score = [&](Id s) { return truth[s] / std::pow(now - s + 1.0, exponent); };
+    auto priced = [&] {
+      std::vector<double> out;
+      index.with_pricing(now, [&](auto score) {
+        for (Id p : positions) out.push_back(score(p));
+      });
+      return out;
+    };
+    std::vector<double> got = priced();
+    for (Id s = 0; s < truth.size(); ++s) {
+      EXPECT_EQ(got[s], index.stored_score(positions[s], now)) << "exponent " << exponent;
+      EXPECT_NEAR(got[s], 0.5 * true_score(s), 1e-12 * true_score(s)) << "the floor";
+    }
+    for (Id s = 0; s < truth.size(); s += 3) {
+      truth[s] += 7;  // a key that grew: still a lower bound until refreshed
+      if (s % 2 == 0) index.refresh(positions[s]);
+    }
+    got = priced();
+    for (Id s = 0; s < truth.size(); ++s) {
+      EXPECT_EQ(got[s], index.stored_score(positions[s], now)) << "exponent " << exponent;
+      EXPECT_LE(got[s], true_score(s) * (1 + 1e-12));
+      if (s % 6 == 0) {
+        EXPECT_NEAR(got[s], true_score(s), 1e-12 * true_score(s)) << "refreshed";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace remat::detail
