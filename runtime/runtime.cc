@@ -285,10 +285,10 @@ void RuntimeImpl::choose_window(std::size_t bytes) {
 
 // Window costs come from stored keys, lower bounds of the true ones (keys lag behind keys
 // that grew, and a lowered key is only its floor); like the candidate index, the search
-// checks the window it chose: it refreshes its victims' keys and chooses
-// again while any of them turns out dearer than stored, so the window it evicts is priced
-// right. Nothing is evicted in between, so the blocks are scanned once, each key is
-// refreshed at most once, and a refreshed block reprices only the windows that hold it.
+// checks the window it chose: it refreshes its victims' keys and chooses again while any of
+// them turns out dearer than stored, so the window it evicts is priced right and no other
+// can be cheaper. Nothing is evicted in between, so the blocks are scanned once, each key
+// is refreshed at most once, and a refreshed block reprices only the windows that hold it.
 template <typename Score>
 void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
   WindowSearch& w = window_search_;
