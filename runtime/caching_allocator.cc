@@ -65,6 +65,12 @@ class BlockPool {
   }
   std::size_t blocks_in_use = 0;  // in segments, free ones included
 
+  // The live block at `p`, or null where `p` is none.
+  Block* live_block(const void* p) const {
+    auto it = live.find(reinterpret_cast<std::uintptr_t>(p));
+    return it == live.end() ? nullptr : it->second;
+  }
+
   Block* new_block() {
     ++blocks_in_use;
     if (spare_blocks_.empty()) return new Block();
@@ -181,9 +187,8 @@ bool CachingAllocator::window_serves(const SegmentView& segment, std::size_t win
 }
 
 bool CachingAllocator::release_would_serve(const void* p, std::size_t bytes) const {
-  auto it = pools_->live.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it == pools_->live.end()) return false;
-  const Block* b = it->second;
+  const Block* b = pools_->live_block(p);
+  if (b == nullptr) return false;
   const Segment* seg = b->segment;
   const std::size_t size = rounded_size(bytes);
   std::size_t run = b->size;
@@ -197,8 +202,7 @@ bool CachingAllocator::release_would_serve(const void* p, std::size_t bytes) con
 }
 
 void CachingAllocator::set_tag(const void* p, std::uint32_t tag) {
-  auto it = pools_->live.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it != pools_->live.end()) it->second->tag = tag;
+  if (Block* b = pools_->live_block(p)) b->tag = tag;
 }
 
 Block* CachingAllocator::find_free(std::size_t size) {

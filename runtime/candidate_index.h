@@ -36,10 +36,7 @@ class CandidateIndex {
   // true score, since the key may have grown since it was stored, or be only a floor. For
   // callers that weigh many candidates at once, which then refresh the ones they pick and
   // weigh again while those turn out dearer, as `best` does at its leaves.
-  double stored_score(Id position, double now) const {
-    const Leaf& l = leaves_[position];
-    return score(l.key, l.last_access, now, exponent_);
-  }
+  double stored_score(Id position, double now) const;
   // How scores weigh staleness: not at all, by staleness, by its square root, by a power.
   enum class Staleness { kIgnored, kLinear, kSqrt, kPow };
   template <Staleness kKind>
@@ -49,7 +46,7 @@ class CandidateIndex {
   // holds the index's arrays, and the exponent is a template argument, so the loop reads
   // them once and tests no exponent. Valid until the next insert or erase.
   template <typename Fn>
-  decltype(auto) with_pricing(double now, Fn&& fn);
+  decltype(auto) with_pricing(double now, Fn&& fn) const;
   // The candidate with the lowest score at time `now`, or kNone when empty.
   Id best(double now);
   // Calls fn(storage) for up to `k` candidates drawn at random.
@@ -81,12 +78,6 @@ class CandidateIndex {
   void pull(std::size_t node);
   void set_leaf(std::size_t position, const Leaf& leaf);
   void rebuild(std::size_t capacity);
-  static double score(double key, double access, double now, double exponent) {
-    if (exponent == 0) return score_as<Staleness::kIgnored>(key, access, now, exponent);
-    if (exponent == 1) return score_as<Staleness::kLinear>(key, access, now, exponent);
-    if (exponent == 0.5) return score_as<Staleness::kSqrt>(key, access, now, exponent);
-    return score_as<Staleness::kPow>(key, access, now, exponent);
-  }
   template <Staleness kKind>
   static double score_as(double key, double access, double now, double exponent) {
     const double staleness = now - access + 1.0;
@@ -129,11 +120,15 @@ class CandidateIndex::Pricing {
 };
 
 template <typename Fn>
-decltype(auto) CandidateIndex::with_pricing(double now, Fn&& fn) {
+decltype(auto) CandidateIndex::with_pricing(double now, Fn&& fn) const {
   if (exponent_ == 1) return fn(Pricing<Staleness::kLinear>(this, now));
   if (exponent_ == 0) return fn(Pricing<Staleness::kIgnored>(this, now));
   if (exponent_ == 0.5) return fn(Pricing<Staleness::kSqrt>(this, now));
   return fn(Pricing<Staleness::kPow>(this, now));
+}
+
+inline double CandidateIndex::stored_score(Id position, double now) const {
+  return with_pricing(now, [position](auto price) { return price(position); });
 }
 
 }  // namespace remat::detail

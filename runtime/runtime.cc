@@ -65,7 +65,8 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
   // Candidates enter the index with a cheap lower bound of their key, which best() corrects
   // where it looks (Note [Candidate index]); a use re-enters a candidate, so computing the
   // whole neighbourhood there would walk the lineage on every read. The window search
-  // (Note [Contiguous eviction]) prices the blocks it weighs exactly, once per use of each.
+  // (Note [Contiguous eviction]) prices blocks by these stored lower bounds too, and
+  // refreshes the keys of the window it picks.
   // A lingering storage's key is 0: it goes before any storage that anything may still read
   // (Note [Lingering storages]).
   candidates_ = std::make_unique<CandidateIndex>(
