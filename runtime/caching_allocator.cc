@@ -43,6 +43,7 @@ struct Segment {
   Block* first = nullptr;     // null while an arena maps nothing
   Block* last = nullptr;
   std::size_t live_blocks = 0;
+  std::size_t blocks = 0;     // free ones included (`layout` places segments by it)
 };
 
 struct BlockOrder {
@@ -63,7 +64,6 @@ class BlockPool {
   absl::btree_set<Block*, BlockOrder>& free_set(bool small) {
     return small ? free_small : free_large;
   }
-  std::size_t blocks_in_use = 0;  // in segments, free ones included
 
   // The live block at `p`, or null where `p` is none.
   Block* live_block(const void* p) const {
@@ -71,16 +71,22 @@ class BlockPool {
     return it == live.end() ? nullptr : it->second;
   }
 
-  Block* new_block() {
-    ++blocks_in_use;
-    if (spare_blocks_.empty()) return new Block();
-    Block* b = spare_blocks_.back();
-    spare_blocks_.pop_back();
-    *b = Block();
+  // A block of `segment`, not yet linked into it.
+  Block* new_block(Segment* segment) {
+    ++segment->blocks;
+    Block* b;
+    if (spare_blocks_.empty()) {
+      b = new Block();
+    } else {
+      b = spare_blocks_.back();
+      spare_blocks_.pop_back();
+      *b = Block();
+    }
+    b->segment = segment;
     return b;
   }
   void delete_block(Block* b) {
-    --blocks_in_use;
+    --b->segment->blocks;
     spare_blocks_.push_back(b);
   }
   ~BlockPool() {
@@ -244,10 +250,9 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
   seg->capacity = want;
   seg->small = small;
   seg->whole = options_.whole_large_segments && one_pool() && size > options_.medium_max;
-  Block* b = pools_->new_block();
+  Block* b = pools_->new_block(seg);
   b->address = seg->address;
   b->size = want;
-  b->segment = seg;
   seg->first = b;
   seg->last = b;
   pools_->segments.push_back(seg);
@@ -316,10 +321,9 @@ Block* CachingAllocator::grow_arena(std::size_t size) {
     pools_->free_large.erase(tail);
     tail->size += grow;
   } else {
-    Block* b = pools_->new_block();
+    Block* b = pools_->new_block(arena_);
     b->address = arena_->address + arena_->size;
     b->size = grow;
-    b->segment = arena_;
     b->prev = tail;
     if (tail != nullptr) tail->next = b;
     else arena_->first = b;
@@ -383,10 +387,9 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
   const std::size_t rest = b->size - size;
   if (!b->segment->whole &&
       rest >= (small || one_pool() ? options_.round_to : options_.large_split_min)) {
-    Block* tail = pools_->new_block();
+    Block* tail = pools_->new_block(b->segment);
     tail->address = b->address + size;
     tail->size = rest;
-    tail->segment = b->segment;
     tail->prev = b;
     tail->next = b->next;
     if (b->next != nullptr) b->next->prev = tail;
@@ -454,39 +457,78 @@ std::size_t CachingAllocator::largest_free_block() const {
   return best;
 }
 
+// Note [Interleaved layout walk]
+// The window search calls `layout` before every search, and its cost is the latency of
+// chasing each segment's block list: one dependent load per block, each a cache miss more
+// often than not (blocks are recycled, so address order is not memory order). The segments'
+// lists are independent, so the walk follows several at once, in lanes: each step advances
+// every lane by one block, and the processor overlaps the lanes' misses instead of waiting
+// for each in turn. Every segment's place in the arrays is known before the walk from its
+// block count, so the lanes write where their blocks belong.
 void CachingAllocator::layout(BlockLayout& out) const {
-  // Sized up front (one more for the arena's room) and filled through raw pointers: this
-  // runs for every window search, over every block.
-  out.tags.resize(pools_->blocks_in_use + 1);
-  out.sizes.resize(pools_->blocks_in_use + 1);
+  const std::vector<Segment*>& segs = pools_->segments;
   out.segments.clear();
-  std::uint32_t* tags = out.tags.data();
-  std::size_t* sizes = out.sizes.data();
   std::size_t n = 0;
-  for (const Segment* s : pools_->segments) {
+  for (const Segment* s : segs) {
     BlockLayout::Segment seg;
     seg.begin = n;
     seg.view = SegmentView{s->small, s->whole};
-    std::size_t bytes = 0;
-    for (const Block* b = s->first; b != nullptr; b = b->next, ++n) {
-      tags[n] = b->allocated ? b->tag : BlockLayout::kFree;
-      sizes[n] = b->size;
-      bytes += b->size;
-    }
+    seg.bytes = s->size;  // the sum of its blocks' sizes (the arena's: of its mapped prefix)
+    n += s->blocks;
     if (s == arena_) {
       // The room the arena may still grow into lies after its last block.
       if (const std::size_t room = arena_room(); room > 0) {
-        tags[n] = BlockLayout::kFree;
-        sizes[n++] = room;
-        bytes += room;
+        seg.bytes += room;
+        ++n;
       }
     }
     seg.end = n;
-    seg.bytes = bytes;
     out.segments.push_back(seg);
   }
   out.tags.resize(n);
   out.sizes.resize(n);
+  std::uint32_t* tags = out.tags.data();
+  std::size_t* sizes = out.sizes.data();
+  struct Lane {
+    const Block* block;
+    std::size_t at;  // where it goes in the arrays
+  };
+  constexpr std::size_t kLanes = 8;
+  Lane lanes[kLanes];
+  std::size_t active = 0, next_segment = 0;
+  auto start = [&](Lane& lane) {  // on the next segment that has blocks
+    for (; next_segment < segs.size(); ++next_segment) {
+      if (segs[next_segment]->first == nullptr) continue;
+      lane = {segs[next_segment]->first, out.segments[next_segment].begin};
+      ++next_segment;
+      return true;
+    }
+    return false;
+  };
+  while (active < kLanes && start(lanes[active])) ++active;
+  while (active > 0) {
+    for (std::size_t i = 0; i < active;) {
+      Lane& lane = lanes[i];
+      const Block* b = lane.block;
+      tags[lane.at] = b->allocated ? b->tag : BlockLayout::kFree;
+      sizes[lane.at] = b->size;
+      ++lane.at;
+      lane.block = b->next;
+      if (lane.block != nullptr) {
+        ++i;
+      } else if (!start(lane)) {
+        lane = lanes[--active];  // the last lane takes this one's place, and goes next
+      }
+    }
+  }
+  if (arena_ != nullptr) {
+    for (std::size_t k = 0; k < segs.size(); ++k) {
+      const BlockLayout::Segment& seg = out.segments[k];
+      if (segs[k] != arena_ || seg.end - seg.begin == arena_->blocks) continue;
+      tags[seg.end - 1] = BlockLayout::kFree;
+      sizes[seg.end - 1] = seg.bytes - arena_->size;
+    }
+  }
 }
 
 void CachingAllocator::throw_oom(std::size_t size) {

@@ -460,6 +460,74 @@ TEST(CachingAllocatorTest, ArenaGrowsAtItsEndAndGivesTheTailBack) {
   EXPECT_EQ(layout.segments[0].bytes, o.budget);
 }
 
+// Random sequences over many segments (more than `layout` walks at once, Note [Interleaved
+// layout walk]): the layout lists every block of every segment once, in address order, with
+// its tag, and the segments' blocks tile them without a gap.
+TEST(CachingAllocatorTest, LayoutListsEveryBlockInAddressOrder) {
+  for (const bool expandable : {false, true}) {
+    CachingAllocatorOptions o = expandable ? arena() : small_segments();
+    CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
+    std::mt19937_64 rng(expandable ? 11 : 12);
+    std::map<std::uint32_t, std::pair<std::uintptr_t, std::size_t>> live;  // tag: where, bytes
+    std::uint32_t next_tag = 0;
+    for (int step = 0; step < 3000; ++step) {
+      if (live.empty() || rng() % 100 < 60) {
+        const std::size_t n = rng() % 3 == 0 ? 1 + rng() % (3 << 20) : 1 + rng() % 9000;
+        if (alloc.stats().allocated + n > kBudget / 2) continue;
+        void* p = alloc.allocate(n);
+        alloc.set_tag(p, next_tag);
+        live[next_tag++] = {reinterpret_cast<std::uintptr_t>(p), n};
+      } else {
+        auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
+        alloc.deallocate(reinterpret_cast<void*>(it->second.first), it->second.second);
+        live.erase(it);
+      }
+      if (step % 50 != 0) continue;
+      BlockLayout layout;
+      alloc.layout(layout);
+      ASSERT_EQ(layout.segments.size(), alloc.stats().segments);
+      ASSERT_EQ(layout.tags.size(), layout.sizes.size());
+      std::size_t seen = 0, expected_begin = 0;
+      for (const BlockLayout::Segment& seg : layout.segments) {
+        ASSERT_EQ(seg.begin, expected_begin);
+        ASSERT_LT(seg.begin, seg.end);
+        expected_begin = seg.end;
+        std::size_t bytes = 0, offset_of_last = 0;
+        std::uintptr_t last = 0;  // the address of the last tagged block seen, 0: none
+        for (std::size_t i = seg.begin; i < seg.end; ++i) {
+          const std::uint32_t tag = layout.tags[i];
+          ASSERT_GT(layout.sizes[i], 0u);
+          // (The arena's unreserved room follows its last block, free or not.)
+          const bool room = expandable && i + 1 == seg.end;
+          if (i > seg.begin && tag == BlockLayout::kFree && !room) {
+            ASSERT_NE(layout.tags[i - 1], BlockLayout::kFree) << "free neighbours not merged";
+          }
+          if (tag != BlockLayout::kFree) {
+            ASSERT_TRUE(live.count(tag)) << "block " << i << " has tag " << tag;
+            const auto [where, n] = live.at(tag);
+            ASSERT_GE(layout.sizes[i], alloc.rounded_size(n));
+            // Address order: the bytes listed since the last tagged block are the gap.
+            if (last != 0) {
+              ASSERT_EQ(where - last, bytes - offset_of_last);
+            }
+            last = where;
+            offset_of_last = bytes;
+            ++seen;
+          }
+          bytes += layout.sizes[i];
+        }
+        ASSERT_EQ(bytes, seg.bytes);
+      }
+      ASSERT_EQ(expected_begin, layout.tags.size());
+      ASSERT_EQ(seen, live.size());
+    }
+    if (!expandable) {
+      EXPECT_GT(alloc.stats().segments, 8u);  // more than one round of lanes
+    }
+    for (const auto& [tag, at] : live) alloc.deallocate(reinterpret_cast<void*>(at.first), at.second);
+  }
+}
+
 TEST(CachingAllocatorTest, LoweringTheBudgetReleasesCache) {
   CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
   void* a = alloc.allocate(5 << 20);
