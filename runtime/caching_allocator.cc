@@ -7,6 +7,7 @@
 #include <cassert>
 
 #include "remat/errors.h"
+#include "runtime/detail/blocks.h"
 
 namespace remat {
 namespace detail {
@@ -21,31 +22,6 @@ namespace detail {
 // where: the source's addresses (malloc's, on the host) differ from run to run, and a choice
 // between equal blocks that followed them would make eviction, and so the whole run's cost,
 // differ too.
-struct Segment;
-struct Block {
-  std::uintptr_t address = 0;
-  std::size_t size = 0;
-  std::size_t requested = 0;
-  Segment* segment = nullptr;
-  Block* prev = nullptr;
-  Block* next = nullptr;
-  std::uint32_t tag = CachingAllocator::kNoTag;
-  bool allocated = false;
-};
-
-struct Segment {
-  std::uint64_t serial = 0;   // order of reservation (Note [Blocks and segments])
-  std::uintptr_t address = 0;
-  std::size_t size = 0;       // reserved (counted) bytes; for the arena, its mapped prefix
-  std::size_t capacity = 0;   // the arena's whole range; equal to size otherwise
-  bool small = false;
-  bool whole = false;         // one block, never split (Note [Whole segments for large tensors])
-  Block* first = nullptr;     // null while an arena maps nothing
-  Block* last = nullptr;
-  std::size_t live_blocks = 0;
-  std::size_t blocks = 0;     // free ones included (`layout` places segments by it)
-};
-
 struct BlockOrder {
   bool operator()(const Block* a, const Block* b) const {
     if (a->size != b->size) return a->size < b->size;
@@ -457,76 +433,21 @@ std::size_t CachingAllocator::largest_free_block() const {
   return best;
 }
 
-// Note [Interleaved layout walk]
-// The window search calls `layout` before every search, and its cost is the latency of
-// chasing each segment's block list: one dependent load per block, each a cache miss more
-// often than not (blocks are recycled, so address order is not memory order). The segments'
-// lists are independent, so the walk follows several at once, in lanes: each step advances
-// every lane by one block, and the processor overlaps the lanes' misses instead of waiting
-// for each in turn. Every segment's place in the arrays is known before the walk from its
-// block count, so the lanes write where their blocks belong.
+const std::vector<detail::Segment*>& CachingAllocator::segment_list() const {
+  return pools_->segments;
+}
+
 void CachingAllocator::layout(BlockLayout& out) const {
-  const std::vector<Segment*>& segs = pools_->segments;
+  out.tags.clear();
+  out.sizes.clear();
   out.segments.clear();
-  std::size_t n = 0;
-  for (const Segment* s : segs) {
-    BlockLayout::Segment seg;
-    seg.begin = n;
-    seg.view = SegmentView{s->small, s->whole};
-    seg.bytes = s->size;  // the sum of its blocks' sizes (the arena's: of its mapped prefix)
-    n += s->blocks;
-    if (s == arena_) {
-      // The room the arena may still grow into lies after its last block.
-      if (const std::size_t room = arena_room(); room > 0) {
-        seg.bytes += room;
-        ++n;
-      }
-    }
-    seg.end = n;
-    out.segments.push_back(seg);
-  }
-  out.tags.resize(n);
-  out.sizes.resize(n);
-  std::uint32_t* tags = out.tags.data();
-  std::size_t* sizes = out.sizes.data();
-  struct Lane {
-    const Block* block;
-    std::size_t at;  // where it goes in the arrays
-  };
-  constexpr std::size_t kLanes = 8;
-  Lane lanes[kLanes];
-  std::size_t active = 0, next_segment = 0;
-  auto start = [&](Lane& lane) {  // on the next segment that has blocks
-    for (; next_segment < segs.size(); ++next_segment) {
-      if (segs[next_segment]->first == nullptr) continue;
-      lane = {segs[next_segment]->first, out.segments[next_segment].begin};
-      ++next_segment;
-      return true;
-    }
-    return false;
-  };
-  while (active < kLanes && start(lanes[active])) ++active;
-  while (active > 0) {
-    for (std::size_t i = 0; i < active;) {
-      Lane& lane = lanes[i];
-      const Block* b = lane.block;
-      tags[lane.at] = b->allocated ? b->tag : BlockLayout::kFree;
-      sizes[lane.at] = b->size;
-      ++lane.at;
-      lane.block = b->next;
-      if (lane.block != nullptr) {
-        ++i;
-      } else if (!start(lane)) {
-        lane = lanes[--active];  // the last lane takes this one's place, and goes next
-      }
-    }
-  }
-  if (arena_ != nullptr) {
-    for (std::size_t k = 0; k < segs.size(); ++k) {
-      const BlockLayout::Segment& seg = out.segments[k];
-      if (segs[k] != arena_ || seg.end - seg.begin == arena_->blocks) continue;
-      tags[seg.end - 1] = BlockLayout::kFree;
-      sizes[seg.end - 1] = seg.bytes - arena_->size;
+  const detail::AllocatorBlocks source(*this);
+  for (std::size_t k = 0; k < source.segments(); ++k) {
+    const auto info = source.segment(k);
+    out.segments.push_back({out.tags.size(), out.tags.size() + info.blocks, info.bytes, info.view});
+    for (auto c = source.blocks(k); !c.done(); c.next()) {
+      out.tags.push_back(c.tag());
+      out.sizes.push_back(c.size());
     }
   }
 }

@@ -11,6 +11,7 @@
 
 #include "remat/logical_memory.h"
 #include "remat/segment_source.h"
+#include "runtime/detail/blocks.h"
 #include "runtime/runtime_impl.h"
 
 namespace remat {
@@ -294,8 +295,6 @@ template <typename Score>
 void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
   WindowSearch& w = window_search_;
   const std::size_t need = caching->rounded_size(bytes);
-  caching->layout(w.layout());
-  const std::vector<std::uint32_t>& tags = w.layout().tags;
   // What evicting the storage in a block costs: 0 for a free block, a barrier where the
   // block cannot be evicted (the candidate index holds exactly the evictable storages). It
   // runs for every block, so the arrays it reads are fetched once, not once a block.
@@ -308,11 +307,12 @@ void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
     return score(r.candidate_slot) * static_cast<double>(static_cast<std::int64_t>(r.bytes));
   };
   w.price(
-      need,
+      need, AllocatorBlocks(*caching),
       [&](const SegmentView& segment, std::size_t segment_bytes) {
         return caching->window_serves(segment, segment_bytes, bytes);
       },
-      [block_cost, tags = tags.data()](std::size_t block) { return block_cost(tags[block]); });
+      [block_cost](std::size_t, std::uint32_t tag) { return block_cost(tag); });
+  const std::vector<std::uint32_t>& tags = w.layout().tags;
   const std::size_t unreserved = caching->unreserved();
   window_refreshed_.assign(tags.size(), false);
   for (int round = 0; round < 8; ++round) {

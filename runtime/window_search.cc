@@ -13,13 +13,29 @@ namespace remat::detail {
 // restarts after it. The sweep keeps each block's window, so that refreshing a chosen
 // block's key (the search's convergence rounds in runtime.cc) updates the few windows that
 // hold the block instead of sweeping the segment again: the starts depend on sizes only.
-// The sweep itself (`price`, `sweep`) is in the header: it weighs the blocks as it goes,
-// through the caller's cost function, inlined.
+// The sweep itself (`price`, `sweep`) is in the header, a template over its block source and
+// cost function: it walks the allocator's list of each segment, lays each block out, weighs
+// it and moves the window on, in one loop with its state in registers. A separate layout
+// pass was latency-bound: one dependent load per block, nothing else to do while it missed
+// (on the tree LSTM at half its peak, as long as the sweep). Fused, the sweep's work fills
+// those stalls.
 
 // Keeps the cost per byte beside the cost: `choose` compares it across segments each round.
 void WindowSearch::set_empty_cost(Segment& seg, double cost) {
   seg.empty_cost = cost;
   seg.empty_cost_per_byte = cost / static_cast<double>(std::max<std::size_t>(seg.bytes, 1));
+}
+
+// Room for `blocks` blocks in every per-block array. They grow and are cut back to size
+// only when `price` ends: growing value-initializes what is new, so growing from empty on
+// every search would write each array twice.
+void WindowSearch::reserve(std::size_t blocks) {
+  if (blocks <= costs_.size()) return;
+  layout_.tags.resize(blocks);
+  layout_.sizes.resize(blocks);
+  costs_.resize(blocks);
+  window_begin_.resize(blocks);
+  window_cost_.resize(blocks);
 }
 
 void WindowSearch::find_best_window(Segment& seg) {

@@ -4,8 +4,8 @@
 // whole segments whose return makes room for it. Internal to the runtime.
 //
 //   WindowSearch search;
-//   allocator.layout(search.layout());
-//   search.price(need, serves, [&](std::size_t block) { return cost_of(block); });
+//   search.price(need, AllocatorBlocks(allocator), serves,
+//                [&](std::size_t block, std::uint32_t tag) { return cost_of(tag); });
 //   if (search.choose(need, allocator.unreserved()))
 //     for (std::size_t i : search.chosen()) evict(search.layout().tags[i]);
 #ifndef REMAT_RUNTIME_WINDOW_SEARCH_H_
@@ -13,6 +13,8 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "remat/caching_allocator.h"
@@ -24,19 +26,20 @@ class WindowSearch {
   // The cost of a block that cannot be evicted; other costs are >= 0 (0: a free block).
   static constexpr double kBarrier = -1;
 
-  BlockLayout& layout() { return layout_; }
+  // The blocks as the last `price` walked them.
   const BlockLayout& layout() const { return layout_; }
   // Each block's cost as `price` (or `reprice`) last set it; a segment that cannot be
   // emptied nor hold a window may be left unpriced after its first barrier.
   const std::vector<double>& costs() const { return costs_; }
 
-  // Prices every segment for a request of `need` (rounded) bytes: what emptying it costs and,
-  // where serves(segment view, segment bytes) says a window of it may serve the request, the
-  // cheapest window ending at each block. cost_of(block position) weighs a block, once; the
-  // weighing and the sweep are one pass (this runs over every block of every segment, for
-  // every window search). Linear in the blocks.
-  template <typename Serves, typename CostOf>
-  void price(std::size_t need, Serves&& serves, CostOf&& cost_of);
+  // Prices every segment of `source` for a request of `need` (rounded) bytes: what
+  // emptying it costs and, where serves(segment view, segment bytes) says a window of it may
+  // serve the request, the cheapest window ending at each block. The source lists segments
+  // and their blocks in address order (detail::AllocatorBlocks for the allocator); they go to
+  // `layout()` as they come. cost_of(block position, tag) weighs a block, once. Walking,
+  // weighing and sweeping are one pass (Note [Window sweep]); linear in the blocks.
+  template <typename Source, typename Serves, typename CostOf>
+  void price(std::size_t need, const Source& source, Serves&& serves, CostOf&& cost_of);
   // Picks the cheapest window, or the cheapest segments to empty (cheapest per byte first,
   // until `unreserved` plus their bytes hold `need`), whichever costs less; their evictable
   // blocks go to `chosen()`. False when neither can make room.
@@ -59,10 +62,11 @@ class WindowSearch {
     bool rescan = false;   // a repriced window may have taken the best's place
   };
   static void set_empty_cost(Segment& seg, double cost);
-  template <typename CostOf>
-  double empty_cost(const Segment& seg, CostOf& cost_of);
-  template <typename CostOf>
-  double sweep(Segment& seg, std::size_t need, CostOf& cost_of);
+  void reserve(std::size_t blocks);
+  template <typename Cursor, typename CostOf>
+  double empty_cost(const Segment& seg, Cursor blocks, CostOf& cost_of);
+  template <typename Cursor, typename CostOf>
+  double sweep(Segment& seg, std::size_t need, Cursor blocks, CostOf& cost_of);
   void find_best_window(Segment& seg);
   Segment& segment_of(std::size_t i);
 
@@ -79,54 +83,70 @@ class WindowSearch {
   std::vector<std::size_t> chosen_;
 };
 
-// Note [Window sweep] in window_search.cc says how this works.
-template <typename Serves, typename CostOf>
-void WindowSearch::price(std::size_t need, Serves&& serves, CostOf&& cost_of) {
-  const std::size_t n = layout_.tags.size();
+template <typename Source, typename Serves, typename CostOf>
+void WindowSearch::price(std::size_t need, const Source& source, Serves&& serves,
+                         CostOf&& cost_of) {
+  layout_.segments.clear();
+  segments_.clear();
+  std::size_t n = 0;
+  for (std::size_t k = 0, m = source.segments(); k < m; ++k) {
+    const auto info = source.segment(k);
+    reserve(n + info.blocks);
+    Segment seg;
+    seg.begin = n;
+    seg.end = n + info.blocks;
+    seg.bytes = info.bytes;
+    seg.serves = serves(info.view, info.bytes);
+    set_empty_cost(seg, seg.serves ? sweep(seg, need, source.blocks(k), cost_of)
+                                   : empty_cost(seg, source.blocks(k), cost_of));
+    segments_.push_back(seg);
+    layout_.segments.push_back({seg.begin, seg.end, seg.bytes, info.view});
+    n = seg.end;
+  }
+  layout_.tags.resize(n);
+  layout_.sizes.resize(n);
   costs_.resize(n);
   window_begin_.resize(n);
   window_cost_.resize(n);
-  segments_.clear();
-  for (const BlockLayout::Segment& s : layout_.segments) {
-    Segment seg;
-    seg.begin = s.begin;
-    seg.end = s.end;
-    seg.bytes = s.bytes;
-    seg.serves = serves(s.view, s.bytes);
-    set_empty_cost(seg, seg.serves ? sweep(seg, need, cost_of) : empty_cost(seg, cost_of));
-    segments_.push_back(seg);
-  }
 }
 
 // Any segment can be emptied; only one that serves can hold a window. One barrier settles
-// it, so the blocks after it go unweighed.
-template <typename CostOf>
-double WindowSearch::empty_cost(const Segment& seg, CostOf& cost_of) {
-  const CostOf weigh = cost_of;  // a local copy: stores to costs_ cannot alias its fields
+// it, so the blocks after it are laid out but not weighed.
+template <typename Cursor, typename CostOf>
+double WindowSearch::empty_cost(const Segment& seg, Cursor blocks, CostOf& cost_of) {
+  const CostOf weigh = cost_of;  // a local copy: stores to the arrays cannot alias its fields
+  std::uint32_t* tags = layout_.tags.data();
+  std::size_t* sizes = layout_.sizes.data();
+  double* costs = costs_.data();
   double cost = 0;
-  for (std::size_t i = seg.begin, end = seg.end; i < end; ++i) {
-    const double c = costs_[i] = weigh(i);
-    if (c == kBarrier) return INFINITY;
-    cost += c;
+  for (std::size_t i = seg.begin; !blocks.done(); blocks.next(), ++i) {
+    const std::uint32_t tag = tags[i] = blocks.tag();
+    sizes[i] = blocks.size();
+    if (cost == INFINITY) continue;
+    const double c = costs[i] = weigh(i, tag);
+    cost = c == kBarrier ? INFINITY : cost + c;
   }
   return cost;
 }
 
-// Weighs each block, finds its window and the segment's cheapest; returns what emptying the
-// segment costs.
-template <typename CostOf>
-double WindowSearch::sweep(Segment& seg, std::size_t need, CostOf& cost_of) {
+// Lays out and weighs each block, finds its window and the segment's cheapest; returns what
+// emptying the segment costs.
+template <typename Cursor, typename CostOf>
+double WindowSearch::sweep(Segment& seg, std::size_t need, Cursor blocks, CostOf& cost_of) {
   // Locals, the cost function's copy included: the loop stores through pointers that the
   // compiler would otherwise have to assume alias them, and reload them every block.
   const CostOf weigh = cost_of;
+  std::uint32_t* tags = layout_.tags.data();
+  std::size_t* sizes = layout_.sizes.data();
   double* costs = costs_.data();
-  const std::size_t* sizes = layout_.sizes.data();
   std::size_t* window_begin = window_begin_.data();
   double* window_cost_at = window_cost_.data();
   double empty_cost = 0, best = INFINITY, window_cost = 0;
   std::size_t lo = seg.begin, window_bytes = 0, best_end = kNone;
-  for (std::size_t hi = seg.begin, end = seg.end; hi < end; ++hi) {
-    const double cost = costs[hi] = weigh(hi);
+  for (std::size_t hi = seg.begin; !blocks.done(); blocks.next(), ++hi) {
+    const std::uint32_t tag = tags[hi] = blocks.tag();
+    const std::size_t size = sizes[hi] = blocks.size();
+    const double cost = costs[hi] = weigh(hi, tag);
     if (cost == kBarrier) {
       empty_cost = INFINITY;
       window_begin[hi] = kNone;
@@ -136,7 +156,7 @@ double WindowSearch::sweep(Segment& seg, std::size_t need, CostOf& cost_of) {
       continue;
     }
     empty_cost += cost;
-    window_bytes += sizes[hi];
+    window_bytes += size;
     window_cost += cost;
     if (window_bytes < need) {
       window_begin[hi] = kNone;

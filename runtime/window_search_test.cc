@@ -15,14 +15,49 @@ constexpr std::size_t kUnit = 512;
 // A random layout: segments of up to 12 blocks, each free, evictable (a random cost, ties
 // likely) or a barrier; a random half of the segments may hold windows.
 struct RandomCase {
+  BlockLayout layout;          // what the search is to walk
   std::vector<bool> serves;    // per segment
   std::vector<double> costs;   // per block
 };
 
-RandomCase fill_random(WindowSearch& w, std::mt19937_64& rng) {
+// A block source (the protocol of detail::AllocatorBlocks) over a given layout.
+class LayoutBlocks {
+ public:
+  explicit LayoutBlocks(const BlockLayout& layout) : layout_(layout) {}
+  struct SegmentInfo {
+    SegmentView view;
+    std::size_t bytes;
+    std::size_t blocks;
+  };
+  class Cursor {
+   public:
+    Cursor(const BlockLayout& layout, std::size_t i, std::size_t end)
+        : layout_(&layout), i_(i), end_(end) {}
+    bool done() const { return i_ == end_; }
+    std::uint32_t tag() const { return layout_->tags[i_]; }
+    std::size_t size() const { return layout_->sizes[i_]; }
+    void next() { ++i_; }
+
+   private:
+    const BlockLayout* layout_;
+    std::size_t i_, end_;
+  };
+  std::size_t segments() const { return layout_.segments.size(); }
+  SegmentInfo segment(std::size_t k) const {
+    const BlockLayout::Segment& s = layout_.segments[k];
+    return {s.view, s.bytes, s.end - s.begin};
+  }
+  Cursor blocks(std::size_t k) const {
+    return Cursor(layout_, layout_.segments[k].begin, layout_.segments[k].end);
+  }
+
+ private:
+  const BlockLayout& layout_;
+};
+
+RandomCase fill_random(std::mt19937_64& rng) {
   RandomCase c;
-  BlockLayout& layout = w.layout();
-  layout = BlockLayout{};
+  BlockLayout& layout = c.layout;
   const int segments = std::uniform_int_distribution<int>(1, 6)(rng);
   std::uint32_t next_tag = 0;
   for (int s = 0; s < segments; ++s) {
@@ -56,11 +91,21 @@ void price(WindowSearch& w, const RandomCase& c, std::size_t need) {
   std::size_t s = 0;
   std::vector<std::size_t> weighed(c.costs.size(), 0);
   w.price(
-      need, [&](const SegmentView&, std::size_t) { return c.serves[s++]; },
-      [&](std::size_t i) {
+      need, LayoutBlocks(c.layout), [&](const SegmentView&, std::size_t) { return c.serves[s++]; },
+      [&](std::size_t i, std::uint32_t tag) {
+        EXPECT_EQ(tag, c.layout.tags[i]);
         ++weighed[i];
         return c.costs[i];
       });
+  // It laid the blocks out as they came.
+  ASSERT_EQ(w.layout().tags, c.layout.tags);
+  ASSERT_EQ(w.layout().sizes, c.layout.sizes);
+  ASSERT_EQ(w.layout().segments.size(), c.layout.segments.size());
+  for (std::size_t k = 0; k < c.layout.segments.size(); ++k) {
+    EXPECT_EQ(w.layout().segments[k].begin, c.layout.segments[k].begin);
+    EXPECT_EQ(w.layout().segments[k].end, c.layout.segments[k].end);
+    EXPECT_EQ(w.layout().segments[k].bytes, c.layout.segments[k].bytes);
+  }
   for (std::size_t i = 0; i < weighed.size(); ++i) {
     EXPECT_LE(weighed[i], 1u) << "block " << i << " weighed twice";
     if (weighed[i] == 1) {
@@ -123,9 +168,9 @@ double chosen_window_cost(WindowSearch& w, const RandomCase& c, std::size_t need
 TEST(WindowSearchTest, FindsTheCheapestWindowOfRandomLayouts) {
   std::mt19937_64 rng(7);
   int windows = 0;
+  WindowSearch w;  // one search for every trial, as the runtime keeps one: nothing carries over
   for (int trial = 0; trial < 3000; ++trial) {
-    WindowSearch w;
-    const RandomCase c = fill_random(w, rng);
+    const RandomCase c = fill_random(rng);
     const std::size_t need = kUnit * std::uniform_int_distribution<std::size_t>(1, 16)(rng);
     price(w, c, need);
     const double expected = brute_force_window(w, c, need);
@@ -143,7 +188,7 @@ TEST(WindowSearchTest, RepricedBlocksGiveWhatAFreshSearchGives) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 2000; ++trial) {
     WindowSearch w;
-    const RandomCase c = fill_random(w, rng);
+    const RandomCase c = fill_random(rng);
     const std::size_t need = kUnit * std::uniform_int_distribution<std::size_t>(1, 16)(rng);
     price(w, c, need);
     if (!w.choose(need, need)) continue;
@@ -170,9 +215,9 @@ TEST(WindowSearchTest, EmptiesTheCheapestSegmentsPerByteWhenTheBudgetIsShort) {
   int emptied = 0;
   for (int trial = 0; trial < 2000; ++trial) {
     WindowSearch w;
-    RandomCase c = fill_random(w, rng);
+    RandomCase c = fill_random(rng);
     std::fill(c.serves.begin(), c.serves.end(), false);  // no window: only emptying
-    BlockLayout& layout = w.layout();
+    BlockLayout& layout = c.layout;
     // Every segment holds something to evict, so the emptied ones show in `chosen`.
     for (const auto& seg : layout.segments)
       if (layout.tags[seg.begin] == BlockLayout::kFree) {

@@ -52,6 +52,7 @@ namespace detail {
 struct Block;
 struct Segment;
 class BlockPool;
+class AllocatorBlocks;
 }  // namespace detail
 
 // What a caller choosing an address window needs to know of a segment.
@@ -61,9 +62,9 @@ struct SegmentView {
 };
 
 // Every segment's blocks in address order, flattened into arrays, for callers that choose
-// what to evict by address (see `CachingAllocator::layout`). Flat arrays rather than a
-// callback per segment: the window search reads every block, often, and a pass over
-// contiguous tags and sizes is several times cheaper than one over the allocator's lists.
+// what to evict by address (see `CachingAllocator::layout`): the window search reads them
+// again after its first pass (its convergence rounds), and a pass over contiguous tags and
+// sizes is several times cheaper than one over the allocator's lists.
 struct BlockLayout {
   static constexpr std::uint32_t kFree = UINT32_MAX - 1;  // the tag of a free block
   struct Segment {
@@ -97,7 +98,8 @@ class CachingAllocator final : public MemoryResource {
   bool is_small(std::size_t bytes) const;
   // Fills `out` with every segment's blocks in address order, reusing its buffers. The room
   // the expandable arena may still grow into is a free block after its last one; the room
-  // left under the budget otherwise is `unreserved()`.
+  // left under the budget otherwise is `unreserved()`. (The runtime's window search walks
+  // the blocks itself, through detail::AllocatorBlocks, and fills its layout as it goes.)
   void layout(BlockLayout& out) const;
   // True when a free window of `window_bytes` in `segment` could serve a request of `bytes`.
   bool window_serves(const SegmentView& segment, std::size_t window_bytes,
@@ -119,6 +121,8 @@ class CachingAllocator final : public MemoryResource {
   void do_deallocate(void* p, std::size_t bytes) override;
 
  private:
+  friend class detail::AllocatorBlocks;
+  const std::vector<detail::Segment*>& segment_list() const;
   detail::Block* find_free(std::size_t size);
   // True when `have` free bytes (one block, or a window of a segment that is `whole` or not)
   // may serve a rounded request of `size` (Note [Whole segments for large tensors]).
