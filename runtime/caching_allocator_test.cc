@@ -460,9 +460,9 @@ TEST(CachingAllocatorTest, ArenaGrowsAtItsEndAndGivesTheTailBack) {
   EXPECT_EQ(layout.segments[0].bytes, o.budget);
 }
 
-// Random sequences over many segments (more than `layout` walks at once, Note [Interleaved
-// layout walk]): the layout lists every block of every segment once, in address order, with
-// its tag, and the segments' blocks tile them without a gap.
+// Random sequences over many segments, and the arena: the layout lists every block of every
+// segment once, in address order, with its tag, and the segments' blocks tile them without a
+// gap (the block counts that place each segment are kept right through splits and merges).
 TEST(CachingAllocatorTest, LayoutListsEveryBlockInAddressOrder) {
   for (const bool expandable : {false, true}) {
     CachingAllocatorOptions o = expandable ? arena() : small_segments();
@@ -522,7 +522,7 @@ TEST(CachingAllocatorTest, LayoutListsEveryBlockInAddressOrder) {
       ASSERT_EQ(seen, live.size());
     }
     if (!expandable) {
-      EXPECT_GT(alloc.stats().segments, 8u);  // more than one round of lanes
+      EXPECT_GT(alloc.stats().segments, 8u);  // many segments, not one
     }
     for (const auto& [tag, at] : live) alloc.deallocate(reinterpret_cast<void*>(at.first), at.second);
   }
