@@ -7,6 +7,8 @@
 #include <random>
 #include <set>
 
+#include "runtime/detail/blocks.h"
+
 namespace remat::detail {
 namespace {
 
@@ -24,11 +26,7 @@ struct RandomCase {
 class LayoutBlocks {
  public:
   explicit LayoutBlocks(const BlockLayout& layout) : layout_(layout) {}
-  struct SegmentInfo {
-    SegmentView view;
-    std::size_t bytes;
-    std::size_t blocks;
-  };
+  using SegmentInfo = AllocatorBlocks::SegmentInfo;
   class Cursor {
    public:
     Cursor(const BlockLayout& layout, std::size_t i, std::size_t end)
