@@ -13,8 +13,8 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cassert>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "remat/caching_allocator.h"
@@ -119,13 +119,15 @@ double WindowSearch::empty_cost(const Segment& seg, Cursor blocks, CostOf& cost_
   std::size_t* sizes = layout_.sizes.data();
   double* costs = costs_.data();
   double cost = 0;
-  for (std::size_t i = seg.begin; !blocks.done(); blocks.next(), ++i) {
+  std::size_t i = seg.begin;
+  for (; !blocks.done(); blocks.next(), ++i) {
     const std::uint32_t tag = tags[i] = blocks.tag();
     sizes[i] = blocks.size();
     if (cost == INFINITY) continue;
     const double c = costs[i] = weigh(i, tag);
     cost = c == kBarrier ? INFINITY : cost + c;
   }
+  assert(i == seg.end && "the source listed another number of blocks than it said");
   return cost;
 }
 
@@ -143,7 +145,8 @@ double WindowSearch::sweep(Segment& seg, std::size_t need, Cursor blocks, CostOf
   double* window_cost_at = window_cost_.data();
   double empty_cost = 0, best = INFINITY, window_cost = 0;
   std::size_t lo = seg.begin, window_bytes = 0, best_end = kNone;
-  for (std::size_t hi = seg.begin; !blocks.done(); blocks.next(), ++hi) {
+  std::size_t hi = seg.begin;
+  for (; !blocks.done(); blocks.next(), ++hi) {
     const std::uint32_t tag = tags[hi] = blocks.tag();
     const std::size_t size = sizes[hi] = blocks.size();
     const double cost = costs[hi] = weigh(hi, tag);
@@ -174,6 +177,7 @@ double WindowSearch::sweep(Segment& seg, std::size_t need, Cursor blocks, CostOf
       best_end = hi;
     }
   }
+  assert(hi == seg.end && "the source listed another number of blocks than it said");
   seg.best_end = best_end;
   return empty_cost;
 }
