@@ -312,7 +312,7 @@ void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
         return caching->window_serves(segment, segment_bytes, bytes);
       },
       [block_cost](std::size_t, std::uint32_t tag) { return block_cost(tag); });
-  const std::vector<std::uint32_t>& tags = w.layout().tags;
+  const std::vector<std::uint32_t>& tags = w.tags();
   const std::size_t unreserved = caching->unreserved();
   window_refreshed_.assign(tags.size(), false);
   for (int round = 0; round < 8; ++round) {

@@ -31,8 +31,8 @@ void WindowSearch::set_empty_cost(Segment& seg, double cost) {
 // every search would write each array twice.
 void WindowSearch::reserve(std::size_t blocks) {
   if (blocks <= costs_.size()) return;
-  layout_.tags.resize(blocks);
-  layout_.sizes.resize(blocks);
+  tags_.resize(blocks);
+  sizes_.resize(blocks);
   costs_.resize(blocks);
   window_begin_.resize(blocks);
   window_cost_.resize(blocks);
@@ -63,7 +63,7 @@ bool WindowSearch::choose(std::size_t need, std::size_t unreserved) {
   chosen_.clear();
   auto take = [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i)
-      if (layout_.tags[i] != BlockLayout::kFree) chosen_.push_back(i);
+      if (tags_[i] != BlockLayout::kFree) chosen_.push_back(i);
   };
   // Emptying segments makes room only where the budget has too little left for the segment
   // this request would reserve. One or two segments are usually enough, so each is found by

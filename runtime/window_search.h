@@ -7,7 +7,7 @@
 //   search.price(need, AllocatorBlocks(allocator), serves,
 //                [&](std::size_t block, std::uint32_t tag) { return cost_of(tag); });
 //   if (search.choose(need, allocator.unreserved()))
-//     for (std::size_t i : search.chosen()) evict(search.layout().tags[i]);
+//     for (std::size_t i : search.chosen()) evict(search.tags()[i]);
 #ifndef REMAT_RUNTIME_WINDOW_SEARCH_H_
 #define REMAT_RUNTIME_WINDOW_SEARCH_H_
 
@@ -26,8 +26,9 @@ class WindowSearch {
   // The cost of a block that cannot be evicted; other costs are >= 0 (0: a free block).
   static constexpr double kBarrier = -1;
 
-  // The blocks as the last `price` walked them.
-  const BlockLayout& layout() const { return layout_; }
+  // Each block's tag, in the order the last `price` walked them (a block's position is its
+  // index here, in `costs()` and in `chosen()`).
+  const std::vector<std::uint32_t>& tags() const { return tags_; }
   // Each block's cost as `price` (or `reprice`) last set it; a segment that cannot be
   // emptied nor hold a window may be left unpriced after its first barrier.
   const std::vector<double>& costs() const { return costs_; }
@@ -35,9 +36,9 @@ class WindowSearch {
   // Prices every segment of `source` for a request of `need` (rounded) bytes: what
   // emptying it costs and, where serves(segment view, segment bytes) says a window of it may
   // serve the request, the cheapest window ending at each block. The source lists segments
-  // and their blocks in address order (detail::AllocatorBlocks for the allocator); they go to
-  // `layout()` as they come. cost_of(block position, tag) weighs a block, once. Walking,
-  // weighing and sweeping are one pass (Note [Window sweep]); linear in the blocks.
+  // and their blocks in address order (detail::AllocatorBlocks for the allocator); their
+  // tags go to `tags()` as they come. cost_of(block position, tag) weighs a block, once.
+  // Walking, weighing and sweeping are one pass (Note [Window sweep]); linear in the blocks.
   template <typename Source, typename Serves, typename CostOf>
   void price(std::size_t need, const Source& source, Serves&& serves, CostOf&& cost_of);
   // Picks the cheapest window, or the cheapest segments to empty (cheapest per byte first,
@@ -70,7 +71,8 @@ class WindowSearch {
   void find_best_window(Segment& seg);
   Segment& segment_of(std::size_t i);
 
-  BlockLayout layout_;
+  std::vector<std::uint32_t> tags_;
+  std::vector<std::size_t> sizes_;
   std::vector<double> costs_;
   // Per block i of a serving segment: the shortest window ending at i that holds the request
   // begins at window_begin_[i] (kNone: none does) and costs window_cost_[i]. The windows'
@@ -86,7 +88,6 @@ class WindowSearch {
 template <typename Source, typename Serves, typename CostOf>
 void WindowSearch::price(std::size_t need, const Source& source, Serves&& serves,
                          CostOf&& cost_of) {
-  layout_.segments.clear();
   segments_.clear();
   std::size_t n = 0;
   for (std::size_t k = 0, m = source.segments(); k < m; ++k) {
@@ -100,11 +101,10 @@ void WindowSearch::price(std::size_t need, const Source& source, Serves&& serves
     set_empty_cost(seg, seg.serves ? sweep(seg, need, source.blocks(k), cost_of)
                                    : empty_cost(seg, source.blocks(k), cost_of));
     segments_.push_back(seg);
-    layout_.segments.push_back({seg.begin, seg.end, seg.bytes, info.view});
     n = seg.end;
   }
-  layout_.tags.resize(n);
-  layout_.sizes.resize(n);
+  tags_.resize(n);
+  sizes_.resize(n);
   costs_.resize(n);
   window_begin_.resize(n);
   window_cost_.resize(n);
@@ -115,8 +115,8 @@ void WindowSearch::price(std::size_t need, const Source& source, Serves&& serves
 template <typename Cursor, typename CostOf>
 double WindowSearch::empty_cost(const Segment& seg, Cursor blocks, CostOf& cost_of) {
   const CostOf weigh = cost_of;  // a local copy: stores to the arrays cannot alias its fields
-  std::uint32_t* tags = layout_.tags.data();
-  std::size_t* sizes = layout_.sizes.data();
+  std::uint32_t* tags = tags_.data();
+  std::size_t* sizes = sizes_.data();
   double* costs = costs_.data();
   double cost = 0;
   std::size_t i = seg.begin;
@@ -138,8 +138,8 @@ double WindowSearch::sweep(Segment& seg, std::size_t need, Cursor blocks, CostOf
   // Locals, the cost function's copy included: the loop stores through pointers that the
   // compiler would otherwise have to assume alias them, and reload them every block.
   const CostOf weigh = cost_of;
-  std::uint32_t* tags = layout_.tags.data();
-  std::size_t* sizes = layout_.sizes.data();
+  std::uint32_t* tags = tags_.data();
+  std::size_t* sizes = sizes_.data();
   double* costs = costs_.data();
   std::size_t* window_begin = window_begin_.data();
   double* window_cost_at = window_cost_.data();

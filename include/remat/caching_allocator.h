@@ -61,10 +61,9 @@ struct SegmentView {
   bool whole;  // holds one block that is never split (Note [Whole segments for large tensors])
 };
 
-// Every segment's blocks in address order, flattened into arrays, for callers that choose
-// what to evict by address (see `CachingAllocator::layout`): the window search reads them
-// again after its first pass (its convergence rounds), and a pass over contiguous tags and
-// sizes is several times cheaper than one over the allocator's lists.
+// Every segment's blocks in address order, flattened into arrays, for callers that look at
+// the allocator by address (see `CachingAllocator::layout`). `kFree` is also the tag the
+// runtime's window search gives a free block as it walks the lists itself.
 struct BlockLayout {
   static constexpr std::uint32_t kFree = UINT32_MAX - 1;  // the tag of a free block
   struct Segment {
@@ -99,7 +98,7 @@ class CachingAllocator final : public MemoryResource {
   // Fills `out` with every segment's blocks in address order, reusing its buffers. The room
   // the expandable arena may still grow into is a free block after its last one; the room
   // left under the budget otherwise is `unreserved()`. (The runtime's window search walks
-  // the blocks itself, through detail::AllocatorBlocks, and fills its layout as it goes.)
+  // the blocks itself, through detail::AllocatorBlocks, weighing them as it goes.)
   void layout(BlockLayout& out) const;
   // True when a free window of `window_bytes` in `segment` could serve a request of `bytes`.
   bool window_serves(const SegmentView& segment, std::size_t window_bytes,
