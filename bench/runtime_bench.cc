@@ -130,7 +130,7 @@ void BM_Replay(benchmark::State& state, const std::string& name, const std::stri
                Accounting accounting) {
   const std::filesystem::path path =
       std::filesystem::path(REMAT_SHARED_DIR) / "traces" / "dtr" / (name + ".log");
-  auto trace = load_dtr_trace(path.string());
+  auto trace = read_dtr_trace_file(path.string());
   if (!trace.ok()) {
     state.SkipWithError("trace not found (../shared is absent)");
     return;

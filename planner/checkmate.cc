@@ -64,7 +64,7 @@ absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
   int64_t maxb = 1;
   for (const Node& v : g.nodes) maxb = std::max(maxb, v.bytes);
   if (maxb > 1e6) scale = 1.0 / static_cast<double>(maxb);
-  auto users = g.Users();
+  auto users = g.users();
   std::vector<std::vector<int>> deps(n);  // distinct inputs
   for (int v = 0; v < n; ++v) {
     deps[v] = g.nodes[v].inputs;
@@ -77,7 +77,7 @@ absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
   for (int t = 0; t < n; ++t) {
     R[t].assign(t + 1, -1);
     for (int i = 0; i <= t; ++i) {
-      double hi = (i < t && !g.nodes[i].CanRecompute()) ? 0.0 : 1.0;
+      double hi = (i < t && !g.nodes[i].can_recompute()) ? 0.0 : 1.0;
       double lo = (i == t) ? 1.0 : 0.0;
       R[t][i] = m.AddVar(g.nodes[i].cost, lo, hi, true);
     }

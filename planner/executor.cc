@@ -56,14 +56,14 @@ bool Executor::Ensure(int v) {
     while (f.next < node.inputs.size() && live_[node.inputs[f.next]]) ++f.next;
     if (f.next < node.inputs.size()) {
       int u = node.inputs[f.next];
-      if (computed_[u] && !g_.nodes[u].CanRecompute()) {
+      if (computed_[u] && !g_.nodes[u].can_recompute()) {
         while (!stack.empty()) pop();
         return false;
       }
       push(u);
       continue;
     }
-    if (computed_[f.node] && !node.CanRecompute()) {
+    if (computed_[f.node] && !node.can_recompute()) {
       while (!stack.empty()) pop();
       return false;
     }
@@ -100,7 +100,7 @@ struct UseInfo {
 
 UseInfo ComputeUses(const Graph& g) {
   UseInfo u;
-  u.users = g.Users();
+  u.users = g.users();
   const int n = g.size();
   u.last_user.assign(n, -1);
   u.last_fwd_user.assign(n, -1);
@@ -114,7 +114,7 @@ UseInfo ComputeUses(const Graph& g) {
   for (int v = n - 1; v >= 0; --v) {
     int h = u.last_user[v];
     for (int w : u.users[v]) {
-      if (g.nodes[w].CanRecompute()) h = std::max(h, u.horizon[w]);
+      if (g.nodes[w].can_recompute()) h = std::max(h, u.horizon[w]);
     }
     u.horizon[v] = h;
   }
@@ -135,7 +135,7 @@ std::vector<int> TouchedSince(const Graph& g, const Executor& ex, size_t start) 
 }
 
 bool Dead(const Graph& g, const UseInfo& ui, int u, int v) {
-  if (!g.nodes[u].CanRecompute()) return ui.horizon[u] <= v;
+  if (!g.nodes[u].can_recompute()) return ui.horizon[u] <= v;
   return ui.last_user[u] <= v;
 }
 
@@ -148,7 +148,7 @@ std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& kee
   for (int v = 0; v < n; ++v) {
     size_t start = ex.order().size();
     if (!ex.computed(v) || !ex.live(v)) {
-      if (ex.computed(v) && !g.nodes[v].CanRecompute()) break;
+      if (ex.computed(v) && !g.nodes[v].can_recompute()) break;
       // Target step: compute v even if an earlier recomputation made it (cannot happen:
       // ancestors of earlier targets have smaller ids).
       ex.Ensure(v);
@@ -158,7 +158,7 @@ std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& kee
     for (int u : cand) {
       if (!ex.live(u)) continue;
       if (retain_kept && keep[u] ? ui.horizon[u] <= v : Dead(g, ui, u, v)) { ex.Drop(u); continue; }
-      if (fwd_step && !keep[u] && g.nodes[u].CanRecompute() && g.nodes[u].phase == Phase::kForward &&
+      if (fwd_step && !keep[u] && g.nodes[u].can_recompute() && g.nodes[u].phase == Phase::kForward &&
           ui.last_fwd_user[u] <= v) {
         ex.Drop(u);
       }
@@ -201,7 +201,7 @@ std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams&
         int u = live_list[k];
         if (!ex.live(u)) { in_list[u] = 0; continue; }
         live_list[w++] = u;
-        if (ex.pinned(u) || !g.nodes[u].CanRecompute() || g.nodes[u].bytes == 0) continue;
+        if (ex.pinned(u) || !g.nodes[u].can_recompute() || g.nodes[u].bytes == 0) continue;
         double rc = g.nodes[u].cost;
         for (int i : g.nodes[u].inputs) if (!ex.live(i)) rc += g.nodes[i].cost;
         double dist = std::max(1, next_use(u) - cur);
@@ -219,7 +219,7 @@ std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams&
     cur = v;
     size_t start = ex.order().size();
     if (!ex.live(v)) {
-      if (ex.computed(v) && !g.nodes[v].CanRecompute()) break;
+      if (ex.computed(v) && !g.nodes[v].can_recompute()) break;
       if (!ex.Ensure(v)) break;
     }
     const std::vector<int> cand = TouchedSince(g, ex, start);
@@ -248,7 +248,7 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   int64_t fwd_total = 0, fwd_max = 0;
   for (const Node& n : g.nodes) {
     if (n.phase == Phase::kBackward) has_backward = true;
-    else if (n.CanRecompute()) { fwd_total += n.bytes; fwd_max = std::max(fwd_max, n.bytes); }
+    else if (n.can_recompute()) { fwd_total += n.bytes; fwd_max = std::max(fwd_max, n.bytes); }
   }
   if (!has_backward) {
     p.order.resize(g.size());
@@ -262,7 +262,7 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
     std::vector<char> keep(g.size(), 0);
     double temp = 0;
     for (const Node& n : g.nodes) {
-      if (n.phase != Phase::kForward || !n.CanRecompute()) continue;
+      if (n.phase != Phase::kForward || !n.can_recompute()) continue;
       temp += static_cast<double>(n.bytes);
       if (temp > b) { keep[n.id] = 1; temp = 0; }
     }
@@ -279,7 +279,7 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   Schedule s;
   for (double b : bs) {
     s.order = ExecuteKeepSet(g, keep_for(b));
-    SimResult r = Simulate(g, s);
+    SimResult r = simulate(g, s);
     if (!r.valid) continue;
     bool better;
     if (!have) better = true;
@@ -352,7 +352,7 @@ std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget
         relax(key(live & ~bit, done), d, -1);  // drop v
         continue;
       }
-      if ((done & bit) && !g.nodes[v].CanRecompute()) continue;
+      if ((done & bit) && !g.nodes[v].can_recompute()) continue;
       if (first_in_id_order && !(done & bit) && (done & (bit - 1)) != (bit - 1)) continue;
       if ((inmask[v] & live) != inmask[v]) continue;
       if (lb + g.nodes[v].bytes > budget) continue;

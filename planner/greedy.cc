@@ -75,7 +75,7 @@ std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t bud
     for (int i = 0; i < p_step; ++i) {
       if (e.last_read[i] <= p_step) continue;
       int v = order[i];
-      if (!g.nodes[v].CanRecompute() || g.nodes[v].bytes == 0) continue;
+      if (!g.nodes[v].can_recompute() || g.nodes[v].bytes == 0) continue;
       const auto& rd = e.readers[i];
       if (std::binary_search(rd.begin(), rd.end(), p_step)) continue;
       int r1 = *std::upper_bound(rd.begin(), rd.end(), p_step);

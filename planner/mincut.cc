@@ -54,13 +54,13 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
   };
   auto in = [](int v) { return 2 * v; };
   auto out = [](int v) { return 2 * v + 1; };
-  auto users = g.Users();
+  auto users = g.users();
   for (const Node& v : g.nodes) {
     if (v.phase == Phase::kBackward) {
       add(in(v.id), snk, inf);
       continue;
     }
-    if (!v.CanRecompute() || v.pytorch_banned) add(src, in(v.id), inf);
+    if (!v.can_recompute() || v.pytorch_banned) add(src, in(v.id), inf);
     add(in(v.id), out(v.id), std::max<long long>(v.bytes, 0));
     for (int w : users[v.id]) add(out(v.id), in(w), inf);
   }
@@ -90,9 +90,9 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
     if (!in_fwd[v.id]) continue;
     ex.Ensure(v.id);
     for (int u : g.nodes[v.id].inputs) {
-      if (--fwd_left[u] == 0 && !keep[u] && g.nodes[u].CanRecompute()) ex.Drop(u);
+      if (--fwd_left[u] == 0 && !keep[u] && g.nodes[u].can_recompute()) ex.Drop(u);
     }
-    if (fwd_left[v.id] == 0 && !keep[v.id] && v.CanRecompute()) ex.Drop(v.id);
+    if (fwd_left[v.id] == 0 && !keep[v.id] && v.can_recompute()) ex.Drop(v.id);
   }
   plan.backward_start = static_cast<int>(ex.order().size());
   for (const Node& v : g.nodes) {
@@ -106,7 +106,7 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
   plan.order = ex.order();
   if (opt.budget_bytes) {
     Schedule s{g.name, plan.order, std::nullopt};
-    if (Simulate(g, s).peak_bytes > *opt.budget_bytes) {
+    if (simulate(g, s).peak_bytes > *opt.budget_bytes) {
       Deadline d(opt.time_limit_seconds);
       GreedyParams gp;
       plan.order = RepairOrder(g, plan.order, *opt.budget_bytes, gp, &d);

@@ -281,7 +281,7 @@ absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt) {
     return plan;
   }
   const int64_t budget = *opt.budget_bytes;
-  if (Simulate(g, Schedule{g.name, file, std::nullopt}).peak_bytes <= budget) {
+  if (simulate(g, Schedule{g.name, file, std::nullopt}).peak_bytes <= budget) {
     plan.order = file;
     plan.optimal = true;
     return plan;
@@ -301,7 +301,7 @@ absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt) {
   if (integral) cost_scale = 1.0;
   d.first.push_back(0);
   for (const Node& nd : g.nodes) {
-    int c = nd.CanRecompute() ? d.C : 1;
+    int c = nd.can_recompute() ? d.C : 1;
     d.intervals.push_back(c);
     d.first.push_back(d.first.back() + c);
     d.usage.push_back(static_cast<int>((nd.bytes + unit - 1) / unit));
@@ -336,7 +336,7 @@ absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt) {
       }
     }
     fprintf(stderr, "moccasin: seed of %zu steps (peak %ld) %s the model\n", seed_order.size(),
-            static_cast<long>(Simulate(g, Schedule{g.name, seed_order, std::nullopt}).peak_bytes),
+            static_cast<long>(simulate(g, Schedule{g.name, seed_order, std::nullopt}).peak_bytes),
             probe.status() == SS_FAILED ? "violates" : "satisfies");
   }
   // Runs branch and bound (complete, or LNS restarts) from `root` until `done` says so or

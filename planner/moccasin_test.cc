@@ -6,7 +6,7 @@
 #include "internal.h"
 #include "remat/planner.h"
 #include "remat/schedule.h"
-#include "test_util.h"
+#include "runtime/ir/test_graphs.h"
 
 namespace remat {
 namespace {
@@ -17,7 +17,7 @@ Plan Moccasin(const Graph& g, int64_t budget, int C, double seconds = 5) {
   o.moccasin_intervals = C;
   o.time_limit_seconds = seconds;
   o.verbose = getenv("REMAT_VERBOSE") != nullptr;
-  auto p = RunPlanner("moccasin", g, o);
+  auto p = run_planner("moccasin", g, o);
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? *p : Plan{};
 }
@@ -59,7 +59,7 @@ TEST(Moccasin, ValidAndNeverBelowExhaustiveOptimumOnSmallRandomGraphs) {
       if (!p.feasible) continue;
       ++found;
       ASSERT_TRUE(opt.has_value()) << "seed " << seed;
-      SimResult again = Simulate(g, p.schedule, budget);
+      SimResult again = simulate(g, p.schedule, budget);
       ASSERT_TRUE(again.valid) << "seed " << seed << ": " << again.error;
       EXPECT_GE(again.cost, opt->cost - 1e-9) << "seed " << seed << " budget " << budget;
     }

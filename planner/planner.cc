@@ -34,7 +34,7 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
     // Unread instances only cost time and memory.
     std::vector<int> order = internal::PruneUnreadInstances(g, raw_order);
     Schedule s{g.name, order, std::nullopt};
-    SimResult r = Simulate(g, s, opt.budget_bytes);
+    SimResult r = simulate(g, s, opt.budget_bytes);
     if (!r.valid) return;
     bool better = !have || r.cost < best_sim.cost - 1e-12 ||
                   (r.cost <= best_sim.cost + 1e-12 && r.peak_bytes < best_sim.peak_bytes);
@@ -114,20 +114,20 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
 
 }  // namespace
 
-std::vector<std::string> PlannerNames() {
+std::vector<std::string> planner_names() {
   std::vector<std::string> names;
   for (const Entry& e : kPlanners) names.push_back(e.name);
   return names;
 }
 
-absl::StatusOr<Plan> RunPlanner(std::string_view algo, const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const PlanOptions& opt) {
   const Entry* entry = nullptr;
   for (const Entry& e : kPlanners) if (algo == e.name) entry = &e;
   if (!entry) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown planner '", std::string(algo), "'; known: ", absl::StrJoin(PlannerNames(), ", ")));
+        absl::StrCat("unknown planner '", std::string(algo), "'; known: ", absl::StrJoin(planner_names(), ", ")));
   }
-  absl::Status valid = ValidateGraph(g);
+  absl::Status valid = validate_graph(g);
   if (!valid.ok()) return valid;
   Plan plan;
   plan.algo = std::string(algo);
@@ -141,7 +141,7 @@ absl::StatusOr<Plan> RunPlanner(std::string_view algo, const Graph& g, const Pla
       plan.reason = absl::StrCat("budget ", *opt.budget_bytes, " bytes is below what any schedule needs: node ",
                                  witness, " ('", g.nodes[witness].name, "') needs ", lb,
                                  " bytes for itself and its inputs");
-      plan.sim.base_cost = g.TotalCost();
+      plan.sim.base_cost = g.total_cost();
       return plan;
     }
   }
@@ -155,10 +155,10 @@ absl::StatusOr<Plan> RunPlanner(std::string_view algo, const Graph& g, const Pla
   if (plan.schedule.order.empty()) {
     plan.feasible = false;
     plan.reason = raw->note.empty() ? "the planner found no schedule" : raw->note;
-    plan.sim.base_cost = g.TotalCost();
+    plan.sim.base_cost = g.total_cost();
     return plan;
   }
-  plan.sim = Simulate(g, plan.schedule, opt.budget_bytes);
+  plan.sim = simulate(g, plan.schedule, opt.budget_bytes);
   plan.feasible = plan.sim.valid;
   if (!plan.feasible) {
     plan.reason = absl::StrCat(plan.algo, " did not meet the budget: ", plan.sim.error);

@@ -7,7 +7,7 @@
 #include "internal.h"
 #include "remat/planner.h"
 #include "remat/schedule.h"
-#include "test_util.h"
+#include "runtime/ir/test_graphs.h"
 
 namespace remat {
 namespace {
@@ -18,7 +18,7 @@ Plan MustPlan(const std::string& algo, const Graph& g, std::optional<int64_t> bu
   PlanOptions o;
   o.budget_bytes = budget;
   o.time_limit_seconds = time_limit;
-  auto p = RunPlanner(algo, g, o);
+  auto p = run_planner(algo, g, o);
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? *p : Plan{};
 }
@@ -36,7 +36,7 @@ TEST(Exhaustive, LinearGraphOptimaMatchTheIssue) {
       auto r = internal::ExhaustiveOptimum(g, budget);
       ASSERT_TRUE(r.has_value()) << "n=" << n << " B=" << budget;
       EXPECT_DOUBLE_EQ(r->cost, cost) << "n=" << n << " B=" << budget;
-      SimResult s = Simulate(g, Schedule{g.name, r->order}, budget);
+      SimResult s = simulate(g, Schedule{g.name, r->order}, budget);
       EXPECT_TRUE(s.valid) << s.error;
       EXPECT_DOUBLE_EQ(s.cost, cost);
     }
@@ -60,7 +60,7 @@ TEST(Checkmate, HitsLinearGraphOptima) {
 
 TEST(Planners, BudgetBelowAnyScheduleIsInfeasibleWithReason) {
   Graph g = testing::LinearGraph(4);
-  for (const std::string& algo : PlannerNames()) {
+  for (const std::string& algo : planner_names()) {
     Plan p = MustPlan(algo, g, 2);
     EXPECT_FALSE(p.feasible) << algo;
     EXPECT_THAT(p.reason, HasSubstr("below what any schedule needs")) << algo;
@@ -69,7 +69,7 @@ TEST(Planners, BudgetBelowAnyScheduleIsInfeasibleWithReason) {
 
 TEST(Planners, UnknownNameIsAnError) {
   Graph g = testing::LinearGraph(2);
-  auto p = RunPlanner("nosuch", g, PlanOptions{});
+  auto p = run_planner("nosuch", g, PlanOptions{});
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.status().message(), HasSubstr("nosuch"));
 }
@@ -84,10 +84,10 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
     int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
     for (int64_t budget : {lb, (lb + full) / 2, full}) {
       auto opt = internal::ExhaustiveOptimum(g, budget);
-      for (const std::string& algo : PlannerNames()) {
+      for (const std::string& algo : planner_names()) {
         Plan p = MustPlan(algo, g, budget, algo == "best" ? 0.2 : 5);
         if (!p.feasible) continue;
-        SimResult again = Simulate(g, p.schedule, budget);
+        SimResult again = simulate(g, p.schedule, budget);
         ASSERT_TRUE(again.valid) << algo << " seed " << seed << ": " << again.error;
         ASSERT_TRUE(opt.has_value()) << algo << " found a schedule where exhaustive search found none";
         EXPECT_GE(p.sim.cost, opt->cost - 1e-9) << algo << " seed " << seed << " budget " << budget;
@@ -178,13 +178,13 @@ TEST(Rotor, BudgetedPlansOnTrainingGraphsAreValid) {
     for (double f : {1.0, 0.7, 0.5}) {
       PlanOptions o;
       o.budget_bytes = static_cast<int64_t>(f * full);
-      auto p = RunPlanner("rotor", g, o);
+      auto p = run_planner("rotor", g, o);
       ASSERT_TRUE(p.ok());
       if (f == 1.0) {
         EXPECT_TRUE(p->feasible) << p->reason;
       }
       if (p->feasible) {
-        EXPECT_TRUE(Simulate(g, p->schedule, o.budget_bytes).valid);
+        EXPECT_TRUE(simulate(g, p->schedule, o.budget_bytes).valid);
         EXPECT_LE(p->sim.peak_bytes, *o.budget_bytes);
       }
     }
@@ -201,10 +201,10 @@ TEST(Mincut, SavesNoMoreThanPyTorchAndNeverRecomputesBannedNodes) {
   std::string dir = testing::SharedGraphsDir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   for (const char* name : {"mlp16", "resnet18", "vgg11", "mobilenet_v2", "gpt_small", "transformer_enc"}) {
-    auto g = ReadGraphFile(dir + "/" + name + ".json");
+    auto g = read_graph_file(dir + "/" + name + ".json");
     ASSERT_TRUE(g.ok()) << g.status();
     ASSERT_TRUE(g->peer.pytorch_mincut_saved_bytes.has_value()) << name;
-    auto p = RunPlanner("mincut", *g, PlanOptions{});
+    auto p = run_planner("mincut", *g, PlanOptions{});
     ASSERT_TRUE(p.ok());
     ASSERT_TRUE(p->feasible) << name << ": " << p->reason;
     EXPECT_LE(p->sim.saved_bytes, *g->peer.pytorch_mincut_saved_bytes) << name;
@@ -224,7 +224,7 @@ TEST(Mincut, BudgetedVariantFitsTighterBudgets) {
   int64_t full = testing::NoRematPeak(g);
   PlanOptions o;
   o.budget_bytes = full * 6 / 10;
-  auto p = RunPlanner("mincut", g, o);
+  auto p = run_planner("mincut", g, o);
   ASSERT_TRUE(p.ok());
   if (p->feasible) {
     EXPECT_LE(p->sim.peak_bytes, *o.budget_bytes);
@@ -240,11 +240,34 @@ TEST(Greedy, MeetsBudgetsOnRandomGraphsWithValidSchedules) {
     int64_t budget = std::max(lb, full * 8 / 10);
     PlanOptions o;
     o.budget_bytes = budget;
-    auto p = RunPlanner("greedy", g, o);
+    auto p = run_planner("greedy", g, o);
     ASSERT_TRUE(p.ok());
     EXPECT_TRUE(p->feasible) << "seed " << seed << ": " << p->reason;
     EXPECT_LE(p->sim.peak_bytes, budget);
-    EXPECT_GE(p->sim.cost, g.TotalCost());
+    EXPECT_GE(p->sim.cost, g.total_cost());
+  }
+}
+
+TEST(Simulator, NoRematPeaksMatchFormatTable) {
+  std::string dir = testing::SharedGraphsDir();
+  if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
+  const std::map<std::string, std::pair<int, int64_t>> table = {
+      {"rlg_n100", {100, 46319}},           {"rlg_n250", {250, 146840}},
+      {"cm_vgg16", {45, 15825108992}},       {"cm_mobilenet", {185, 34701056000}},
+      {"mlp16", {288, 75501568}},            {"resnet18", {439, 112386560}},
+      {"vgg11", {176, 1070458784}},          {"mobilenet_v2", {929, 223733792}},
+      {"gpt_small", {717, 129092608}},       {"transformer_enc", {993, 199604224}},
+  };
+  for (const auto& [name, expect] : table) {
+    auto g = read_graph_file(dir + "/" + name + ".json");
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->size(), expect.first) << name;
+    auto plan = run_planner("noremat", *g, PlanOptions{});
+    ASSERT_TRUE(plan.ok());
+    EXPECT_TRUE(plan->feasible) << name << ": " << plan->reason;
+    EXPECT_EQ(plan->sim.peak_bytes, expect.second) << name;
+    EXPECT_EQ(plan->sim.recomputations, 0);
+    EXPECT_NEAR(plan->sim.overhead, 0.0, 1e-12);
   }
 }
 

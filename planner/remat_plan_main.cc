@@ -18,7 +18,7 @@ int Usage(const std::string& msg) {
   if (!msg.empty()) std::cerr << "remat-plan: " << msg << "\n";
   std::cerr << "usage: remat-plan GRAPH.json --algo A [--budget BYTES | --budget-fraction F]\n"
                "                  [--time-limit S] [--schedule-out FILE] [--k K] [--json]\n"
-               "algorithms: " << absl::StrJoin(remat::PlannerNames(), ", ") << "\n";
+               "algorithms: " << absl::StrJoin(remat::planner_names(), ", ") << "\n";
   return 2;
 }
 
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   if (graph_path.empty()) return Usage("no graph given");
   if (algo.empty()) return Usage("--algo is required");
   if (budget && fraction) return Usage("give --budget or --budget-fraction, not both");
-  auto g = remat::ReadGraphFile(graph_path);
+  auto g = remat::read_graph_file(graph_path);
   if (!g.ok()) {
     std::cerr << "remat-plan: " << g.status().message() << "\n";
     return 1;
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   if (fraction) {
     remat::Schedule s{g->name, {}};
     for (int v = 0; v < g->size(); ++v) s.order.push_back(v);
-    remat::SimResult base = remat::Simulate(*g, s);
+    remat::SimResult base = remat::simulate(*g, s);
     budget = static_cast<int64_t>(std::floor(*fraction * static_cast<double>(base.peak_bytes)));
   }
   remat::PlanOptions opt;
@@ -84,14 +84,14 @@ int main(int argc, char** argv) {
   opt.time_limit_seconds = time_limit;
   opt.twremat_k = k;
   opt.verbose = std::getenv("REMAT_VERBOSE") != nullptr;
-  auto plan = remat::RunPlanner(algo, *g, opt);
+  auto plan = remat::run_planner(algo, *g, opt);
   if (!plan.ok()) {
     std::cerr << "remat-plan: " << plan.status().message() << "\n";
     return 1;
   }
   if (!schedule_out.empty() && !plan->schedule.order.empty()) {
     std::ofstream out(schedule_out);
-    out << remat::WriteSchedule(plan->schedule) << "\n";
+    out << remat::write_schedule(plan->schedule) << "\n";
     if (!out) {
       std::cerr << "remat-plan: cannot write " << schedule_out << "\n";
       return 1;

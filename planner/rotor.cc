@@ -107,12 +107,12 @@ Blocks FindBlocks(const Graph& g) {
   // may cross block boundaries, as Rockmate treats parameters: they do not break the chain.
   std::vector<char> const_like(n, 0);
   for (const Node& v : g.nodes) {
-    bool c = v.phase == Phase::kForward && (!v.CanRecompute() || !v.inputs.empty());
-    if (c && v.CanRecompute()) for (int u : v.inputs) c = c && const_like[u];
+    bool c = v.phase == Phase::kForward && (!v.can_recompute() || !v.inputs.empty());
+    if (c && v.can_recompute()) for (int u : v.inputs) c = c && const_like[u];
     const_like[v.id] = c;
   }
   std::vector<int> fwd;
-  for (const Node& v : g.nodes) if (v.phase == Phase::kForward && v.CanRecompute()) fwd.push_back(v.id);
+  for (const Node& v : g.nodes) if (v.phase == Phase::kForward && v.can_recompute()) fwd.push_back(v.id);
   std::vector<int> pos(n, -1);
   for (size_t k = 0; k < fwd.size(); ++k) pos[fwd[k]] = static_cast<int>(k);
   std::vector<int> far(fwd.size(), 0);
@@ -188,14 +188,14 @@ Blocks FindBlocks(const Graph& g) {
 std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<RotorOp>& ops) {
   Executor ex(g);
   const int n = g.size();
-  auto users = g.Users();
+  auto users = g.users();
   std::vector<int> remaining(n, 0);  // backward readers not yet run
   std::vector<char> done(n, 0);
   for (int v = 0; v < n; ++v) remaining[v] = static_cast<int>(users[v].size());
   std::vector<char> keep(n, 0);
   for (int v : b.rest) ex.Ensure(v);
   auto drop_dead = [&](int v) {
-    if (ex.live(v) && remaining[v] == 0 && g.nodes[v].CanRecompute()) ex.Drop(v);
+    if (ex.live(v) && remaining[v] == 0 && g.nodes[v].can_recompute()) ex.Drop(v);
   };
   auto mark_done = [&](int v) {
     if (done[v]) return;
@@ -229,7 +229,7 @@ std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<Roto
       mark_done(v);
       for (int u : g.nodes[v].inputs) drop_dead(u);
     }
-    for (int v : b.fwd[op.stage]) { keep[v] = 0; if (g.nodes[v].CanRecompute()) ex.Drop(v); }
+    for (int v : b.fwd[op.stage]) { keep[v] = 0; if (g.nodes[v].can_recompute()) ex.Drop(v); }
     if (op.stage > 0) keep[b.fwd[op.stage - 1].back()] = 0;
   }
   // Anything never reached (should not happen) is computed at the end.
@@ -292,7 +292,7 @@ absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
     if (opt.verbose) fprintf(stderr, "rotor: f=%.3f mem=%lld dp=%s\n", f, static_cast<long long>(mem), r ? "ok" : "none");
     if (!r) continue;
     s.order = Realise(g, b, r->second);
-    SimResult sim = Simulate(g, s, opt.budget_bytes);
+    SimResult sim = simulate(g, s, opt.budget_bytes);
     if (sim.valid) {
       if (best.empty() || sim.cost < best_cost) { best = s.order; best_cost = sim.cost; }
       break;

@@ -37,7 +37,7 @@ class TwRemat {
   explicit TwRemat(const Graph& g) : g_(g), n_(g.size()) {
     core_.assign(n_, 1);
     for (const Node& nd : g.nodes) {
-      if (!nd.CanRecompute() && nd.inputs.empty()) core_[nd.id] = 0;
+      if (!nd.can_recompute() && nd.inputs.empty()) core_[nd.id] = 0;
     }
     adj_.assign(n_, {});
     for (const Node& nd : g.nodes) {
@@ -52,7 +52,7 @@ class TwRemat {
       std::sort(a.begin(), a.end());
       a.erase(std::unique(a.begin(), a.end()), a.end());
     }
-    users_ = g.Users();
+    users_ = g.users();
     Decompose();
     stamp_.assign(n_ + 1, 0);
     stamp2_.assign(n_ + 1, 0);
@@ -257,7 +257,7 @@ class TwRemat {
   int NewStamp() { return ++stamp_counter_; }
 
   void Emit(int x) {
-    if (emitted_[x] && !g_.nodes[x].CanRecompute()) return;
+    if (emitted_[x] && !g_.nodes[x].can_recompute()) return;
     for (int u : g_.nodes[x].inputs) {
       if (!core_[u] && !emitted_[u]) {
         order_.push_back(u);
@@ -460,7 +460,7 @@ absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
         for (int kk : {k, 0}) {
           if (kk == 0 && (balance != 0.5 || !early)) continue;
           std::vector<int> o = PruneUnreadInstances(g, tw.Run(kk, kNoBudget, balance, early));
-          SimResult r = Simulate(g, Schedule{g.name, o, std::nullopt});
+          SimResult r = simulate(g, Schedule{g.name, o, std::nullopt});
           if (!r.valid) continue;
           if (plan.order.empty() || r.peak_bytes < best.peak_bytes ||
               (r.peak_bytes == best.peak_bytes && r.cost < best.cost)) {
@@ -484,7 +484,7 @@ absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
   int64_t fallback_peak = 0;
   for (int round = 0; round < 40; ++round) {
     std::vector<int> o = PruneUnreadInstances(g, tw.Run(k, eff));
-    SimResult r = Simulate(g, Schedule{g.name, o, std::nullopt});
+    SimResult r = simulate(g, Schedule{g.name, o, std::nullopt});
     if (r.valid && r.peak_bytes <= budget) {
       if (!have || r.cost < best.cost) {
         best = r;

@@ -6,7 +6,7 @@
 #include "internal.h"
 #include "remat/planner.h"
 #include "remat/schedule.h"
-#include "test_util.h"
+#include "runtime/ir/test_graphs.h"
 
 namespace remat {
 namespace {
@@ -18,7 +18,7 @@ Plan Twremat(const Graph& g, std::optional<int64_t> budget, int k = -1) {
   PlanOptions o;
   o.budget_bytes = budget;
   o.twremat_k = k;
-  auto p = RunPlanner("twremat", g, o);
+  auto p = run_planner("twremat", g, o);
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? *p : Plan{};
 }
@@ -27,19 +27,19 @@ TEST(Twremat, ValidAndNeverAboveNoRematOnSharedGraphs) {
   std::string dir = testing::SharedGraphsDir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   for (const char* name : kSharedGraphs) {
-    auto g = ReadGraphFile(dir + "/" + name + ".json");
+    auto g = read_graph_file(dir + "/" + name + ".json");
     ASSERT_TRUE(g.ok()) << g.status();
     int64_t full = testing::NoRematPeak(*g);
     Plan p = Twremat(*g, std::nullopt);
     ASSERT_TRUE(p.feasible) << name << ": " << p.reason;
-    SimResult again = Simulate(*g, p.schedule);
+    SimResult again = simulate(*g, p.schedule);
     ASSERT_TRUE(again.valid) << name << ": " << again.error;
     EXPECT_LE(again.peak_bytes, full) << name;
     // Budgeted mode: a plan reported feasible fits.
     int64_t budget = full * 7 / 10;
     Plan b = Twremat(*g, budget);
     if (b.feasible) {
-      EXPECT_TRUE(Simulate(*g, b.schedule, budget).valid) << name;
+      EXPECT_TRUE(simulate(*g, b.schedule, budget).valid) << name;
     }
   }
 }
@@ -50,7 +50,7 @@ TEST(Twremat, MinimisesTransformerPeaksToAtMostThirtyPercent) {
   std::string dir = testing::SharedGraphsDir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   for (const char* name : {"transformer_enc", "gpt_small"}) {
-    auto g = ReadGraphFile(dir + "/" + name + ".json");
+    auto g = read_graph_file(dir + "/" + name + ".json");
     ASSERT_TRUE(g.ok()) << g.status();
     int64_t full = testing::NoRematPeak(*g);
     Plan p = Twremat(*g, std::nullopt);
@@ -77,7 +77,7 @@ TEST(Twremat, NeverBeatsExhaustiveMinimumPeakOnSmallRandomGraphs) {
     int64_t best = ExhaustiveMinPeak(g);
     Plan p = Twremat(g, std::nullopt);
     ASSERT_TRUE(p.feasible) << "seed " << seed << ": " << p.reason;
-    ASSERT_TRUE(Simulate(g, p.schedule).valid);
+    ASSERT_TRUE(simulate(g, p.schedule).valid);
     EXPECT_GE(p.sim.peak_bytes, best) << "seed " << seed;
     if (p.sim.peak_bytes < testing::NoRematPeak(g)) ++lower;
     // Budgeted at the exhaustive minimum: a feasible plan fits it.
@@ -133,9 +133,9 @@ TEST(Prune, DropsUnreadInstancesOnly) {
       o.push_back(v);
       if (v > 0 && rng() % 2) o.push_back(static_cast<int>(rng() % v));  // random extra instances
     }
-    SimResult before = Simulate(r, Schedule{r.name, o});
+    SimResult before = simulate(r, Schedule{r.name, o});
     ASSERT_TRUE(before.valid) << before.error;
-    SimResult after = Simulate(r, Schedule{r.name, internal::PruneUnreadInstances(r, o)});
+    SimResult after = simulate(r, Schedule{r.name, internal::PruneUnreadInstances(r, o)});
     ASSERT_TRUE(after.valid) << after.error;
     EXPECT_LE(after.peak_bytes, before.peak_bytes);
     EXPECT_LE(after.cost, before.cost);

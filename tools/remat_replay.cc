@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   }
   if (a.budget < 0 && a.fractions.empty()) return usage("give --budget, --budget-fraction or --sweep");
 
-  auto trace = remat::load_dtr_trace(a.trace);
+  auto trace = remat::read_dtr_trace_file(a.trace);
   if (!trace.ok()) {
     std::fprintf(stderr, "remat-replay: %s\n", std::string(trace.status().message()).c_str());
     return 1;

@@ -12,6 +12,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "remat/graph_transforms.h"
 #include "remat/errors.h"
 #include "remat/planner.h"
 #include "remat/segment_source.h"
@@ -46,7 +47,7 @@ StepHints plan_step(const RecordedStep& step, std::size_t budget,
                     const std::vector<std::string>& planners) {
   StepHints best;
   if (budget == SIZE_MAX) return best;  // nothing to plan for
-  const Graph g = HoldInputs(step.graph);
+  const Graph g = hold_inputs(step.graph);
   // The planners count tensor bytes; the allocator rounds sizes up and cannot always reuse
   // a freed block, so the plan aims a little lower than the reserved-bytes budget.
   PlanOptions opt;
@@ -57,22 +58,22 @@ StepHints plan_step(const RecordedStep& step, std::size_t budget,
   // tools/compare/compare.cc): it fit the budget, and a planner must beat it to be followed.
   const std::vector<StepSite> sites = recorded_sites(g);
   if (absl::StatusOr<Schedule> realized = realized_schedule(g, sites, step.executed); realized.ok()) {
-    const SimResult sim = Simulate(g, *realized);
+    const SimResult sim = simulate(g, *realized);
     if (sim.valid) {
       best_cost = sim.cost;
-      best = HintsFromSchedule(g, *realized, sites, "the schedule the runtime realized");
+      best = hints_from_schedule(g, *realized, sites, "the schedule the runtime realized");
     }
   }
   for (const std::string& algo : planners) {
     if (algo == "greedy" && g.nodes.size() > 3000) continue;  // it simulates per candidate
-    absl::StatusOr<Plan> plan = RunPlanner(algo, g, opt);
-    if (plan.ok() && plan->feasible && HoldInputsToTheEnd(g, plan->schedule)) {
-      plan->sim = Simulate(g, plan->schedule, opt.budget_bytes);
+    absl::StatusOr<Plan> plan = run_planner(algo, g, opt);
+    if (plan.ok() && plan->feasible && hold_inputs_to_the_end(g, plan->schedule)) {
+      plan->sim = simulate(g, plan->schedule, opt.budget_bytes);
       plan->feasible = plan->sim.valid;
     }
     if (!plan.ok() || !plan->feasible || plan->sim.cost >= best_cost) continue;
     best_cost = plan->sim.cost;
-    best = HintsFromSchedule(g, plan->schedule, sites,
+    best = hints_from_schedule(g, plan->schedule, sites,
                              absl::StrCat(algo, " @ ", *opt.budget_bytes, " B"));
   }
   return best;

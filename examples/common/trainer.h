@@ -22,6 +22,7 @@
 
 #include "kernels/autograd.h"
 #include "kernels/ops.h"
+#include "remat/plan_cache.h"
 #include "remat/hints.h"
 #include "remat/runtime.h"
 

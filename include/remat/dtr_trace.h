@@ -1,7 +1,7 @@
 // A recorded training step in the DTR log format (one JSON object per line; see
 // ../shared/traces/dtr/FORMAT.md), parsed into typed instructions.
 //
-//   absl::StatusOr<remat::DtrTrace> trace = remat::load_dtr_trace("resnet32.log");
+//   absl::StatusOr<remat::DtrTrace> trace = remat::read_dtr_trace_file("resnet32.log");
 //   if (!trace.ok()) std::cerr << trace.status();   // names the offending line
 //
 // Handles are interned: `args`, `results`, `dst` and `src` index `handle_names`.
@@ -39,13 +39,13 @@ struct DtrTrace {
 };
 
 absl::StatusOr<DtrTrace> parse_dtr_trace(std::istream& in, const std::string& name);
-absl::StatusOr<DtrTrace> load_dtr_trace(const std::string& path);
+absl::StatusOr<DtrTrace> read_dtr_trace_file(const std::string& path);
 
 // Writes `trace` in the DTR log format (START, then one line per instruction with its MEMORY
 // and ALIAS lines); parse_dtr_trace reads it back to an equal trace. An instruction naming a
 // handle with no name is an error naming the instruction, and nothing is written.
 absl::Status write_dtr_trace(const DtrTrace& trace, std::ostream& out);
-absl::Status save_dtr_trace(const DtrTrace& trace, const std::string& path);
+absl::Status write_dtr_trace_file(const DtrTrace& trace, const std::string& path);
 
 }  // namespace remat
 

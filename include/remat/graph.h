@@ -1,13 +1,13 @@
 // remat/graph.h: the computation-graph IR of the offline planner (format remat-graph-v1).
 //
 // Usage:
-//   absl::StatusOr<remat::Graph> g = remat::ReadGraphFile("../shared/graphs/rlg_n100.json");
+//   absl::StatusOr<remat::Graph> g = remat::read_graph_file("../shared/graphs/rlg_n100.json");
 //   if (!g.ok()) { std::cerr << g.status() << "\n"; return 1; }
 //   for (const remat::Node& n : g->nodes) std::cout << n.name << " " << n.bytes << "\n";
-//   std::string text = remat::WriteGraph(*g);   // round-trips through ParseGraph
+//   std::string text = remat::write_graph(*g);   // round-trips through parse_graph
 //
 // A graph lists its nodes in topological order, nodes[i].id == i, and every input id of a
-// node is smaller than its own id. ValidateGraph() checks this for graphs built in code.
+// node is smaller than its own id. validate_graph() checks this for graphs built in code.
 #ifndef REMAT_GRAPH_H_
 #define REMAT_GRAPH_H_
 
@@ -26,7 +26,7 @@ enum class NodeKind { kCompute, kView, kInput, kTangent };
 enum class Phase { kForward, kBackward };
 
 // Inline, so that the runtime (which reads graphs but does not link the planner) has it too.
-inline const char* KindName(NodeKind k) {
+inline const char* kind_name(NodeKind k) {
   switch (k) {
     case NodeKind::kCompute: return "compute";
     case NodeKind::kView: return "view";
@@ -35,7 +35,7 @@ inline const char* KindName(NodeKind k) {
   }
   return "compute";
 }
-const char* PhaseName(Phase p);
+const char* phase_name(Phase p);
 
 struct Node {
   int id = 0;
@@ -57,7 +57,7 @@ struct Node {
   int site_output = 0;
 
   // Whether a schedule may compute this node more than once.
-  bool CanRecompute() const {
+  bool can_recompute() const {
     return recomputable && kind != NodeKind::kInput && kind != NodeKind::kTangent;
   }
 };
@@ -79,18 +79,18 @@ struct Graph {
 
   int size() const { return static_cast<int>(nodes.size()); }
   // users()[v]: the ids of the nodes reading v, ascending, without duplicates.
-  std::vector<std::vector<int>> Users() const;
+  std::vector<std::vector<int>> users() const;
   // Sum of all node costs: the cost of computing every node once.
-  double TotalCost() const;
+  double total_cost() const;
 };
 
 // Checks the structural rules of remat-graph-v1; the error names the offending node.
-absl::Status ValidateGraph(const Graph& g);
+absl::Status validate_graph(const Graph& g);
 
-absl::StatusOr<Graph> ParseGraph(std::string_view json_text);
-absl::StatusOr<Graph> ReadGraphFile(const std::string& path);
-std::string WriteGraph(const Graph& g);
-absl::Status WriteGraphFile(const Graph& g, const std::string& path);
+absl::StatusOr<Graph> parse_graph(std::string_view json_text);
+absl::StatusOr<Graph> read_graph_file(const std::string& path);
+std::string write_graph(const Graph& g);
+absl::Status write_graph_file(const Graph& g, const std::string& path);
 
 }  // namespace remat
 

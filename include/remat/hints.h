@@ -1,5 +1,6 @@
 // remat/hints.h: what a static plan tells the dynamic runtime, keyed so that it still applies
-// when shapes change, and a cache of plans keyed by the step's shape signature.
+// when shapes change (part of the IR, remat::ir; the cache of plans by shape is
+// remat/plan_cache.h).
 //
 // Usage (see examples/common/trainer.cc for the whole loop):
 //   remat::PlanCache cache;
@@ -9,9 +10,9 @@
 //   rt.begin_step(so);
 //   ... forward, rt.mark_backward(), backward ...
 //   remat::RecordedStep step = rt.end_step();            // the step as a graph and a trace
-//   remat::Plan plan = remat::RunPlanner("twremat", step.graph, opt).value();
+//   remat::Plan plan = remat::run_planner("twremat", step.graph, opt).value();
 //   cache.insert({batch, seq_len}, std::make_shared<remat::StepHints>(
-//       remat::HintsFromSchedule(step.graph, plan.schedule, remat::recorded_sites(step.graph))));
+//       remat::hints_from_schedule(step.graph, plan.schedule, remat::recorded_sites(step.graph))));
 //
 // Note [Hints by position]
 // A hint names an op by its position in the step (the runtime's n-th call since begin_step)
@@ -46,12 +47,12 @@
 #define REMAT_HINTS_H_
 
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "remat/graph.h"
+#include "remat/schedule.h"
 
 namespace remat {
 
@@ -100,36 +101,15 @@ struct StepSignature {
   friend bool operator==(const StepSignature&, const StepSignature&) = default;
 };
 
-// Plans by shape signature (whatever the loop knows before a step: batch size, sequence
-// length). Thread-safe. find() returns the plan made for that exact signature, else the
-// nearest one of the same length (smallest sum of absolute differences), which applies
-// through Note [Hints by position]; `exact` says which.
-//
-// Note [Reusing plans across shapes]
-// A followed plan recomputes what it recomputes whatever the shapes (Note [Following a
-// schedule]). Made for a smaller step it recomputes no more than this step needs, and where
-// this step's larger tensors pass the budget DTR's search finds the rest; made for a larger
-// step it recomputes what would now fit. Reuse::kNoLarger therefore only takes plans made
-// at keys no larger in any entry (and none where there is none: plan that step instead).
-// On gpt_train at half the peak, lengths drawn per step, it costs less than DTR alone,
-// where the nearest plan costs more.
-class PlanCache {
- public:
-  using Key = std::vector<std::int64_t>;
-  enum class Reuse { kNearest, kNoLarger };
-  struct Found {
-    std::shared_ptr<const StepHints> hints;  // null: nothing usable
-    bool exact = false;
-    Key key;                                  // the key it was stored under
-  };
-  void insert(Key key, std::shared_ptr<const StepHints> hints);
-  Found find(const Key& key, Reuse reuse = Reuse::kNearest) const;
-  std::size_t size() const;
-
- private:
-  mutable std::mutex mu_;
-  std::map<Key, std::shared_ptr<const StepHints>> plans_;
-};
+// The runtime's hints for a schedule of `g`: `sites[v]` is where node v runs in the step
+// (recorded_sites() or trace_sites() of remat/graph_transforms.h). Nodes the schedule
+// computes once are kept, the others marked recomputed, and every instance the schedule
+// frees is evicted after the step's op that comes at or after its last read (unless its next
+// instance is made before that op: the runtime keeps it resident instead). Outputs of `g`
+// are never evicted after their last instance. The schedule itself goes along, step by step
+// with what each step frees, for the runtime to follow (Note [Following a schedule]).
+StepHints hints_from_schedule(const Graph& g, const Schedule& s,
+                              const std::vector<StepSite>& sites, std::string source);
 
 }  // namespace remat
 

@@ -4,12 +4,12 @@
 //   remat::PlanOptions opt;
 //   opt.budget_bytes = 100 << 20;        // or leave empty: the planner's own default
 //   opt.time_limit_seconds = 30;
-//   absl::StatusOr<remat::Plan> p = remat::RunPlanner("checkmate", g, opt);
+//   absl::StatusOr<remat::Plan> p = remat::run_planner("checkmate", g, opt);
 //   if (p.ok() && p->feasible) Use(p->schedule);   // p->sim is the simulator's verdict
 //
-// Every plan has been through Simulate(); `feasible` is true only when the simulator found
-// the schedule valid and within the budget. The runtime reads `schedule` (and
-// `EvictionHints`) as hints on what to free and recompute.
+// Every plan has been through simulate(); `feasible` is true only when the simulator found
+// the schedule valid and within the budget. hints_from_schedule() (remat/hints.h) turns a
+// plan's `schedule` into the runtime's hints.
 #ifndef REMAT_PLANNER_H_
 #define REMAT_PLANNER_H_
 
@@ -21,7 +21,6 @@
 
 #include "absl/status/statusor.h"
 #include "remat/graph.h"
-#include "remat/hints.h"
 #include "remat/schedule.h"
 
 namespace remat {
@@ -47,25 +46,11 @@ struct Plan {
   bool optimal = false;        // proven optimal by a solver
 };
 
-// Per step of a schedule: the node ids whose instance dies after that step (their last
-// read). The runtime uses them as eviction hints.
-std::vector<std::vector<int>> EvictionHints(const Graph& g, const Schedule& s);
-
-// The runtime's hints for a schedule of `g` (see remat/hints.h): `sites[v]` is where node v
-// runs in the step (recorded_sites() or trace_sites() of remat/static_replay.h). Nodes the
-// schedule computes once are kept, the others marked recomputed, and every instance the
-// schedule frees is evicted after the step's op that comes at or after its last read (unless
-// its next instance is made before that op: the runtime keeps it resident instead). Outputs
-// of `g` are never evicted after their last instance. The schedule itself goes along, step by
-// step with what each step frees, for the runtime to follow (Note [Following a schedule]).
-StepHints HintsFromSchedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
-                            std::string source);
-
-std::vector<std::string> PlannerNames();
+std::vector<std::string> planner_names();
 
 // Runs planner `algo`. Errors are for unknown names or unusable input; a budget that
 // cannot be met gives a Plan with feasible == false and a reason.
-absl::StatusOr<Plan> RunPlanner(std::string_view algo, const Graph& g,
+absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g,
                                 const PlanOptions& opt);
 
 }  // namespace remat

@@ -1,7 +1,7 @@
 // Replays a recorded step (DTR log format) on the simulated backend, through the runtime's
 // real eviction and recomputation code, under a budget.
 //
-//   auto trace = remat::load_dtr_trace("../shared/traces/dtr/resnet32.log").value();
+//   auto trace = remat::read_dtr_trace_file("../shared/traces/dtr/resnet32.log").value();
 //   remat::ReplayOptions opts;
 //   opts.policy = "dtr";
 //   opts.budget = remat::replay_baseline(trace).logical_peak_bytes / 2;

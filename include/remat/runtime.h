@@ -69,7 +69,7 @@ struct RuntimeOptions {
   // slowdown); unlimited by default.
   double clock_limit = INFINITY;
   // Keep a memory timeline (every op run, recomputation and eviction, with the memory after
-  // it) for WriteChromeTrace. Costs a few bytes per event; off by default.
+  // it) for write_chrome_trace. Costs a few bytes per event; off by default.
   bool record_timeline = false;
   // Allocator settings; the budget field is replaced by `budget`. (Pooled segments measured
   // better than one expandable arena on the recorded steps, so the arena is opt-in.)

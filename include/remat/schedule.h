@@ -3,7 +3,7 @@
 //
 // Usage:
 //   remat::Schedule s{.graph = g.name, .order = {0, 1, 2, 1, 3}};   // node 1 recomputed
-//   remat::SimResult r = remat::Simulate(g, s, /*budget_bytes=*/1 << 20);
+//   remat::SimResult r = remat::simulate(g, s, /*budget_bytes=*/1 << 20);
 //   if (!r.valid) std::cerr << r.error << "\n";
 //   std::cout << r.peak_bytes << " " << r.cost << " " << r.overhead << "\n";
 //
@@ -49,15 +49,11 @@ struct SimResult {
 };
 
 // Simulates `s` on `g`. With a budget, a peak above it makes the result invalid.
-SimResult Simulate(const Graph& g, const Schedule& s,
+SimResult simulate(const Graph& g, const Schedule& s,
                    std::optional<int64_t> budget_bytes = std::nullopt);
 
-// Memory profile: resident bytes at every step.
-std::vector<int64_t> MemoryProfile(const Graph& g, const std::vector<int>& order);
-
-absl::StatusOr<Schedule> ParseSchedule(std::string_view json_text);
-absl::StatusOr<Schedule> ReadScheduleFile(const std::string& path);
-std::string WriteSchedule(const Schedule& s);
+absl::StatusOr<Schedule> parse_schedule(std::string_view json_text);
+std::string write_schedule(const Schedule& s);
 
 }  // namespace remat
 

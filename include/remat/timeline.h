@@ -5,7 +5,7 @@
 //   remat::Runtime rt({.backend = remat::Backend::kSimulated, .record_timeline = true});
 //   ... run a step ...
 //   std::ofstream out("step.trace.json");
-//   remat::WriteChromeTrace(rt.timeline(), "gpt step 0 @ 0.5", out);
+//   remat::write_chrome_trace(rt.timeline(), "gpt step 0 @ 0.5", out);
 //
 // Times are the runtime's clock (the summed cost of the ops run so far, in the cost unit of
 // the ops: nanoseconds for measured and recorded costs), so a timeline of the simulated
@@ -55,7 +55,7 @@ struct Timeline {
 // op slices ("ph": "X") on one track, recomputations on a second, evictions as instants
 // ("ph": "i"), and counters ("ph": "C") for allocated, reserved and the budget. Timestamps
 // are microseconds (clock / 1000) as the format requires. `title` names the process track.
-absl::Status WriteChromeTrace(const Timeline& timeline, std::string_view title,
+absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
                               std::ostream& out);
 
 }  // namespace remat

@@ -65,13 +65,13 @@ void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
   remat::Graph g = RandomLayered(static_cast<int>(state.range(0)) / 2, 42);
   remat::Schedule s{g.name, {}};
   for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
-  int64_t peak = remat::Simulate(g, s).peak_bytes;
+  int64_t peak = remat::simulate(g, s).peak_bytes;
   remat::PlanOptions opt;
   if (fraction < 1.0) opt.budget_bytes = static_cast<int64_t>(fraction * peak);
   opt.time_limit_seconds = 20;
   double overhead = 0, feasible = 0, peak_fraction = 0;
   for (auto _ : state) {
-    auto p = remat::RunPlanner(algo, g, opt);
+    auto p = remat::run_planner(algo, g, opt);
     benchmark::DoNotOptimize(p);
     overhead = p.ok() ? p->sim.overhead : -1;
     feasible = p.ok() && p->feasible;

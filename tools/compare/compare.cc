@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 
+#include "remat/graph_transforms.h"
 #include "remat/planner.h"
 #include "remat/replay.h"
 #include "remat/schedule.h"
@@ -30,7 +31,7 @@ std::string maybe_write_timeline(const CompareOptions& o, const std::string& nam
                                         ".trace.json");
   const std::string path = (std::filesystem::path(o.timeline_dir) / file).string();
   std::ofstream out(path);
-  const absl::Status s = WriteChromeTrace(
+  const absl::Status s = write_chrome_trace(
       timeline, absl::StrCat(name, " ", row.method, " @ ", fraction_label(row.fraction)), out);
   return s.ok() ? path : "";
 }
@@ -76,7 +77,7 @@ RunRow dynamic_row(const DtrTrace& trace, const std::string& method, const std::
 // Note [Seeding hinted]
 // `hinted` follows one plan: the cheapest of the static planners' plans and of the schedules
 // the dynamic policies realized on the same step (recorded by the runtime and checked by
-// Simulate() like any plan), at this budget or, where none fits, the last budget that had
+// simulate() like any plan), at this budget or, where none fits, the last budget that had
 // one. A realized schedule is how a training loop would seed it: step one runs a dynamic
 // policy and records what it did; later steps follow the best plan known, evicting where it
 // freed instead of searching. The hints keep their DTR scores for whatever the plan did not
@@ -96,7 +97,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
   report.nodes = g.nodes.size();
   Schedule file_order{.graph = g.name, .order = {}};
   for (int v = 0; v < g.size(); ++v) file_order.order.push_back(v);
-  const SimResult base = Simulate(g, file_order);
+  const SimResult base = simulate(g, file_order);
   report.baseline_peak = base.peak_bytes;
   const DtrTrace program = dtr_trace_from_graph(g);
   const std::vector<StepSite> sites = trace_sites(g);
@@ -131,9 +132,9 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
       row.kind = "static";
       row.fraction = f;
       row.budget = budget;
-      absl::StatusOr<Plan> plan = RunPlanner(algo, g, po);
-      if (plan.ok() && plan->feasible && HoldInputsToTheEnd(g, plan->schedule)) {
-        plan->sim = Simulate(g, plan->schedule, po.budget_bytes);
+      absl::StatusOr<Plan> plan = run_planner(algo, g, po);
+      if (plan.ok() && plan->feasible && hold_inputs_to_the_end(g, plan->schedule)) {
+        plan->sim = simulate(g, plan->schedule, po.budget_bytes);
         plan->feasible = plan->sim.valid;
         if (!plan->feasible) plan->reason = "over budget once the inputs are held to the end";
       }
@@ -193,7 +194,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
       if (row.status != "ok") continue;
       absl::StatusOr<Schedule> realized = realized_schedule(g, sites, executed);
       if (!realized.ok()) continue;
-      const SimResult sim = Simulate(g, *realized, static_cast<std::int64_t>(budget));
+      const SimResult sim = simulate(g, *realized, static_cast<std::int64_t>(budget));
       if (sim.valid && sim.overhead < best_overhead) {
         best_overhead = sim.overhead;
         best = std::move(*realized);
@@ -213,7 +214,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
     }
     std::shared_ptr<const StepHints> hints;
     if (last_best)
-      hints = std::make_shared<StepHints>(HintsFromSchedule(g, *last_best, sites, seed_note));
+      hints = std::make_shared<StepHints>(hints_from_schedule(g, *last_best, sites, seed_note));
     Timeline tl;
     RunRow row = dynamic_row(program, "hinted", "hinted", hints, f, budget, o,
                              timeline ? &tl : nullptr);

@@ -1,6 +1,6 @@
 // remat-compare's engine: one program (a graph), every method, a budget sweep.
 //
-//   remat::Graph program = remat::HoldInputs(graph);
+//   remat::Graph program = remat::hold_inputs(graph);
 //   remat::compare::CompareReport report = remat::compare::RunComparison(program, {});
 //   std::cout << remat::compare::FormatTable(report);
 //
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "remat/graph_transforms.h"
 #include "remat/graph.h"
 #include "remat/runtime.h"
 #include "tools/compare/svg_plot.h"

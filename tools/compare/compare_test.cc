@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "remat/graph_transforms.h"
 #include "remat/planner.h"
 #include "remat/replay.h"
 #include "remat/schedule.h"
@@ -87,7 +88,7 @@ int CountTag(const ptree& node, const std::string& tag) {
 }
 
 TEST(Compare, RendersAPlotAndTimelinesThatParse) {
-  const Graph g = HoldInputs(TrainingLikeGraph(24, 3));
+  const Graph g = hold_inputs(TrainingLikeGraph(24, 3));
   CompareOptions o;
   o.fractions = {1.0, 0.6, 0.4};
   o.planners = {"chen", "twremat", "checkmate"};
@@ -138,7 +139,7 @@ TEST(Compare, RendersAPlotAndTimelinesThatParse) {
 // logical accounting; in allocator accounting the difference is the allocator's.
 TEST(Compare, StaticReplayReproducesThePlannersPeak) {
   for (std::uint64_t seed : {1, 2, 3}) {
-    const Graph g = HoldInputs(TrainingLikeGraph(30, seed));
+    const Graph g = hold_inputs(TrainingLikeGraph(30, seed));
     CompareOptions o;
     o.fractions = {0.7, 0.5, 0.35};
     o.planners = {"chen", "twremat", "greedy", "rotor"};
@@ -163,16 +164,16 @@ TEST(Compare, StaticReplayReproducesThePlannersPeak) {
 TEST(Compare, HintedFollowsAPlanExactly) {
   int checked = 0;
   for (std::uint64_t seed : {1, 2, 3, 4}) {
-    const Graph g = HoldInputs(TrainingLikeGraph(30, seed));
+    const Graph g = hold_inputs(TrainingLikeGraph(30, seed));
     const DtrTrace program = dtr_trace_from_graph(g);
     Schedule in_order{.graph = g.name, .order = {}};
     for (int v = 0; v < g.size(); ++v) in_order.order.push_back(v);
-    const std::int64_t peak = Simulate(g, in_order).peak_bytes;
+    const std::int64_t peak = simulate(g, in_order).peak_bytes;
     for (double f : {0.8, 0.6, 0.45}) {
       for (const std::string algo : {"chen", "greedy", "rotor", "twremat"}) {
         PlanOptions po;
         po.budget_bytes = static_cast<std::int64_t>(f * static_cast<double>(peak));
-        absl::StatusOr<Plan> plan = RunPlanner(algo, g, po);
+        absl::StatusOr<Plan> plan = run_planner(algo, g, po);
         ASSERT_TRUE(plan.ok()) << plan.status();
         if (!plan->feasible) continue;
         ReplayOptions ro;
@@ -180,7 +181,7 @@ TEST(Compare, HintedFollowsAPlanExactly) {
         ro.accounting = Accounting::kLogical;
         ro.budget = static_cast<std::size_t>(plan->sim.peak_bytes);
         ro.hints = std::make_shared<StepHints>(
-            HintsFromSchedule(g, plan->schedule, trace_sites(g), algo));
+            hints_from_schedule(g, plan->schedule, trace_sites(g), algo));
         const ReplayResult r = replay(program, ro);
         ASSERT_EQ(r.status, "ok") << algo << " @ " << f << " seed " << seed << ": " << r.error;
         EXPECT_NEAR(r.overhead, plan->sim.overhead, 1e-6) << algo << " @ " << f << " seed " << seed;
@@ -195,15 +196,15 @@ TEST(Compare, HintedFollowsAPlanExactly) {
 
 // The same for random valid schedules: a random topological order (so that ops the program
 // calls early often come late, deferred) with random recomputations. Followed under a budget
-// of the schedule's simulated peak, the runtime costs what Simulate() says, exactly.
+// of the schedule's simulated peak, the runtime costs what simulate() says, exactly.
 TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
   std::mt19937_64 rng(31);
   std::size_t deferred = 0;
   for (int trial = 0; trial < 12; ++trial) {
-    const Graph g = HoldInputs(TrainingLikeGraph(20 + trial, rng(), /*branches=*/true,
+    const Graph g = hold_inputs(TrainingLikeGraph(20 + trial, rng(), /*branches=*/true,
                                                  /*weight_grads=*/trial % 2 == 1));
     Schedule s{.graph = g.name, .order = {}};
-    const std::vector<std::vector<int>> users = g.Users();
+    const std::vector<std::vector<int>> users = g.users();
     std::vector<bool> placed(g.nodes.size(), false);
     // Recomputing a value none of whose readers is still to come is waste that the runtime
     // skips (the program has let go of it and no lineage needs it), so only values something
@@ -218,17 +219,17 @@ TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
       placed[static_cast<std::size_t>(v)] = true;
       const int again = s.order[rng() % s.order.size()];
       const Node& n = g.nodes[static_cast<std::size_t>(again)];
-      if (rng() % 3 == 0 && n.kind == NodeKind::kCompute && n.CanRecompute() && still_read(again))
+      if (rng() % 3 == 0 && n.kind == NodeKind::kCompute && n.can_recompute() && still_read(again))
         s.order.push_back(again);
     }
-    HoldInputsToTheEnd(g, s);  // as planners' plans are (see compare.cc)
-    const SimResult sim = Simulate(g, s);
+    hold_inputs_to_the_end(g, s);  // as planners' plans are (see compare.cc)
+    const SimResult sim = simulate(g, s);
     ASSERT_TRUE(sim.valid) << sim.error;
     ReplayOptions ro;
     ro.policy = "hinted";
     ro.accounting = Accounting::kLogical;
     ro.budget = static_cast<std::size_t>(sim.peak_bytes);
-    ro.hints = std::make_shared<StepHints>(HintsFromSchedule(g, s, trace_sites(g), "random"));
+    ro.hints = std::make_shared<StepHints>(hints_from_schedule(g, s, trace_sites(g), "random"));
     const ReplayResult r = replay(dtr_trace_from_graph(g), ro);
     ASSERT_EQ(r.status, "ok") << "trial " << trial << ": " << r.error;
     EXPECT_NEAR(r.overhead, sim.overhead, 1e-6) << "trial " << trial;
@@ -245,7 +246,7 @@ TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
 // below the lowest overhead among them.
 TEST(Compare, HintedIsAtOrBelowEveryOtherMethod) {
   for (std::uint64_t seed : {5, 6, 7}) {
-    const Graph g = HoldInputs(TrainingLikeGraph(28, seed, /*branches=*/seed % 2 == 1));
+    const Graph g = hold_inputs(TrainingLikeGraph(28, seed, /*branches=*/seed % 2 == 1));
     CompareOptions o;
     o.fractions = {0.9, 0.7, 0.55, 0.45, 0.35};
     o.planners = {"chen", "twremat", "greedy", "rotor", "mincut"};

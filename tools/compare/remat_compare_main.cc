@@ -22,6 +22,7 @@
 #include "examples/mlp_model.h"
 #include "examples/resnet_model.h"
 #include "examples/treelstm_model.h"
+#include "remat/graph_transforms.h"
 #include "remat/dtr_trace.h"
 #include "remat/replay.h"
 #include "remat/static_replay.h"
@@ -68,13 +69,13 @@ absl::StatusOr<remat::Graph> load_program(const std::string& input, const std::s
   }
   if (!flags.empty()) return absl::InvalidArgumentError("model flags need --example");
   if (input.size() > 4 && input.substr(input.size() - 4) == ".log") {
-    absl::StatusOr<remat::DtrTrace> trace = remat::load_dtr_trace(input);
+    absl::StatusOr<remat::DtrTrace> trace = remat::read_dtr_trace_file(input);
     if (!trace.ok()) return trace.status();
     remat::RecordedStep step = remat::record_replay(*trace);
     step.graph.name = std::filesystem::path(input).stem().string();
     return std::move(step.graph);
   }
-  return remat::ReadGraphFile(input);
+  return remat::read_graph_file(input);
 }
 
 }  // namespace
@@ -142,14 +143,14 @@ int main(int argc, char** argv) {
     std::cerr << "remat-compare: " << graph.status().message() << "\n";
     return 1;
   }
-  if (absl::Status s = remat::ValidateGraph(*graph); !s.ok()) {
+  if (absl::Status s = remat::validate_graph(*graph); !s.ok()) {
     std::cerr << "remat-compare: " << s.message() << "\n";
     return 1;
   }
-  const remat::Graph program = hold ? remat::HoldInputs(*std::move(graph)) : *std::move(graph);
+  const remat::Graph program = hold ? remat::hold_inputs(*std::move(graph)) : *std::move(graph);
   // The program compared (an example's recorded step, inputs held), for remat-plan.
   if (!graph_out.empty()) {
-    if (absl::Status s = remat::WriteGraphFile(program, graph_out); !s.ok()) {
+    if (absl::Status s = remat::write_graph_file(program, graph_out); !s.ok()) {
       std::cerr << "remat-compare: " << s.message() << "\n";
       return 1;
     }

@@ -1,0 +1,468 @@
+#include "remat/caching_allocator.h"
+
+#include <absl/container/btree_set.h>
+#include <absl/container/flat_hash_map.h>
+
+#include <algorithm>
+#include <cassert>
+
+#include "remat/errors.h"
+#include "runtime/alloc/detail/blocks.h"
+
+namespace remat {
+namespace detail {
+
+// Note [Blocks and segments]
+// A segment is one reservation from the SegmentSource. It is cut into blocks that tile it
+// exactly, linked in address order (prev/next) so that a freed block can merge with free
+// neighbours in O(1). Free blocks also sit in their pool's ordered set, keyed by (size,
+// segment, address): the first block not smaller than a request is the best fit, and among
+// equals the oldest segment and in it the lowest address wins, which keeps allocations packed
+// towards the start of segments. Segments are ordered by when they were reserved, not by
+// where: the source's addresses (malloc's, on the host) differ from run to run, and a choice
+// between equal blocks that followed them would make eviction, and so the whole run's cost,
+// differ too.
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->size != b->size) return a->size < b->size;
+    if (a->segment->serial != b->segment->serial) return a->segment->serial < b->segment->serial;
+    return a->address < b->address;
+  }
+};
+
+class BlockPool {
+ public:
+  absl::btree_set<Block*, BlockOrder> free_small;
+  absl::btree_set<Block*, BlockOrder> free_large;
+  absl::flat_hash_map<std::uintptr_t, Block*> live;
+  std::vector<Segment*> segments;
+
+  absl::btree_set<Block*, BlockOrder>& free_set(bool small) {
+    return small ? free_small : free_large;
+  }
+
+  // The live block at `p`, or null where `p` is none.
+  Block* live_block(const void* p) const {
+    auto it = live.find(reinterpret_cast<std::uintptr_t>(p));
+    return it == live.end() ? nullptr : it->second;
+  }
+
+  // A block of `segment`, not yet linked into it.
+  Block* new_block(Segment* segment) {
+    ++segment->blocks;
+    Block* b;
+    if (spare_blocks_.empty()) {
+      b = new Block();
+    } else {
+      b = spare_blocks_.back();
+      spare_blocks_.pop_back();
+      *b = Block();
+    }
+    b->segment = segment;
+    return b;
+  }
+  void delete_block(Block* b) {
+    --b->segment->blocks;
+    spare_blocks_.push_back(b);
+  }
+  ~BlockPool() {
+    for (Block* b : spare_blocks_) delete b;
+    for (Segment* s : segments) {
+      for (Block* b = s->first; b != nullptr;) {
+        Block* next = b->next;
+        delete b;
+        b = next;
+      }
+      delete s;
+    }
+  }
+
+ private:
+  std::vector<Block*> spare_blocks_;
+};
+
+}  // namespace detail
+
+using detail::Block;
+using detail::Segment;
+
+namespace {
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source,
+                                   CachingAllocatorOptions options)
+    : source_(std::move(source)), options_(options), pools_(new detail::BlockPool()) {}
+
+CachingAllocator::~CachingAllocator() {
+  for (Segment* s : pools_->segments)
+    source_->release(reinterpret_cast<void*>(s->address), s->capacity);
+}
+
+std::size_t CachingAllocator::rounded_size(std::size_t bytes) const {
+  return round_up(std::max<std::size_t>(bytes, 1), options_.round_to);
+}
+
+bool CachingAllocator::is_small(std::size_t bytes) const { return small_pool(rounded_size(bytes)); }
+
+// Note [One pool under a budget]
+// PyTorch keeps small requests in segments of their own so that long-lived small tensors do
+// not pin large segments, and it never splits a large block into slivers under 1 MiB. Both
+// rules assume memory can grow. Under a hard cap they partition the budget instead: bytes
+// freed in small segments cannot serve a large request (nor the reverse) until a whole
+// segment empties and is given back, which eviction in score order rarely achieves, and
+// slivers left unsplit are simply lost. So with a finite budget every request goes to one
+// pool, blocks split down to `round_to`, and the runtime's eviction (which can always free
+// what sits between two free blocks) takes the place of segregation; on the shared DTR
+// traces at budgets of 0.4 and 0.3 of the peak, the slowdown in allocator accounting went
+// from 3-9% to 0-3% above logical accounting for the transformer and the tree LSTM. The
+// arena (Note [Expandable arena]) is one pool too.
+bool CachingAllocator::one_pool() const {
+  return options_.expandable_segments ||
+         (options_.one_pool_under_budget && options_.budget != SIZE_MAX);
+}
+
+bool CachingAllocator::small_pool(std::size_t rounded) const {
+  return !one_pool() && rounded <= options_.small_max;
+}
+
+std::size_t CachingAllocator::segment_size_for(std::size_t rounded) const {
+  if (rounded <= options_.small_max && !one_pool()) return options_.small_segment;
+  if (rounded <= options_.medium_max) return options_.medium_segment;
+  return round_up(rounded, options_.large_round);
+}
+
+std::size_t CachingAllocator::unreserved() const {
+  return options_.budget > stats_.reserved ? options_.budget - stats_.reserved : 0;
+}
+
+void CachingAllocator::reset_peaks() {
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+  stats_.peak_active_blocks = stats_.active_blocks;
+}
+
+void CachingAllocator::set_budget(std::size_t budget) {
+  options_.budget = budget;
+  if (stats_.reserved > budget) release_cached();
+}
+
+// Note [Whole segments for large tensors]
+// In one pool, a request may split any free block, and best fit will cut a smaller tensor
+// out of a big one's freed segment. Under a budget that is what fragments memory past repair:
+// the rest of the segment can serve no request bigger than itself, and the segment can no
+// longer be given back to make room for one. Large tensors come and go whole (the recorded
+// U-Net's are 50-780 MB), so with `whole_large_segments` a request above `medium_max` gets a
+// segment of its own that is never split, and a cached one is reused only by a request within
+// `large_round` of its size; any other request that needs the room gets it by the segment's
+// release (Note [Serving a request], step 3), which costs nothing on a simulated or virtual
+// address space. Memory then behaves like the sum of the large tensors' (rounded) sizes, and
+// fragmentation is confined to the shared segments of smaller tensors.
+bool CachingAllocator::fits(bool whole, std::size_t have, std::size_t size) const {
+  return have >= size && (!whole || have - size <= options_.large_round);
+}
+
+bool CachingAllocator::window_serves(const SegmentView& segment, std::size_t window_bytes,
+                                     std::size_t bytes) const {
+  const std::size_t size = rounded_size(bytes);
+  return segment.small == small_pool(size) && fits(segment.whole, window_bytes, size);
+}
+
+bool CachingAllocator::release_would_serve(const void* p, std::size_t bytes) const {
+  const Block* b = pools_->live_block(p);
+  if (b == nullptr) return false;
+  const Segment* seg = b->segment;
+  const std::size_t size = rounded_size(bytes);
+  std::size_t run = b->size;
+  if (b->prev != nullptr && !b->prev->allocated) run += b->prev->size;
+  if (b->next != nullptr && !b->next->allocated) run += b->next->size;
+  if (seg == arena_ && (b->next == nullptr || (!b->next->allocated && b->next->next == nullptr)))
+    run += arena_room();
+  if (window_serves(SegmentView{seg->small, seg->whole}, run, bytes)) return true;
+  // The last live block of a segment: the segment goes back and a bare reservation may fit.
+  return seg != arena_ && seg->live_blocks == 1 && unreserved() + seg->size >= size;
+}
+
+void CachingAllocator::set_tag(const void* p, std::uint32_t tag) {
+  if (Block* b = pools_->live_block(p)) b->tag = tag;
+}
+
+Block* CachingAllocator::find_free(std::size_t size) {
+  auto& set = pools_->free_set(small_pool(size));
+  Segment before_all;  // serial 0: orders before every reserved segment
+  Block probe;
+  probe.size = size;
+  probe.segment = &before_all;
+  for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
+    Block* b = *it;
+    if (!fits(b->segment->whole, b->size, size)) continue;  // a whole segment, too big
+    set.erase(it);
+    return b;
+  }
+  return nullptr;
+}
+
+// Reserves a segment for a request of `size` (already rounded), preferring the pool's usual
+// segment size and falling back to the bare request when the budget has no room for more (a
+// tight budget is a hard cap, so it wins over PyTorch's segment-size heuristics).
+Block* CachingAllocator::reserve_segment(std::size_t size) {
+  const bool small = small_pool(size);
+  std::size_t want = std::max(segment_size_for(size), size);
+  const std::size_t room = unreserved();
+  if (want > room) want = size;
+  if (want > room) return nullptr;
+  void* p = source_->reserve(want);
+  if (p == nullptr && want > size) p = source_->reserve(want = size);  // the bare request may fit
+  if (p == nullptr) {
+    ++stats_.source_refusals;
+    refused_ = want;
+    return nullptr;
+  }
+  refused_ = 0;
+  auto* seg = new Segment();
+  seg->serial = next_serial_++;
+  seg->address = reinterpret_cast<std::uintptr_t>(p);
+  seg->size = want;
+  seg->capacity = want;
+  seg->small = small;
+  seg->whole = options_.whole_large_segments && one_pool() && size > options_.medium_max;
+  Block* b = pools_->new_block(seg);
+  b->address = seg->address;
+  b->size = want;
+  seg->first = b;
+  seg->last = b;
+  pools_->segments.push_back(seg);
+  stats_.reserved += want;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  stats_.segments = pools_->segments.size();
+  return b;
+}
+
+void CachingAllocator::release_cached() {
+  shrink_arena();
+  auto& segs = pools_->segments;
+  std::erase_if(segs, [&](Segment* s) {
+    if (s->live_blocks != 0 || s == arena_) return false;
+    Block* b = s->first;
+    assert(b->next == nullptr && b->size == s->size);
+    pools_->free_set(s->small).erase(b);
+    pools_->delete_block(b);
+    source_->release(reinterpret_cast<void*>(s->address), s->size);
+    stats_.reserved -= s->size;
+    delete s;
+    return true;
+  });
+  stats_.segments = segs.size();
+}
+
+Block* CachingAllocator::try_serve(std::size_t size) {
+  if (Block* b = find_free(size)) return b;
+  if (Block* b = grow_arena(size)) return b;
+  return reserve_segment(size);
+}
+
+// Note [Expandable arena]
+// With `expandable_segments`, a source whose reservations cost nothing until used (host
+// memory, simulated addresses) gives the allocator one range as large as the budget, once.
+// Only a prefix of it counts as reserved: a request that no free block fits grows the prefix
+// at its end (by `arena_step`, or just enough where the budget has less room), extending a
+// free last block if there is one; `release_cached` gives the free tail back. There are no
+// segment boundaries and no separate small pool, so any two adjacent freed blocks merge,
+// and eviction can free a contiguous window that ends in the unreserved room. Where the
+// budget later grows past the range, ordinary segments serve what the arena cannot.
+std::size_t CachingAllocator::arena_room() const {
+  return std::min(arena_->capacity - arena_->size, unreserved());
+}
+
+Block* CachingAllocator::grow_arena(std::size_t size) {
+  if (!options_.expandable_segments || !source_->lazily_committed()) return nullptr;
+  if (arena_ == nullptr) {
+    if (options_.budget == SIZE_MAX) return nullptr;
+    void* p = source_->reserve(options_.budget);
+    if (p == nullptr) return nullptr;
+    arena_ = new Segment();
+    arena_->serial = next_serial_++;
+    arena_->address = reinterpret_cast<std::uintptr_t>(p);
+    arena_->capacity = options_.budget;
+    pools_->segments.push_back(arena_);
+    stats_.segments = pools_->segments.size();
+  }
+  Block* tail = arena_->last;
+  const bool tail_free = tail != nullptr && !tail->allocated;
+  const std::size_t need = tail_free ? size - std::min(size, tail->size) : size;
+  const std::size_t limit = arena_room();
+  if (need > limit) return nullptr;
+  const std::size_t grow = std::max(need, std::min(round_up(need, options_.arena_step), limit));
+  if (tail_free) {
+    pools_->free_large.erase(tail);
+    tail->size += grow;
+  } else {
+    Block* b = pools_->new_block(arena_);
+    b->address = arena_->address + arena_->size;
+    b->size = grow;
+    b->prev = tail;
+    if (tail != nullptr) tail->next = b;
+    else arena_->first = b;
+    arena_->last = b;
+    tail = b;
+  }
+  arena_->size += grow;
+  stats_.reserved += grow;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  return tail;
+}
+
+void CachingAllocator::shrink_arena() {
+  if (arena_ == nullptr || arena_->last == nullptr || arena_->last->allocated) return;
+  Block* tail = arena_->last;
+  pools_->free_large.erase(tail);
+  arena_->size -= tail->size;
+  stats_.reserved -= tail->size;
+  arena_->last = tail->prev;
+  if (tail->prev != nullptr) tail->prev->next = nullptr;
+  else arena_->first = nullptr;
+  pools_->delete_block(tail);
+}
+
+// Note [Serving a request]
+// A request is served by the first of these that works:
+//   1. the best-fitting free cached block of its pool;
+//   2. a new segment, if the budget has room for it;
+//   3. after returning every fully free cached segment to the source, a new segment (cached
+//      segments of the other pool, or of the wrong sizes, are what usually stands in the way);
+//   4. after the reclaimer (the runtime) evicted tensors, steps 1-3 again, for as long as the
+//      reclaimer says it freed something;
+//   5. an OutOfMemoryError.
+// Reserved bytes never pass the budget: step 2 checks the room before it asks the source.
+//
+// A source may refuse a reservation the budget has room for (cudaMalloc on a device shared
+// with other processes). That is handled like a full budget, by releasing and evicting, and
+// if the request still fails, the error says the device refused below the budget.
+void* CachingAllocator::do_allocate(std::size_t bytes) {
+  const std::size_t size = rounded_size(bytes);
+  refused_ = 0;
+  auto after_release = [&]() -> Block* {
+    release_cached();
+    if (Block* grown = grow_arena(size)) return grown;
+    return reserve_segment(size);
+  };
+  Block* b = try_serve(size);
+  if (b == nullptr) {
+    ++stats_.retries;
+    b = after_release();
+  }
+  while (b == nullptr) {
+    if (reclaimer() == nullptr) throw_oom(size);
+    ++stats_.reclaims;
+    if (!reclaimer()->reclaim(size)) throw_oom(size);
+    b = try_serve(size);
+    if (b == nullptr) b = after_release();
+  }
+  // Split off the tail when it is big enough to be useful to its pool.
+  const bool small = small_pool(size);
+  const std::size_t rest = b->size - size;
+  if (!b->segment->whole &&
+      rest >= (small || one_pool() ? options_.round_to : options_.large_split_min)) {
+    Block* tail = pools_->new_block(b->segment);
+    tail->address = b->address + size;
+    tail->size = rest;
+    tail->prev = b;
+    tail->next = b->next;
+    if (b->next != nullptr) b->next->prev = tail;
+    else b->segment->last = tail;
+    b->next = tail;
+    b->size = size;
+    pools_->free_set(small).insert(tail);
+  }
+  b->allocated = true;
+  b->requested = bytes;
+  ++b->segment->live_blocks;
+  pools_->live.emplace(b->address, b);
+  stats_.allocated += b->size;
+  stats_.requested += bytes;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  ++stats_.active_blocks;
+  stats_.peak_active_blocks = std::max(stats_.peak_active_blocks, stats_.active_blocks);
+  ++stats_.allocations;
+  return reinterpret_cast<void*>(b->address);
+}
+
+void CachingAllocator::do_deallocate(void* p, std::size_t /*bytes*/) {
+  auto it = pools_->live.find(reinterpret_cast<std::uintptr_t>(p));
+  assert(it != pools_->live.end() && "deallocate of a pointer this allocator did not give");
+  if (it == pools_->live.end()) return;
+  Block* b = it->second;
+  pools_->live.erase(it);
+  stats_.allocated -= b->size;
+  stats_.requested -= b->requested;
+  --stats_.active_blocks;
+  --b->segment->live_blocks;
+  free_block(b);
+}
+
+// Merges a freed block with free neighbours of its segment and puts it back in its pool.
+void CachingAllocator::free_block(Block* b) {
+  auto& set = pools_->free_set(b->segment->small);
+  b->allocated = false;
+  b->requested = 0;
+  b->tag = kNoTag;
+  if (Block* n = b->next; n != nullptr && !n->allocated) {
+    set.erase(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next != nullptr) n->next->prev = b;
+    else b->segment->last = b;
+    pools_->delete_block(n);
+  }
+  if (Block* p = b->prev; p != nullptr && !p->allocated) {
+    set.erase(p);
+    p->size += b->size;
+    p->next = b->next;
+    if (b->next != nullptr) b->next->prev = p;
+    else p->segment->last = p;
+    pools_->delete_block(b);
+    b = p;
+  }
+  set.insert(b);
+}
+
+std::size_t CachingAllocator::largest_free_block() const {
+  std::size_t best = 0;
+  if (!pools_->free_small.empty()) best = (*pools_->free_small.rbegin())->size;
+  if (!pools_->free_large.empty()) best = std::max(best, (*pools_->free_large.rbegin())->size);
+  return best;
+}
+
+const std::vector<detail::Segment*>& CachingAllocator::segment_list() const {
+  return pools_->segments;
+}
+
+void CachingAllocator::layout(BlockLayout& out) const {
+  out.tags.clear();
+  out.sizes.clear();
+  out.segments.clear();
+  const detail::AllocatorBlocks source(*this);
+  for (std::size_t k = 0; k < source.segments(); ++k) {
+    const auto info = source.segment(k);
+    out.segments.push_back({out.tags.size(), out.tags.size() + info.blocks, info.bytes, info.view});
+    for (auto c = source.blocks(k); !c.done(); c.next()) {
+      out.tags.push_back(c.tag());
+      out.sizes.push_back(c.size());
+    }
+  }
+}
+
+void CachingAllocator::throw_oom(std::size_t size) {
+  ++stats_.ooms;
+  OutOfMemoryInfo info;
+  info.requested = size;
+  info.budget = options_.budget;
+  info.reserved = stats_.reserved;
+  info.allocated = stats_.allocated;
+  info.largest_free = largest_free_block();
+  info.source_refused = refused_;
+  if (refused_ != 0) info.source = source_->name();
+  throw OutOfMemoryError(std::move(info));
+}
+
+}  // namespace remat

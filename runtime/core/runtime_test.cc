@@ -1,0 +1,458 @@
+#include "remat/plan_cache.h"
+#include "remat/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "tests/test_ops.h"
+
+namespace remat {
+namespace {
+
+using testing::vec;
+
+std::vector<float> iota(std::int64_t n, float start = 1.0f) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+std::vector<float> read(Runtime& rt, const Tensor& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.spec().numel()));
+  rt.read(t, out.data());
+  return out;
+}
+
+RuntimeOptions logical(std::size_t budget, const std::string& policy = "dtr") {
+  RuntimeOptions o;
+  o.accounting = Accounting::kLogical;
+  o.budget = budget;
+  o.policy = policy;
+  return o;
+}
+
+TEST(RuntimeTest, RunsOpsAndReadsResults) {
+  Runtime rt;
+  auto x = rt.constant(vec(4), iota(4).data());
+  auto y = rt.call1(testing::affine(2, 1), {x});
+  EXPECT_EQ(read(rt, y), (std::vector<float>{3, 5, 7, 9}));
+  EXPECT_EQ(y.shape(), (std::vector<std::int64_t>{4}));
+  EXPECT_EQ(rt.stats().calls, 1u);
+}
+
+TEST(RuntimeTest, EvictedTensorIsRecomputedBitwise) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(64), iota(64).data());
+  auto y = rt.call1(testing::affine(0.3f, 0.7f), {x});
+  const auto before = read(rt, y);
+  ASSERT_TRUE(rt.evict(y));
+  EXPECT_FALSE(y.resident());
+  EXPECT_EQ(read(rt, y), before);
+  EXPECT_EQ(rt.stats().recomputations, 1u);
+  EXPECT_FALSE(rt.evict(x)) << "constants are pinned";
+}
+
+// Note [Lingering storages]: dead tensors recomputed for a recomputation stay, as a free
+// cache, until memory is needed or the step ends.
+TEST(RuntimeTest, DeadTensorsRecomputedForARecomputationLingerUntilMemoryIsNeeded) {
+  Runtime rt(logical(SIZE_MAX));
+  rt.begin_step({});
+  auto x = rt.constant(vec(100), iota(100).data());  // 400 bytes each
+  auto a = rt.call1(testing::affine(2, 0), {x});
+  auto b = rt.call1(testing::affine(3, 1), {a});
+  auto c = rt.call1(testing::affine(1, 2), {b});
+  auto d = rt.call1(testing::affine(5, 0), {b});
+  const auto c_before = read(rt, c), d_before = read(rt, d);
+  a.reset();
+  b.reset();  // dead: freed at once, kept as lineage of c and d
+  EXPECT_EQ(rt.stats().resident_bytes, 1200u);
+  ASSERT_TRUE(rt.evict(c));
+  ASSERT_TRUE(rt.evict(d));
+  EXPECT_EQ(read(rt, c), c_before);  // recomputes a, b, then c
+  EXPECT_EQ(rt.stats().recomputations, 3u);
+  EXPECT_EQ(rt.stats().resident_bytes, 1600u) << "a and b linger";
+  EXPECT_EQ(read(rt, d), d_before);  // b is still there: only d is recomputed
+  EXPECT_EQ(rt.stats().recomputations, 4u);
+  // Memory pressure takes the lingering storages first, and they are not evictions.
+  const std::size_t evictions = rt.stats().evictions;
+  rt.set_budget(1200);
+  EXPECT_EQ(rt.stats().resident_bytes, 1200u);
+  EXPECT_EQ(rt.stats().evictions, evictions);
+  EXPECT_TRUE(c.resident());
+  EXPECT_TRUE(d.resident());
+  // The end of the step frees what still lingers.
+  rt.set_budget(SIZE_MAX);
+  ASSERT_TRUE(rt.evict(d));
+  EXPECT_EQ(read(rt, d), d_before);  // recomputes a, b, d
+  EXPECT_EQ(rt.stats().resident_bytes, 2000u);
+  rt.end_step();
+  EXPECT_EQ(rt.stats().resident_bytes, 1200u);
+  EXPECT_EQ(read(rt, c), c_before);
+}
+
+// An input's last use is when its op reads it, at the op's start. a (cost 100) is read when
+// b (cost 50) starts, so at the end a has been idle for b's whole run: a's score is
+// 100 / (50 + 1), b's 50 / 1, and a goes. Stamped at b's end instead, a would look as fresh as
+// b, and b, the cheaper, would go.
+TEST(RuntimeTest, AnOpsInputsAreStampedWhenItStarts) {
+  Runtime rt(logical(SIZE_MAX, "dtr"));
+  auto x = rt.constant(vec(100), iota(100).data());
+  const Outputs out{OutputSpec{vec(100)}};
+  auto a = rt.call_with(testing::affine(2, 0), std::vector<Tensor>{x}, out, 100).at(0);
+  auto b = rt.call_with(testing::affine(3, 0), std::vector<Tensor>{a}, out, 50).at(0);
+  rt.set_budget(rt.stats().resident_bytes - 400);  // a or b must go
+  EXPECT_FALSE(a.resident());
+  EXPECT_TRUE(b.resident());
+}
+
+TEST(RuntimeTest, EvictingABaseEvictsItsViews) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(8), iota(8).data());
+  auto y = rt.call1(testing::affine(1, 1), {x});
+  auto v = rt.call1(testing::second_half(), {y});
+  EXPECT_EQ(read(rt, v), (std::vector<float>{6, 7, 8, 9}));
+  EXPECT_EQ(rt.stats().resident_bytes, 64u) << "a view takes no memory of its own";
+  ASSERT_TRUE(rt.evict(y));
+  EXPECT_FALSE(v.resident());
+  EXPECT_EQ(read(rt, v), (std::vector<float>{6, 7, 8, 9}));
+  EXPECT_TRUE(y.resident());
+}
+
+TEST(RuntimeTest, RecomputingOneOutputMakesAll) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(5), iota(5).data());
+  auto outs = rt.call(testing::scan_and_square(), {x});
+  const auto s = read(rt, outs[0]), q = read(rt, outs[1]);
+  rt.evict(outs[0]);
+  rt.evict(outs[1]);
+  EXPECT_EQ(read(rt, outs[1]), q);
+  EXPECT_TRUE(outs[0].resident());
+  EXPECT_EQ(read(rt, outs[0]), s);
+  EXPECT_EQ(rt.stats().recomputations, 1u);
+}
+
+TEST(RuntimeTest, InPlaceOpIsCopyOnWrite) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(3), iota(3).data());
+  auto a = rt.call1(testing::affine(1, 0), {x});
+  Tensor alias = a;  // another handle to the old version
+  Tensor* args[] = {&a, &x};
+  const int mutated[] = {0};
+  rt.call_inplace(testing::add_inplace(), args, mutated);
+  EXPECT_EQ(read(rt, a), (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(read(rt, alias), (std::vector<float>{1, 2, 3}));
+  rt.evict(a);
+  rt.evict(alias);
+  EXPECT_EQ(read(rt, a), (std::vector<float>{2, 4, 6}));
+}
+
+TEST(RuntimeTest, RandomOpRecomputesTheSameMask) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(256), iota(256).data());
+  auto d1 = rt.call1(testing::dropout(), {x});
+  auto d2 = rt.call1(testing::dropout(), {x});
+  const auto m1 = read(rt, d1), m2 = read(rt, d2);
+  EXPECT_NE(m1, m2) << "two calls draw different masks";
+  rt.evict(d1);
+  EXPECT_EQ(read(rt, d1), m1);
+}
+
+TEST(RuntimeTest, DroppingTheLastHandleFreesMemoryAtOnce) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(16), iota(16).data());
+  auto y = rt.call1(testing::affine(1, 1), {x});
+  auto z = rt.call1(testing::affine(1, 1), {y});
+  EXPECT_EQ(rt.stats().memory.allocated, 3 * 64u);
+  y.reset();
+  EXPECT_EQ(rt.stats().memory.allocated, 2 * 64u);
+  // y's lineage stays: z can still be recomputed through it.
+  rt.evict(z);
+  EXPECT_EQ(read(rt, z), read(rt, rt.call1(testing::affine(1, 2), {x})));
+  z.reset();
+  EXPECT_LE(rt.stats().live_tensors, 2u);
+}
+
+TEST(RuntimeTest, HundredThousandOpChainNeitherRecursesNorLeaks) {
+  constexpr int kChain = 100000;
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(1), iota(1).data());
+  std::vector<Tensor> chain;
+  chain.reserve(kChain);
+  Tensor t = x;
+  const OpPtr step = testing::affine(1, 1);
+  for (int i = 0; i < kChain; ++i) {
+    t = rt.call1(step, {t});
+    chain.push_back(t);
+  }
+  for (Tensor& c : chain) rt.evict(c);
+  std::vector<Tensor>().swap(chain);  // only t holds the chain now, through its lineage
+  EXPECT_EQ(read(rt, t)[0], static_cast<float>(kChain + 1));
+  EXPECT_EQ(rt.stats().recomputations, static_cast<std::size_t>(kChain));
+  t.reset();  // frees the whole lineage on a worklist
+  EXPECT_EQ(rt.stats().live_tensors, 1u);
+}
+
+TEST(RuntimeTest, InfeasibleBudgetRaisesOutOfMemoryAndRuntimeStaysUsable) {
+  Runtime rt(logical(1000));
+  auto x = rt.constant(vec(100), iota(100).data());  // 400 bytes, pinned
+  auto y = rt.call1(testing::affine(2, 0), {x});      // 400 more: fits
+  try {
+    rt.call1(testing::concat(), {x, y});  // needs 800 bytes with x and y locked
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.info().op, "concat");
+    EXPECT_EQ(e.budget(), 1000u);
+    EXPECT_EQ(e.info().pinned, 400u);
+    // y was locked as concat's input when nothing could be evicted; x counts as pinned only.
+    EXPECT_EQ(e.info().locked, 400u);
+    EXPECT_NE(std::string(e.what()).find("concat"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("locked by running ops 400"), std::string::npos);
+  }
+  EXPECT_EQ(rt.stats().ooms, 1u);
+  // Still usable: what existed is intact, and a bigger budget lets the op through.
+  EXPECT_EQ(read(rt, y)[99], 200.0f);
+  rt.set_budget(4000);
+  auto z = rt.call1(testing::concat(), {x, y});
+  EXPECT_EQ(read(rt, z)[100], 2.0f);
+}
+
+TEST(RuntimeTest, ConstantOverBudgetIsOutOfMemory) {
+  Runtime rt(logical(100));
+  EXPECT_THROW(rt.constant(vec(100)), OutOfMemoryError);
+  auto small = rt.constant(vec(10));
+  EXPECT_EQ(small.bytes(), 40u);
+}
+
+TEST(RuntimeTest, ThrashGuardStopsRecomputationThatCannotProgress) {
+  RuntimeOptions o = logical(SIZE_MAX);
+  o.thrash_limit = 10;
+  Runtime rt(o);
+  auto x = rt.constant(vec(1), iota(1).data());
+  Tensor t = x;
+  std::vector<Tensor> chain;
+  for (int i = 0; i < 50; ++i) chain.push_back(t = rt.call1(testing::affine(1, 1), {t}));
+  for (Tensor& c : chain) rt.evict(c);
+  EXPECT_THROW(read(rt, t), ThrashError);
+  EXPECT_EQ(rt.stats().thrashes, 1u);
+}
+
+TEST(RuntimeTest, BudgetCapsReservedBytesWithTheCachingAllocator) {
+  RuntimeOptions o;
+  o.budget = 3 << 20;
+  o.allocator.small_segment = 64 << 10;
+  Runtime rt(o);
+  auto x = rt.constant(vec(1 << 16), iota(1 << 16).data());  // 256 KiB
+  std::vector<Tensor> keep;
+  Tensor t = x;
+  for (int i = 0; i < 40; ++i) keep.push_back(t = rt.call1(testing::affine(1.0f, 0.5f), {t}));
+  EXPECT_GT(rt.stats().evictions, 0u);
+  EXPECT_LE(rt.stats().memory.peak_reserved, o.budget);
+  EXPECT_EQ(read(rt, keep[3])[0], 3.0f);
+  EXPECT_LE(rt.stats().memory.peak_reserved, o.budget);
+}
+
+TEST(RuntimeTest, UnknownPolicyIsRejected) {
+  RuntimeOptions o;
+  o.policy = "nope";
+  EXPECT_THROW(Runtime{o}, std::invalid_argument);
+  EXPECT_FALSE(eviction_policy_names().empty());
+}
+
+TEST(RuntimeTest, ViewOutsideItsBaseIsRejected) {
+  Runtime rt;
+  auto x = rt.constant(vec(4));
+  auto bad = std::make_shared<OpDef>();
+  bad->name = "bad_view";
+  bad->infer = [](SpecList) { return Outputs{OutputSpec(vec(8), 0, 0)}; };
+  EXPECT_THROW(rt.call(bad, {x}), std::invalid_argument);
+  EXPECT_EQ(rt.stats().live_tensors, 1u);
+}
+
+// w += x, in place on pinned tensors (an optimizer step's shape).
+OpPtr add_into_first() {
+  return make_op(
+      "add_into_first", [](SpecList) { return Outputs{}; },
+      [](const KernelContext& k) {
+        float* w = k.output<float>(0);
+        const float* x = k.input<float>(1);
+        for (std::int64_t i = 0; i < k.input_spec(0).numel(); ++i) w[i] += x[i];
+      },
+      [](SpecList in) { return double(in[0].numel()); });
+}
+
+TEST(RuntimeTest, UpdateWritesPinnedTensorsInPlace) {
+  Runtime rt(logical(SIZE_MAX));
+  auto w = rt.constant(vec(4), iota(4).data());
+  auto one = rt.constant(vec(4), std::vector<float>(4, 1.0f).data());
+  rt.update(add_into_first(), {w, one}, {0});
+  EXPECT_EQ(read(rt, w), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(rt.stats().frozen, 0u) << "nothing read w";
+}
+
+// A gradient held across the update must keep the bits it had before the parameter changed,
+// even when it (or what it is computed from) was evicted: see Note [Updating pinned tensors].
+TEST(RuntimeTest, UpdateFreezesHeldDependentsOfTheOldValue) {
+  Runtime rt(logical(SIZE_MAX));
+  auto w = rt.constant(vec(16), iota(16).data());
+  auto x = rt.constant(vec(16), iota(16, 0.5f).data());
+  auto h = rt.call1(testing::combine(), {x, w});          // reads w
+  auto g = rt.call1(testing::affine(0.5f, 2.0f), {h});    // depends on w through h
+  auto unrelated = rt.call1(testing::affine(3.0f, 1.0f), {x});
+  const auto g_before = read(rt, g);
+  h.reset();                                              // nobody holds h now
+  ASSERT_TRUE(rt.evict(g));
+  rt.update(add_into_first(), {w, x}, {0});
+  EXPECT_EQ(rt.stats().frozen, 1u) << "only g: unrelated does not read w";
+  EXPECT_TRUE(g.resident());
+  EXPECT_FALSE(rt.evict(g)) << "a frozen tensor is pinned";
+  EXPECT_EQ(read(rt, g), g_before);
+  EXPECT_TRUE(rt.evict(unrelated));
+  // A new op sees the new parameter.
+  auto h2 = rt.call1(testing::combine(), {x, w});
+  EXPECT_NE(read(rt, h2)[0], 0.5f + 1.0f * 0.5f);
+  // Frozen memory goes with the last handle.
+  const auto pinned = rt.stats().pinned_bytes;
+  g.reset();
+  EXPECT_EQ(rt.stats().pinned_bytes, pinned - 64);
+}
+
+// A recorded step shows the freeze: the update's node reads what it froze, so that a plan of
+// the step has it resident there (the program cannot free it before the update).
+TEST(RuntimeTest, RecordedUpdateReadsWhatItFroze) {
+  Runtime rt(logical(SIZE_MAX));
+  auto w = rt.constant(vec(16), iota(16).data());
+  auto x = rt.constant(vec(16), iota(16, 0.5f).data());
+  StepOptions record;
+  record.record = true;
+  rt.begin_step(record);
+  auto h = rt.call1(testing::combine(), {x, w});
+  auto g = rt.call1(testing::affine(0.5f, 2.0f), {h});
+  auto unrelated = rt.call1(testing::affine(3.0f, 1.0f), {x});
+  h.reset();
+  rt.update(add_into_first(), {w, x}, {0});
+  const RecordedStep step = rt.end_step();
+  const Graph& graph = step.graph;
+  auto node_of = [&](const std::string& op) {
+    for (const Node& n : graph.nodes)
+      if (n.op == op) return n.id;
+    return -1;
+  };
+  const int update = node_of("add_into_first");
+  ASSERT_GE(update, 0);
+  const std::vector<int>& in = graph.nodes[static_cast<std::size_t>(update)].inputs;
+  int g_node = -1, unrelated_node = -1;
+  for (const Node& n : graph.nodes) {
+    if (n.op != "affine") continue;
+    // g reads h (a combine node); unrelated reads the input x.
+    const bool reads_combine = graph.nodes[static_cast<std::size_t>(n.inputs[0])].op == "combine";
+    (reads_combine ? g_node : unrelated_node) = n.id;
+  }
+  ASSERT_GE(g_node, 0);
+  ASSERT_GE(unrelated_node, 0);
+  EXPECT_NE(std::find(in.begin(), in.end(), g_node), in.end()) << "g was frozen by the update";
+  EXPECT_EQ(std::find(in.begin(), in.end(), unrelated_node), in.end());
+  EXPECT_EQ(std::find(in.begin(), in.end(), node_of("combine")), in.end()) << "nobody held h";
+  // The trace's CALL takes the frozen tensor as an argument too.
+  bool call_reads_g = false;
+  for (const DtrInstruction& i : step.trace.instructions)
+    if (i.kind == DtrInstruction::Kind::kCall && i.op == "add_into_first")
+      call_reads_g = std::find(i.args.begin(), i.args.end(), static_cast<std::uint32_t>(g_node)) !=
+                     i.args.end();
+  EXPECT_TRUE(call_reads_g);
+}
+
+TEST(RuntimeTest, UpdateRejectsTensorsThatAreNotConstants) {
+  Runtime rt(logical(SIZE_MAX));
+  auto w = rt.constant(vec(4), iota(4).data());
+  auto y = rt.call1(testing::affine(1, 1), {w});
+  EXPECT_THROW(rt.update(add_into_first(), {y, w}, {0}), std::invalid_argument);
+  EXPECT_THROW(rt.update(add_into_first(), {w, y}, {2}), std::invalid_argument);
+  EXPECT_EQ(read(rt, y), (std::vector<float>{2, 3, 4, 5})) << "nothing was written";
+}
+
+// Note [Contiguous eviction]: four 256 KiB tensors fill the only segment the budget allows;
+// a 512 KiB request needs two adjacent ones gone. The policy's own victim (the oldest cheap
+// one) is next to the dear one, so the runtime evicts the cheapest adjacent pair instead,
+// and nothing else.
+TEST(RuntimeTest, WindowSearchEvictsTheCheapestAdjacentPair) {
+  RuntimeOptions o;
+  o.backend = Backend::kSimulated;
+  o.accounting = Accounting::kAllocator;
+  o.budget = std::size_t{1} << 20;
+  o.allocator.medium_segment = std::size_t{1} << 20;
+  auto run = [](bool contiguous, RuntimeOptions options) {
+    options.contiguous_eviction = contiguous;
+    Runtime rt(options);
+    auto make = make_op(
+        "make", [](SpecList) { return Outputs{{vec(64 << 10)}}; }, {});
+    const Outputs quarter{{vec(64 << 10)}};
+    std::vector<Tensor> t;
+    for (double cost : {1.0, 1000.0, 1.0, 1.0}) t.push_back(rt.call_with(make, {}, quarter, cost)[0]);
+    auto big = rt.call_with(make, {}, Outputs{{vec(128 << 10)}}, 1.0)[0];
+    EXPECT_TRUE(big.resident());
+    EXPECT_LE(rt.stats().memory.peak_reserved, options.budget);
+    std::vector<bool> resident;
+    for (const Tensor& x : t) resident.push_back(x.resident());
+    return std::make_pair(resident, rt.stats().evictions);
+  };
+  const auto [window, window_evictions] = run(true, o);
+  EXPECT_EQ(window, (std::vector<bool>{true, true, false, false}));
+  EXPECT_EQ(window_evictions, 2u);
+  // Evicting by score alone takes the oldest cheap tensor first, which frees nothing usable.
+  const auto [by_score, score_evictions] = run(false, o);
+  EXPECT_FALSE(by_score[0]);
+  EXPECT_GT(score_evictions, 2u);
+}
+
+TEST(TensorSpecTest, BytesOverflowIsAnError) {
+  TensorSpec s{{std::int64_t{1} << 40, std::int64_t{1} << 40}, DType::kF32};
+  EXPECT_THROW(s.bytes(), std::overflow_error);
+  TensorSpec neg{{-1}, DType::kF32};
+  EXPECT_THROW(neg.bytes(), std::overflow_error);
+  EXPECT_EQ((TensorSpec{{2, 3}, DType::kF64}.bytes()), 48u);
+}
+
+}  // namespace
+}  // namespace remat
+
+namespace remat {
+namespace {
+
+// Note [Reusing plans across shapes]: the exact key first; else the nearest key, or with
+// Reuse::kNoLarger the nearest among keys no larger in any entry; keys of another length
+// never match.
+TEST(PlanCacheTest, FindsExactNearestAndNoLargerPlans) {
+  PlanCache cache;
+  auto plan = [](std::string source) {
+    auto h = std::make_shared<StepHints>();
+    h->source = std::move(source);
+    return h;
+  };
+  EXPECT_EQ(cache.find({4, 64}).hints, nullptr);
+  cache.insert({4, 64}, plan("64"));
+  cache.insert({4, 128}, plan("128"));
+  cache.insert({8, 32}, plan("8x32"));
+  PlanCache::Found f = cache.find({4, 128});
+  ASSERT_NE(f.hints, nullptr);
+  EXPECT_TRUE(f.exact);
+  EXPECT_EQ(f.hints->source, "128");
+  f = cache.find({4, 120});
+  EXPECT_FALSE(f.exact);
+  EXPECT_EQ(f.hints->source, "128");
+  f = cache.find({4, 120}, PlanCache::Reuse::kNoLarger);
+  ASSERT_NE(f.hints, nullptr);
+  EXPECT_EQ(f.hints->source, "64");
+  EXPECT_EQ(f.key, (PlanCache::Key{4, 64}));
+  EXPECT_EQ(cache.find({4, 40}, PlanCache::Reuse::kNoLarger).hints, nullptr);
+  EXPECT_EQ(cache.find({8, 200}, PlanCache::Reuse::kNoLarger).hints->source, "128");
+  EXPECT_EQ(cache.find({8, 40}, PlanCache::Reuse::kNoLarger).hints->source, "8x32");
+  EXPECT_EQ(cache.find({4}).hints, nullptr);
+  EXPECT_EQ(cache.size(), 3u);
+}
+
+}  // namespace
+}  // namespace remat

@@ -1,0 +1,144 @@
+// The exact schedule simulator (FORMAT.md's accounting) and remat-schedule-v1 I/O.
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "runtime/ir/instances.h"
+#include "remat/schedule.h"
+
+namespace remat {
+namespace {
+
+std::vector<int64_t> Profile(const Graph& g, const std::vector<int>& order, const std::vector<int>& last_read) {
+  std::vector<int64_t> delta(order.size() + 1, 0);
+  for (size_t j = 0; j < order.size(); ++j) {
+    int64_t b = g.nodes[order[j]].bytes;
+    delta[j] += b;
+    delta[last_read[j] + 1] -= b;
+  }
+  std::vector<int64_t> mem(order.size());
+  int64_t cur = 0;
+  for (size_t j = 0; j < order.size(); ++j) {
+    cur += delta[j];
+    mem[j] = cur;
+  }
+  return mem;
+}
+
+}  // namespace
+
+SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> budget_bytes) {
+  SimResult r;
+  r.base_cost = g.total_cost();
+  Instances instances = ComputeInstances(g, s.order);
+  const std::vector<int>& last_read = instances.last_read;
+  const std::string& err = instances.error;
+  // Cost, recomputations and peak are reported for the steps that were checked even when
+  // the order is invalid; `valid` is what counts.
+  if (!err.empty()) {
+    r.error = err;
+    return r;
+  }
+  std::vector<int64_t> mem = Profile(g, s.order, last_read);
+  for (size_t j = 0; j < s.order.size(); ++j) {
+    r.cost += g.nodes[s.order[j]].cost;
+    if (mem[j] > r.peak_bytes || r.peak_step < 0) {
+      r.peak_bytes = mem[j];
+      r.peak_step = static_cast<int>(j);
+    }
+  }
+  r.recomputations = static_cast<int>(s.order.size()) - g.size();
+  r.overhead = r.base_cost > 0 ? r.cost / r.base_cost - 1.0 : 0.0;
+  // The forward pass ends with the first instance of the last forward node listed before
+  // the first backward step; forward values made by then (first instances, not
+  // recomputations) and read after it are what the backward keeps.
+  int first_bwd = -1;
+  for (size_t j = 0; j < s.order.size(); ++j) {
+    const Node& node = g.nodes[s.order[j]];
+    if (node.phase == Phase::kBackward && node.kind != NodeKind::kTangent && node.kind != NodeKind::kInput) {
+      first_bwd = static_cast<int>(j);
+      break;
+    }
+  }
+  if (s.backward_start && *s.backward_start >= 0 && *s.backward_start <= static_cast<int>(s.order.size())) {
+    std::vector<char> seen(g.size(), 0);
+    for (int j = 0; j < *s.backward_start; ++j) {
+      int v = s.order[j];
+      if (seen[v]++) continue;
+      if (g.nodes[v].phase == Phase::kForward && last_read[j] >= *s.backward_start) r.saved_bytes += g.nodes[v].bytes;
+    }
+  } else if (first_bwd >= 0) {
+    std::vector<char> seen(g.size(), 0);
+    std::vector<int> first_instances;
+    int boundary = 0;
+    for (int j = 0; j < first_bwd; ++j) {
+      int v = s.order[j];
+      if (seen[v]) continue;
+      seen[v] = 1;
+      if (g.nodes[v].phase == Phase::kForward) {
+        first_instances.push_back(j);
+        boundary = j + 1;
+      }
+    }
+    for (int j : first_instances) {
+      if (last_read[j] >= boundary) r.saved_bytes += g.nodes[s.order[j]].bytes;
+    }
+  }
+  r.valid = true;
+  if (budget_bytes && r.peak_bytes > *budget_bytes) {
+    r.valid = false;
+    r.error = absl::StrCat("peak ", r.peak_bytes, " bytes at step ", r.peak_step, " (",
+                           NodeLabel(g, s.order[r.peak_step]), ") exceeds the budget of ", *budget_bytes, " bytes");
+  }
+  return r;
+}
+
+std::vector<int64_t> memory_profile(const Graph& g, const std::vector<int>& order) {
+  const Instances in = ComputeInstances(g, order);
+  if (!in.error.empty()) return {};
+  return Profile(g, order, in.last_read);
+}
+
+absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
+  using json = nlohmann::json;
+  json doc = json::parse(text.begin(), text.end(), nullptr, false);
+  if (doc.is_discarded()) return absl::InvalidArgumentError("schedule: bad JSON");
+  if (!doc.is_object() || !doc.contains("format") || doc["format"] != "remat-schedule-v1") {
+    return absl::InvalidArgumentError("schedule: field 'format' is not \"remat-schedule-v1\"");
+  }
+  Schedule s;
+  if (doc.contains("graph")) {
+    if (!doc["graph"].is_string()) return absl::InvalidArgumentError("schedule: 'graph' is not a string");
+    s.graph = doc["graph"].get<std::string>();
+  }
+  if (!doc.contains("order") || !doc["order"].is_array()) {
+    return absl::InvalidArgumentError("schedule: 'order' is missing or not an array");
+  }
+  if (doc.contains("backward_start")) {
+    if (!doc["backward_start"].is_number_integer()) {
+      return absl::InvalidArgumentError("schedule: 'backward_start' is not an integer");
+    }
+    s.backward_start = doc["backward_start"].get<int>();
+  }
+  for (size_t j = 0; j < doc["order"].size(); ++j) {
+    const json& v = doc["order"][j];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1LL << 31) - 1) {
+      return absl::InvalidArgumentError(absl::StrCat("schedule: step ", j, " is not a valid node id"));
+    }
+    s.order.push_back(v.get<int>());
+  }
+  return s;
+}
+
+std::string write_schedule(const Schedule& s) {
+  nlohmann::json doc;
+  doc["format"] = "remat-schedule-v1";
+  doc["graph"] = s.graph;
+  doc["order"] = s.order;
+  if (s.backward_start) doc["backward_start"] = *s.backward_start;
+  return doc.dump();
+}
+
+}  // namespace remat

@@ -1,0 +1,117 @@
+#include <map>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "remat/graph.h"
+#include "runtime/ir/instances.h"
+#include "remat/schedule.h"
+#include "runtime/ir/test_graphs.h"
+
+namespace remat {
+namespace {
+
+using ::testing::HasSubstr;
+
+Graph Diamond() {
+  // 0 (100 bytes) feeds 1 and 3; 1 -> 2 -> 3. Unit sizes except node 0.
+  Graph g = testing::RandomDag(4, 0, 1, 1);
+  for (Node& n : g.nodes) { n.bytes = 1; n.cost = 1; n.inputs.clear(); }
+  g.nodes[0].bytes = 100;
+  g.nodes[0].cost = 7;
+  g.nodes[1].inputs = {0};
+  g.nodes[2].inputs = {1};
+  g.nodes[3].inputs = {0, 2};
+  return g;
+}
+
+TEST(Simulator, HandComputedProfileWithRecomputation) {
+  Graph g = Diamond();
+  Schedule s{g.name, {0, 1, 2, 0, 3}};
+  // step0 {0}; step1 {0,1}; step2 {1,2} (first 0 dies after step1); step3 {2, 0'};
+  // step4 {0', 2, 3}.
+  EXPECT_EQ(memory_profile(g, s.order), (std::vector<int64_t>{100, 101, 2, 101, 102}));
+  SimResult r = simulate(g, s);
+  ASSERT_TRUE(r.valid) << r.error;
+  EXPECT_EQ(r.peak_bytes, 102);
+  EXPECT_EQ(r.peak_step, 4);
+  EXPECT_DOUBLE_EQ(r.cost, 7 + 1 + 1 + 7 + 1);
+  EXPECT_DOUBLE_EQ(r.base_cost, 10);
+  EXPECT_DOUBLE_EQ(r.overhead, 0.7);
+  EXPECT_EQ(r.recomputations, 1);
+}
+
+TEST(Simulator, UnreadValueIsResidentOnlyAtItsStep) {
+  Graph g = Diamond();
+  g.nodes[3].inputs = {2};  // node 0 is read only by node 1 now
+  Schedule s{g.name, {0, 1, 2, 3}};
+  EXPECT_EQ(memory_profile(g, s.order), (std::vector<int64_t>{100, 101, 2, 2}));
+}
+
+TEST(Simulator, ReadUsesNewestInstance) {
+  Graph g = Diamond();
+  // 0 recomputed right after its first use: the first instance dies at step 1.
+  Schedule s{g.name, {0, 1, 0, 2, 3}};
+  EXPECT_EQ(memory_profile(g, s.order), (std::vector<int64_t>{100, 101, 101, 102, 102}));
+}
+
+TEST(Simulator, BudgetMakesScheduleInvalidWithReason) {
+  Graph g = Diamond();
+  Schedule s{g.name, {0, 1, 2, 3}};
+  EXPECT_TRUE(simulate(g, s, 102).valid);
+  SimResult r = simulate(g, s, 101);
+  EXPECT_FALSE(r.valid);
+  EXPECT_THAT(r.error, HasSubstr("exceeds the budget of 101"));
+  EXPECT_EQ(r.peak_bytes, 102);
+}
+
+TEST(Simulator, RejectsReadBeforeAnyInstance) {
+  Graph g = Diamond();
+  SimResult r = simulate(g, Schedule{g.name, {0, 2, 1, 3}});
+  EXPECT_FALSE(r.valid);
+  EXPECT_THAT(r.error, HasSubstr("step 1"));
+  EXPECT_THAT(r.error, HasSubstr("reads node 1"));
+}
+
+TEST(Simulator, RejectsMissingUnknownAndRecomputedInputs) {
+  Graph g = Diamond();
+  EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 2}}).error, HasSubstr("node 3 ('n3') is never computed"));
+  EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 9}}).error, HasSubstr("unknown node id 9"));
+  g.nodes[0].kind = NodeKind::kInput;
+  SimResult r = simulate(g, Schedule{g.name, {0, 1, 2, 0, 3}});
+  EXPECT_FALSE(r.valid);
+  EXPECT_THAT(r.error, HasSubstr("computed a second time"));
+  g.nodes[0].kind = NodeKind::kCompute;
+  g.nodes[0].recomputable = false;
+  EXPECT_FALSE(simulate(g, Schedule{g.name, {0, 1, 2, 0, 3}}).valid);
+}
+
+TEST(Simulator, SavedBytesCountsForwardValuesReadByBackward) {
+  Graph g = testing::LinearGraph(2);  // forward 0,1,2; backward 3 (reads 2,1), 4 (reads 3,0)
+  g.nodes[0].bytes = 1;
+  g.nodes[1].bytes = 10;
+  g.nodes[2].bytes = 100;
+  EXPECT_EQ(simulate(g, Schedule{g.name, {0, 1, 2, 3, 4}}).saved_bytes, 111);
+  // Recomputing 1 in the backward: only 0 and 2 are kept from the forward pass.
+  EXPECT_EQ(simulate(g, Schedule{g.name, {0, 1, 2, 1, 3, 4}}).saved_bytes, 101);
+  // Graphs without a backward phase save nothing.
+  Graph f = testing::RandomDag(5, 0.5, 3, 2);
+  Schedule s{f.name, {0, 1, 2, 3, 4}};
+  EXPECT_EQ(simulate(f, s).saved_bytes, 0);
+}
+
+TEST(ScheduleIo, RoundTripsAndRejectsBadInput) {
+  Schedule s{"g", {0, 1, 2, 0, 3}};
+  auto back = parse_schedule(write_schedule(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->graph, "g");
+  EXPECT_EQ(back->order, s.order);
+  EXPECT_FALSE(parse_schedule("{").ok());
+  EXPECT_FALSE(parse_schedule(R"({"format":"remat-graph-v1","order":[]})").ok());
+  auto bad = parse_schedule(R"({"format":"remat-schedule-v1","graph":"g","order":[0,-3]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("step 1"));
+}
+
+}  // namespace
+}  // namespace remat
