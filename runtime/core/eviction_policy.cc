@@ -178,7 +178,8 @@ class DtrLocalPolicy final : public PolicyBase {
 //   msps      memory saving per second (after Capuchin): evicted ancestors only, staleness^0;
 //   msps_sqrt the same ancestors, staleness^0.5: MSPS with a little of DTR's recency, which
 //             keeps it from evicting a cheap tensor the running block is about to read;
-//   hinted    h_DTR times the storage's hint weight (Note [Hinted eviction] in step.cc).
+//   hinted    h_DTR times the storage's hint weight (Note [Hinted eviction] in
+//             runtime/steps/step.cc), set by a step that follows a plan.
 class NeighbourhoodPolicy final : public PolicyBase {
  public:
   NeighbourhoodPolicy(LineageView v, std::string_view name, bool descendants, double exponent,
@@ -188,12 +189,20 @@ class NeighbourhoodPolicy final : public PolicyBase {
   std::string_view name() const override { return name_; }
   double key(Id s) override {
     const double k = walker_.cost(s, descendants_) / bytes(s);
-    return weighted_ ? k * (*v_.storages)[s].hint_weight : k;
+    return weighted_ ? k * weight(s) : k;
   }
   // The neighbourhood includes the storage's own op.
   double key_floor(Id s) override {
     const double k = v_.cost_of(s) / bytes(s);
-    return weighted_ ? k * (*v_.storages)[s].hint_weight : k;
+    return weighted_ ? k * weight(s) : k;
+  }
+  void set_weight(Id s, float w) override {
+    if (!weighted_) return;
+    if (s >= weights_.size()) weights_.resize(s + 1, 1.0f);
+    weights_[s] = w;
+  }
+  void on_destroyed(Id s) override {
+    if (s < weights_.size()) weights_[s] = 1.0f;
   }
   double staleness_exponent() const override { return exponent_; }
   void for_each_lowered(Id s, const std::function<void(Id)>& fn) override {
@@ -201,11 +210,14 @@ class NeighbourhoodPolicy final : public PolicyBase {
   }
 
  private:
+  float weight(Id s) const { return s < weights_.size() ? weights_[s] : 1.0f; }
+
   NeighbourhoodWalker walker_;
   std::string_view name_;
   bool descendants_;
   double exponent_;
   bool weighted_;
+  std::vector<float> weights_;  // by storage; 1 where never set (`hinted` only)
 };
 
 // Note [Equivalence classes]
@@ -227,8 +239,8 @@ class DtrEqPolicy final : public PolicyBase {
     roots_.clear();
     auto add = [&](Id n) {
       const StorageRec& r = (*v_.storages)[n];
-      if (r.resident || r.pinned || r.uf_parent == kNone) return;
-      const Id root = find(r.uf_parent);
+      if (r.resident || r.pinned || class_of(n) == kNone) return;
+      const Id root = find(class_of(n));
       if (std::find(roots_.begin(), roots_.end(), root) != roots_.end()) return;
       roots_.push_back(root);
       total += std::max(0.0, nodes_[root].cost);
@@ -239,33 +251,31 @@ class DtrEqPolicy final : public PolicyBase {
   }
 
   void on_evicted(Id s) override {
-    StorageRec& r = (*v_.storages)[s];
-    if (r.uf_parent == kNone) {
-      r.uf_parent = nodes_.add({kNone, 0.0, 1, 1});
-      nodes_[r.uf_parent].parent = r.uf_parent;
+    if (s >= class_.size()) class_.resize(s + 1, kNone);
+    if (class_[s] == kNone) {
+      class_[s] = nodes_.add({kNone, 0.0, 1, 1});
+      nodes_[class_[s]].parent = class_[s];
     }
-    Id root = find(r.uf_parent);
+    Id root = find(class_[s]);
     nodes_[root].cost += v_.cost_of(s);
     auto join = [&](Id n) {
       const StorageRec& nr = (*v_.storages)[n];
-      if (nr.resident || nr.pinned || nr.uf_parent == kNone) return;
-      root = unite(root, find(nr.uf_parent));
+      if (nr.resident || nr.pinned || class_of(n) == kNone) return;
+      root = unite(root, find(class_of(n)));
     };
     v_.for_each_parent(s, join);
     v_.for_each_child(s, join);
   }
 
   void on_resident(Id s) override {
-    StorageRec& r = (*v_.storages)[s];
-    if (r.uf_parent != kNone) nodes_[find(r.uf_parent)].cost -= v_.cost_of(s);
+    if (class_of(s) != kNone) nodes_[find(class_of(s))].cost -= v_.cost_of(s);
   }
 
   void on_destroyed(Id s) override {
-    StorageRec& r = (*v_.storages)[s];
-    if (r.uf_parent == kNone) return;
-    if (!r.resident) nodes_[find(r.uf_parent)].cost -= v_.cost_of(s);
-    drop(r.uf_parent);
-    r.uf_parent = kNone;
+    if (class_of(s) == kNone) return;
+    if (!(*v_.storages)[s].resident) nodes_[find(class_[s])].cost -= v_.cost_of(s);
+    drop(class_[s]);
+    class_[s] = kNone;
   }
 
  private:
@@ -276,6 +286,8 @@ class DtrEqPolicy final : public PolicyBase {
     std::uint32_t refs;  // storages naming it + nodes whose parent it is
   };
 
+  // The node of the class a storage joined when it was evicted; kNone: none.
+  Id class_of(Id s) const { return s < class_.size() ? class_[s] : kNone; }
   Id find(Id x) const {
     while (nodes_[x].parent != x) x = nodes_[x].parent;
     return x;
@@ -298,6 +310,7 @@ class DtrEqPolicy final : public PolicyBase {
   }
 
   SlotMap<Node> nodes_;
+  std::vector<Id> class_;  // by storage
   std::vector<Id> roots_;
 };
 

@@ -63,6 +63,9 @@ class EvictionPolicy {
   virtual void on_evicted(Id /*storage*/) {}
   virtual void on_resident(Id /*storage*/) {}
   virtual void on_destroyed(Id /*storage*/) {}
+  // A factor on the storage's score from a static plan's hints (Note [Hinted eviction]);
+  // only the `hinted` policy weighs, the others ignore it.
+  virtual void set_weight(Id /*storage*/, float /*weight*/) {}
 };
 
 // nullptr for an unknown name.

@@ -1,7 +1,7 @@
 // The lineage graph: ops, the tensors they made, and the storages that hold tensor bytes.
-// Internal to the runtime; see Note [Lineage lifetime] in runtime.cc.
-#ifndef REMAT_RUNTIME_DETAIL_LINEAGE_H_
-#define REMAT_RUNTIME_DETAIL_LINEAGE_H_
+// Internal to the runtime; see Note [Lineage lifetime] in lineage_lifetime.cc.
+#ifndef REMAT_RUNTIME_CORE_LINEAGE_H_
+#define REMAT_RUNTIME_CORE_LINEAGE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -29,23 +29,15 @@ struct StorageRec {
   double last_access = 0;
   Id candidate_slot = kNone;   // position in the eviction candidate list
   std::vector<Id> consumers;   // live ops that read a tensor of this storage
-  // Union-find over evicted storages (dtr_eq), see Note [Equivalence classes].
-  Id uf_parent = kNone;
-  double uf_cost = 0;          // at a root: cost of the class
-  std::uint32_t stamp = 0;     // traversal mark
+  std::uint32_t stamp = 0;     // traversal mark (the eviction policies' lineage walks)
   // Request in which it was last recomputed, and the request in which it was recomputed a
   // second time (then it stays until that request ends): see Note [Iterative recomputation].
   std::uint32_t recomputed_in = 0;
   std::uint32_t keep_in = 0;
-  float hint_weight = 1.0f;    // the `hinted` policy's factor on its score (Note [Hinted eviction])
-  // Reads by deferred ops that have not run yet; a dead storage stays while any is pending
-  // (Note [Following a schedule] in remat/hints.h).
-  std::uint32_t pending_reads = 0;
-  // Instances of a followed plan that live on it (a view's and its base's share one
-  // storage), and whether a plan step made it resident before any instance claimed it (the
-  // other outputs of a multi-output op); either keeps a dead storage until the plan frees it.
-  std::uint32_t plan_refs = 0;
-  bool plan_spec = false;
+  // Holds a step places on a storage nothing else may need yet (a deferred op's pending read,
+  // a followed plan's instance: runtime/steps/plan_follower.h); a dead storage stays while
+  // any is held.
+  std::uint32_t holds = 0;
 };
 
 struct TensorRec {
@@ -118,4 +110,4 @@ class SlotMap {
 
 }  // namespace remat::detail
 
-#endif  // REMAT_RUNTIME_DETAIL_LINEAGE_H_
+#endif  // REMAT_RUNTIME_CORE_LINEAGE_H_

@@ -1,0 +1,130 @@
+// Choosing what to evict: the policy's best victim, or a contiguous window of blocks.
+#include "runtime/core/runtime_impl.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "runtime/alloc/detail/blocks.h"
+
+namespace remat::detail {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double seconds_since(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+}  // namespace
+
+// With sampling on, a random sqrt(n) subset is scored (DTR's own option), which bounds the
+// cost of one decision at the price of sometimes missing the best victim; otherwise the
+// candidate index finds the best one (see Note [Candidate index]).
+Id RuntimeImpl::choose_victim() {
+  const std::size_t n = candidates_->size();
+  if (n == 0) return kNone;
+  if (!options.sample_candidates || n <= 64) return candidates_->best(clock);
+  const std::size_t k = static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+  Id best = kNone;
+  double best_score = 0;
+  candidates_->sample(sampler_, k, [&](Id s) {
+    const double score = storages[s].lingering ? 0.0 : policy->score(s);
+    if (best == kNone || score < best_score) {
+      best = s;
+      best_score = score;
+    }
+  });
+  return best != kNone ? best : candidates_->best(clock);
+}
+
+// The timer covers choosing what to evict; evicting it (freeing, lineage) is not the search.
+bool RuntimeImpl::reclaim(std::size_t bytes) {
+  const auto start = SteadyClock::now();
+  evicting_.clear();
+  const Id victim = choose_victim();
+  if (caching != nullptr && options.contiguous_eviction && victim != kNone &&
+      !caching->release_would_serve(storages[victim].ptr, bytes))
+    choose_window(bytes);
+  // A window of free blocks alone frees nothing new (the allocator would have used them).
+  if (evicting_.empty() && victim != kNone) evicting_.push_back(victim);
+  stats.search_seconds += seconds_since(start);
+  if (evicting_.empty()) {
+    failed_locked_bytes_ = unpinned_locked_bytes();
+    return false;
+  }
+  for (Id s : evicting_) evict(s);
+  return true;
+}
+
+// Note [Contiguous eviction]
+// In allocator accounting, evicting the best-scored tensors one at a time frees bytes that
+// are scattered over segments: a large request may need many evictions before two freed
+// blocks happen to be adjacent. Following Coop (Zhang et al., NeurIPS 2023), the runtime
+// instead looks at each segment of the request's pool in address order and finds the window
+// of adjacent blocks, each free or held by an evictable storage, whose bytes cover the
+// request at the least total eviction cost (the policy's score times the size, i.e. the
+// cost of the evicted neighbourhood over staleness for the DTR family; scores come from the
+// candidate index's stored keys, so weighing a block costs O(1) rather than a walk). Costs are
+// non-negative, so a two-pointer sweep finds each segment's best window in linear time
+// (`WindowSearch`, Note [Window sweep] in window_search.cc). The other way to make room is
+// to empty whole segments, of either pool, so that they can be returned and a new one
+// reserved; the cheaper of the two wins.
+// The window search weighs every block, which is too dear to do on every decision when ops
+// take microseconds (the recorded tree LSTM). So it runs only where fragmentation is the
+// problem: when freeing the policy's own best victim would not serve the request (its block
+// and free neighbours are too small, and its segment would not empty into enough room),
+// which the allocator answers in O(1) (`release_would_serve`). Otherwise the runtime evicts
+// that victim, as in logical accounting. On the tree LSTM that took the window search from
+// every decision to about a quarter of them, and it brought allocator slowdowns nearer the
+// logical ones (treelstm at 0.5: 5.2% above logical, now 3.6%), since per-byte choices are
+// what the policies are tuned for.
+
+void RuntimeImpl::choose_window(std::size_t bytes) {
+  candidates_->with_pricing(clock, [&](auto score) { choose_window(bytes, score); });
+}
+
+// Window costs come from stored keys, lower bounds of the true ones (keys lag behind keys
+// that grew, and a lowered key is only its floor); like the candidate index, the search
+// checks the window it chose: it refreshes its victims' keys and chooses again while any of
+// them turns out dearer than stored, so the window it evicts is priced right and no other
+// can be cheaper. Nothing is evicted in between, so the blocks are scanned once, each key
+// is refreshed at most once, and a refreshed block reprices only the windows that hold it.
+template <typename Score>
+void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
+  WindowSearch& w = window_search_;
+  const std::size_t need = caching->rounded_size(bytes);
+  // What evicting the storage in a block costs: 0 for a free block, a barrier where the
+  // block cannot be evicted (the candidate index holds exactly the evictable storages). It
+  // runs for every block, so the arrays it reads are fetched once, not once a block.
+  auto block_cost = [recs = storages.data(), score](std::uint32_t tag) {
+    static_assert(CachingAllocator::kNoTag > BlockLayout::kFree);
+    if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
+    const StorageRec& r = recs[tag];
+    if (r.candidate_slot == kNone) return WindowSearch::kBarrier;
+    // Sizes are far below 2^63, and a signed conversion is one instruction.
+    return score(r.candidate_slot) * static_cast<double>(static_cast<std::int64_t>(r.bytes));
+  };
+  w.price(
+      need, AllocatorBlocks(*caching),
+      [&](const SegmentView& segment, std::size_t segment_bytes) {
+        return caching->window_serves(segment, segment_bytes, bytes);
+      },
+      [block_cost](std::size_t, std::uint32_t tag) { return block_cost(tag); });
+  const std::vector<std::uint32_t>& tags = w.tags();
+  const std::size_t unreserved = caching->unreserved();
+  window_refreshed_.assign(tags.size(), false);
+  for (int round = 0; round < 8; ++round) {
+    if (!w.choose(need, unreserved)) return;
+    bool stale = false;
+    for (std::size_t i : w.chosen()) {
+      if (window_refreshed_[i]) continue;
+      window_refreshed_[i] = true;
+      candidates_->refresh(storages[tags[i]].candidate_slot);
+      stale |= w.reprice(i, block_cost(tags[i]));
+    }
+    if (!stale) break;
+  }
+  for (std::size_t i : w.chosen()) evicting_.push_back(tags[i]);
+}
+
+}  // namespace remat::detail

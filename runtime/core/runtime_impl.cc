@@ -1,0 +1,241 @@
+// The runtime core: construction, residency, the candidate index, lingering storages.
+#include "runtime/core/runtime_impl.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "remat/logical_memory.h"
+#include "remat/segment_source.h"
+
+namespace remat::detail {
+namespace {
+
+std::unique_ptr<SegmentSource> make_source(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu:
+      return std::make_unique<HostSegmentSource>();
+    case Backend::kSimulated:
+      return std::make_unique<SimulatedSegmentSource>();
+    case Backend::kCuda: {
+      auto source = make_cuda_segment_source(0);
+      if (source == nullptr) throw std::runtime_error("remat: the CUDA backend needs a CUDA device");
+      return source;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
+    : options(std::move(opts)), sampler_(options.seed ^ 0x9e3779b97f4a7c15ULL) {
+  if (options.accounting == Accounting::kLogical) {
+    if (options.backend == Backend::kCuda)
+      throw std::invalid_argument("remat: logical accounting is for the CPU and simulated backends");
+    memory = std::make_unique<LogicalMemory>(options.budget, options.backend == Backend::kCpu);
+  } else {
+    CachingAllocatorOptions a = options.allocator;
+    a.budget = options.budget;
+    auto alloc = std::make_unique<CachingAllocator>(make_source(options.backend), a);
+    caching = alloc.get();
+    memory = std::move(alloc);
+  }
+  memory->set_reclaimer(this);
+  timeline.budget = options.budget;
+  runs_kernels = options.backend != Backend::kSimulated;
+  policy = make_eviction_policy(options.policy, LineageView{&storages, &tensors, &ops, &clock},
+                                options.seed);
+  if (policy == nullptr) {
+    throw std::invalid_argument(absl::StrCat("remat: unknown eviction policy '", options.policy,
+                                             "' (see eviction_policy_names())"));
+  }
+  // Candidates enter the index with a cheap lower bound of their key, which best() corrects
+  // where it looks (Note [Candidate index]); a use re-enters a candidate, so computing the
+  // whole neighbourhood there would walk the lineage on every read. The window search
+  // (Note [Contiguous eviction]) prices blocks by these stored lower bounds too, and
+  // refreshes the keys of the window it picks.
+  // A lingering storage's key is 0: it goes before any storage that anything may still read
+  // (Note [Lingering storages]).
+  candidates_ = std::make_unique<CandidateIndex>(
+      [this](Id s) { return storages[s].lingering ? 0.0 : policy->key(s); },
+      policy->staleness_exponent(),
+      [this](Id s) { return storages[s].lingering ? 0.0 : policy->key_floor(s); });
+  candidates_->on_move = [this](Id s, Id position) { storages[s].candidate_slot = position; };
+}
+
+RuntimeImpl::~RuntimeImpl() { memory->set_reclaimer(nullptr); }
+
+bool RuntimeImpl::evictable(const StorageRec& r) const {
+  return r.resident && !r.pinned && r.locks == 0 &&
+         (r.bytes >= options.min_evictable_bytes || r.lingering) && r.producer != kNone;
+}
+
+// Keeps the candidate index equal to the set of evictable storages.
+void RuntimeImpl::refresh_candidate(Id s) {
+  StorageRec& r = storages[s];
+  const bool want = evictable(r);
+  if (want && r.candidate_slot == kNone) {
+    const Id slot = candidates_->insert(s, r.last_access);
+    storages[s].candidate_slot = slot;
+  } else if (!want && r.candidate_slot != kNone) {
+    candidates_->erase(r.candidate_slot);
+    r.candidate_slot = kNone;
+  }
+}
+
+// Records a use: the storage moves to the newest end of the candidate index.
+void RuntimeImpl::touch(Id s) {
+  StorageRec& r = storages[s];
+  r.last_access = clock;
+  if (r.candidate_slot != kNone) reenter_candidate(s);
+}
+
+// Takes a storage out of the candidate index and puts it back if it is evictable: its key
+// and last access are read afresh.
+void RuntimeImpl::reenter_candidate(Id s) {
+  StorageRec& r = storages[s];
+  if (r.candidate_slot != kNone) {
+    candidates_->erase(r.candidate_slot);
+    r.candidate_slot = kNone;
+  }
+  refresh_candidate(s);
+}
+
+// A storage that came back shrinks the evicted neighbourhoods around it: the keys of the
+// resident storages whose neighbourhoods it cut may drop, and the index only corrects keys
+// that grew by itself.
+void RuntimeImpl::refresh_neighbours(Id s) {
+  policy->for_each_lowered(s, [&](Id n) {
+    const Id slot = storages[n].candidate_slot;
+    if (slot != kNone) candidates_->lower(slot);
+  });
+}
+
+void RuntimeImpl::lock(Id s) {
+  StorageRec& r = storages[s];
+  if (r.locks++ == 0) refresh_candidate(s);
+}
+
+void RuntimeImpl::unlock(Id s) {
+  StorageRec& r = storages[s];
+  if (--r.locks == 0) refresh_candidate(s);
+}
+
+void RuntimeImpl::allocate_storage(Id s) {
+  const std::size_t bytes = storages[s].bytes;
+  void* p = memory->allocate(bytes);  // may evict other storages, never this one
+  StorageRec& r = storages[s];
+  r.ptr = p;
+  r.resident = true;
+  if (caching != nullptr) caching->set_tag(p, s);
+  stats.resident_bytes += bytes;
+  stats.peak_resident_bytes = std::max(stats.peak_resident_bytes, stats.resident_bytes);
+}
+
+// Gives a resident storage's bytes back to the memory resource.
+void RuntimeImpl::release_memory(Id s) {
+  StorageRec& r = storages[s];
+  memory->deallocate(r.ptr, r.bytes);
+  r.ptr = nullptr;
+  r.resident = false;
+  stats.resident_bytes -= r.bytes;
+}
+
+// Note [Lingering storages]
+// A storage with no handles that was recomputed for an op's sake (a dead tensor brought back
+// because a recomputation reads it) is not needed by anything the program holds, but the
+// next recomputation in the same region often reads it again. Freeing it at once (as DTR's
+// runtime does with banishing off) means recomputing it again; keeping it as an ordinary
+// candidate (as DTR's simulator does) lets its fresh last use shield it while memory is
+// short. Here it lingers: it stays resident as a free cache, with key 0, so that it is the
+// first thing any request for memory takes (and its release is not counted as an eviction).
+// Until memory is needed it is reused for nothing. Lingering storages go at the end of each
+// step, so no dead tensor outlives the step it served.
+void RuntimeImpl::linger(Id s) {
+  StorageRec& r = storages[s];
+  if (r.lingering || !releasable(r)) return;
+  r.lingering = true;
+  lingering_.push_back(s);
+  reenter_candidate(s);  // with its new key
+}
+
+void RuntimeImpl::free_lingering() {
+  for (Id s : lingering_) {
+    if (storages[s].lingering && storages[s].resident) free_storage(s);
+  }
+  lingering_.clear();
+}
+
+void RuntimeImpl::free_storage(Id s) {
+  storages[s].lingering = false;
+  release_memory(s);
+  refresh_candidate(s);
+  policy->on_evicted(s);
+}
+
+void RuntimeImpl::evict(Id s) {
+  const bool lingering = storages[s].lingering;
+  free_storage(s);
+  if (lingering) return;  // a free cache, not an eviction
+  ++stats.evictions;
+  if (options.record_timeline) {
+    const Id producer = storages[s].producer;
+    timeline.events.push_back({TimelineEvent::Kind::kEvict,
+                               producer == kNone ? std::string() : ops[producer].op->name, clock,
+                               0.0, storages[s].bytes});
+    note_memory();
+  }
+}
+
+// A storage no user handle can reach is freed at once; its record stays while lineage needs it.
+void RuntimeImpl::release_if_dead(Id s) {
+  if (releasable(storages[s])) free_storage(s);
+}
+
+// Resident, and nothing holds it: no handle, lock, or step's hold.
+bool RuntimeImpl::releasable(const StorageRec& r) const {
+  return r.handles == 0 && r.resident && !r.pinned && r.locks == 0 && r.holds == 0;
+}
+
+void RuntimeImpl::make_resident(Id t) {
+  const Id s = tensors[t].storage;
+  if (!storages[s].resident) recompute_storage(s);
+  touch(s);
+}
+
+void* RuntimeImpl::data_pointer(Id t) {
+  make_resident(t);
+  if (step) step->on_host_read(t);
+  const TensorRec& tr = tensors[t];
+  return static_cast<char*>(storages[tr.storage].ptr) + tr.offset;
+}
+
+bool RuntimeImpl::evict_tensor(Id t) {
+  const Id s = tensors[t].storage;
+  if (!evictable(storages[s])) return false;
+  evict(s);
+  return true;
+}
+
+void RuntimeImpl::set_budget(std::size_t budget) {
+  options.budget = budget;
+  timeline.budget = budget;
+  memory->set_budget(budget);
+  // Lowering the budget below what is held evicts down to it where it can.
+  while (memory->stats().reserved > budget) {
+    const Id victim = choose_victim();
+    if (victim == kNone) break;
+    evict(victim);
+    if (caching != nullptr) caching->release_cached();
+  }
+}
+
+void RuntimeImpl::note_memory() {
+  const MemoryStats m = memory->stats();
+  timeline.memory.push_back({clock, m.allocated, m.reserved});
+}
+
+}  // namespace remat::detail

@@ -1,0 +1,123 @@
+// In-place updates of pinned tensors (optimizers), and freezing what would read old values.
+#include "runtime/core/runtime_impl.h"
+
+#include <absl/container/flat_hash_set.h>
+#include <absl/strings/str_cat.h>
+
+#include <stdexcept>
+
+namespace remat::detail {
+
+// Note [Updating pinned tensors]
+// Optimizers write parameters in place, and a parameter is read by the lineage of every
+// activation and gradient of the step. If a tensor whose recomputation reads the old value
+// were evicted and recomputed after the update, it would come back with new bits. So before
+// an update writes a storage, every tensor that the user still holds and that depends on it
+// (through any chain of ops whose intermediate results nobody holds) is made resident and
+// frozen: pinned, so that it is never evicted and its producer never runs again. Nothing
+// else needs freezing: a held tensor's dependents recompute from the frozen bits, and a
+// tensor nobody holds and nothing live depends on will never be read. In a training loop
+// the frozen tensors are the gradients and the loss; they are freed with their last handle.
+// A recorded step shows the freeze as inputs of the update's node: whatever it froze must be
+// resident when the update runs, which is what a plan of the step has to budget for.
+std::vector<Id> RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
+  std::vector<Id> work = roots;
+  std::vector<Id> frontier;
+  absl::flat_hash_set<Id> seen(roots.begin(), roots.end());
+  while (!work.empty()) {
+    const Id s = work.back();
+    work.pop_back();
+    for (Id c : storages[s].consumers) {
+      for (Id out : ops[c].out_storages) {
+        if (out == kNone || !seen.insert(out).second) continue;  // views share `s`'s storage
+        const StorageRec& r = storages[out];
+        if (r.pinned) continue;
+        if (r.handles > 0) {
+          frontier.push_back(out);
+        } else {
+          work.push_back(out);
+        }
+      }
+    }
+  }
+  for (Id s : frontier) {
+    if (!storages[s].resident) recompute_storage(s);
+    StorageRec& r = storages[s];
+    r.pinned = true;
+    stats.pinned_bytes += r.bytes;
+    refresh_candidate(s);
+    ++stats.frozen;
+  }
+  return frontier;
+}
+
+// The storages an update writes: each mutated argument must be a constant.
+std::vector<Id> RuntimeImpl::pinned_targets(const OpDef& op, const std::vector<Id>& args,
+                                            std::span<const int> mutated) const {
+  std::vector<Id> targets;
+  for (int m : mutated) {
+    if (m < 0 || m >= static_cast<int>(args.size()))
+      throw std::invalid_argument(absl::StrCat("remat: update op '", op.name,
+                                               "' mutates argument ", m, " of ", args.size()));
+    const Id s = tensors[args[static_cast<std::size_t>(m)]].storage;
+    if (!storages[s].pinned || storages[s].producer != kNone)
+      throw std::invalid_argument(absl::StrCat("remat: update op '", op.name, "' argument ", m,
+                                               " is not a constant; only pinned tensors are "
+                                               "updated in place (use call_inplace)"));
+    targets.push_back(s);
+  }
+  return targets;
+}
+
+void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
+                                std::span<const int> mutated) {
+  const std::vector<Id> targets = pinned_targets(*op, args, mutated);
+  if (runs_kernels && !kernel_of(*op))
+    throw std::invalid_argument(absl::StrCat("remat: update op '", op->name,
+                                             "' has no kernel for this backend"));
+  const int position = step ? step->next_position() : -1;
+  if (step) step->before_update(position);
+  const std::vector<Id> frozen = freeze_dependents(targets);
+  std::vector<Id> held;
+  auto unlock_all = [&] {
+    for (Id s : held) {
+      storages[s].last_access = clock;
+      unlock(s);
+    }
+  };
+  double cost = 0;
+  try {
+    for (Id t : args) {
+      make_resident(t);  // an OOM here is annotated with the op being recomputed
+      lock(tensors[t].storage);
+      held.push_back(tensors[t].storage);
+    }
+    std::vector<TensorSpec> specs;
+    for (Id t : args) specs.push_back(tensors[t].spec);
+    cost = op->cost ? op->cost(specs) : 0.0;
+    // The kernel's outputs are the mutated arguments' own memory.
+    std::vector<const void*> in_ptrs;
+    std::vector<const TensorSpec*> in_specs;
+    std::vector<void*> outs;
+    std::vector<const TensorSpec*> out_specs;
+    KernelContext ctx;
+    if (runs_kernels) {
+      kernel_inputs(args, in_ptrs, in_specs);
+      for (int m : mutated) {
+        outs.push_back(const_cast<void*>(in_ptrs[static_cast<std::size_t>(m)]));
+        out_specs.push_back(in_specs[static_cast<std::size_t>(m)]);
+      }
+      ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, RngState{}, false, stream};
+    }
+    cost = launch(*op, ctx, cost, /*measure=*/false, TimelineEvent::Kind::kCompute, 0);
+  } catch (...) {
+    unlock_all();
+    throw;
+  }
+  ++stats.calls;
+  stats.base_cost += cost;
+  unlock_all();
+  if (step) step->on_update(*op, args, cost, position, frozen);
+}
+
+}  // namespace remat::detail

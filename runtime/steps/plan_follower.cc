@@ -1,0 +1,257 @@
+// Following a static plan's schedule (Note [Following a schedule] in remat/hints.h).
+#include "runtime/steps/plan_follower.h"
+
+#include "runtime/steps/step.h"
+
+namespace remat::detail {
+
+PlanFollower::PlanFollower(RuntimeImpl& rt, const Step& step) : rt_(rt), step_(step) {}
+
+PlanFollower::Hold* PlanFollower::find_hold(Id s) {
+  auto it = holds_.find(s);
+  return it == holds_.end() ? nullptr : &it->second;
+}
+
+void PlanFollower::sync(Id s) {
+  auto it = holds_.find(s);
+  if (it == holds_.end()) return;
+  const Hold& h = it->second;
+  rt_.storages[s].holds = h.pending_reads + h.plan_refs + (h.plan_spec ? 1 : 0);
+  if (rt_.storages[s].holds == 0) holds_.erase(it);
+}
+
+void PlanFollower::forget(Id s) { holds_.erase(s); }
+
+// A hint that does not match (another op, or past the plan's end) means the plan no longer
+// describes the step: the cursor stops, and from here DTR's weighted scores decide alone.
+void PlanFollower::follow(Id op_id, int position, const OpHint* hint) {
+  if (hint == nullptr) {
+    stop_following();
+    rt_.run_frames(op_id, /*recompute=*/false);
+    return;
+  }
+  try {
+    if (rt_.ops[op_id].outputs.empty()) {
+      // Nothing reads what it makes: it runs where the program calls it, after the plan's
+      // steps before it (Note [Following a schedule]).
+      run_plan_through(position - 1);
+      rt_.run_frames(op_id, /*recompute=*/false);
+      return;
+    }
+    OpRec& op = rt_.ops[op_id];
+    op.deferred = true;
+    ++op.refs;  // the op must outlive its outputs' handles until it has run
+    for (Id t : op.inputs) {
+      const Id s = rt_.tensors[t].storage;
+      ++holds_[s].pending_reads;
+      sync(s);
+    }
+    deferred_.push_back(op_id);
+    run_plan_through(position, op_id);
+  } catch (...) {
+    stop_following();
+    throw;
+  }
+  if (!rt_.ops[op_id].deferred) return;
+  ++rt_.stats.deferred_ops;
+  for (Id s : rt_.ops[op_id].out_storages)
+    if (s != kNone) rt_.policy->on_evicted(s);  // born evicted, as far as the policy can tell
+}
+
+// The plan's steps from the cursor on, while they name ops at positions up to `last`.
+// With `called` (the op the program is calling, at position `last`), the cursor stops once
+// that op has run: the steps after it wait for the program's next call, update or end of
+// step. Until the call returns, the program still holds handles to what the plan has
+// already dropped (a result freed at its own step, say); letting it release them first
+// keeps memory at the plan's profile instead of above it during the steps that follow.
+void PlanFollower::run_plan_through(int last, Id called) {
+  const std::vector<PlanStep>& plan = step_.hints().schedule;
+  while (cursor_ < plan.size() && plan[cursor_].site.position <= last) {
+    run_plan_step(plan[cursor_++]);
+    const bool ran_called = called != kNone && !rt_.ops[called].deferred &&
+                            plan[cursor_ - 1].site.position == last;
+    // (The op's other outputs' steps, which come next in the plan, still run now.)
+    if (ran_called && (cursor_ == plan.size() || plan[cursor_].site.position != last)) return;
+  }
+}
+
+// One computation of the plan: a deferred op's first run, or an evicted output recomputed;
+// then the frees the plan makes there. What is already as the plan wants is left alone.
+// Storages the step's op makes stay resident (plan_spec) until the plan claims them as
+// instances (plan_refs) and frees them, so that a dead tensor the plan recomputes for later
+// steps is not freed by the first op that reads it.
+void PlanFollower::run_plan_step(const PlanStep& step) {
+  const Id op = step_.op_at(step.site.position);
+  Id root = kNone;
+  bool recompute = false;
+  if (op != kNone && rt_.ops[op].deferred) {
+    root = op;
+  } else if (const Id t = step_.site_tensor(step.site); t != kNone) {
+    const Id s = rt_.tensors[t].storage;
+    if (!rt_.storages[s].resident && rt_.storages[s].producer != kNone) {
+      root = rt_.storages[s].producer;
+      recompute = true;
+    }
+  }
+  if (root != kNone) {
+    rt_.current_op = rt_.ops[root].op->name;
+    plan_run_ = true;
+    try {
+      rt_.run_frames(root, recompute);
+    } catch (...) {
+      plan_run_ = false;
+      throw;
+    }
+    plan_run_ = false;
+  }
+  if (const Id t = step_.site_tensor(step.site);
+      t != kNone && rt_.storages[rt_.tensors[t].storage].resident)
+    claim_for_plan(rt_.tensors[t].storage);
+  for (const StepSite& site : step.free_after) free_planned(site, /*evict=*/true);
+  for (const StepSite& site : step.drop_after) free_planned(site, /*evict=*/false);
+}
+
+bool PlanFollower::holds_fresh(Id s) {
+  if (!plan_run_) return false;
+  Hold& h = holds_[s];
+  if (!h.plan_spec && h.plan_refs == 0) plan_storages_.push_back(s);
+  h.plan_spec = true;
+  sync(s);
+  return true;
+}
+
+void PlanFollower::claim_for_plan(Id s) {
+  Hold& h = holds_[s];
+  if (h.plan_refs == 0 && !h.plan_spec) plan_storages_.push_back(s);
+  ++h.plan_refs;
+  h.plan_spec = false;
+  sync(s);
+}
+
+// The plan no longer says what happens next: its holds end, and dead storages go.
+void PlanFollower::stop_following() {
+  following_ = false;
+  std::vector<Id> held;
+  held.swap(plan_storages_);
+  for (Id s : held) {
+    if (Hold* h = find_hold(s)) {
+      h->plan_refs = 0;
+      h->plan_spec = false;
+      sync(s);
+    }
+  }
+  for (Id s : held) rt_.release_if_dead(s);
+}
+
+// A storage nothing will read before the plan's next instance of it: freed outright when no
+// handle holds it and no deferred op waits for it, else evicted (it stays recomputable) unless
+// it is a result the program may still read (`evict_held` false).
+void PlanFollower::free_planned(const StepSite& site, bool evict_held) {
+  const Id t = step_.site_tensor(site);
+  if (t == kNone) return;
+  const Id s = rt_.tensors[t].storage;
+  Hold* h = find_hold(s);
+  if (h != nullptr) {
+    if (h->plan_refs > 0 && --h->plan_refs > 0) {
+      sync(s);
+      return;  // a view or its base still lives in the plan
+    }
+    h->plan_spec = false;
+  }
+  const std::uint32_t pending = h != nullptr ? h->pending_reads : 0;
+  sync(s);
+  StorageRec& r = rt_.storages[s];
+  if (r.handles == 0 && pending == 0) {
+    rt_.release_if_dead(s);
+    return;
+  }
+  if (!evict_held || !rt_.evictable(r)) return;
+  rt_.evict(s);
+  ++rt_.stats.hint_evictions;
+}
+
+// The plan's steps left, for ops the program has called (positions before `end`).
+void PlanFollower::run_remaining_plan(int end) {
+  const std::vector<PlanStep>& plan = step_.hints().schedule;
+  while (cursor_ < plan.size()) {
+    const PlanStep& step = plan[cursor_++];
+    if (step.site.position < end) run_plan_step(step);
+  }
+  stop_following();
+}
+
+// Every op still deferred, in the order the program called them.
+void PlanFollower::run_deferred() {
+  for (std::size_t i = 0; i < deferred_.size(); ++i) {
+    const Id op = deferred_[i];
+    if (!rt_.ops[op].deferred) continue;
+    rt_.current_op = rt_.ops[op].op->name;
+    rt_.run_frames(op, /*recompute=*/false);
+  }
+  deferred_.clear();
+}
+
+void PlanFollower::finish(int end) {
+  if (following_) run_remaining_plan(end);
+  run_deferred();
+}
+
+// An update writes parameters in place: what the plan computes before it runs first, and
+// no op that may read the old values is left deferred past it.
+void PlanFollower::settle_before_update(int position) {
+  if (deferred_.empty() && !following_) return;
+  try {
+    if (following_) run_plan_through(position);
+    run_deferred();
+  } catch (const OutOfMemoryError& e) {
+    stop_following();
+    throw rt_.annotated(e, rt_.current_op);
+  } catch (...) {
+    stop_following();
+    throw;
+  }
+}
+
+void PlanFollower::on_ran(Id op_id) {
+  OpRec& op = rt_.ops[op_id];
+  if (!op.deferred) return;
+  op.deferred = false;
+  for (Id t : op.inputs) {
+    const Id s = rt_.tensors[t].storage;
+    if (Hold* h = find_hold(s)) {
+      --h->pending_reads;
+      sync(s);
+    }
+  }
+  undeferred_.push_back(op_id);  // its extra reference goes once the request is over
+}
+
+void PlanFollower::on_request_end() {
+  std::vector<Id> done;
+  done.swap(undeferred_);
+  for (Id op : done) rt_.release_op_ref(op);
+}
+
+void PlanFollower::abandon() {
+  stop_following();
+  for (Id op : deferred_)
+    if (cancel_deferral(op)) rt_.release_op_ref(op);
+  deferred_.clear();
+}
+
+bool PlanFollower::cancel_deferral(Id op_id) {
+  OpRec& op = rt_.ops[op_id];
+  if (!op.deferred) return false;
+  op.deferred = false;
+  for (Id t : op.inputs) {
+    const Id s = rt_.tensors[t].storage;
+    if (Hold* h = find_hold(s)) {
+      --h->pending_reads;
+      sync(s);
+    }
+    rt_.release_if_dead(s);
+  }
+  return true;
+}
+
+}  // namespace remat::detail
