@@ -3,9 +3,12 @@
 //
 //   remat::CachingAllocator alloc(std::make_unique<remat::HostSegmentSource>(),
 //                                 {.budget = size_t{256} << 20});
-//   void* p = alloc.allocate(4096);   // served from a 2 MiB small-pool segment
+//   void* p = alloc.allocate(4096);   // under a budget, one pool: a 20 MiB segment
 //   alloc.deallocate(p, 4096);        // cached, not returned to the source
 //   alloc.stats().peak_reserved;      // never above the budget
+//
+// Without a budget the pools are PyTorch's: the same request would take a 2 MiB small-pool
+// segment (Note [One pool under a budget]).
 //
 // See Note [Serving a request] in caching_allocator.cc for the order in which a request that
 // does not fit is served.
@@ -16,7 +19,6 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
-
 #include "remat/memory_resource.h"
 #include "remat/segment_source.h"
 
@@ -51,31 +53,12 @@ struct CachingAllocatorOptions {
 namespace detail {
 struct Block;
 struct Segment;
+struct SegmentView;
+struct BlockLayout;
 class BlockPool;
 class AllocatorBlocks;
+class AllocatorHooks;
 }  // namespace detail
-
-// What a caller choosing an address window needs to know of a segment.
-struct SegmentView {
-  bool small;  // belongs to the small pool
-  bool whole;  // holds one block that is never split (Note [Whole segments for large tensors])
-};
-
-// Every segment's blocks in address order, flattened into arrays, for callers that look at
-// the allocator by address (see `CachingAllocator::layout`). `kFree` is also the tag the
-// runtime's window search gives a free block as it walks the lists itself.
-struct BlockLayout {
-  static constexpr std::uint32_t kFree = UINT32_MAX - 1;  // the tag of a free block
-  struct Segment {
-    std::size_t begin = 0, end = 0;  // its blocks' positions in `tags` and `sizes`
-    std::size_t bytes = 0;
-    SegmentView view;
-  };
-  std::vector<std::uint32_t> tags;  // the owner's tag (`set_tag`), CachingAllocator::kNoTag
-                                    // where unset, kFree where free
-  std::vector<std::size_t> sizes;
-  std::vector<Segment> segments;
-};
 
 class CachingAllocator final : public MemoryResource {
  public:
@@ -93,24 +76,6 @@ class CachingAllocator final : public MemoryResource {
   void release_cached();
   // Largest free block, in either pool.
   std::size_t largest_free_block() const;
-  // True when `bytes` would be served from the small pool.
-  bool is_small(std::size_t bytes) const;
-  // Fills `out` with every segment's blocks in address order, reusing its buffers. The room
-  // the expandable arena may still grow into is a free block after its last one; the room
-  // left under the budget otherwise is `unreserved()`. (The runtime's window search walks
-  // the blocks itself, through detail::AllocatorBlocks, weighing them as it goes.)
-  void layout(BlockLayout& out) const;
-  // True when a free window of `window_bytes` in `segment` could serve a request of `bytes`.
-  bool window_serves(const SegmentView& segment, std::size_t window_bytes,
-                     std::size_t bytes) const;
-  std::size_t unreserved() const;
-  // True when freeing the live block at `p` alone would let a request of `bytes` be served:
-  // by the free run the block merges into, or by the room its emptied segment gives back.
-  bool release_would_serve(const void* p, std::size_t bytes) const;
-  // Labels the live block at `p` for its owner (the runtime: the storage it holds), so that
-  // callers walking segments need no address lookup; the label goes when the block is freed.
-  static constexpr std::uint32_t kNoTag = UINT32_MAX;
-  void set_tag(const void* p, std::uint32_t tag);
   // The size of segment a request of `bytes` (rounded) would reserve.
   std::size_t segment_size_for(std::size_t rounded) const;
   const SegmentSource& source() const { return *source_; }
@@ -120,7 +85,17 @@ class CachingAllocator final : public MemoryResource {
   void do_deallocate(void* p, std::size_t bytes) override;
 
  private:
+  // The runtime's eviction hooks and the tests' view of the blocks, through
+  // runtime/alloc/detail (AllocatorHooks, AllocatorBlocks).
   friend class detail::AllocatorBlocks;
+  friend class detail::AllocatorHooks;
+  bool is_small(std::size_t bytes) const;
+  void layout(detail::BlockLayout& out) const;
+  bool window_serves(const detail::SegmentView& segment, std::size_t window_bytes,
+                     std::size_t bytes) const;
+  std::size_t unreserved() const;
+  bool release_would_serve(const void* p, std::size_t bytes) const;
+  void set_tag(const void* p, std::uint32_t tag);
   const std::vector<detail::Segment*>& segment_list() const;
   detail::Block* find_free(std::size_t size);
   // True when `have` free bytes (one block, or a window of a segment that is `whole` or not)

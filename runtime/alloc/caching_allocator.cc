@@ -85,6 +85,9 @@ class BlockPool {
 
 using detail::Block;
 using detail::Segment;
+using detail::BlockLayout;
+using detail::SegmentView;
+using detail::kNoTag;
 
 namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }

@@ -13,6 +13,7 @@
 
 #include "remat/errors.h"
 #include "remat/logical_memory.h"
+#include "runtime/alloc/detail/allocator_hooks.h"
 
 namespace remat {
 namespace {
@@ -219,8 +220,8 @@ TEST(CachingAllocatorTest, RoundsSizesAndSeparatesPools) {
   CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
   EXPECT_EQ(alloc.rounded_size(1), 512u);
   EXPECT_EQ(alloc.rounded_size(513), 1024u);
-  EXPECT_TRUE(alloc.is_small(1 << 20));
-  EXPECT_FALSE(alloc.is_small((1 << 20) + 1));
+  EXPECT_TRUE(detail::AllocatorHooks::is_small(alloc, 1 << 20));
+  EXPECT_FALSE(detail::AllocatorHooks::is_small(alloc, (1 << 20) + 1));
   void* s = alloc.allocate(100);
   void* l = alloc.allocate(2 << 20);
   EXPECT_EQ(alloc.stats().segments, 2u);  // a small and a large segment
@@ -235,7 +236,7 @@ TEST(CachingAllocatorTest, OnePoolUnderABudgetSharesSegmentsAcrossSizes) {
   CachingAllocatorOptions o = small_segments();  // 4 MiB medium segments, 8 MiB budget
   o.budget = 4 << 20;
   CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
-  EXPECT_FALSE(alloc.is_small(100));
+  EXPECT_FALSE(detail::AllocatorHooks::is_small(alloc, 100));
   void* s = alloc.allocate(100);
   void* l = alloc.allocate(2 << 20);
   EXPECT_EQ(alloc.stats().segments, 1u);
@@ -254,7 +255,7 @@ TEST(CachingAllocatorTest, OnePoolUnderABudgetSharesSegmentsAcrossSizes) {
   CachingAllocatorOptions unbounded = small_segments();
   unbounded.budget = SIZE_MAX;
   CachingAllocator two(std::make_unique<SimulatedSegmentSource>(), unbounded);
-  EXPECT_TRUE(two.is_small(100));
+  EXPECT_TRUE(detail::AllocatorHooks::is_small(two, 100));
 }
 
 // Note [Whole segments for large tensors]: a large tensor's freed segment is not cut up for a
@@ -281,10 +282,10 @@ TEST(CachingAllocatorTest, LargeSegmentsStayWholeUnderABudget) {
   alloc.deallocate(c, 4 << 20);
   alloc.deallocate(s, 2 << 20);
   // What the window search asks: a whole segment serves only a request of about its size.
-  const SegmentView whole{false, true}, shared{false, false};
-  EXPECT_FALSE(alloc.window_serves(whole, 6 << 20, 2 << 20));
-  EXPECT_TRUE(alloc.window_serves(whole, 6 << 20, (6 << 20) - (100 << 10)));
-  EXPECT_TRUE(alloc.window_serves(shared, 6 << 20, 2 << 20));
+  const detail::SegmentView whole{false, true}, shared{false, false};
+  EXPECT_FALSE(detail::AllocatorHooks::window_serves(alloc, whole, 6 << 20, 2 << 20));
+  EXPECT_TRUE(detail::AllocatorHooks::window_serves(alloc, whole, 6 << 20, (6 << 20) - (100 << 10)));
+  EXPECT_TRUE(detail::AllocatorHooks::window_serves(alloc, shared, 6 << 20, 2 << 20));
   // Without the option, best fit splits the cached segment.
   o.whole_large_segments = false;
   CachingAllocator split(std::make_unique<SimulatedSegmentSource>(), o);
@@ -342,7 +343,7 @@ TEST(CachingAllocatorTest, ReleaseWouldServeIsExact) {
       Live same;
       build(trial, alloc, same);
       EXPECT_THROW(alloc.allocate(n), OutOfMemoryError);
-      const bool predicted = alloc.release_would_serve(same[v].first, n);
+      const bool predicted = detail::AllocatorHooks::release_would_serve(alloc, same[v].first, n);
       (predicted ? predicted_true : predicted_false)++;
       alloc.deallocate(same[v].first, same[v].second);
       bool served = true;
@@ -450,11 +451,11 @@ TEST(CachingAllocatorTest, ArenaGrowsAtItsEndAndGivesTheTailBack) {
   alloc.release_cached();
   EXPECT_EQ(alloc.stats().reserved, 0u);
   // The room left under the budget is reported after the arena's last block.
-  BlockLayout layout;
-  alloc.layout(layout);
+  detail::BlockLayout layout;
+  detail::AllocatorHooks::layout(alloc, layout);
   std::size_t room = 0;
   for (std::size_t i = 0; i < layout.tags.size(); ++i)
-    room += layout.tags[i] == BlockLayout::kFree ? layout.sizes[i] : 0;
+    room += layout.tags[i] == detail::BlockLayout::kFree ? layout.sizes[i] : 0;
   EXPECT_EQ(room, o.budget);
   ASSERT_EQ(layout.segments.size(), 1u);
   EXPECT_EQ(layout.segments[0].bytes, o.budget);
@@ -475,7 +476,7 @@ TEST(CachingAllocatorTest, LayoutListsEveryBlockInAddressOrder) {
         const std::size_t n = rng() % 3 == 0 ? 1 + rng() % (3 << 20) : 1 + rng() % 9000;
         if (alloc.stats().allocated + n > kBudget / 2) continue;
         void* p = alloc.allocate(n);
-        alloc.set_tag(p, next_tag);
+        detail::AllocatorHooks::set_tag(alloc, p, next_tag);
         live[next_tag++] = {reinterpret_cast<std::uintptr_t>(p), n};
       } else {
         auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
@@ -483,12 +484,12 @@ TEST(CachingAllocatorTest, LayoutListsEveryBlockInAddressOrder) {
         live.erase(it);
       }
       if (step % 50 != 0) continue;
-      BlockLayout layout;
-      alloc.layout(layout);
+      detail::BlockLayout layout;
+      detail::AllocatorHooks::layout(alloc, layout);
       ASSERT_EQ(layout.segments.size(), alloc.stats().segments);
       ASSERT_EQ(layout.tags.size(), layout.sizes.size());
       std::size_t seen = 0, expected_begin = 0;
-      for (const BlockLayout::Segment& seg : layout.segments) {
+      for (const detail::BlockLayout::Segment& seg : layout.segments) {
         ASSERT_EQ(seg.begin, expected_begin);
         ASSERT_LT(seg.begin, seg.end);
         expected_begin = seg.end;
@@ -499,10 +500,10 @@ TEST(CachingAllocatorTest, LayoutListsEveryBlockInAddressOrder) {
           ASSERT_GT(layout.sizes[i], 0u);
           // (The arena's unreserved room follows its last block, free or not.)
           const bool room = expandable && i + 1 == seg.end;
-          if (i > seg.begin && tag == BlockLayout::kFree && !room) {
-            ASSERT_NE(layout.tags[i - 1], BlockLayout::kFree) << "free neighbours not merged";
+          if (i > seg.begin && tag == detail::BlockLayout::kFree && !room) {
+            ASSERT_NE(layout.tags[i - 1], detail::BlockLayout::kFree) << "free neighbours not merged";
           }
-          if (tag != BlockLayout::kFree) {
+          if (tag != detail::BlockLayout::kFree) {
             ASSERT_TRUE(live.count(tag)) << "block " << i << " has tag " << tag;
             const auto [where, n] = live.at(tag);
             ASSERT_GE(layout.sizes[i], alloc.rounded_size(n));

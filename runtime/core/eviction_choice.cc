@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "runtime/alloc/detail/allocator_hooks.h"
 #include "runtime/alloc/detail/blocks.h"
 
 namespace remat::detail {
@@ -43,7 +44,7 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
   evicting_.clear();
   const Id victim = choose_victim();
   if (caching != nullptr && options.contiguous_eviction && victim != kNone &&
-      !caching->release_would_serve(storages[victim].ptr, bytes))
+      !AllocatorHooks::release_would_serve(*caching, storages[victim].ptr, bytes))
     choose_window(bytes);
   // A window of free blocks alone frees nothing new (the allocator would have used them).
   if (evicting_.empty() && victim != kNone) evicting_.push_back(victim);
@@ -97,7 +98,7 @@ void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
   // block cannot be evicted (the candidate index holds exactly the evictable storages). It
   // runs for every block, so the arrays it reads are fetched once, not once a block.
   auto block_cost = [recs = storages.data(), score](std::uint32_t tag) {
-    static_assert(CachingAllocator::kNoTag > BlockLayout::kFree);
+    static_assert(kNoTag > BlockLayout::kFree);
     if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
     const StorageRec& r = recs[tag];
     if (r.candidate_slot == kNone) return WindowSearch::kBarrier;
@@ -107,11 +108,11 @@ void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
   w.price(
       need, AllocatorBlocks(*caching),
       [&](const SegmentView& segment, std::size_t segment_bytes) {
-        return caching->window_serves(segment, segment_bytes, bytes);
+        return AllocatorHooks::window_serves(*caching, segment, segment_bytes, bytes);
       },
       [block_cost](std::size_t, std::uint32_t tag) { return block_cost(tag); });
   const std::vector<std::uint32_t>& tags = w.tags();
-  const std::size_t unreserved = caching->unreserved();
+  const std::size_t unreserved = AllocatorHooks::unreserved(*caching);
   window_refreshed_.assign(tags.size(), false);
   for (int round = 0; round < 8; ++round) {
     if (!w.choose(need, unreserved)) return;

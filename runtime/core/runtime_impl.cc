@@ -9,6 +9,7 @@
 
 #include "remat/logical_memory.h"
 #include "remat/segment_source.h"
+#include "runtime/alloc/detail/allocator_hooks.h"
 
 namespace remat::detail {
 namespace {
@@ -130,7 +131,7 @@ void RuntimeImpl::allocate_storage(Id s) {
   StorageRec& r = storages[s];
   r.ptr = p;
   r.resident = true;
-  if (caching != nullptr) caching->set_tag(p, s);
+  if (caching != nullptr) AllocatorHooks::set_tag(*caching, p, s);
   stats.resident_bytes += bytes;
   stats.peak_resident_bytes = std::max(stats.peak_resident_bytes, stats.resident_bytes);
 }

@@ -11,7 +11,7 @@ namespace remat::detail {
 // while the window still holds the request without its first block, which makes the whole
 // segment linear. A barrier (a block that cannot be evicted) ends every window; the sweep
 // restarts after it. The sweep keeps each block's window, so that refreshing a chosen
-// block's key (the search's convergence rounds in runtime.cc) updates the few windows that
+// block's key (the search's convergence rounds in eviction_choice.cc) updates the few windows that
 // hold the block instead of sweeping the segment again: the starts depend on sizes only.
 // The sweep itself (`price`, `sweep`) is in the header, a template over its block source and
 // cost function: it walks the allocator's list of each segment, lays each block out, weighs

@@ -1,4 +1,5 @@
-// The search for an address window to evict (Note [Contiguous eviction] in runtime.cc):
+// The search for an address window to evict (Note [Contiguous eviction] in
+// eviction_choice.cc):
 // given every block of the caching allocator in address order and what evicting each one
 // costs, the cheapest run of adjacent blocks that serves a request, or the cheapest set of
 // whole segments whose return makes room for it. Internal to the runtime.
@@ -6,10 +7,10 @@
 //   WindowSearch search;
 //   search.price(need, AllocatorBlocks(allocator), serves,
 //                [&](std::size_t block, std::uint32_t tag) { return cost_of(tag); });
-//   if (search.choose(need, allocator.unreserved()))
+//   if (search.choose(need, AllocatorHooks::unreserved(allocator)))
 //     for (std::size_t i : search.chosen()) evict(search.tags()[i]);
-#ifndef REMAT_RUNTIME_WINDOW_SEARCH_H_
-#define REMAT_RUNTIME_WINDOW_SEARCH_H_
+#ifndef REMAT_RUNTIME_CORE_WINDOW_SEARCH_H_
+#define REMAT_RUNTIME_CORE_WINDOW_SEARCH_H_
 
 #include <cmath>
 #include <cstddef>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "remat/caching_allocator.h"
+#include "runtime/alloc/detail/blocks.h"
 
 namespace remat::detail {
 
@@ -184,4 +186,4 @@ double WindowSearch::sweep(Segment& seg, std::size_t need, Cursor blocks, CostOf
 
 }  // namespace remat::detail
 
-#endif  // REMAT_RUNTIME_WINDOW_SEARCH_H_
+#endif  // REMAT_RUNTIME_CORE_WINDOW_SEARCH_H_

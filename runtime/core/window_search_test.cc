@@ -17,7 +17,7 @@ constexpr std::size_t kUnit = 512;
 // A random layout: segments of up to 12 blocks, each free, evictable (a random cost, ties
 // likely) or a barrier; a random half of the segments may hold windows.
 struct RandomCase {
-  BlockLayout layout;          // what the search is to walk
+  detail::BlockLayout layout;          // what the search is to walk
   std::vector<bool> serves;    // per segment
   std::vector<double> costs;   // per block
 };
@@ -25,11 +25,11 @@ struct RandomCase {
 // A block source (the protocol of detail::AllocatorBlocks) over a given layout.
 class LayoutBlocks {
  public:
-  explicit LayoutBlocks(const BlockLayout& layout) : layout_(layout) {}
+  explicit LayoutBlocks(const detail::BlockLayout& layout) : layout_(layout) {}
   using SegmentInfo = AllocatorBlocks::SegmentInfo;
   class Cursor {
    public:
-    Cursor(const BlockLayout& layout, std::size_t i, std::size_t end)
+    Cursor(const detail::BlockLayout& layout, std::size_t i, std::size_t end)
         : layout_(&layout), i_(i), end_(end) {}
     bool done() const { return i_ == end_; }
     std::uint32_t tag() const { return layout_->tags[i_]; }
@@ -37,12 +37,12 @@ class LayoutBlocks {
     void next() { ++i_; }
 
    private:
-    const BlockLayout* layout_;
+    const detail::BlockLayout* layout_;
     std::size_t i_, end_;
   };
   std::size_t segments() const { return layout_.segments.size(); }
   SegmentInfo segment(std::size_t k) const {
-    const BlockLayout::Segment& s = layout_.segments[k];
+    const detail::BlockLayout::Segment& s = layout_.segments[k];
     return {s.view, s.bytes, s.end - s.begin};
   }
   Cursor blocks(std::size_t k) const {
@@ -50,16 +50,16 @@ class LayoutBlocks {
   }
 
  private:
-  const BlockLayout& layout_;
+  const detail::BlockLayout& layout_;
 };
 
 RandomCase fill_random(std::mt19937_64& rng) {
   RandomCase c;
-  BlockLayout& layout = c.layout;
+  detail::BlockLayout& layout = c.layout;
   const int segments = std::uniform_int_distribution<int>(1, 6)(rng);
   std::uint32_t next_tag = 0;
   for (int s = 0; s < segments; ++s) {
-    BlockLayout::Segment seg;
+    detail::BlockLayout::Segment seg;
     seg.begin = layout.tags.size();
     const int blocks = std::uniform_int_distribution<int>(1, 12)(rng);
     for (int b = 0; b < blocks; ++b) {
@@ -68,7 +68,7 @@ RandomCase fill_random(std::mt19937_64& rng) {
       layout.sizes.push_back(size);
       seg.bytes += size;
       if (kind < 2) {
-        layout.tags.push_back(BlockLayout::kFree);
+        layout.tags.push_back(detail::BlockLayout::kFree);
         c.costs.push_back(0);
       } else if (kind < 3) {
         layout.tags.push_back(next_tag++);
@@ -89,7 +89,7 @@ void price(WindowSearch& w, const RandomCase& c, std::size_t need) {
   std::size_t s = 0;
   std::vector<std::size_t> weighed(c.costs.size(), 0);
   w.price(
-      need, LayoutBlocks(c.layout), [&](const SegmentView&, std::size_t) { return c.serves[s++]; },
+      need, LayoutBlocks(c.layout), [&](const detail::SegmentView&, std::size_t) { return c.serves[s++]; },
       [&](std::size_t i, std::uint32_t tag) {
         EXPECT_EQ(tag, c.layout.tags[i]);
         ++weighed[i];
@@ -107,12 +107,12 @@ void price(WindowSearch& w, const RandomCase& c, std::size_t need) {
 
 // The cheapest window by trying every one.
 double brute_force_window(const WindowSearch& w, const RandomCase& c, std::size_t need) {
-  const BlockLayout& layout = c.layout;
+  const detail::BlockLayout& layout = c.layout;
   const std::vector<double>& costs = w.costs();
   double best = INFINITY;
   for (std::size_t s = 0; s < layout.segments.size(); ++s) {
     if (!c.serves[s]) continue;
-    const BlockLayout::Segment& seg = layout.segments[s];
+    const detail::BlockLayout::Segment& seg = layout.segments[s];
     for (std::size_t lo = seg.begin; lo < seg.end; ++lo) {
       std::size_t bytes = 0;
       double cost = 0;
@@ -130,18 +130,18 @@ double brute_force_window(const WindowSearch& w, const RandomCase& c, std::size_
 // free blocks listed, and returns its cost.
 double chosen_window_cost(WindowSearch& w, const RandomCase& c, std::size_t need) {
   const std::vector<std::size_t>& chosen = w.chosen();
-  const BlockLayout& layout = c.layout;
+  const detail::BlockLayout& layout = c.layout;
   if (chosen.empty()) return 0;  // free blocks alone (which the allocator would have used)
   // The window runs from the first chosen block to the last, with free blocks around and
   // between them; widen it over the free neighbours to count its bytes.
   std::size_t lo = chosen.front(), hi = chosen.back();
   std::size_t s = 0;
   while (layout.segments[s].end <= lo) ++s;
-  const BlockLayout::Segment& seg = layout.segments[s];
+  const detail::BlockLayout::Segment& seg = layout.segments[s];
   EXPECT_TRUE(c.serves[s]);
   EXPECT_LT(hi, seg.end);
-  while (lo > seg.begin && layout.tags[lo - 1] == BlockLayout::kFree) --lo;
-  while (hi + 1 < seg.end && layout.tags[hi + 1] == BlockLayout::kFree) ++hi;
+  while (lo > seg.begin && layout.tags[lo - 1] == detail::BlockLayout::kFree) --lo;
+  while (hi + 1 < seg.end && layout.tags[hi + 1] == detail::BlockLayout::kFree) ++hi;
   std::size_t bytes = 0;
   double cost = 0;
   std::size_t listed = 0;
@@ -149,7 +149,7 @@ double chosen_window_cost(WindowSearch& w, const RandomCase& c, std::size_t need
     EXPECT_NE(w.costs()[i], WindowSearch::kBarrier) << "a barrier at " << i;
     bytes += layout.sizes[i];
     cost += w.costs()[i];
-    if (layout.tags[i] != BlockLayout::kFree) ++listed;
+    if (layout.tags[i] != detail::BlockLayout::kFree) ++listed;
   }
   EXPECT_EQ(listed, chosen.size()) << "the chosen blocks are not one window";
   EXPECT_GE(bytes, need);
@@ -208,10 +208,10 @@ TEST(WindowSearchTest, EmptiesTheCheapestSegmentsPerByteWhenTheBudgetIsShort) {
     WindowSearch w;
     RandomCase c = fill_random(rng);
     std::fill(c.serves.begin(), c.serves.end(), false);  // no window: only emptying
-    BlockLayout& layout = c.layout;
+    detail::BlockLayout& layout = c.layout;
     // Every segment holds something to evict, so the emptied ones show in `chosen`.
     for (const auto& seg : layout.segments)
-      if (layout.tags[seg.begin] == BlockLayout::kFree) {
+      if (layout.tags[seg.begin] == detail::BlockLayout::kFree) {
         layout.tags[seg.begin] = 1000;
         c.costs[seg.begin] = 1;
       }
@@ -231,7 +231,7 @@ TEST(WindowSearchTest, EmptiesTheCheapestSegmentsPerByteWhenTheBudgetIsShort) {
       for (std::size_t i = seg.begin; i < seg.end; ++i) {
         if (c.costs[i] == WindowSearch::kBarrier) cost = INFINITY;
         else cost += c.costs[i];
-        evictable += layout.tags[i] != BlockLayout::kFree;
+        evictable += layout.tags[i] != detail::BlockLayout::kFree;
         listed += chosen.count(i);
       }
       if (cost == INFINITY) {

@@ -1,8 +1,8 @@
 // The caching allocator's blocks and segments (Note [Blocks and segments] in
 // caching_allocator.cc), and the walk over them that the window search reads. Internal to
 // the runtime.
-#ifndef REMAT_RUNTIME_DETAIL_BLOCKS_H_
-#define REMAT_RUNTIME_DETAIL_BLOCKS_H_
+#ifndef REMAT_RUNTIME_ALLOC_DETAIL_BLOCKS_H_
+#define REMAT_RUNTIME_ALLOC_DETAIL_BLOCKS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +12,30 @@
 
 namespace remat::detail {
 
+inline constexpr std::uint32_t kNoTag = UINT32_MAX;  // a live block its owner did not label
+
+// What a caller choosing an address window needs to know of a segment.
+struct SegmentView {
+  bool small;  // belongs to the small pool
+  bool whole;  // holds one block that is never split (Note [Whole segments for large tensors])
+};
+
+// Every segment's blocks in address order, flattened into arrays, for tests that look at the
+// allocator by address (AllocatorHooks::layout). `kFree` is also the tag the runtime's window
+// search gives a free block as it walks the lists itself.
+struct BlockLayout {
+  static constexpr std::uint32_t kFree = UINT32_MAX - 1;  // the tag of a free block
+  struct Segment {
+    std::size_t begin = 0, end = 0;  // its blocks' positions in `tags` and `sizes`
+    std::size_t bytes = 0;
+    SegmentView view;
+  };
+  std::vector<std::uint32_t> tags;  // the owner's tag (AllocatorHooks::set_tag), kNoTag where
+                                    // unset, kFree where free
+  std::vector<std::size_t> sizes;
+  std::vector<Segment> segments;
+};
+
 struct Segment;
 struct Block {
   std::uintptr_t address = 0;
@@ -20,7 +44,7 @@ struct Block {
   Segment* segment = nullptr;
   Block* prev = nullptr;
   Block* next = nullptr;
-  std::uint32_t tag = CachingAllocator::kNoTag;
+  std::uint32_t tag = kNoTag;
   bool allocated = false;
 };
 
@@ -90,4 +114,4 @@ class AllocatorBlocks {
 
 }  // namespace remat::detail
 
-#endif  // REMAT_RUNTIME_DETAIL_BLOCKS_H_
+#endif  // REMAT_RUNTIME_ALLOC_DETAIL_BLOCKS_H_
