@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(cmake g++ make libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
       nlohmann-json3-dev libboost-dev libboost-graph-dev coinor-libcbc-dev libgecode-dev
-      libopenblas-dev)
+      libopenblas-dev clang-format)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -71,8 +71,8 @@ struct RuntimeOptions {
   // Keep a memory timeline (every op run, recomputation and eviction, with the memory after
   // it) for write_chrome_trace. Costs a few bytes per event; off by default.
   bool record_timeline = false;
-  // Allocator settings; the budget field is replaced by `budget`. (Pooled segments measured
-  // better than one expandable arena on the recorded steps, so the arena is opt-in.)
+  // Allocator settings; the budget field is replaced by `budget`. The expandable arena is
+  // opt-in: pooled segments did better on the recorded steps.
   CachingAllocatorOptions allocator = {};
 };
 

@@ -116,10 +116,8 @@ bool CachingAllocator::is_small(std::size_t bytes) const { return small_pool(rou
 // segment empties and is given back, which eviction in score order rarely achieves, and
 // slivers left unsplit are simply lost. So with a finite budget every request goes to one
 // pool, blocks split down to `round_to`, and the runtime's eviction (which can always free
-// what sits between two free blocks) takes the place of segregation; on the shared DTR
-// traces at budgets of 0.4 and 0.3 of the peak, the slowdown in allocator accounting went
-// from 3-9% to 0-3% above logical accounting for the transformer and the tree LSTM. The
-// arena (Note [Expandable arena]) is one pool too.
+// what sits between two free blocks) takes the place of segregation. The arena (Note
+// [Expandable arena]) is one pool too.
 bool CachingAllocator::one_pool() const {
   return options_.expandable_segments ||
          (options_.one_pool_under_budget && options_.budget != SIZE_MAX);

@@ -75,10 +75,8 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // problem: when freeing the policy's own best victim would not serve the request (its block
 // and free neighbours are too small, and its segment would not empty into enough room),
 // which the allocator answers in O(1) (`release_would_serve`). Otherwise the runtime evicts
-// that victim, as in logical accounting. On the tree LSTM that took the window search from
-// every decision to about a quarter of them, and it brought allocator slowdowns nearer the
-// logical ones (treelstm at 0.5: 5.2% above logical, now 3.6%), since per-byte choices are
-// what the policies are tuned for.
+// that victim, as in logical accounting, whose per-byte choices are what the policies are
+// tuned for; the window search is left to the decisions where fragmentation is the problem.
 
 void RuntimeImpl::choose_window(std::size_t bytes) {
   candidates_->with_pricing(clock, [&](auto score) { choose_window(bytes, score); });

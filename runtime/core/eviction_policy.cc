@@ -24,9 +24,8 @@ namespace {
 // evicted sibling (another evicted child of an evicted parent) is neither needed to
 // recompute the storage nor needs it, and charging it overprices storages in wide evicted
 // regions. That whole-component price is what the union-find of `dtr_eq` approximates, and
-// walking it here had made `dtr` behave like `dtr_eq` (tree LSTM at 0.4: 1.186 both; with the
-// chains, `dtr` 1.174). The walk marks ops rather than storages, so an op with several
-// evicted outputs is charged once.
+// walking it here would make `dtr` behave like `dtr_eq`. The walk marks ops rather than
+// storages, so an op with several evicted outputs is charged once.
 class NeighbourhoodWalker {
  public:
   explicit NeighbourhoodWalker(LineageView v) : v_(v) {}
