@@ -20,10 +20,14 @@
 namespace remat::internal {
 namespace {
 
+constexpr double kInf = 1e30;
+
+using Terms = std::vector<std::pair<int, double>>;
+
 struct Milp {
   std::vector<double> obj, lb, ub;
   std::vector<char> integer;
-  std::vector<std::vector<std::pair<int, double>>> cols;  // per column: (row, coef)
+  std::vector<Terms> cols;  // per column: (row, coef)
   std::vector<double> row_lb, row_ub;
 
   int AddVar(double cost, double lo, double hi, bool is_int) {
@@ -34,7 +38,7 @@ struct Milp {
     cols.emplace_back();
     return static_cast<int>(obj.size()) - 1;
   }
-  void AddRow(const std::vector<std::pair<int, double>>& terms, double lo, double hi) {
+  void AddRow(const Terms& terms, double lo, double hi) {
     int r = static_cast<int>(row_lb.size());
     row_lb.push_back(lo);
     row_ub.push_back(hi);
@@ -42,197 +46,305 @@ struct Milp {
   }
 };
 
-}  // namespace
+// The graph as the model reads it, and the column of each named variable.
+struct CheckmateModel {
+  const Graph* g = nullptr;
+  int n = 0;
+  double scale = 1.0;                     // bytes -> model units
+  std::vector<std::vector<int>> users;
+  std::vector<std::vector<int>> deps;     // distinct inputs
+  std::vector<std::vector<int>> R, S, U;  // columns of R[t][i], S[t][i], U[t][k]
+  Milp milp;
 
-absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
-  RawPlan plan;
+  // S[t][i], or -1 where the model has no such variable: nothing is resident on entry to
+  // stage 0, nor retained past the last stage.
+  int s(int t, int i) const { return (t >= 1 && t < n && i < t) ? S[t][i] : -1; }
+  double bytes(int i) const { return static_cast<double>(g->nodes[i].bytes); }
+};
+
+// A note when the MILP would be too large to build and solve; empty when it fits.
+std::string TooLargeNote(const Graph& g) {
   const int n = g.size();
-  const double inf = 1e30;
-  int64_t total_bytes = 0;
   size_t edges = 0;
-  for (const Node& v : g.nodes) { total_bytes += v.bytes; edges += v.inputs.size() + 1; }
+  for (const Node& v : g.nodes) edges += v.inputs.size() + 1;
   // R, S, U: ~1.5 n^2; FREE: ~ n * (E + n) / 2.
   double est_vars = 1.5 * n * static_cast<double>(n) + 0.5 * n * static_cast<double>(edges);
-  if (est_vars > 3e6) {
-    plan.note = absl::StrCat("checkmate: graph too large for the MILP (", n, " nodes, ~",
-                             static_cast<int64_t>(est_vars), " variables)");
-    return plan;
-  }
-  const double budget = opt.budget_bytes ? static_cast<double>(*opt.budget_bytes) : static_cast<double>(total_bytes);
-  // Scale memory to keep coefficients well conditioned.
-  double scale = 1.0;
+  if (est_vars <= 3e6) return "";
+  return absl::StrCat("checkmate: graph too large for the MILP (", n, " nodes, ~",
+                      static_cast<int64_t>(est_vars), " variables)");
+}
+
+// Memory is scaled to keep the coefficients well conditioned.
+double MemoryScale(const Graph& g) {
   int64_t maxb = 1;
   for (const Node& v : g.nodes) maxb = std::max(maxb, v.bytes);
-  if (maxb > 1e6) scale = 1.0 / static_cast<double>(maxb);
-  auto users = g.users();
-  std::vector<std::vector<int>> deps(n);  // distinct inputs
-  for (int v = 0; v < n; ++v) {
+  return maxb > 1e6 ? 1.0 / static_cast<double>(maxb) : 1.0;
+}
+
+std::vector<std::vector<int>> DistinctInputs(const Graph& g) {
+  std::vector<std::vector<int>> deps(g.size());
+  for (int v = 0; v < g.size(); ++v) {
     deps[v] = g.nodes[v].inputs;
     std::sort(deps[v].begin(), deps[v].end());
     deps[v].erase(std::unique(deps[v].begin(), deps[v].end()), deps[v].end());
   }
-  Milp m;
-  // Index tables.
-  std::vector<std::vector<int>> R(n), S(n + 1), U(n);
+  return deps;
+}
+
+// R, S and U; the FREE variables are added with the memory rows that read them.
+void AddStageVariables(double budget, CheckmateModel* cm) {
+  const int n = cm->n;
+  const Graph& g = *cm->g;
+  cm->R.assign(n, {});
+  cm->S.assign(n + 1, {});
+  cm->U.assign(n, {});
   for (int t = 0; t < n; ++t) {
-    R[t].assign(t + 1, -1);
+    cm->R[t].assign(t + 1, -1);
     for (int i = 0; i <= t; ++i) {
       double hi = (i < t && !g.nodes[i].can_recompute()) ? 0.0 : 1.0;
       double lo = (i == t) ? 1.0 : 0.0;
-      R[t][i] = m.AddVar(g.nodes[i].cost, lo, hi, true);
+      cm->R[t][i] = cm->milp.AddVar(g.nodes[i].cost, lo, hi, true);
     }
   }
   for (int t = 1; t <= n; ++t) {
-    S[t].assign(t, -1);
+    cm->S[t].assign(t, -1);
     if (t == n) continue;  // nothing is retained past the last stage
-    for (int i = 0; i < t; ++i) S[t][i] = m.AddVar(0.0, 0.0, 1.0, true);
-  }
-  auto s_var = [&](int t, int i) { return (t >= 1 && t < n && i < t) ? S[t][i] : -1; };
-  for (int t = 0; t < n; ++t) {
-    U[t].assign(t + 1, -1);
-    for (int k = 0; k <= t; ++k) U[t][k] = m.AddVar(0.0, 0.0, budget * scale, false);
+    for (int i = 0; i < t; ++i) cm->S[t][i] = cm->milp.AddVar(0.0, 0.0, 1.0, true);
   }
   for (int t = 0; t < n; ++t) {
-    // Dependencies: R[t][i] <= R[t][j] + S[t][j].
+    cm->U[t].assign(t + 1, -1);
+    for (int k = 0; k <= t; ++k) cm->U[t][k] = cm->milp.AddVar(0.0, 0.0, budget * cm->scale, false);
+  }
+}
+
+// Dependencies, R[t][i] <= R[t][j] + S[t][j], and never both retain and recompute; then
+// retention, S[t+1][i] <= R[t][i] + S[t][i].
+void AddDependencyRows(int t, CheckmateModel* cm) {
+  const auto& R = cm->R;
+  for (int i = 0; i <= t; ++i) {
+    for (int j : cm->deps[i]) {
+      Terms terms = {{R[t][i], 1.0}, {R[t][j], -1.0}};
+      if (cm->s(t, j) >= 0) terms.push_back({cm->s(t, j), -1.0});
+      cm->milp.AddRow(terms, -kInf, 0.0);
+    }
+    if (cm->s(t, i) >= 0) cm->milp.AddRow({{R[t][i], 1.0}, {cm->s(t, i), 1.0}}, -kInf, 1.0);
+  }
+  if (t + 1 < cm->n) {
     for (int i = 0; i <= t; ++i) {
-      for (int j : deps[i]) {
-        std::vector<std::pair<int, double>> terms = {{R[t][i], 1.0}, {R[t][j], -1.0}};
-        if (s_var(t, j) >= 0) terms.push_back({s_var(t, j), -1.0});
-        m.AddRow(terms, -inf, 0.0);
-      }
-      // Never both retain and recompute.
-      if (s_var(t, i) >= 0) m.AddRow({{R[t][i], 1.0}, {s_var(t, i), 1.0}}, -inf, 1.0);
-    }
-    // Retention: S[t+1][i] <= R[t][i] + S[t][i].
-    if (t + 1 < n) {
-      for (int i = 0; i <= t; ++i) {
-        std::vector<std::pair<int, double>> terms = {{S[t + 1][i], 1.0}, {R[t][i], -1.0}};
-        if (s_var(t, i) >= 0) terms.push_back({s_var(t, i), -1.0});
-        m.AddRow(terms, -inf, 0.0);
-      }
-    }
-    // Memory. U[t][0] = b0 R[t][0] + sum_i b_i S[t][i].
-    {
-      std::vector<std::pair<int, double>> terms = {{U[t][0], 1.0}, {R[t][0], -scale * g.nodes[0].bytes}};
-      for (int i = 0; i < t; ++i) {
-        if (s_var(t, i) >= 0) terms.push_back({s_var(t, i), -scale * g.nodes[i].bytes});
-      }
-      m.AddRow(terms, 0.0, 0.0);
-    }
-    for (int k = 0; k <= t; ++k) {
-      // FREE[t][i][k] for i in deps(k) and k itself.
-      std::vector<int> cand = deps[k];
-      cand.push_back(k);
-      std::vector<std::pair<int, double>> frees;
-      for (int i : cand) {
-        int f = m.AddVar(0.0, 0.0, 1.0, true);
-        // hazards = (1 - R[t][k]) + S[t+1][i] + sum_{j in users(i), k < j <= t} R[t][j]
-        std::vector<std::pair<int, double>> hz = {{R[t][k], -1.0}};
-        double max_h = 1.0;
-        if (s_var(t + 1, i) >= 0) { hz.push_back({s_var(t + 1, i), 1.0}); max_h += 1; }
-        for (int j : users[i]) {
-          if (j > k && j <= t) { hz.push_back({R[t][j], 1.0}); max_h += 1; }
-        }
-        // 1 - F <= hazards  ->  hazards + F >= 1  -> (sum hz) + F >= 0 (the constant 1 of (1 - R) moved)
-        auto row1 = hz;
-        row1.push_back({f, 1.0});
-        m.AddRow(row1, 0.0, inf);
-        // hazards <= max_h (1 - F)  ->  (sum hz) + 1 + max_h F <= max_h
-        auto row2 = hz;
-        row2.push_back({f, max_h});
-        m.AddRow(row2, -inf, max_h - 1.0);
-        frees.push_back({f, static_cast<double>(g.nodes[i].bytes)});
-      }
-      if (k + 1 <= t) {
-        // U[t][k+1] = U[t][k] - sum b_i F[t][i][k] + b_{k+1} R[t][k+1]
-        std::vector<std::pair<int, double>> terms = {{U[t][k + 1], 1.0}, {U[t][k], -1.0},
-                                                     {R[t][k + 1], -scale * g.nodes[k + 1].bytes}};
-        for (auto [f, b] : frees) terms.push_back({f, scale * b});
-        m.AddRow(terms, 0.0, 0.0);
-      }
+      Terms terms = {{cm->S[t + 1][i], 1.0}, {R[t][i], -1.0}};
+      if (cm->s(t, i) >= 0) terms.push_back({cm->s(t, i), -1.0});
+      cm->milp.AddRow(terms, -kInf, 0.0);
     }
   }
-  // Column-major arrays for CBC.
-  const int ncols = static_cast<int>(m.obj.size());
-  std::vector<CoinBigIndex> start(ncols + 1, 0);
+}
+
+// Adds FREE[t][i][k] for i in deps(k) and k itself, with the rows that tie it to its
+// hazards; returns each (column, bytes).
+Terms AddFreeVariables(int t, int k, CheckmateModel* cm) {
+  const auto& R = cm->R;
+  std::vector<int> cand = cm->deps[k];
+  cand.push_back(k);
+  Terms frees;
+  for (int i : cand) {
+    int f = cm->milp.AddVar(0.0, 0.0, 1.0, true);
+    // hazards = (1 - R[t][k]) + S[t+1][i] + sum_{j in users(i), k < j <= t} R[t][j]
+    Terms hz = {{R[t][k], -1.0}};
+    double max_h = 1.0;
+    if (cm->s(t + 1, i) >= 0) { hz.push_back({cm->s(t + 1, i), 1.0}); max_h += 1; }
+    for (int j : cm->users[i]) {
+      if (j > k && j <= t) { hz.push_back({R[t][j], 1.0}); max_h += 1; }
+    }
+    // 1 - F <= hazards  ->  hazards + F >= 1  ->  (sum hz) + F >= 0 (the constant 1 of
+    // (1 - R) moved)
+    Terms row1 = hz;
+    row1.push_back({f, 1.0});
+    cm->milp.AddRow(row1, 0.0, kInf);
+    // hazards <= max_h (1 - F)  ->  (sum hz) + 1 + max_h F <= max_h
+    Terms row2 = hz;
+    row2.push_back({f, max_h});
+    cm->milp.AddRow(row2, -kInf, max_h - 1.0);
+    frees.push_back({f, cm->bytes(i)});
+  }
+  return frees;
+}
+
+// Memory through stage t: U[t][0] = b0 R[t][0] + sum_i b_i S[t][i], then
+// U[t][k+1] = U[t][k] - sum b_i F[t][i][k] + b_{k+1} R[t][k+1].
+void AddMemoryRows(int t, CheckmateModel* cm) {
+  const auto& R = cm->R;
+  const auto& U = cm->U;
+  const double scale = cm->scale;
+  {
+    Terms terms = {{U[t][0], 1.0}, {R[t][0], -scale * cm->bytes(0)}};
+    for (int i = 0; i < t; ++i) {
+      if (cm->s(t, i) >= 0) terms.push_back({cm->s(t, i), -scale * cm->bytes(i)});
+    }
+    cm->milp.AddRow(terms, 0.0, 0.0);
+  }
+  for (int k = 0; k <= t; ++k) {
+    Terms frees = AddFreeVariables(t, k, cm);
+    if (k + 1 <= t) {
+      Terms terms = {{U[t][k + 1], 1.0}, {U[t][k], -1.0},
+                     {R[t][k + 1], -scale * cm->bytes(k + 1)}};
+      for (auto [f, b] : frees) terms.push_back({f, scale * b});
+      cm->milp.AddRow(terms, 0.0, 0.0);
+    }
+  }
+}
+
+void BuildCheckmateModel(const Graph& g, double budget, CheckmateModel* cm) {
+  cm->g = &g;
+  cm->n = g.size();
+  cm->scale = MemoryScale(g);
+  cm->users = g.users();
+  cm->deps = DistinctInputs(g);
+  AddStageVariables(budget, cm);
+  for (int t = 0; t < cm->n; ++t) {
+    AddDependencyRows(t, cm);
+    AddMemoryRows(t, cm);
+  }
+}
+
+// The constraint matrix in the column-major arrays that CBC loads.
+struct ColumnMajor {
+  std::vector<CoinBigIndex> start;
   std::vector<int> index;
   std::vector<double> value;
+};
+
+ColumnMajor ToColumnMajor(const Milp& m) {
+  const int ncols = static_cast<int>(m.obj.size());
+  ColumnMajor a;
+  a.start.assign(ncols + 1, 0);
   for (int c = 0; c < ncols; ++c) {
-    start[c] = static_cast<CoinBigIndex>(index.size());
-    for (auto [r, a] : m.cols[c]) { index.push_back(r); value.push_back(a); }
+    a.start[c] = static_cast<CoinBigIndex>(a.index.size());
+    for (auto [r, v] : m.cols[c]) { a.index.push_back(r); a.value.push_back(v); }
   }
-  start[ncols] = static_cast<CoinBigIndex>(index.size());
-  // CBC's time limit is checked during branch and bound only; the root LP of a large
-  // model can run far past it. The solve therefore runs in a child process that is
-  // killed a little after the limit; the child sends back its status and order.
+  a.start[ncols] = static_cast<CoinBigIndex>(a.index.size());
+  return a;
+}
+
+// The child's reply: [status, optimal, order...]; status 0 ok, 1 infeasible, 2 none.
+std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const PlanOptions& opt) {
+  const Milp& m = cm.milp;
+  const int ncols = static_cast<int>(m.obj.size());
+  Cbc_Model* model = Cbc_newModel();
+  Cbc_loadProblem(model, ncols, static_cast<int>(m.row_lb.size()), a.start.data(), a.index.data(),
+                  a.value.data(), m.lb.data(), m.ub.data(), m.obj.data(), m.row_lb.data(),
+                  m.row_ub.data());
+  for (int c = 0; c < ncols; ++c) if (m.integer[c]) Cbc_setInteger(model, c);
+  Cbc_setLogLevel(model, opt.verbose ? 1 : 0);
+  Cbc_setMaximumSeconds(model, std::max(0.1, opt.time_limit_seconds));
+  std::string secs = absl::StrCat(std::max(0.1, opt.time_limit_seconds));
+  Cbc_setParameter(model, "sec", secs.c_str());
+  Cbc_setParameter(model, "log", opt.verbose ? "1" : "0");
+  Cbc_setAllowableGap(model, 1e-7);
+  Cbc_solve(model);
+  const double* sol = Cbc_bestSolution(model);
+  if (sol != nullptr && (Cbc_numberSavedSolutions(model) > 0 || Cbc_isProvenOptimal(model))) {
+    std::vector<int> out = {0, Cbc_isProvenOptimal(model) != 0};
+    for (int t = 0; t < cm.n; ++t) {
+      for (int i = 0; i <= t; ++i) if (sol[cm.R[t][i]] > 0.5) out.push_back(i);
+    }
+    return out;
+  }
+  return {Cbc_isProvenInfeasible(model) ? 1 : 2, 0};
+}
+
+void WriteAll(int fd, const std::vector<int>& words) {
+  size_t len = words.size() * sizeof(int), off = 0;
+  const char* p = reinterpret_cast<const char*>(words.data());
+  while (off < len) {
+    ssize_t w = write(fd, p + off, len - off);
+    if (w <= 0) break;
+    off += static_cast<size_t>(w);
+  }
+}
+
+// Reads the child's reply until it closes the pipe or the deadline passes, when the child
+// is killed (*killed). Reaps the child either way.
+std::vector<int> CollectReply(int fd, pid_t pid, double seconds, bool* killed) {
+  std::vector<char> buf;
+  Deadline hard(seconds);
+  *killed = false;
+  for (;;) {
+    int ms = static_cast<int>(std::max(0.0, hard.Left()) * 1000);
+    pollfd pfd{fd, POLLIN, 0};
+    int r = poll(&pfd, 1, ms);
+    if (r == 0) { kill(pid, SIGKILL); *killed = true; break; }
+    if (r < 0) continue;
+    char tmp[65536];
+    ssize_t got = read(fd, tmp, sizeof(tmp));
+    if (got <= 0) break;
+    buf.insert(buf.end(), tmp, tmp + got);
+  }
+  close(fd);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  std::vector<int> out(buf.size() / sizeof(int));
+  if (!out.empty()) std::memcpy(out.data(), buf.data(), out.size() * sizeof(int));
+  return out;
+}
+
+struct SolveResult {
+  bool killed = false;
+  std::vector<int> reply;  // as RunCbc returns it
+};
+
+// CBC's time limit is checked during branch and bound only; the root LP of a large model
+// can run far past it. The solve therefore runs in a child process that is killed a little
+// after the limit; the child sends back its status and order.
+absl::StatusOr<SolveResult> SolveWithCbc(const CheckmateModel& cm, const PlanOptions& opt) {
+  const ColumnMajor a = ToColumnMajor(cm.milp);
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("checkmate: pipe() failed");
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError("checkmate: fork() failed");
   if (pid == 0) {
     close(fds[0]);
-    std::vector<int> out;  // [status, optimal, order...]; status 0 ok, 1 infeasible, 2 none
-    Cbc_Model* model = Cbc_newModel();
-    Cbc_loadProblem(model, ncols, static_cast<int>(m.row_lb.size()), start.data(), index.data(), value.data(),
-                    m.lb.data(), m.ub.data(), m.obj.data(), m.row_lb.data(), m.row_ub.data());
-    for (int c = 0; c < ncols; ++c) if (m.integer[c]) Cbc_setInteger(model, c);
-    Cbc_setLogLevel(model, opt.verbose ? 1 : 0);
-    Cbc_setMaximumSeconds(model, std::max(0.1, opt.time_limit_seconds));
-    std::string secs = absl::StrCat(std::max(0.1, opt.time_limit_seconds));
-    Cbc_setParameter(model, "sec", secs.c_str());
-    Cbc_setParameter(model, "log", opt.verbose ? "1" : "0");
-    Cbc_setAllowableGap(model, 1e-7);
-    Cbc_solve(model);
-    const double* sol = Cbc_bestSolution(model);
-    if (sol != nullptr && (Cbc_numberSavedSolutions(model) > 0 || Cbc_isProvenOptimal(model))) {
-      out = {0, Cbc_isProvenOptimal(model) != 0};
-      for (int t = 0; t < n; ++t) {
-        for (int i = 0; i <= t; ++i) if (sol[R[t][i]] > 0.5) out.push_back(i);
-      }
-    } else {
-      out = {Cbc_isProvenInfeasible(model) ? 1 : 2, 0};
-    }
-    size_t len = out.size() * sizeof(int), off = 0;
-    const char* p = reinterpret_cast<const char*>(out.data());
-    while (off < len) {
-      ssize_t w = write(fds[1], p + off, len - off);
-      if (w <= 0) break;
-      off += static_cast<size_t>(w);
-    }
+    WriteAll(fds[1], RunCbc(cm, a, opt));
     close(fds[1]);
     _exit(0);
   }
   close(fds[1]);
-  std::vector<char> buf;
-  Deadline hard(opt.time_limit_seconds + 2.0 + 0.05 * opt.time_limit_seconds);
-  bool killed = false;
-  for (;;) {
-    int ms = static_cast<int>(std::max(0.0, hard.Left()) * 1000);
-    pollfd pfd{fds[0], POLLIN, 0};
-    int r = poll(&pfd, 1, ms);
-    if (r == 0) { kill(pid, SIGKILL); killed = true; break; }
-    if (r < 0) continue;
-    char tmp[65536];
-    ssize_t got = read(fds[0], tmp, sizeof(tmp));
-    if (got <= 0) break;
-    buf.insert(buf.end(), tmp, tmp + got);
-  }
-  close(fds[0]);
-  int wstatus = 0;
-  waitpid(pid, &wstatus, 0);
-  std::vector<int> out(buf.size() / sizeof(int));
-  if (!out.empty()) std::memcpy(out.data(), buf.data(), out.size() * sizeof(int));
-  if (killed || out.size() < 2) {
-    plan.note = absl::StrCat("checkmate: no solution within the time limit of ", opt.time_limit_seconds,
-                             " s (the root LP did not finish)");
+  SolveResult result;
+  result.reply = CollectReply(fds[0], pid,
+                              opt.time_limit_seconds + 2.0 + 0.05 * opt.time_limit_seconds,
+                              &result.killed);
+  return result;
+}
+
+void DecodeSchedule(const SolveResult& r, const PlanOptions& opt, RawPlan* plan) {
+  const std::vector<int>& out = r.reply;
+  if (r.killed || out.size() < 2) {
+    plan->note = absl::StrCat("checkmate: no solution within the time limit of ",
+                              opt.time_limit_seconds, " s (the root LP did not finish)");
   } else if (out[0] == 0) {
-    plan.optimal = out[1] != 0;
-    plan.order.assign(out.begin() + 2, out.end());
+    plan->optimal = out[1] != 0;
+    plan->order.assign(out.begin() + 2, out.end());
   } else if (out[0] == 1) {
-    plan.note = "checkmate: the MILP is infeasible: no schedule fits the budget";
+    plan->note = "checkmate: the MILP is infeasible: no schedule fits the budget";
   } else {
-    plan.note = absl::StrCat("checkmate: no solution within the time limit of ", opt.time_limit_seconds, " s");
+    plan->note = absl::StrCat("checkmate: no solution within the time limit of ",
+                              opt.time_limit_seconds, " s");
   }
+}
+
+}  // namespace
+
+absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
+  RawPlan plan;
+  plan.note = TooLargeNote(g);
+  if (!plan.note.empty()) return plan;
+  int64_t total_bytes = 0;
+  for (const Node& v : g.nodes) total_bytes += v.bytes;
+  const double budget = opt.budget_bytes ? static_cast<double>(*opt.budget_bytes)
+                                         : static_cast<double>(total_bytes);
+  CheckmateModel cm;
+  BuildCheckmateModel(g, budget, &cm);
+  absl::StatusOr<SolveResult> solved = SolveWithCbc(cm, opt);
+  if (!solved.ok()) return solved.status();
+  DecodeSchedule(*solved, opt, &plan);
   return plan;
 }
 

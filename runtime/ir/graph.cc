@@ -41,7 +41,9 @@ absl::StatusOr<int64_t> ReadSize(const json& v, const std::string& what) {
     double d = v.get<double>();
     if (!std::isfinite(d)) return absl::InvalidArgumentError(absl::StrCat(what, " is not finite"));
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, " is negative (", d, ")"));
-    if (d >= 9.2e18) return absl::InvalidArgumentError(absl::StrCat(what, " overflows a 64-bit size"));
+    if (d >= 9.2e18) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " overflows a 64-bit size"));
+    }
     if (d != std::floor(d)) {
       return absl::InvalidArgumentError(absl::StrCat(what, " is not a whole number (", d, ")"));
     }
@@ -53,7 +55,9 @@ absl::StatusOr<int64_t> ReadSize(const json& v, const std::string& what) {
 absl::StatusOr<std::string> ReadString(const json& obj, const char* key, const std::string& where,
                                        bool required) {
   if (!obj.contains(key)) {
-    if (required) return absl::InvalidArgumentError(absl::StrCat(where, ": missing field '", key, "'"));
+    if (required) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": missing field '", key, "'"));
+    }
     return std::string();
   }
   if (!obj[key].is_string()) {
@@ -62,8 +66,287 @@ absl::StatusOr<std::string> ReadString(const json& obj, const char* key, const s
   return obj[key].get<std::string>();
 }
 
-}  // namespace
+// Checks each node on its own: ids, sizes (and that their total fits 64 bits), costs, input
+// ids, and that inputs and tangents read nothing.
+absl::Status ValidateNodes(const Graph& g) {
+  const int n = g.size();
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    if (node.id != i) {
+      return absl::InvalidArgumentError(absl::StrCat("node at index ", i, " ('", node.name,
+                                                     "') has id ", node.id,
+                                                     "; ids must equal their index"));
+    }
+    if (node.bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(NodeLabel(node), ": bytes is negative (", node.bytes, ")"));
+    }
+    if (node.bytes > std::numeric_limits<int64_t>::max() - total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(NodeLabel(node), ": bytes ", node.bytes,
+                       " makes the graph's total size overflow 64 bits"));
+    }
+    total += node.bytes;
+    if (!std::isfinite(node.cost) || node.cost < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(NodeLabel(node), ": cost must be finite and >= 0"));
+    }
+    for (int u : node.inputs) {
+      if (u < 0 || u >= n) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(NodeLabel(node), " reads unknown node id ", u));
+      }
+    }
+    if ((node.kind == NodeKind::kInput || node.kind == NodeKind::kTangent) &&
+        !node.inputs.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          NodeLabel(node), " is of kind '", kind_name(node.kind), "' but has inputs"));
+    }
+  }
+  return absl::OkStatus();
+}
 
+// Names a cycle among the nodes that Kahn's algorithm left blocked (indeg > 0): walks
+// backwards along blocked inputs until a node repeats.
+absl::Status CycleError(const Graph& g, const std::vector<int>& indeg) {
+  const int n = g.size();
+  int v = 0;
+  while (indeg[v] == 0) ++v;
+  std::vector<int> pos(n, -1);
+  std::vector<int> path;
+  while (pos[v] < 0) {
+    pos[v] = static_cast<int>(path.size());
+    path.push_back(v);
+    for (int u : g.nodes[v].inputs) {
+      if (indeg[u] > 0) { v = u; break; }
+    }
+  }
+  std::string cycle;
+  for (size_t k = pos[v]; k < path.size(); ++k) absl::StrAppend(&cycle, path[k], " <- ");
+  absl::StrAppend(&cycle, v);
+  return absl::InvalidArgumentError(
+      absl::StrCat("cycle through ", NodeLabel(g.nodes[v]), ": ", cycle));
+}
+
+// Kahn's algorithm on the edges as given.
+absl::Status CheckAcyclic(const Graph& g) {
+  const int n = g.size();
+  std::vector<int> indeg(n, 0);
+  std::vector<std::vector<int>> users(n);
+  for (const Node& node : g.nodes) {
+    for (int u : node.inputs) {
+      users[u].push_back(node.id);
+      ++indeg[node.id];
+    }
+  }
+  std::vector<int> stack;
+  for (int i = 0; i < n; ++i) if (indeg[i] == 0) stack.push_back(i);
+  int seen = 0;
+  while (!stack.empty()) {
+    int v = stack.back();
+    stack.pop_back();
+    ++seen;
+    for (int w : users[v]) if (--indeg[w] == 0) stack.push_back(w);
+  }
+  if (seen != n) return CycleError(g, indeg);
+  return absl::OkStatus();
+}
+
+// Parses the text, with the position of the first error when it is not JSON.
+absl::StatusOr<json> ParseJson(std::string_view text) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    // Re-parse with exceptions to get the position of the error.
+    try {
+      json again = json::parse(text.begin(), text.end());
+      (void)again;
+    } catch (const json::parse_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("bad JSON: ", e.what()));
+    }
+    return absl::InvalidArgumentError("bad JSON");
+  }
+  return doc;
+}
+
+// The top level: format, name and source, and that 'nodes' is an array.
+absl::Status ParseHeader(const json& doc, Graph* g) {
+  if (!doc.is_object()) return absl::InvalidArgumentError("graph: top level is not a JSON object");
+  if (!doc.contains("format") || doc["format"] != "remat-graph-v1") {
+    return absl::InvalidArgumentError("graph: field 'format' is not \"remat-graph-v1\"");
+  }
+  auto name = ReadString(doc, "name", "graph", true);
+  if (!name.ok()) return name.status();
+  g->name = *name;
+  auto source = ReadString(doc, "source", "graph", false);
+  if (!source.ok()) return source.status();
+  g->source = *source;
+  if (!doc.contains("nodes") || !doc["nodes"].is_array()) {
+    return absl::InvalidArgumentError("graph: 'nodes' is missing or not an array");
+  }
+  return absl::OkStatus();
+}
+
+// A node's id, name, op, kind and phase.
+absl::Status ParseNodeIdentity(const json& jn, size_t i, const std::string& where, Node* node) {
+  if (!jn.contains("id") || !jn["id"].is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": 'id' is missing or not an integer"));
+  }
+  int64_t id = jn["id"].get<int64_t>();
+  if (id != static_cast<int64_t>(i)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " has id ", id, "; nodes[i].id must equal i"));
+  }
+  node->id = static_cast<int>(i);
+  auto nm = ReadString(jn, "name", where, false);
+  if (!nm.ok()) return nm.status();
+  node->name = nm->empty() ? std::to_string(i) : *nm;
+  auto op = ReadString(jn, "op", where, false);
+  if (!op.ok()) return op.status();
+  node->op = *op;
+  auto kind = ReadString(jn, "kind", where, false);
+  if (!kind.ok()) return kind.status();
+  if (kind->empty() || *kind == "compute") node->kind = NodeKind::kCompute;
+  else if (*kind == "view") node->kind = NodeKind::kView;
+  else if (*kind == "input") node->kind = NodeKind::kInput;
+  else if (*kind == "tangent") node->kind = NodeKind::kTangent;
+  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown kind '", *kind, "'"));
+  auto phase = ReadString(jn, "phase", where, false);
+  if (!phase.ok()) return phase.status();
+  if (phase->empty() || *phase == "forward") node->phase = Phase::kForward;
+  else if (*phase == "backward") node->phase = Phase::kBackward;
+  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown phase '", *phase, "'"));
+  return absl::OkStatus();
+}
+
+// A node's bytes, cost, flops and inputs (each an id below num_nodes).
+absl::Status ParseNodeFigures(const json& jn, size_t num_nodes, const std::string& where,
+                              Node* node) {
+  if (!jn.contains("bytes")) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": missing field 'bytes'"));
+  }
+  auto bytes = ReadSize(jn["bytes"], absl::StrCat(where, ": bytes"));
+  if (!bytes.ok()) return bytes.status();
+  node->bytes = *bytes;
+  if (jn.contains("cost")) {
+    if (!jn["cost"].is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": cost is not a number"));
+    }
+    node->cost = jn["cost"].get<double>();
+    if (!std::isfinite(node->cost) || node->cost < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": cost must be finite and >= 0"));
+    }
+  }
+  if (jn.contains("flops") && !jn["flops"].is_null()) {
+    if (!jn["flops"].is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": flops is not a number"));
+    }
+    node->flops = jn["flops"].get<double>();
+  }
+  if (jn.contains("inputs")) {
+    if (!jn["inputs"].is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": 'inputs' is not an array"));
+    }
+    for (const json& u : jn["inputs"]) {
+      if (!u.is_number_integer()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": an input id is not an integer"));
+      }
+      int64_t uid = u.get<int64_t>();
+      if (uid < 0 || uid >= static_cast<int64_t>(num_nodes)) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " reads unknown node id ", uid));
+      }
+      node->inputs.push_back(static_cast<int>(uid));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A node's optional annotations: group, recomputable, site and pytorch_banned.
+absl::Status ParseNodeAnnotations(const json& jn, const std::string& where, Node* node) {
+  if (jn.contains("group") && !jn["group"].is_null()) {
+    if (!jn["group"].is_number_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": 'group' is not an integer"));
+    }
+    node->group = jn["group"].get<int64_t>();
+  }
+  if (jn.contains("recomputable")) {
+    if (!jn["recomputable"].is_boolean()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": 'recomputable' is not a boolean"));
+    }
+    node->recomputable = jn["recomputable"].get<bool>();
+  }
+  if (jn.contains("site")) {
+    const auto& site = jn["site"];
+    if (!site.is_array() || site.size() != 2 || !site[0].is_number_integer() ||
+        !site[1].is_number_integer() || site[0].get<int64_t>() < 0 || site[1].get<int64_t>() < 0 ||
+        site[0].get<int64_t>() > INT32_MAX || site[1].get<int64_t>() > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": 'site' is not a pair of non-negative integers [position, output]"));
+    }
+    node->site_position = site[0].get<int>();
+    node->site_output = site[1].get<int>();
+  }
+  if (jn.contains("pytorch_banned")) {
+    if (!jn["pytorch_banned"].is_boolean()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": 'pytorch_banned' is not a boolean"));
+    }
+    node->pytorch_banned = jn["pytorch_banned"].get<bool>();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Node> ParseNode(const json& nodes, size_t i) {
+  const json& jn = nodes[i];
+  std::string where = NodeLabel(jn, i);
+  if (!jn.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+  Node node;
+  absl::Status st = ParseNodeIdentity(jn, i, where, &node);
+  if (st.ok()) st = ParseNodeFigures(jn, nodes.size(), where, &node);
+  if (st.ok()) st = ParseNodeAnnotations(jn, where, &node);
+  if (!st.ok()) return st;
+  return node;
+}
+
+absl::Status ParseOutputs(const json& doc, Graph* g) {
+  if (!doc.contains("outputs")) return absl::OkStatus();
+  if (!doc["outputs"].is_array()) {
+    return absl::InvalidArgumentError("graph: 'outputs' is not an array");
+  }
+  for (const json& o : doc["outputs"]) {
+    if (!o.is_number_integer()) {
+      return absl::InvalidArgumentError("graph: an output id is not an integer");
+    }
+    int64_t oid = o.get<int64_t>();
+    if (oid < 0 || oid >= g->size()) {
+      return absl::InvalidArgumentError(absl::StrCat("graph: output id ", oid, " names no node"));
+    }
+    g->outputs.push_back(static_cast<int>(oid));
+  }
+  return absl::OkStatus();
+}
+
+// The peer figures are informational: fields of the wrong type are skipped, not rejected.
+void ParsePeer(const json& doc, Graph* g) {
+  if (!doc.contains("peer") || !doc["peer"].is_object()) return;
+  const json& p = doc["peer"];
+  if (p.contains("pytorch_mincut_saved_bytes") && p["pytorch_mincut_saved_bytes"].is_number()) {
+    g->peer.pytorch_mincut_saved_bytes = p["pytorch_mincut_saved_bytes"].get<int64_t>();
+  }
+  if (p.contains("pytorch_default_saved_bytes") && p["pytorch_default_saved_bytes"].is_number()) {
+    g->peer.pytorch_default_saved_bytes = p["pytorch_default_saved_bytes"].get<int64_t>();
+  }
+  if (p.contains("pytorch_mincut_seconds") && p["pytorch_mincut_seconds"].is_number()) {
+    g->peer.pytorch_mincut_seconds = p["pytorch_mincut_seconds"].get<double>();
+  }
+  if (p.contains("pytorch_mincut_saved") && p["pytorch_mincut_saved"].is_array()) {
+    for (const json& s : p["pytorch_mincut_saved"]) {
+      if (s.is_number_integer()) g->peer.pytorch_mincut_saved.push_back(s.get<int>());
+    }
+  }
+}
+
+}  // namespace
 
 const char* phase_name(Phase p) { return p == Phase::kForward ? "forward" : "backward"; }
 
@@ -87,234 +370,45 @@ double Graph::total_cost() const {
 
 absl::Status validate_graph(const Graph& g) {
   const int n = g.size();
-  int64_t total = 0;
-  for (int i = 0; i < n; ++i) {
-    const Node& node = g.nodes[i];
-    if (node.id != i) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("node at index ", i, " ('", node.name, "') has id ", node.id, "; ids must equal their index"));
-    }
-    if (node.bytes < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": bytes is negative (", node.bytes, ")"));
-    }
-    if (node.bytes > std::numeric_limits<int64_t>::max() - total) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(NodeLabel(node), ": bytes ", node.bytes, " makes the graph's total size overflow 64 bits"));
-    }
-    total += node.bytes;
-    if (!std::isfinite(node.cost) || node.cost < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), ": cost must be finite and >= 0"));
-    }
-    for (int u : node.inputs) {
-      if (u < 0 || u >= n) {
-        return absl::InvalidArgumentError(absl::StrCat(NodeLabel(node), " reads unknown node id ", u));
-      }
-    }
-    if ((node.kind == NodeKind::kInput || node.kind == NodeKind::kTangent) && !node.inputs.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(NodeLabel(node), " is of kind '", kind_name(node.kind), "' but has inputs"));
-    }
-  }
-  // Cycles (Kahn's algorithm on the edges as given), reported before the order rule so
-  // that a cycle is named as such.
-  std::vector<int> indeg(n, 0);
-  std::vector<std::vector<int>> users(n);
-  for (const Node& node : g.nodes) {
-    for (int u : node.inputs) {
-      users[u].push_back(node.id);
-      ++indeg[node.id];
-    }
-  }
-  std::vector<int> stack;
-  for (int i = 0; i < n; ++i) if (indeg[i] == 0) stack.push_back(i);
-  int seen = 0;
-  while (!stack.empty()) {
-    int v = stack.back();
-    stack.pop_back();
-    ++seen;
-    for (int w : users[v]) if (--indeg[w] == 0) stack.push_back(w);
-  }
-  if (seen != n) {
-    // Walk backwards along inputs that are still blocked until a node repeats.
-    int v = 0;
-    while (indeg[v] == 0) ++v;
-    std::vector<int> pos(n, -1);
-    std::vector<int> path;
-    while (pos[v] < 0) {
-      pos[v] = static_cast<int>(path.size());
-      path.push_back(v);
-      for (int u : g.nodes[v].inputs) {
-        if (indeg[u] > 0) { v = u; break; }
-      }
-    }
-    std::string cycle;
-    for (size_t k = pos[v]; k < path.size(); ++k) absl::StrAppend(&cycle, path[k], " <- ");
-    absl::StrAppend(&cycle, v);
-    return absl::InvalidArgumentError(
-        absl::StrCat("cycle through ", NodeLabel(g.nodes[v]), ": ", cycle));
-  }
+  absl::Status st = ValidateNodes(g);
+  if (!st.ok()) return st;
+  // A cycle is reported before the order rule so that it is named as such.
+  st = CheckAcyclic(g);
+  if (!st.ok()) return st;
   for (const Node& node : g.nodes) {
     for (int u : node.inputs) {
       if (u >= node.id) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            NodeLabel(node), " reads node ", u, ", which is not listed before it (nodes must be in topological order)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(NodeLabel(node), " reads node ", u,
+                         ", which is not listed before it (nodes must be in topological order)"));
       }
     }
   }
   for (int o : g.outputs) {
-    if (o < 0 || o >= n) return absl::InvalidArgumentError(absl::StrCat("output id ", o, " names no node"));
+    if (o < 0 || o >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("output id ", o, " names no node"));
+    }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<Graph> parse_graph(std::string_view text) {
-  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    // Re-parse with exceptions to get the position of the error.
-    try {
-      json again = json::parse(text.begin(), text.end());
-      (void)again;
-    } catch (const json::parse_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("bad JSON: ", e.what()));
-    }
-    return absl::InvalidArgumentError("bad JSON");
-  }
-  if (!doc.is_object()) return absl::InvalidArgumentError("graph: top level is not a JSON object");
-  if (!doc.contains("format") || doc["format"] != "remat-graph-v1") {
-    return absl::InvalidArgumentError("graph: field 'format' is not \"remat-graph-v1\"");
-  }
+  absl::StatusOr<json> doc = ParseJson(text);
+  if (!doc.ok()) return doc.status();
   Graph g;
-  auto name = ReadString(doc, "name", "graph", true);
-  if (!name.ok()) return name.status();
-  g.name = *name;
-  auto source = ReadString(doc, "source", "graph", false);
-  if (!source.ok()) return source.status();
-  g.source = *source;
-  if (!doc.contains("nodes") || !doc["nodes"].is_array()) {
-    return absl::InvalidArgumentError("graph: 'nodes' is missing or not an array");
-  }
-  const json& nodes = doc["nodes"];
+  absl::Status st = ParseHeader(*doc, &g);
+  if (!st.ok()) return st;
+  const json& nodes = (*doc)["nodes"];
   g.nodes.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const json& jn = nodes[i];
-    std::string where = NodeLabel(jn, i);
-    if (!jn.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
-    Node node;
-    if (!jn.contains("id") || !jn["id"].is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": 'id' is missing or not an integer"));
-    }
-    int64_t id = jn["id"].get<int64_t>();
-    if (id != static_cast<int64_t>(i)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, " has id ", id, "; nodes[i].id must equal i"));
-    }
-    node.id = static_cast<int>(i);
-    auto nm = ReadString(jn, "name", where, false);
-    if (!nm.ok()) return nm.status();
-    node.name = nm->empty() ? std::to_string(i) : *nm;
-    auto op = ReadString(jn, "op", where, false);
-    if (!op.ok()) return op.status();
-    node.op = *op;
-    auto kind = ReadString(jn, "kind", where, false);
-    if (!kind.ok()) return kind.status();
-    if (kind->empty() || *kind == "compute") node.kind = NodeKind::kCompute;
-    else if (*kind == "view") node.kind = NodeKind::kView;
-    else if (*kind == "input") node.kind = NodeKind::kInput;
-    else if (*kind == "tangent") node.kind = NodeKind::kTangent;
-    else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown kind '", *kind, "'"));
-    auto phase = ReadString(jn, "phase", where, false);
-    if (!phase.ok()) return phase.status();
-    if (phase->empty() || *phase == "forward") node.phase = Phase::kForward;
-    else if (*phase == "backward") node.phase = Phase::kBackward;
-    else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown phase '", *phase, "'"));
-    if (!jn.contains("bytes")) return absl::InvalidArgumentError(absl::StrCat(where, ": missing field 'bytes'"));
-    auto bytes = ReadSize(jn["bytes"], absl::StrCat(where, ": bytes"));
-    if (!bytes.ok()) return bytes.status();
-    node.bytes = *bytes;
-    if (jn.contains("cost")) {
-      if (!jn["cost"].is_number()) return absl::InvalidArgumentError(absl::StrCat(where, ": cost is not a number"));
-      node.cost = jn["cost"].get<double>();
-      if (!std::isfinite(node.cost) || node.cost < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": cost must be finite and >= 0"));
-      }
-    }
-    if (jn.contains("flops") && !jn["flops"].is_null()) {
-      if (!jn["flops"].is_number()) return absl::InvalidArgumentError(absl::StrCat(where, ": flops is not a number"));
-      node.flops = jn["flops"].get<double>();
-    }
-    if (jn.contains("inputs")) {
-      if (!jn["inputs"].is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": 'inputs' is not an array"));
-      for (const json& u : jn["inputs"]) {
-        if (!u.is_number_integer()) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": an input id is not an integer"));
-        }
-        int64_t uid = u.get<int64_t>();
-        if (uid < 0 || uid >= static_cast<int64_t>(nodes.size())) {
-          return absl::InvalidArgumentError(absl::StrCat(where, " reads unknown node id ", uid));
-        }
-        node.inputs.push_back(static_cast<int>(uid));
-      }
-    }
-    if (jn.contains("group") && !jn["group"].is_null()) {
-      if (!jn["group"].is_number_integer()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": 'group' is not an integer"));
-      }
-      node.group = jn["group"].get<int64_t>();
-    }
-    if (jn.contains("recomputable")) {
-      if (!jn["recomputable"].is_boolean()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": 'recomputable' is not a boolean"));
-      }
-      node.recomputable = jn["recomputable"].get<bool>();
-    }
-    if (jn.contains("site")) {
-      const auto& site = jn["site"];
-      if (!site.is_array() || site.size() != 2 || !site[0].is_number_integer() ||
-          !site[1].is_number_integer() || site[0].get<int64_t>() < 0 || site[1].get<int64_t>() < 0 ||
-          site[0].get<int64_t>() > INT32_MAX || site[1].get<int64_t>() > INT32_MAX) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": 'site' is not a pair of non-negative integers [position, output]"));
-      }
-      node.site_position = site[0].get<int>();
-      node.site_output = site[1].get<int>();
-    }
-    if (jn.contains("pytorch_banned")) {
-      if (!jn["pytorch_banned"].is_boolean()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": 'pytorch_banned' is not a boolean"));
-      }
-      node.pytorch_banned = jn["pytorch_banned"].get<bool>();
-    }
-    g.nodes.push_back(std::move(node));
+    absl::StatusOr<Node> node = ParseNode(nodes, i);
+    if (!node.ok()) return node.status();
+    g.nodes.push_back(*std::move(node));
   }
-  if (doc.contains("outputs")) {
-    if (!doc["outputs"].is_array()) return absl::InvalidArgumentError("graph: 'outputs' is not an array");
-    for (const json& o : doc["outputs"]) {
-      if (!o.is_number_integer()) return absl::InvalidArgumentError("graph: an output id is not an integer");
-      int64_t oid = o.get<int64_t>();
-      if (oid < 0 || oid >= g.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("graph: output id ", oid, " names no node"));
-      }
-      g.outputs.push_back(static_cast<int>(oid));
-    }
-  }
-  if (doc.contains("peer") && doc["peer"].is_object()) {
-    const json& p = doc["peer"];
-    if (p.contains("pytorch_mincut_saved_bytes") && p["pytorch_mincut_saved_bytes"].is_number()) {
-      g.peer.pytorch_mincut_saved_bytes = p["pytorch_mincut_saved_bytes"].get<int64_t>();
-    }
-    if (p.contains("pytorch_default_saved_bytes") && p["pytorch_default_saved_bytes"].is_number()) {
-      g.peer.pytorch_default_saved_bytes = p["pytorch_default_saved_bytes"].get<int64_t>();
-    }
-    if (p.contains("pytorch_mincut_seconds") && p["pytorch_mincut_seconds"].is_number()) {
-      g.peer.pytorch_mincut_seconds = p["pytorch_mincut_seconds"].get<double>();
-    }
-    if (p.contains("pytorch_mincut_saved") && p["pytorch_mincut_saved"].is_array()) {
-      for (const json& s : p["pytorch_mincut_saved"]) {
-        if (s.is_number_integer()) g.peer.pytorch_mincut_saved.push_back(s.get<int>());
-      }
-    }
-  }
-  absl::Status st = validate_graph(g);
+  st = ParseOutputs(*doc, &g);
+  if (!st.ok()) return st;
+  ParsePeer(*doc, &g);
+  st = validate_graph(g);
   if (!st.ok()) return st;
   return g;
 }
@@ -325,7 +419,9 @@ absl::StatusOr<Graph> read_graph_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto g = parse_graph(ss.str());
-  if (!g.ok()) return absl::Status(g.status().code(), absl::StrCat(path, ": ", g.status().message()));
+  if (!g.ok()) {
+    return absl::Status(g.status().code(), absl::StrCat(path, ": ", g.status().message()));
+  }
   return g;
 }
 
@@ -355,10 +451,15 @@ std::string write_graph(const Graph& g) {
   doc["nodes"] = std::move(nodes);
   doc["outputs"] = g.outputs;
   json peer = json::object();
-  if (g.peer.pytorch_mincut_saved_bytes) peer["pytorch_mincut_saved_bytes"] = *g.peer.pytorch_mincut_saved_bytes;
-  if (!g.peer.pytorch_mincut_saved.empty()) peer["pytorch_mincut_saved"] = g.peer.pytorch_mincut_saved;
-  if (g.peer.pytorch_mincut_seconds) peer["pytorch_mincut_seconds"] = *g.peer.pytorch_mincut_seconds;
-  if (g.peer.pytorch_default_saved_bytes) peer["pytorch_default_saved_bytes"] = *g.peer.pytorch_default_saved_bytes;
+  const PeerFigures& gp = g.peer;
+  if (gp.pytorch_mincut_saved_bytes) {
+    peer["pytorch_mincut_saved_bytes"] = *gp.pytorch_mincut_saved_bytes;
+  }
+  if (!gp.pytorch_mincut_saved.empty()) peer["pytorch_mincut_saved"] = gp.pytorch_mincut_saved;
+  if (gp.pytorch_mincut_seconds) peer["pytorch_mincut_seconds"] = *gp.pytorch_mincut_seconds;
+  if (gp.pytorch_default_saved_bytes) {
+    peer["pytorch_default_saved_bytes"] = *gp.pytorch_default_saved_bytes;
+  }
   if (!peer.empty()) doc["peer"] = std::move(peer);
   return doc.dump(1);
 }
