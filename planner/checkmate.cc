@@ -4,7 +4,7 @@
 // within a stage, nodes run in id order. Variables: R[t][i] (compute i in stage t),
 // S[t][i] (i is resident on entry to stage t), FREE[t][i][k] (i's instance dies right
 // after step k of stage t), U[t][k] (memory during step k of stage t). Memory follows
-// FORMAT.md: an instance lives from its step through its last read.
+// docs/formats.md: an instance lives from its step through its last read.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

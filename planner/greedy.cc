@@ -1,7 +1,7 @@
 // greedy: XLA-style rematerialization. Walk to where memory exceeds the budget, pick a value
 // resident there but not read there, free it after its last read before that point and
 // recompute it right before its next read; choose by memory relieved per unit of cost.
-// Memory is measured exactly (FORMAT.md). A final pass drops recomputations that the
+// Memory is measured exactly (docs/formats.md). A final pass drops recomputations that the
 // budget no longer needs.
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a training step of an MLP in the DTR log format (see ../shared/traces/dtr/FORMAT.md).
+"""Writes a training step of an MLP in the DTR log format (see docs/formats.md, "DTR log").
 
 The step is synthetic but shaped like the real thing: per layer a matmul, a bias add (a view
 of the bias broadcast), a ReLU; then a loss, and a backward pass that reads the forward

@@ -1,5 +1,5 @@
 // A recorded training step in the DTR log format (one JSON object per line; see
-// ../shared/traces/dtr/FORMAT.md), parsed into typed instructions.
+// docs/formats.md, "DTR log"), parsed into typed instructions.
 //
 //   absl::StatusOr<remat::DtrTrace> trace = remat::read_dtr_trace_file("resnet32.log");
 //   if (!trace.ok()) std::cerr << trace.status();   // names the offending line

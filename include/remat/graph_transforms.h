@@ -23,7 +23,7 @@ namespace remat {
 
 // The graph as a recorded step: inputs and tangents are CONSTANTs, every other node a CALL in
 // node order with its cost as TIME (scaled so the largest is 1e9, as TIME is an integer; only
-// ratios matter), and each value is RELEASEd right after its last reader, as FORMAT.md frees
+// ratios matter), and each value is RELEASEd right after its last reader, as docs/formats.md frees
 // it. A node with no bytes and no readers becomes a CALL with no result.
 DtrTrace dtr_trace_from_graph(const Graph& graph);
 
@@ -44,7 +44,7 @@ absl::StatusOr<Schedule> realized_schedule(const Graph& graph, const std::vector
 
 // The graph with its inputs and tangents resident for the whole step in every accounting, as
 // a runtime holds parameters (a pinned constant cannot be freed while lineage may need it;
-// FORMAT.md makes an input when a schedule first places it and frees it after its last
+// docs/formats.md makes an input when a schedule first places it and frees it after its last
 // read, which no dynamic runtime could do). The inputs come first, then a node
 // `inputs_ready` that reads them all and that every node reading only inputs also reads (so
 // every schedule makes all inputs before any other node), then the other nodes in their
@@ -53,7 +53,7 @@ absl::StatusOr<Schedule> realized_schedule(const Graph& graph, const std::vector
 Graph hold_inputs(Graph graph);
 
 // A schedule of a hold_inputs() graph with its `hold_inputs` node moved to the end. Nothing
-// reads that node, so a planner may place it anywhere, and where it comes early FORMAT.md's
+// reads that node, so a planner may place it anywhere, and where it comes early docs/formats.md's
 // accounting frees the inputs early; moved last, the schedule's simulated peak is what a
 // runtime that holds its parameters needs. Returns whether it moved anything (then the plan
 // must be simulated again).

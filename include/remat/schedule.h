@@ -1,5 +1,5 @@
 // remat/schedule.h: schedules (format remat-schedule-v1) and the exact simulator that
-// measures them under the memory accounting of FORMAT.md.
+// measures them under the memory accounting of docs/formats.md.
 //
 // Usage:
 //   remat::Schedule s{.graph = g.name, .order = {0, 1, 2, 1, 3}};   // node 1 recomputed

@@ -1,4 +1,4 @@
-// The exact schedule simulator (FORMAT.md's accounting) and remat-schedule-v1 I/O.
+// The exact schedule simulator (docs/formats.md's accounting) and remat-schedule-v1 I/O.
 #include <fstream>
 #include <sstream>
 #include <unordered_set>

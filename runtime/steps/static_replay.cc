@@ -22,7 +22,7 @@ absl::StatusOr<StaticReplayResult> static_replay(const Graph& g, const Schedule&
   const auto start = std::chrono::steady_clock::now();
   const int n = g.size();
   const std::size_t steps = s.order.size();
-  // Instance lifetimes, as FORMAT.md defines them.
+  // Instance lifetimes, as docs/formats.md defines them.
   const Instances instances = ComputeInstances(g, s.order);
   if (!instances.error.empty())
     return absl::InvalidArgumentError(absl::StrCat("schedule ", instances.error));

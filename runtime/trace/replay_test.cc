@@ -77,7 +77,7 @@ std::filesystem::path shared_trace(const std::string& name) {
 
 struct Reference {
   std::string name;
-  double about_gb;        // FORMAT.md's unconstrained peak
+  double about_gb;        // docs/formats.md's unconstrained peak
   double dtr_best_lowest;  // the DTR simulator's lowest passing budget, best heuristic
 };
 
@@ -102,7 +102,7 @@ TEST_P(SharedTraceTest, UnconstrainedPeakMatchesFormatMd) {
 
 // Every policy, both accountings, budgets 0.1..1.0: reserved bytes never pass the budget, and
 // the best policy's lowest passing budget (logical accounting, 2x slowdown counted as
-// failure) is at or below the DTR simulator's best (FORMAT.md).
+// failure) is at or below the DTR simulator's best (docs/formats.md).
 TEST_P(SharedTraceTest, SweepHonoursBudgetAndClearsDtrsLowestBudget) {
   const std::size_t peak = replay_baseline(trace_).logical_peak_bytes;
   double lowest = 2.0;

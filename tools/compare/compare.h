@@ -9,7 +9,7 @@
 // and `hinted`: the `hinted` policy seeded with the hints of the best static plan (the
 // cheapest feasible one at that budget, or, where none is, at the nearest larger budget).
 // Everything runs on the simulated backend through the same runtime and allocator, with
-// budgets as fractions of the program's unconstrained peak (FORMAT.md's accounting).
+// budgets as fractions of the program's unconstrained peak (docs/formats.md's accounting).
 #ifndef REMAT_TOOLS_COMPARE_COMPARE_H_
 #define REMAT_TOOLS_COMPARE_COMPARE_H_
 
