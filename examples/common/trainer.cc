@@ -12,11 +12,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "remat/graph_transforms.h"
 #include "remat/errors.h"
-#include "remat/planner.h"
 #include "remat/segment_source.h"
 #include "remat/static_replay.h"
+#include "remat/step_planner.h"
 
 namespace remat::examples {
 namespace {
@@ -41,43 +40,22 @@ std::vector<float> read_floats(Runtime& rt, const Tensor& t) {
   return out;
 }
 
-}  // namespace
-
-StepHints plan_step(const RecordedStep& step, std::size_t budget,
-                    const std::vector<std::string>& planners) {
-  StepHints best;
-  if (budget == SIZE_MAX) return best;  // nothing to plan for
-  const Graph g = hold_inputs(step.graph);
+StepHints plan_step_hints(const RecordedStep& step, std::size_t budget,
+                          const std::vector<std::string>& planners) {
+  if (budget == SIZE_MAX) return {};  // nothing to plan for
+  StepPlanOptions opt;
   // The planners count tensor bytes; the allocator rounds sizes up and cannot always reuse
   // a freed block, so the plan aims a little lower than the reserved-bytes budget.
-  PlanOptions opt;
   opt.budget_bytes = static_cast<std::int64_t>(0.9 * static_cast<double>(budget));
+  opt.planners = planners;
   opt.time_limit_seconds = 5;
-  double best_cost = INFINITY;
-  // What the runtime itself did on the recorded step is a plan too (Note [Seeding hinted] in
-  // tools/compare/compare.cc): it fit the budget, and a planner must beat it to be followed.
-  const std::vector<StepSite> sites = recorded_sites(g);
-  if (absl::StatusOr<Schedule> realized = realized_schedule(g, sites, step.executed); realized.ok()) {
-    const SimResult sim = simulate(g, *realized);
-    if (sim.valid) {
-      best_cost = sim.cost;
-      best = hints_from_schedule(g, *realized, sites, "the schedule the runtime realized");
-    }
-  }
-  for (const std::string& algo : planners) {
-    if (algo == "greedy" && g.nodes.size() > 3000) continue;  // it simulates per candidate
-    absl::StatusOr<Plan> plan = run_planner(algo, g, opt);
-    if (plan.ok() && plan->feasible && hold_inputs_to_the_end(g, plan->schedule)) {
-      plan->sim = simulate(g, plan->schedule, opt.budget_bytes);
-      plan->feasible = plan->sim.valid;
-    }
-    if (!plan.ok() || !plan->feasible || plan->sim.cost >= best_cost) continue;
-    best_cost = plan->sim.cost;
-    best = hints_from_schedule(g, plan->schedule, sites,
-                             absl::StrCat(algo, " @ ", *opt.budget_bytes, " B"));
-  }
-  return best;
+  // The schedule the runtime realized competes unchecked against opt.budget_bytes: it fit
+  // the runtime's own budget (Note [Seeding hinted] in tools/compare/compare.cc).
+  absl::StatusOr<ChosenPlan> chosen = remat::plan_step(step.graph, step.executed, opt);
+  return chosen.ok() ? std::move(chosen->hints) : StepHints{};
 }
+
+}  // namespace
 
 TrainResult train(Model& model, const TrainConfig& config) {
   TrainResult result;
@@ -145,7 +123,8 @@ TrainResult train(Model& model, const TrainConfig& config) {
         }
         RecordedStep recorded = rt.end_step();
         if (plan_now) {
-          auto hints = std::make_shared<StepHints>(plan_step(recorded, config.budget, config.planners));
+          auto hints = std::make_shared<StepHints>(
+              plan_step_hints(recorded, config.budget, config.planners));
           if (result.plan_source.empty()) result.plan_source = hints->source;
           cache->insert(key, std::move(hints));
           ++result.plans_made;

@@ -25,6 +25,7 @@
 #include "remat/plan_cache.h"
 #include "remat/hints.h"
 #include "remat/runtime.h"
+#include "remat/step_planner.h"
 
 namespace remat::examples {
 
@@ -69,9 +70,10 @@ struct TrainConfig {
   double clock_limit = INFINITY;  // runtime clock (summed op costs) past which a run thrashes
   int record_step = -1;           // >= 0: record that step (TrainResult::recorded)
   // Policy `hinted`: the first step of a shape with no usable plan in the cache is recorded
-  // and planned (the cheapest feasible plan of `planners`, fast ones by default); later steps
+  // and planned (remat::plan_step: the cheapest of the schedule the runtime realized and the
+  // feasible plans of `planners`, fast ones by default, at 0.9 x the budget); later steps
   // take its hints, at their own shape or, through Note [Hints by position], at others.
-  std::vector<std::string> planners = {"chen", "twremat", "greedy", "rotor", "mincut"};
+  std::vector<std::string> planners = StepPlanOptions().planners;
   std::shared_ptr<PlanCache> plan_cache;  // null: one per run
 };
 
@@ -94,12 +96,6 @@ struct TrainResult {
   std::size_t plans_made = 0, exact_plan_steps = 0, reused_plan_steps = 0;
   std::string plan_source;  // what made the first plan
 };
-
-// The hints for a recorded step under `budget` reserved bytes: the cheapest of the schedule
-// the runtime realized on it and the feasible plans of `planners` on the step's graph (inputs
-// held, as the runtime holds parameters).
-StepHints plan_step(const RecordedStep& step, std::size_t budget,
-                    const std::vector<std::string>& planners);
 
 // One training run with the budget as given (budget_fraction ignored).
 TrainResult train(Model& model, const TrainConfig& config);

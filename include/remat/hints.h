@@ -3,16 +3,18 @@
 // remat/plan_cache.h).
 //
 // Usage (see examples/common/trainer.cc for the whole loop):
-//   remat::PlanCache cache;
+//   remat::Runtime rt({.policy = "hinted"});            // other policies ignore hints
+//   remat::PlanCache cache;                              // remat/plan_cache.h
+//   remat::PlanOptions opt;                              // remat/planner.h
 //   remat::StepOptions so;
-//   so.hints = cache.find({batch, seq_len}).hints;
+//   so.hints = cache.find({batch, seq_len}).hints;       // null until a plan is cached
 //   so.record = first_time;
 //   rt.begin_step(so);
 //   ... forward, rt.mark_backward(), backward ...
 //   remat::RecordedStep step = rt.end_step();            // the step as a graph and a trace
 //   remat::Plan plan = remat::run_planner("twremat", step.graph, opt).value();
-//   cache.insert({batch, seq_len}, std::make_shared<remat::StepHints>(
-//       remat::hints_from_schedule(step.graph, plan.schedule, remat::recorded_sites(step.graph))));
+//   cache.insert({batch, seq_len}, std::make_shared<remat::StepHints>(remat::hints_from_schedule(
+//       step.graph, plan.schedule, remat::recorded_sites(step.graph), "twremat")));
 //
 // Note [Hints by position]
 // A hint names an op by its position in the step (the runtime's n-th call since begin_step)

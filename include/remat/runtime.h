@@ -125,7 +125,7 @@ struct RecordedStep {
   // made, so that remat-replay re-runs exactly what ran.
   DtrTrace trace;
   // The position of every op run in the step, in order, recomputations included: with the
-  // graph's sites, the schedule the runtime realized (realized_schedule in static_replay.h).
+  // graph's sites, the schedule the runtime realized (realized_schedule in graph_transforms.h).
   std::vector<int> executed;
   StepSignature signature;
 };

@@ -2,13 +2,14 @@
 // plans and dynamic policies are measured by the same allocator on the same program.
 //
 // Usage:
+//   remat::PlanOptions opt;
 //   remat::Graph g = remat::hold_inputs(remat::read_graph_file(path).value());
 //   remat::Plan plan = remat::run_planner("twremat", g, opt).value();
 //   auto r = remat::static_replay(g, plan.schedule, {.accounting = remat::Accounting::kAllocator});
 //   if (r.ok()) std::cout << r->peak_reserved_bytes - plan.sim.peak_bytes;  // allocator's share
 //
-// Only the IR (remat/graph.h, remat/schedule.h) is used: the runtime does not link the
-// planner.
+// (hold_inputs() is in remat/graph_transforms.h, run_planner() in remat/planner.h.) Only the
+// IR (remat/graph.h, remat/schedule.h) is used: the runtime does not link the planner.
 #ifndef REMAT_STATIC_REPLAY_H_
 #define REMAT_STATIC_REPLAY_H_
 
@@ -41,7 +42,7 @@ struct StaticReplayResult {
 // Runs `schedule` on the simulated backend with no budget: the n-th step computes its node
 // (first instance: a new op; later ones: the runtime recomputes the evicted tensor), and after
 // each step every instance read for the last time is evicted (another instance follows) or
-// released (none does), as FORMAT.md's accounting frees it. Each node is its own tensor
+// released (none does), as docs/formats.md's accounting frees it. Each node is its own tensor
 // (views counted at full size, group members computed one by one), as simulate() counts
 // them. Inputs are made by ops of no inputs rather than as pinned constants, so that they too
 // are freed after their last read. An invalid schedule is an error naming the step and the

@@ -1,8 +1,8 @@
 // Tensor metadata and the user-facing tensor handle.
 //
-//   remat::TensorSpec spec{{4, 8}, remat::DType::kF32};   // shape and dtype, always known
-//   remat::Tensor x = rt.constant(spec, host_data);        // pinned, never evicted
-//   auto [y] = rt.call<1>(relu, {x});                      // y's memory may be evicted...
+//   remat::TensorSpec spec{{4, 8}, remat::DType::kF32};    // shape and dtype, always known
+//   remat::Tensor x = rt.constant(spec, host_data.data()); // pinned, never evicted
+//   remat::Tensor y = rt.call1(relu, {x});                 // y's memory may be evicted...
 //   const float* p = rt.data<float>(y);                    // ...and is recomputed on access
 //
 // A Tensor is a counted handle owned by the Runtime that made it; the runtime must outlive

@@ -5,7 +5,7 @@
 //   remat::Runtime rt({.backend = remat::Backend::kSimulated, .record_timeline = true});
 //   ... run a step ...
 //   std::ofstream out("step.trace.json");
-//   remat::write_chrome_trace(rt.timeline(), "gpt step 0 @ 0.5", out);
+//   absl::Status s = remat::write_chrome_trace(rt.timeline(), "gpt step 0 @ 0.5", out);
 //
 // Times are the runtime's clock (the summed cost of the ops run so far, in the cost unit of
 // the ops: nanoseconds for measured and recorded costs), so a timeline of the simulated

@@ -15,6 +15,7 @@
 #include "remat/replay.h"
 #include "remat/schedule.h"
 #include "remat/static_replay.h"
+#include "remat/step_planner.h"
 #include "remat/timeline.h"
 
 namespace remat::compare {
@@ -85,7 +86,7 @@ RunRow dynamic_row(const DtrTrace& trace, const std::string& method, const std::
 
 std::vector<std::string> DefaultPlanners(std::size_t nodes) {
   std::vector<std::string> p = {"chen", "greedy", "mincut", "rotor", "twremat"};
-  if (nodes > 3000) p.erase(std::find(p.begin(), p.end(), "greedy"));  // simulates per candidate
+  if (nodes > kGreedyMaxNodes) p.erase(std::find(p.begin(), p.end(), "greedy"));
   if (nodes <= 120) p.push_back("checkmate");
   if (nodes <= 400) p.push_back("moccasin");
   return p;
@@ -119,10 +120,9 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
       row.status = base.peak_bytes <= static_cast<std::int64_t>(budget) ? "ok" : "over_budget";
       report.rows.push_back(row);
     }
-    // Static planners, replayed.
-    std::optional<Schedule> best;
-    double best_overhead = INFINITY;
-    std::string best_name;
+    // Static planners, replayed; the best plan here by overhead (the static plans' replayed,
+    // the realized schedules' simulated).
+    CheapestPlan best;
     for (const std::string& algo : planners) {
       PlanOptions po;
       po.budget_bytes = static_cast<std::int64_t>(budget);
@@ -132,12 +132,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
       row.kind = "static";
       row.fraction = f;
       row.budget = budget;
-      absl::StatusOr<Plan> plan = run_planner(algo, g, po);
-      if (plan.ok() && plan->feasible && hold_inputs_to_the_end(g, plan->schedule)) {
-        plan->sim = simulate(g, plan->schedule, po.budget_bytes);
-        plan->feasible = plan->sim.valid;
-        if (!plan->feasible) plan->reason = "over budget once the inputs are held to the end";
-      }
+      absl::StatusOr<Plan> plan = plan_holding_inputs(algo, g, po);
       if (!plan.ok()) {
         row.status = "error";
         row.note = std::string(plan.status().message());
@@ -175,11 +170,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
                                 " bytes past the budget");
       }
       if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, alloc->timeline);
-      if (row.status == "ok" && row.overhead < best_overhead) {
-        best_overhead = row.overhead;
-        best = plan->schedule;
-        best_name = algo;
-      }
+      if (row.status == "ok") best.offer(row.overhead, plan->schedule, algo);
       report.rows.push_back(row);
     }
     // Dynamic policies. What each realized on the step is a static plan too (see
@@ -192,20 +183,17 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
       if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, tl);
       report.rows.push_back(row);
       if (row.status != "ok") continue;
-      absl::StatusOr<Schedule> realized = realized_schedule(g, sites, executed);
-      if (!realized.ok()) continue;
-      const SimResult sim = simulate(g, *realized, static_cast<std::int64_t>(budget));
-      if (sim.valid && sim.overhead < best_overhead) {
-        best_overhead = sim.overhead;
-        best = std::move(*realized);
-        best_name = absl::StrCat("the schedule ", policy, " realized");
-      }
+      absl::StatusOr<Plan> realized =
+          realized_plan(g, sites, executed, static_cast<std::int64_t>(budget));
+      if (realized.ok() && realized->feasible)
+        best.offer(realized->sim.overhead, realized->schedule,
+                   absl::StrCat("the schedule ", policy, " realized"));
     }
     // Hinted, seeded with the best plan here (or the last budget's best).
     std::string seed_note;
-    if (best) {
-      last_best = best;
-      last_best_note = absl::StrCat("seeded by ", best_name, " @ ", fraction_label(f));
+    if (!best.empty()) {
+      last_best = best.schedule();
+      last_best_note = absl::StrCat("seeded by ", best.source(), " @ ", fraction_label(f));
       seed_note = last_best_note;
     } else if (last_best) {
       seed_note = absl::StrCat(last_best_note, " (no plan fits this budget)");

@@ -1,0 +1,115 @@
+#include "remat/step_planner.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "remat/graph_transforms.h"
+
+namespace remat {
+
+absl::StatusOr<Plan> plan_holding_inputs(std::string_view algo, const Graph& held,
+                                         const PlanOptions& options) {
+  absl::StatusOr<Plan> plan = run_planner(algo, held, options);
+  if (plan.ok() && plan->feasible && hold_inputs_to_the_end(held, plan->schedule)) {
+    plan->sim = simulate(held, plan->schedule, options.budget_bytes);
+    plan->feasible = plan->sim.valid;
+    if (!plan->feasible) plan->reason = "over budget once the inputs are held to the end";
+  }
+  return plan;
+}
+
+absl::StatusOr<Plan> realized_plan(const Graph& held, const std::vector<StepSite>& sites,
+                                   const std::vector<int>& executed,
+                                   std::optional<std::int64_t> budget_bytes) {
+  absl::StatusOr<Schedule> schedule = realized_schedule(held, sites, executed);
+  if (!schedule.ok()) return schedule.status();
+  Plan plan;
+  plan.algo = "realized";
+  plan.budget_bytes = budget_bytes;
+  plan.sim = simulate(held, *schedule, budget_bytes);
+  plan.feasible = plan.sim.valid;
+  plan.reason = plan.sim.error;
+  plan.schedule = *std::move(schedule);
+  return plan;
+}
+
+bool CheapestPlan::offer(double cost, const Schedule& schedule, std::string_view source) {
+  if (!(cost < cost_)) return false;
+  has_ = true;
+  cost_ = cost;
+  schedule_ = schedule;
+  source_ = std::string(source);
+  return true;
+}
+
+absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>& executed,
+                                     const StepPlanOptions& options) {
+  if (options.budget_bytes < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan_step: budget_bytes must be set (got ", options.budget_bytes, ")"));
+  ChosenPlan chosen;
+  chosen.graph = hold_inputs(graph);
+  const Graph& g = chosen.graph;
+  const std::vector<StepSite> sites = recorded_sites(g);
+  CheapestPlan best;  // by SimResult::cost, named as the hints will be
+  SimResult best_sim;
+  auto weigh = [&](StepCandidate candidate, const absl::StatusOr<Plan>& plan,
+                   std::string_view hints_source) {
+    if (!plan.ok()) {
+      candidate.reason = std::string(plan.status().message());
+    } else {
+      candidate.feasible = plan->feasible;
+      candidate.solve_seconds = plan->solve_seconds;
+      if (plan->feasible) {
+        candidate.cost = plan->sim.cost;
+        if (best.offer(plan->sim.cost, plan->schedule, hints_source)) best_sim = plan->sim;
+      } else {
+        candidate.reason = plan->reason;
+      }
+    }
+    chosen.candidates.push_back(std::move(candidate));
+  };
+
+  // What the runtime itself did on the step is a plan too (Note [Seeding hinted] in
+  // tools/compare/compare.cc): it ran, and a planner must beat it to be followed.
+  if (options.include_realized) {
+    StepCandidate candidate;
+    candidate.source = "the schedule the runtime realized";
+    const std::string source = candidate.source;
+    weigh(std::move(candidate), realized_plan(g, sites, executed, options.realized_budget_bytes),
+          source);
+  }
+  PlanOptions opt;
+  opt.budget_bytes = options.budget_bytes;
+  opt.time_limit_seconds = options.time_limit_seconds;
+  for (const std::string& algo : options.planners) {
+    StepCandidate candidate;
+    candidate.source = algo;
+    if (algo == "greedy" && g.nodes.size() > options.greedy_max_nodes) {
+      candidate.reason = absl::StrCat("skipped: ", g.nodes.size(), " nodes (greedy simulates ",
+                                      "once per candidate)");
+      chosen.candidates.push_back(std::move(candidate));
+      continue;
+    }
+    weigh(std::move(candidate), plan_holding_inputs(algo, g, opt),
+          absl::StrCat(algo, " @ ", options.budget_bytes, " B"));
+  }
+
+  if (best.empty()) {
+    std::vector<std::string> why;
+    for (const StepCandidate& c : chosen.candidates)
+      why.push_back(absl::StrCat(c.source, ": ", c.reason));
+    chosen.reason =
+        absl::StrCat("no plan fits ", options.budget_bytes, " B (", absl::StrJoin(why, "; "), ")");
+    return chosen;
+  }
+  chosen.feasible = true;
+  chosen.source = best.source();
+  chosen.schedule = best.schedule();
+  chosen.sim = best_sim;
+  chosen.hints = hints_from_schedule(g, chosen.schedule, sites, chosen.source);
+  return chosen;
+}
+
+}  // namespace remat
