@@ -117,7 +117,8 @@ void BM_EvictionDecision(benchmark::State& state) {
   state.counters["evictions_per_iter"] =
       static_cast<double>(s.evictions - evictions_before) / static_cast<double>(state.iterations());
   state.counters["search_ns_per_eviction"] =
-      (s.search_seconds - search_before) * 1e9 / static_cast<double>(s.evictions - evictions_before + 1);
+      (s.search_seconds - search_before) * 1e9 /
+      static_cast<double>(s.evictions - evictions_before + 1);
 }
 BENCHMARK(BM_EvictionDecision)
     ->ArgsProduct({{1000, 10000, 100000}, {0, 1}})

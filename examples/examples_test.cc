@@ -3,8 +3,8 @@
 // must be bitwise identical to the unconstrained run, dropout included.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <set>
@@ -32,10 +32,40 @@ struct Case {
 // eviction rather than failing on the parameters.
 std::vector<Case> cases() {
   return {
-      {"mlp", [] { return std::make_unique<MlpModel>(MlpConfig{.batch = 256, .in = 32, .hidden = 64, .layers = 4, .classes = 5}); }, 3},
-      {"gpt", [] { return std::make_unique<GptModel>(GptConfig{.layers = 2, .channels = 32, .heads = 2, .vocab = 64, .batch = 4, .min_t = 8, .max_t = 48, .dropout = 0.1f}); }, 3},
-      {"resnet", [] { return std::make_unique<ResnetModel>(ResnetConfig{.batch = 4, .blocks = 1, .width = 4, .image = 16, .classes = 3}); }, 2},
-      {"treelstm", [] { return std::make_unique<TreeLstmModel>(TreeLstmConfig{.trees = 6, .hidden = 16, .vocab = 16, .classes = 3, .min_leaves = 3, .max_leaves = 10}); }, 2},
+      {"mlp",
+       [] {
+         return std::make_unique<MlpModel>(
+             MlpConfig{.batch = 256, .in = 32, .hidden = 64, .layers = 4, .classes = 5});
+       },
+       3},
+      {"gpt",
+       [] {
+         return std::make_unique<GptModel>(GptConfig{.layers = 2,
+                                                     .channels = 32,
+                                                     .heads = 2,
+                                                     .vocab = 64,
+                                                     .batch = 4,
+                                                     .min_t = 8,
+                                                     .max_t = 48,
+                                                     .dropout = 0.1f});
+       },
+       3},
+      {"resnet",
+       [] {
+         return std::make_unique<ResnetModel>(
+             ResnetConfig{.batch = 4, .blocks = 1, .width = 4, .image = 16, .classes = 3});
+       },
+       2},
+      {"treelstm",
+       [] {
+         return std::make_unique<TreeLstmModel>(TreeLstmConfig{.trees = 6,
+                                                               .hidden = 16,
+                                                               .vocab = 16,
+                                                               .classes = 3,
+                                                               .min_leaves = 3,
+                                                               .max_leaves = 10});
+       },
+       2},
   };
 }
 
@@ -63,7 +93,8 @@ TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
     for (int tenth = 10; tenth >= 1; --tenth) {
       TrainConfig run = config;
       run.policy = policy;
-      run.budget = static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
+      run.budget =
+          static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
       const TrainResult r = train(*model, run);
       if (r.status != "ok") {
         EXPECT_TRUE(r.status == "oom" || r.status == "thrash") << r.status << ": " << r.error;
@@ -109,7 +140,8 @@ TEST(ExampleTest, CudaBudgetsMatchTheUnconstrainedCudaRunBitwise) {
     int evicting = 0;
     for (int tenth = 10; tenth >= 3; --tenth) {
       TrainConfig run = config;
-      run.budget = static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
+      run.budget =
+          static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
       const TrainResult r = train(*model, run);
       if (r.status != "ok") continue;
       EXPECT_LE(r.peak_reserved, run.budget);
@@ -138,8 +170,14 @@ TEST(ExampleTest, GptSequenceLengthChangesFromStepToStep) {
 // (Note [Hints by position]); losses and parameters stay bitwise those of the unconstrained
 // run, and the hints really evicted tensors.
 TEST(ExampleTest, GptPlansMadeAtOneLengthAreReusedAtOthersBitwise) {
-  GptModel model(GptConfig{.layers = 2, .channels = 32, .heads = 2, .vocab = 64, .batch = 4,
-                           .min_t = 8, .max_t = 48, .dropout = 0.1f});
+  GptModel model(GptConfig{.layers = 2,
+                           .channels = 32,
+                           .heads = 2,
+                           .vocab = 64,
+                           .batch = 4,
+                           .min_t = 8,
+                           .max_t = 48,
+                           .dropout = 0.1f});
   TrainConfig config;
   config.steps = 5;
   config.seed = 11;
@@ -187,8 +225,8 @@ TEST(ExampleTest, InfeasibleBudgetIsReportedAsOutOfMemory) {
 }
 
 TEST(ExampleTest, SimulatedBackendAccountsMemoryWithoutRunningKernels) {
-  GptModel model(GptConfig{.layers = 2, .channels = 64, .heads = 2, .vocab = 128, .batch = 2,
-                           .min_t = 32, .max_t = 32});
+  GptModel model(GptConfig{
+      .layers = 2, .channels = 64, .heads = 2, .vocab = 128, .batch = 2, .min_t = 32, .max_t = 32});
   TrainConfig config;
   config.steps = 1;
   config.backend = Backend::kSimulated;

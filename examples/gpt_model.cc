@@ -8,17 +8,15 @@
 namespace remat::examples {
 
 namespace {
-const char* const kWords[] = {"the",    "memory", "budget", "tensor", "is",    "evicted",
-                              "and",    "later",  "recomputed", "when", "a",    "kernel",
-                              "reads",  "it",     "again", "so",     "training", "fits",
-                              "in",     "less",   "space", "than",   "its",   "activations",
-                              "need",   "while",  "results", "stay",  "exact", "to",
-                              "the",    "bit"};
+const char* const kWords[] = {
+    "the",        "memory", "budget",  "tensor", "is",    "evicted", "and",   "later",
+    "recomputed", "when",   "a",       "kernel", "reads", "it",      "again", "so",
+    "training",   "fits",   "in",      "less",   "space", "than",    "its",   "activations",
+    "need",       "while",  "results", "stay",   "exact", "to",      "the",   "bit"};
 constexpr std::size_t kNumWords = sizeof(kWords) / sizeof(kWords[0]);
 }  // namespace
 
-std::vector<std::int32_t> generated_text(std::uint64_t seed, std::uint64_t offset,
-                                         std::int64_t n) {
+std::vector<std::int32_t> generated_text(std::uint64_t seed, std::uint64_t offset, std::int64_t n) {
   // A text made of sentences; position `offset` is reached by generating from the start of a
   // 4 KiB chunk, so any window is cheap to produce and the same on every call.
   constexpr std::uint64_t kChunk = 4096;
@@ -58,7 +56,8 @@ absl::Status GptModel::configure(const std::map<std::string, std::string>& flags
   f.read<float>("dropout", c_.dropout, 0.0f);
   absl::Status st = f.finish();
   if (!st.ok()) return st;
-  if (c_.channels % c_.heads != 0) return absl::InvalidArgumentError("--channels must be a multiple of --heads");
+  if (c_.channels % c_.heads != 0)
+    return absl::InvalidArgumentError("--channels must be a multiple of --heads");
   if (c_.min_t > c_.max_t) return absl::InvalidArgumentError("--min-t must be at most --max-t");
   if (c_.dropout >= 1.0f) return absl::InvalidArgumentError("--dropout must be below 1");
   return absl::OkStatus();
@@ -69,7 +68,8 @@ std::vector<HostTensor> GptModel::init_params(std::uint64_t seed) const {
   SplitMix rng(seed, 0x6E7);
   std::vector<HostTensor> p;
   auto add = [&](std::string name, std::vector<std::int64_t> shape, std::vector<float> data) {
-    p.push_back(HostTensor{std::move(name), TensorSpec{std::move(shape), DType::kF32}, std::move(data)});
+    p.push_back(
+        HostTensor{std::move(name), TensorSpec{std::move(shape), DType::kF32}, std::move(data)});
   };
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
   add("wte", {V, C}, normal_values(V * C, 0.02f, rng));
@@ -95,8 +95,8 @@ std::vector<HostTensor> GptModel::init_params(std::uint64_t seed) const {
 
 std::int64_t GptModel::seq_len(int step, std::uint64_t seed) const {
   SplitMix rng(seed, 0x5E0 + static_cast<std::uint64_t>(step));
-  return c_.min_t + static_cast<std::int64_t>(
-                        rng.below(static_cast<std::uint64_t>(c_.max_t - c_.min_t + 1)));
+  return c_.min_t +
+         static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(c_.max_t - c_.min_t + 1)));
 }
 
 double GptModel::items(int step, std::uint64_t seed) const {

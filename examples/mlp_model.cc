@@ -24,7 +24,8 @@ std::vector<HostTensor> MlpModel::init_params(std::uint64_t seed) const {
   for (std::int64_t l = 0; l <= c_.layers; ++l) {
     const std::int64_t out = l == c_.layers ? c_.classes : c_.hidden;
     const float std = std::sqrt(2.0f / static_cast<float>(fan_in));
-    p.push_back({"w", TensorSpec{{out, fan_in}, DType::kF32}, normal_values(out * fan_in, std, rng)});
+    p.push_back(
+        {"w", TensorSpec{{out, fan_in}, DType::kF32}, normal_values(out * fan_in, std, rng)});
     p.push_back({"b", TensorSpec{{out}, DType::kF32}, constant_values(out, 0.0f)});
     fan_in = out;
   }
@@ -45,7 +46,8 @@ ad::Var MlpModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
     for (std::int64_t k = 0; k < c_.classes; ++k) {
       float s = 0;
       for (std::int64_t i = 0; i < c_.in; ++i)
-        s += teacher[static_cast<std::size_t>(k * c_.in + i)] * x[static_cast<std::size_t>(b * c_.in + i)];
+        s += teacher[static_cast<std::size_t>(k * c_.in + i)] *
+             x[static_cast<std::size_t>(b * c_.in + i)];
       if (s > best) {
         best = s;
         labels[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(k);
@@ -53,10 +55,12 @@ ad::Var MlpModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
     }
   }
   const bool runs = rt.options().backend != Backend::kSimulated;
-  ad::Var h = tape.input(rt.constant(TensorSpec{{c_.batch, c_.in}, DType::kF32}, runs ? x.data() : nullptr));
+  ad::Var h = tape.input(
+      rt.constant(TensorSpec{{c_.batch, c_.in}, DType::kF32}, runs ? x.data() : nullptr));
   Tensor tgt = rt.constant(TensorSpec{{c_.batch}, DType::kI32}, runs ? labels.data() : nullptr);
   for (std::int64_t l = 0; l <= c_.layers; ++l) {
-    h = ad::linear(tape, h, params[static_cast<std::size_t>(2 * l)], params[static_cast<std::size_t>(2 * l + 1)]);
+    h = ad::linear(tape, h, params[static_cast<std::size_t>(2 * l)],
+                   params[static_cast<std::size_t>(2 * l + 1)]);
     if (l < c_.layers) h = ad::relu(tape, h);
   }
   return ad::cross_entropy_mean(tape, h, tgt);

@@ -70,7 +70,8 @@ ad::Var ResnetModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
   std::vector<float> images(static_cast<std::size_t>(B * 3 * S * S));
   std::vector<std::int32_t> labels(static_cast<std::size_t>(B));
   for (std::int64_t b = 0; b < B; ++b) {
-    const auto label = static_cast<std::int32_t>(data.below(static_cast<std::uint64_t>(c_.classes)));
+    const auto label =
+        static_cast<std::int32_t>(data.below(static_cast<std::uint64_t>(c_.classes)));
     labels[static_cast<std::size_t>(b)] = label;
     for (std::int64_t c = 0; c < 3; ++c)
       for (std::int64_t i = 0; i < S * S; ++i)
@@ -79,7 +80,8 @@ ad::Var ResnetModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
                                0.5 * data.normal());
   }
   const bool runs = rt.options().backend != Backend::kSimulated;
-  ad::Var x = tape.input(rt.constant(TensorSpec{{B, 3, S, S}, DType::kF32}, runs ? images.data() : nullptr));
+  ad::Var x = tape.input(
+      rt.constant(TensorSpec{{B, 3, S, S}, DType::kF32}, runs ? images.data() : nullptr));
   Tensor tgt = rt.constant(TensorSpec{{B}, DType::kI32}, runs ? labels.data() : nullptr);
 
   const std::vector<Layer> ls = layers();

@@ -55,8 +55,9 @@ ad::Var TreeLstmModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
   std::vector<std::vector<std::int32_t>> leaves(static_cast<std::size_t>(c_.trees));
   std::vector<std::int32_t> all_tokens, labels;
   for (auto& tokens : leaves) {
-    const std::int64_t n = c_.min_leaves + static_cast<std::int64_t>(data.below(
-                                               static_cast<std::uint64_t>(c_.max_leaves - c_.min_leaves + 1)));
+    const std::int64_t n =
+        c_.min_leaves + static_cast<std::int64_t>(data.below(
+                            static_cast<std::uint64_t>(c_.max_leaves - c_.min_leaves + 1)));
     std::int64_t sum = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       tokens.push_back(static_cast<std::int32_t>(data.below(static_cast<std::uint64_t>(c_.vocab))));

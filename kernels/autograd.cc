@@ -34,7 +34,8 @@ void Tape::accumulate(int node, const Tensor& g) {
 
 void Tape::backward(const Var& loss) {
   if (loss.node < 0) throw std::invalid_argument("remat: backward of a var that needs no gradient");
-  if (loss.spec().numel() != 1) throw std::invalid_argument("remat: backward needs a one-element loss");
+  if (loss.spec().numel() != 1)
+    throw std::invalid_argument("remat: backward needs a one-element loss");
   const float one = 1.0f;
   grads_[static_cast<std::size_t>(loss.node)] = rt_.constant(TensorSpec{{1}, DType::kF32}, &one);
   // Reverse forward order is a topological order of the recorded graph. Each record is
@@ -60,13 +61,12 @@ Tensor Tape::grad(const Var& leaf) const {
 Var linear(Tape& t, const Var& x, const Var& w, const Var& b) {
   Runtime& rt = t.rt();
   Tensor y = ops::linear(rt, x.value, w.value, b.value);
-  return t.record(std::move(y), {&x, &w, &b},
-                  [x, w, b](Tape& tp, const Tensor& g) {
-                    Runtime& r = tp.rt();
-                    if (b.node >= 0) tp.accumulate(b, ops::bias_grad(r, g));
-                    if (w.node >= 0) tp.accumulate(w, ops::matmul(r, g, x.value, true, false));
-                    if (x.node >= 0) tp.accumulate(x, ops::matmul(r, g, w.value, false, false));
-                  });
+  return t.record(std::move(y), {&x, &w, &b}, [x, w, b](Tape& tp, const Tensor& g) {
+    Runtime& r = tp.rt();
+    if (b.node >= 0) tp.accumulate(b, ops::bias_grad(r, g));
+    if (w.node >= 0) tp.accumulate(w, ops::matmul(r, g, x.value, true, false));
+    if (x.node >= 0) tp.accumulate(x, ops::matmul(r, g, w.value, false, false));
+  });
 }
 
 Var add(Tape& t, const Var& a, const Var& b) {
@@ -78,11 +78,10 @@ Var add(Tape& t, const Var& a, const Var& b) {
 }
 
 Var mul(Tape& t, const Var& a, const Var& b) {
-  return t.record(ops::mul(t.rt(), a.value, b.value), {&a, &b},
-                  [a, b](Tape& tp, const Tensor& g) {
-                    if (a.node >= 0) tp.accumulate(a, ops::mul(tp.rt(), g, b.value));
-                    if (b.node >= 0) tp.accumulate(b, ops::mul(tp.rt(), g, a.value));
-                  });
+  return t.record(ops::mul(t.rt(), a.value, b.value), {&a, &b}, [a, b](Tape& tp, const Tensor& g) {
+    if (a.node >= 0) tp.accumulate(a, ops::mul(tp.rt(), g, b.value));
+    if (b.node >= 0) tp.accumulate(b, ops::mul(tp.rt(), g, a.value));
+  });
 }
 
 Var scale(Tape& t, const Var& x, float s) {
@@ -170,24 +169,24 @@ Var conv2d(Tape& t, const Var& x, const Var& w, const Var& b, std::int64_t strid
 
 BatchNormResult batchnorm(Tape& t, const Var& x, const Var& gamma, const Var& beta) {
   ops::BatchNormOut o = ops::batchnorm(t.rt(), x.value, gamma.value, beta.value);
-  Var y = t.record(o.y, {&x, &gamma, &beta},
-                   [x, gamma, bn = beta.node, mean = o.mean, rstd = o.rstd](Tape& tp,
-                                                                           const Tensor& g) {
-                     ops::BatchNormGrads d =
-                         ops::batchnorm_backward(tp.rt(), g, x.value, gamma.value, mean, rstd);
-                     tp.accumulate(x, d.dx);
-                     tp.accumulate(gamma, d.dgamma);
-                     tp.accumulate(bn, d.dbeta);
-                   });
+  Var y =
+      t.record(o.y, {&x, &gamma, &beta},
+               [x, gamma, bn = beta.node, mean = o.mean, rstd = o.rstd](Tape& tp, const Tensor& g) {
+                 ops::BatchNormGrads d =
+                     ops::batchnorm_backward(tp.rt(), g, x.value, gamma.value, mean, rstd);
+                 tp.accumulate(x, d.dx);
+                 tp.accumulate(gamma, d.dgamma);
+                 tp.accumulate(bn, d.dbeta);
+               });
   return {std::move(y), o.mean, o.rstd};
 }
 
 Var maxpool2d(Tape& t, const Var& x, std::int64_t k, std::int64_t s) {
   ops::MaxPoolOut o = ops::maxpool2d(t.rt(), x.value, k, s);
-  return t.record(o.y, {&x}, [xn = x.node, spec = x.spec(), arg = o.argmax, k, s](
-                                 Tape& tp, const Tensor& g) {
-    tp.accumulate(xn, ops::maxpool2d_backward(tp.rt(), g, arg, spec, k, s));
-  });
+  return t.record(o.y, {&x},
+                  [xn = x.node, spec = x.spec(), arg = o.argmax, k, s](Tape& tp, const Tensor& g) {
+                    tp.accumulate(xn, ops::maxpool2d_backward(tp.rt(), g, arg, spec, k, s));
+                  });
 }
 
 Var avgpool(Tape& t, const Var& x) {
@@ -207,17 +206,18 @@ Var reshape(Tape& t, const Var& x, std::vector<std::int64_t> shape) {
 // The gradient of a slice is the slice's gradient with zeros around it.
 Var narrow(Tape& t, const Var& x, std::int64_t offset, std::vector<std::int64_t> shape) {
   Tensor y = ops::narrow(t.rt(), x.value, offset, std::move(shape));
-  return t.record(std::move(y), {&x}, [xn = x.node, xs = x.spec(), offset](Tape& tp,
-                                                                         const Tensor& g) {
-    Runtime& r = tp.rt();
-    const std::int64_t n = g.spec().numel(), total = xs.numel();
-    std::vector<Tensor> parts;
-    if (offset > 0) parts.push_back(ops::zeros(r, TensorSpec{{offset}, DType::kF32}));
-    parts.push_back(ops::reshape(r, g, {n}));
-    if (offset + n < total)
-      parts.push_back(ops::zeros(r, TensorSpec{{total - offset - n}, DType::kF32}));
-    tp.accumulate(xn, ops::reshape(r, ops::concat(r, parts), xs.shape));
-  });
+  return t.record(std::move(y), {&x},
+                  [xn = x.node, xs = x.spec(), offset](Tape& tp, const Tensor& g) {
+                    Runtime& r = tp.rt();
+                    const std::int64_t n = g.spec().numel(), total = xs.numel();
+                    std::vector<Tensor> parts;
+                    if (offset > 0)
+                      parts.push_back(ops::zeros(r, TensorSpec{{offset}, DType::kF32}));
+                    parts.push_back(ops::reshape(r, g, {n}));
+                    if (offset + n < total)
+                      parts.push_back(ops::zeros(r, TensorSpec{{total - offset - n}, DType::kF32}));
+                    tp.accumulate(xn, ops::reshape(r, ops::concat(r, parts), xs.shape));
+                  });
 }
 
 Var concat(Tape& t, const std::vector<Var>& parts) {

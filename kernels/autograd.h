@@ -35,7 +35,7 @@ class Tape {
   explicit Tape(Runtime& rt) : rt_(rt) {}
   Runtime& rt() { return rt_; }
 
-  Var leaf(Tensor t);          // a tensor whose gradient `backward` keeps
+  Var leaf(Tensor t);  // a tensor whose gradient `backward` keeps
   Var input(Tensor t) { return Var{std::move(t), -1}; }
 
   // Gradient of a one-element `loss`, seeded with 1. Leaves' gradients are then in grad().

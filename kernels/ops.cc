@@ -23,6 +23,7 @@ namespace {
 using i64 = std::int64_t;
 
 // Every raw kernel the ops call, so that one op body serves both backends.
+// clang-format off
 #define REMAT_KERNEL_LIST(X)                                                                    \
   X(gemm) X(bias_add) X(bias_grad) X(add) X(mul) X(scale) X(gelu_forward) X(gelu_backward)      \
   X(relu_forward) X(relu_backward) X(sigmoid_forward) X(sigmoid_backward) X(tanh_forward)       \
@@ -32,12 +33,15 @@ using i64 = std::int64_t;
   X(dropout_backward) X(conv2d_forward) X(conv2d_backward) X(batchnorm_forward)                \
   X(batchnorm_backward) X(batchnorm_running_update) X(maxpool2d_forward) X(maxpool2d_backward) \
   X(avgpool_forward) X(avgpool_backward) X(adamw_update) X(fill_zero) X(copy_bytes)
+// clang-format on
 
 struct CpuBackend {
   void* stream;
-#define REMAT_FORWARD(f) \
-  template <class... A>  \
-  void f(A&&... a) const { kernels::cpu::f(std::forward<A>(a)...); }
+#define REMAT_FORWARD(f)                    \
+  template <class... A>                     \
+  void f(A&&... a) const {                  \
+    kernels::cpu::f(std::forward<A>(a)...); \
+  }
   REMAT_KERNEL_LIST(REMAT_FORWARD)
 #undef REMAT_FORWARD
 };
@@ -46,9 +50,11 @@ struct CpuBackend {
 struct CudaBackend {
   void* stream;
   cudaStream_t s() const { return static_cast<cudaStream_t>(stream); }
-#define REMAT_FORWARD(f) \
-  template <class... A>  \
-  void f(A&&... a) const { kernels::cuda::f(std::forward<A>(a)..., s()); }
+#define REMAT_FORWARD(f)                          \
+  template <class... A>                           \
+  void f(A&&... a) const {                        \
+    kernels::cuda::f(std::forward<A>(a)..., s()); \
+  }
   REMAT_KERNEL_LIST(REMAT_FORWARD)
 #undef REMAT_FORWARD
 };
@@ -249,24 +255,24 @@ OpPtr elementwise(const std::string& name, Fn fn) {
 }
 }  // namespace
 
-#define REMAT_UNARY(fname, kernel)                                                        \
-  Tensor fname(Runtime& rt, const Tensor& x) {                                           \
-    const OpPtr& op = cached([] {                                                        \
-      return elementwise(#fname, [](auto be, const KernelContext& k) {                   \
-        be.kernel(k.input<float>(0), k.output<float>(0), k.input_spec(0).numel());        \
-      });                                                                                \
-    });                                                                                  \
-    return rt.call1(op, {x});                                                            \
+#define REMAT_UNARY(fname, kernel)                                                 \
+  Tensor fname(Runtime& rt, const Tensor& x) {                                     \
+    const OpPtr& op = cached([] {                                                  \
+      return elementwise(#fname, [](auto be, const KernelContext& k) {             \
+        be.kernel(k.input<float>(0), k.output<float>(0), k.input_spec(0).numel()); \
+      });                                                                          \
+    });                                                                            \
+    return rt.call1(op, {x});                                                      \
   }
-#define REMAT_BINARY(fname, kernel)                                                       \
-  Tensor fname(Runtime& rt, const Tensor& a, const Tensor& b) {                          \
-    const OpPtr& op = cached([] {                                                        \
-      return elementwise(#fname, [](auto be, const KernelContext& k) {                   \
-        be.kernel(k.input<float>(0), k.input<float>(1), k.output<float>(0),               \
-                  k.input_spec(0).numel());                                               \
-      });                                                                                \
-    });                                                                                  \
-    return rt.call1(op, {a, b});                                                         \
+#define REMAT_BINARY(fname, kernel)                                         \
+  Tensor fname(Runtime& rt, const Tensor& a, const Tensor& b) {             \
+    const OpPtr& op = cached([] {                                           \
+      return elementwise(#fname, [](auto be, const KernelContext& k) {      \
+        be.kernel(k.input<float>(0), k.input<float>(1), k.output<float>(0), \
+                  k.input_spec(0).numel());                                 \
+      });                                                                   \
+    });                                                                     \
+    return rt.call1(op, {a, b});                                            \
   }
 REMAT_UNARY(gelu, gelu_forward)
 REMAT_UNARY(relu, relu_forward)
@@ -308,7 +314,9 @@ Tensor zeros(Runtime& rt, const TensorSpec& spec) {
   auto op = define(
       "zeros", [spec](SpecList) { return Outputs{{spec}}; },
       [spec](SpecList) { return estimate_ns(0, static_cast<double>(spec.bytes())); },
-      [](auto be, const KernelContext& k) { be.fill_zero(k.output<void>(0), k.output_spec(0).bytes()); });
+      [](auto be, const KernelContext& k) {
+        be.fill_zero(k.output<void>(0), k.output_spec(0).bytes());
+      });
   return rt.call(op, std::span<const Tensor>{}).at(0);
 }
 
@@ -443,8 +451,8 @@ BatchNormOut batchnorm(Runtime& rt, const Tensor& x, const Tensor& gamma, const 
       [eps](auto be, const KernelContext& k) {
         const auto& s = k.input_spec(0).shape;
         be.batchnorm_forward(k.input<float>(0), k.input<float>(1), k.input<float>(2),
-                             k.output<float>(0), k.output<float>(1), k.output<float>(2), s[0],
-                             s[1], s[2] * s[3], eps);
+                             k.output<float>(0), k.output<float>(1), k.output<float>(2), s[0], s[1],
+                             s[2] * s[3], eps);
       });
   auto out = rt.call(op, {x, gamma, beta});
   return {out[0], out[1], out[2]};
@@ -496,9 +504,8 @@ AttentionOut attention(Runtime& rt, const Tensor& qkv, i64 heads) {
       [heads](SpecList in) {
         require_f32("attention", in, {0});
         const auto& s = in[0].shape;
-        require(s.size() == 3 && s[2] % 3 == 0 && heads > 0 && (s[2] / 3) % heads == 0,
-                "attention", in, absl::StrCat("qkv must be (B, T, 3C) with C divisible by ",
-                                              heads, " heads"));
+        require(s.size() == 3 && s[2] % 3 == 0 && heads > 0 && (s[2] / 3) % heads == 0, "attention",
+                in, absl::StrCat("qkv must be (B, T, 3C) with C divisible by ", heads, " heads"));
         return Outputs{{f32({s[0], s[1], s[2] / 3})}, {f32({s[0], heads, s[1], s[1]})}};
       },
       [heads](SpecList in) {
@@ -588,8 +595,8 @@ EmbeddingGrads embedding_backward(Runtime& rt, const Tensor& dout, const Tensor&
           dwpe = k.output<float>(1);
           be.fill_zero(dwpe, k.output_spec(1).bytes());
         }
-        be.embedding_backward(k.input<float>(0), k.input<std::int32_t>(1), k.output<float>(0),
-                              dwpe, s[0], s[1], c, v);
+        be.embedding_backward(k.input<float>(0), k.input<std::int32_t>(1), k.output<float>(0), dwpe,
+                              s[0], s[1], c, v);
       });
   auto out = rt.call(op, {dout, idx});
   return {out[0], pos ? out[1] : Tensor()};
@@ -668,17 +675,15 @@ struct ConvDims {
 ConvDims conv_dims(const std::string& name, SpecList in, int x, int w, i64 stride, i64 pad) {
   const auto& xs = in[static_cast<std::size_t>(x)].shape;
   const auto& ws = in[static_cast<std::size_t>(w)].shape;
-  require(xs.size() == 4 && ws.size() == 4 && xs[1] == ws[1] && stride > 0 && pad >= 0, name,
-          in, "needs x (N, IC, H, W) and w (OC, IC, KH, KW)");
+  require(xs.size() == 4 && ws.size() == 4 && xs[1] == ws[1] && stride > 0 && pad >= 0, name, in,
+          "needs x (N, IC, H, W) and w (OC, IC, KH, KW)");
   ConvDims d{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], 0, 0};
   d.oh = (d.h + 2 * pad - d.kh) / stride + 1;
   d.ow = (d.w + 2 * pad - d.kw) / stride + 1;
   require(d.oh > 0 && d.ow > 0, name, in, "the kernel is larger than the padded input");
   return d;
 }
-double conv_flops(const ConvDims& d) {
-  return 2.0 * d.n * d.oc * d.oh * d.ow * d.ic * d.kh * d.kw;
-}
+double conv_flops(const ConvDims& d) { return 2.0 * d.n * d.oc * d.oh * d.ow * d.ic * d.kh * d.kw; }
 TensorSpec cols_spec(const ConvDims& d) { return f32({d.ic * d.kh * d.kw * d.oh * d.ow}); }
 }  // namespace
 
@@ -701,8 +706,8 @@ Tensor conv2d(Runtime& rt, const Tensor& x, const Tensor& w, const Tensor& b, i6
         const auto& xs = k.input_spec(0).shape;
         const auto& ws = k.input_spec(1).shape;
         be.conv2d_forward(k.input<float>(0), k.input<float>(1), bias ? k.input<float>(2) : nullptr,
-                          k.output<float>(0), k.output<float>(1), xs[0], xs[1], xs[2], xs[3],
-                          ws[0], ws[2], ws[3], stride, pad);
+                          k.output<float>(0), k.output<float>(1), xs[0], xs[1], xs[2], xs[3], ws[0],
+                          ws[2], ws[3], stride, pad);
       });
   if (bias) return rt.call(op, {x, w, b}).at(0);
   return rt.call(op, {x, w}).at(0);
@@ -733,8 +738,8 @@ Conv2dGrads conv2d_backward(Runtime& rt, const Tensor& dy, const Tensor& x, cons
         float* dw = k.output<float>(o++);
         float* db = has_bias ? k.output<float>(o++) : nullptr;
         float* cols = k.output<float>(o++);
-        be.conv2d_backward(k.input<float>(0), k.input<float>(1), k.input<float>(2), dx, dw, db, cols,
-                           xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], stride, pad);
+        be.conv2d_backward(k.input<float>(0), k.input<float>(1), k.input<float>(2), dx, dw, db,
+                           cols, xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], stride, pad);
       });
   auto out = rt.call(op, {dy, x, w});
   Conv2dGrads g;
@@ -769,11 +774,13 @@ MaxPoolOut maxpool2d(Runtime& rt, const Tensor& x, i64 kernel, i64 s) {
   return {out[0], out[1]};
 }
 
-Tensor maxpool2d_backward(Runtime& rt, const Tensor& dy, const Tensor& argmax,
-                          const TensorSpec& x, i64 kernel, i64 s) {
+Tensor maxpool2d_backward(Runtime& rt, const Tensor& dy, const Tensor& argmax, const TensorSpec& x,
+                          i64 kernel, i64 s) {
   auto op = define(
       "maxpool2d_backward", [x](SpecList) { return Outputs{{x}}; },
-      [x](SpecList in) { return estimate_ns(static_cast<double>(x.numel()), fbytes(in) + x.bytes()); },
+      [x](SpecList in) {
+        return estimate_ns(static_cast<double>(x.numel()), fbytes(in) + x.bytes());
+      },
       [=](auto be, const KernelContext& k) {
         const auto& xs = x.shape;
         be.maxpool2d_backward(k.input<float>(0), k.input<std::int32_t>(1), k.output<float>(0),

@@ -70,8 +70,8 @@ LayerNormOut layernorm(Runtime& rt, const Tensor& x, const Tensor& w, const Tens
 struct LayerNormGrads {
   Tensor dx, dw, db;
 };
-LayerNormGrads layernorm_backward(Runtime& rt, const Tensor& dy, const Tensor& x,
-                                  const Tensor& w, const Tensor& mean, const Tensor& rstd);
+LayerNormGrads layernorm_backward(Runtime& rt, const Tensor& dy, const Tensor& x, const Tensor& w,
+                                  const Tensor& mean, const Tensor& rstd);
 
 // Causal self-attention over qkv (B, T, 3C) with `heads` heads: out (B, T, C) and the
 // attention weights att (B, NH, T, T) the backward pass reads.
@@ -134,8 +134,8 @@ struct MaxPoolOut {
   Tensor y, argmax;  // argmax int32
 };
 MaxPoolOut maxpool2d(Runtime& rt, const Tensor& x, std::int64_t k, std::int64_t s);
-Tensor maxpool2d_backward(Runtime& rt, const Tensor& dy, const Tensor& argmax,
-                          const TensorSpec& x, std::int64_t k, std::int64_t s);
+Tensor maxpool2d_backward(Runtime& rt, const Tensor& dy, const Tensor& argmax, const TensorSpec& x,
+                          std::int64_t k, std::int64_t s);
 Tensor avgpool(Runtime& rt, const Tensor& x);  // (N, C, H, W) -> (N, C)
 Tensor avgpool_backward(Runtime& rt, const Tensor& dy, const TensorSpec& x);
 

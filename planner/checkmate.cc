@@ -5,13 +5,13 @@
 // S[t][i] (i is resident on entry to stage t), FREE[t][i][k] (i's instance dies right
 // after step k of stage t), U[t][k] (memory during step k of stage t). Memory follows
 // docs/formats.md: an instance lives from its step through its last read.
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <csignal>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "coin/Cbc_C_Interface.h"
@@ -50,7 +50,7 @@ struct Milp {
 struct CheckmateModel {
   const Graph* g = nullptr;
   int n = 0;
-  double scale = 1.0;                     // bytes -> model units
+  double scale = 1.0;  // bytes -> model units
   std::vector<std::vector<int>> users;
   std::vector<std::vector<int>> deps;     // distinct inputs
   std::vector<std::vector<int>> R, S, U;  // columns of R[t][i], S[t][i], U[t][k]
@@ -150,9 +150,15 @@ Terms AddFreeVariables(int t, int k, CheckmateModel* cm) {
     // hazards = (1 - R[t][k]) + S[t+1][i] + sum_{j in users(i), k < j <= t} R[t][j]
     Terms hz = {{R[t][k], -1.0}};
     double max_h = 1.0;
-    if (cm->s(t + 1, i) >= 0) { hz.push_back({cm->s(t + 1, i), 1.0}); max_h += 1; }
+    if (cm->s(t + 1, i) >= 0) {
+      hz.push_back({cm->s(t + 1, i), 1.0});
+      max_h += 1;
+    }
     for (int j : cm->users[i]) {
-      if (j > k && j <= t) { hz.push_back({R[t][j], 1.0}); max_h += 1; }
+      if (j > k && j <= t) {
+        hz.push_back({R[t][j], 1.0});
+        max_h += 1;
+      }
     }
     // 1 - F <= hazards  ->  hazards + F >= 1  ->  (sum hz) + F >= 0 (the constant 1 of
     // (1 - R) moved)
@@ -184,8 +190,7 @@ void AddMemoryRows(int t, CheckmateModel* cm) {
   for (int k = 0; k <= t; ++k) {
     Terms frees = AddFreeVariables(t, k, cm);
     if (k + 1 <= t) {
-      Terms terms = {{U[t][k + 1], 1.0}, {U[t][k], -1.0},
-                     {R[t][k + 1], -scale * cm->bytes(k + 1)}};
+      Terms terms = {{U[t][k + 1], 1.0}, {U[t][k], -1.0}, {R[t][k + 1], -scale * cm->bytes(k + 1)}};
       for (auto [f, b] : frees) terms.push_back({f, scale * b});
       cm->milp.AddRow(terms, 0.0, 0.0);
     }
@@ -218,7 +223,10 @@ ColumnMajor ToColumnMajor(const Milp& m) {
   a.start.assign(ncols + 1, 0);
   for (int c = 0; c < ncols; ++c) {
     a.start[c] = static_cast<CoinBigIndex>(a.index.size());
-    for (auto [r, v] : m.cols[c]) { a.index.push_back(r); a.value.push_back(v); }
+    for (auto [r, v] : m.cols[c]) {
+      a.index.push_back(r);
+      a.value.push_back(v);
+    }
   }
   a.start[ncols] = static_cast<CoinBigIndex>(a.index.size());
   return a;
@@ -232,7 +240,8 @@ std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const Pl
   Cbc_loadProblem(model, ncols, static_cast<int>(m.row_lb.size()), a.start.data(), a.index.data(),
                   a.value.data(), m.lb.data(), m.ub.data(), m.obj.data(), m.row_lb.data(),
                   m.row_ub.data());
-  for (int c = 0; c < ncols; ++c) if (m.integer[c]) Cbc_setInteger(model, c);
+  for (int c = 0; c < ncols; ++c)
+    if (m.integer[c]) Cbc_setInteger(model, c);
   Cbc_setLogLevel(model, opt.verbose ? 1 : 0);
   Cbc_setMaximumSeconds(model, std::max(0.1, opt.time_limit_seconds));
   std::string secs = absl::StrCat(std::max(0.1, opt.time_limit_seconds));
@@ -244,7 +253,8 @@ std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const Pl
   if (sol != nullptr && (Cbc_numberSavedSolutions(model) > 0 || Cbc_isProvenOptimal(model))) {
     std::vector<int> out = {0, Cbc_isProvenOptimal(model) != 0};
     for (int t = 0; t < cm.n; ++t) {
-      for (int i = 0; i <= t; ++i) if (sol[cm.R[t][i]] > 0.5) out.push_back(i);
+      for (int i = 0; i <= t; ++i)
+        if (sol[cm.R[t][i]] > 0.5) out.push_back(i);
     }
     return out;
   }
@@ -271,7 +281,11 @@ std::vector<int> CollectReply(int fd, pid_t pid, double seconds, bool* killed) {
     int ms = static_cast<int>(std::max(0.0, hard.Left()) * 1000);
     pollfd pfd{fd, POLLIN, 0};
     int r = poll(&pfd, 1, ms);
-    if (r == 0) { kill(pid, SIGKILL); *killed = true; break; }
+    if (r == 0) {
+      kill(pid, SIGKILL);
+      *killed = true;
+      break;
+    }
     if (r < 0) continue;
     char tmp[65536];
     ssize_t got = read(fd, tmp, sizeof(tmp));
@@ -308,9 +322,8 @@ absl::StatusOr<SolveResult> SolveWithCbc(const CheckmateModel& cm, const PlanOpt
   }
   close(fds[1]);
   SolveResult result;
-  result.reply = CollectReply(fds[0], pid,
-                              opt.time_limit_seconds + 2.0 + 0.05 * opt.time_limit_seconds,
-                              &result.killed);
+  result.reply = CollectReply(
+      fds[0], pid, opt.time_limit_seconds + 2.0 + 0.05 * opt.time_limit_seconds, &result.killed);
   return result;
 }
 
@@ -338,8 +351,8 @@ absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
   if (!plan.note.empty()) return plan;
   int64_t total_bytes = 0;
   for (const Node& v : g.nodes) total_bytes += v.bytes;
-  const double budget = opt.budget_bytes ? static_cast<double>(*opt.budget_bytes)
-                                         : static_cast<double>(total_bytes);
+  const double budget =
+      opt.budget_bytes ? static_cast<double>(*opt.budget_bytes) : static_cast<double>(total_bytes);
   CheckmateModel cm;
   BuildCheckmateModel(g, budget, &cm);
   absl::StatusOr<SolveResult> solved = SolveWithCbc(cm, opt);

@@ -38,7 +38,10 @@ Executor::Executor(const Graph& g)
 
 bool Executor::Ensure(int v) {
   if (live_[v]) return true;
-  struct Frame { int node; size_t next; };
+  struct Frame {
+    int node;
+    size_t next;
+  };
   std::vector<Frame> stack;
   auto push = [&](int x) {
     stack.push_back({x, 0});
@@ -52,7 +55,10 @@ bool Executor::Ensure(int v) {
   while (!stack.empty()) {
     Frame& f = stack.back();
     const Node& node = g_.nodes[f.node];
-    if (live_[f.node]) { pop(); continue; }
+    if (live_[f.node]) {
+      pop();
+      continue;
+    }
     while (f.next < node.inputs.size() && live_[node.inputs[f.next]]) ++f.next;
     if (f.next < node.inputs.size()) {
       int u = node.inputs[f.next];
@@ -71,7 +77,10 @@ bool Executor::Ensure(int v) {
     // A callback must not drop pinned inputs; check anyway.
     bool ok = true;
     for (int u : node.inputs) ok = ok && live_[u];
-    if (!ok) { f.next = 0; continue; }
+    if (!ok) {
+      f.next = 0;
+      continue;
+    }
     order_.push_back(f.node);
     live_[f.node] = 1;
     computed_[f.node] = 1;
@@ -141,7 +150,8 @@ bool Dead(const Graph& g, const UseInfo& ui, int u, int v) {
 
 }  // namespace
 
-std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& keep, bool retain_kept) {
+std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& keep,
+                                    bool retain_kept) {
   UseInfo ui = ComputeUses(g);
   Executor ex(g);
   const int n = g.size();
@@ -157,9 +167,12 @@ std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& kee
     const std::vector<int> cand = TouchedSince(g, ex, start);
     for (int u : cand) {
       if (!ex.live(u)) continue;
-      if (retain_kept && keep[u] ? ui.horizon[u] <= v : Dead(g, ui, u, v)) { ex.Drop(u); continue; }
-      if (fwd_step && !keep[u] && g.nodes[u].can_recompute() && g.nodes[u].phase == Phase::kForward &&
-          ui.last_fwd_user[u] <= v) {
+      if (retain_kept && keep[u] ? ui.horizon[u] <= v : Dead(g, ui, u, v)) {
+        ex.Drop(u);
+        continue;
+      }
+      if (fwd_step && !keep[u] && g.nodes[u].can_recompute() &&
+          g.nodes[u].phase == Phase::kForward && ui.last_fwd_user[u] <= v) {
         ex.Drop(u);
       }
     }
@@ -199,16 +212,23 @@ std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams&
       size_t w = 0;
       for (size_t k = 0; k < live_list.size(); ++k) {
         int u = live_list[k];
-        if (!ex.live(u)) { in_list[u] = 0; continue; }
+        if (!ex.live(u)) {
+          in_list[u] = 0;
+          continue;
+        }
         live_list[w++] = u;
         if (ex.pinned(u) || !g.nodes[u].can_recompute() || g.nodes[u].bytes == 0) continue;
         double rc = g.nodes[u].cost;
-        for (int i : g.nodes[u].inputs) if (!ex.live(i)) rc += g.nodes[i].cost;
+        for (int i : g.nodes[u].inputs)
+          if (!ex.live(i)) rc += g.nodes[i].cost;
         double dist = std::max(1, next_use(u) - cur);
         double score = std::pow(rc + 1e-9, p.cost_exp) /
                        (static_cast<double>(g.nodes[u].bytes) * std::pow(dist, p.dist_exp));
         if (p.noise > 0) score *= std::exp(p.noise * normal(rng));
-        if (best < 0 || score < best_score) { best = u; best_score = score; }
+        if (best < 0 || score < best_score) {
+          best = u;
+          best_score = score;
+        }
       }
       live_list.resize(w);
       if (best < 0) break;  // nothing evictable: the budget cannot hold here
@@ -247,8 +267,12 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   bool has_backward = false;
   int64_t fwd_total = 0, fwd_max = 0;
   for (const Node& n : g.nodes) {
-    if (n.phase == Phase::kBackward) has_backward = true;
-    else if (n.can_recompute()) { fwd_total += n.bytes; fwd_max = std::max(fwd_max, n.bytes); }
+    if (n.phase == Phase::kBackward)
+      has_backward = true;
+    else if (n.can_recompute()) {
+      fwd_total += n.bytes;
+      fwd_max = std::max(fwd_max, n.bytes);
+    }
   }
   if (!has_backward) {
     p.order.resize(g.size());
@@ -264,14 +288,19 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
     for (const Node& n : g.nodes) {
       if (n.phase != Phase::kForward || !n.can_recompute()) continue;
       temp += static_cast<double>(n.bytes);
-      if (temp > b) { keep[n.id] = 1; temp = 0; }
+      if (temp > b) {
+        keep[n.id] = 1;
+        temp = 0;
+      }
     }
     return keep;
   };
   std::vector<double> bs;
-  double sq = std::sqrt(static_cast<double>(fwd_total) * static_cast<double>(std::max<int64_t>(fwd_max, 1)));
+  double sq = std::sqrt(static_cast<double>(fwd_total) *
+                        static_cast<double>(std::max<int64_t>(fwd_max, 1)));
   bs.push_back(sq);
-  double lo = std::max<double>(1.0, static_cast<double>(fwd_max) / 4), hi = static_cast<double>(fwd_total) + 1;
+  double lo = std::max<double>(1.0, static_cast<double>(fwd_max) / 4),
+         hi = static_cast<double>(fwd_total) + 1;
   for (int k = 0; k <= 48; ++k) bs.push_back(lo * std::pow(hi / lo, k / 48.0));
   std::vector<int> best_order;
   SimResult best;
@@ -282,14 +311,20 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
     SimResult r = simulate(g, s);
     if (!r.valid) continue;
     bool better;
-    if (!have) better = true;
+    if (!have)
+      better = true;
     else if (opt.budget_bytes) {
       bool fits = r.peak_bytes <= *opt.budget_bytes, bfits = best.peak_bytes <= *opt.budget_bytes;
       better = fits != bfits ? fits : (fits ? r.cost < best.cost : r.peak_bytes < best.peak_bytes);
     } else {
-      better = r.peak_bytes < best.peak_bytes || (r.peak_bytes == best.peak_bytes && r.cost < best.cost);
+      better =
+          r.peak_bytes < best.peak_bytes || (r.peak_bytes == best.peak_bytes && r.cost < best.cost);
     }
-    if (better) { best = r; best_order = s.order; have = true; }
+    if (better) {
+      best = r;
+      best_order = s.order;
+      have = true;
+    }
   }
   p.order = best_order;
   return p;
@@ -301,15 +336,22 @@ std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget
   if (n > 31) return std::nullopt;
   const uint64_t all = (n == 64) ? ~0ULL : ((1ULL << n) - 1);
   std::vector<uint64_t> inmask(n, 0);
-  for (int v = 0; v < n; ++v) for (int u : g.nodes[v].inputs) inmask[v] |= 1ULL << u;
-  struct Info { double dist; uint64_t parent; int action; bool closed; };
+  for (int v = 0; v < n; ++v)
+    for (int u : g.nodes[v].inputs) inmask[v] |= 1ULL << u;
+  struct Info {
+    double dist;
+    uint64_t parent;
+    int action;
+    bool closed;
+  };
   std::unordered_map<uint64_t, Info> info;
   using QE = std::pair<double, uint64_t>;
   std::priority_queue<QE, std::vector<QE>, std::greater<QE>> pq;
   auto key = [](uint64_t live, uint64_t done) { return live | (done << 32); };
   auto bytes_of = [&](uint64_t m) {
     int64_t b = 0;
-    for (int v = 0; v < n; ++v) if (m >> v & 1) b += g.nodes[v].bytes;
+    for (int v = 0; v < n; ++v)
+      if (m >> v & 1) b += g.nodes[v].bytes;
     return b;
   };
   uint64_t start = key(0, 0);

@@ -13,15 +13,16 @@ namespace remat::internal {
 namespace {
 
 struct Eval {
-  std::vector<int> last_read;            // per step
-  std::vector<std::vector<int>> readers; // per step: steps reading that instance
+  std::vector<int> last_read;             // per step
+  std::vector<std::vector<int>> readers;  // per step: steps reading that instance
   std::vector<int64_t> mem;
   int64_t peak = 0;
   int peak_step = 0;
   double excess = 0;
 };
 
-void Evaluate(const Graph& g, const std::vector<int>& order, int64_t budget, Eval* e, bool want_readers) {
+void Evaluate(const Graph& g, const std::vector<int>& order, int64_t budget, Eval* e,
+              bool want_readers) {
   const int L = static_cast<int>(order.size());
   std::vector<int> latest(g.size(), -1);
   e->last_read.assign(L, 0);
@@ -31,7 +32,8 @@ void Evaluate(const Graph& g, const std::vector<int>& order, int64_t budget, Eva
     for (int u : g.nodes[order[j]].inputs) {
       int inst = latest[u];
       e->last_read[inst] = j;
-      if (want_readers && (e->readers[inst].empty() || e->readers[inst].back() != j)) e->readers[inst].push_back(j);
+      if (want_readers && (e->readers[inst].empty() || e->readers[inst].back() != j))
+        e->readers[inst].push_back(j);
     }
     latest[order[j]] = j;
   }
@@ -47,15 +49,18 @@ void Evaluate(const Graph& g, const std::vector<int>& order, int64_t budget, Eva
   for (int j = 0; j < L; ++j) {
     cur += delta[j];
     e->mem[j] = cur;
-    if (cur > e->peak) { e->peak = cur; e->peak_step = j; }
+    if (cur > e->peak) {
+      e->peak = cur;
+      e->peak_step = j;
+    }
     if (cur > budget) e->excess += static_cast<double>(cur - budget);
   }
 }
 
 }  // namespace
 
-std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget, const GreedyParams& p,
-                             const Deadline* deadline) {
+std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget,
+                             const GreedyParams& p, const Deadline* deadline) {
   std::mt19937_64 rng(p.seed);
   std::uniform_real_distribution<double> unif(0.0, 1.0);
   Eval e, trial;
@@ -67,10 +72,15 @@ std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t bud
     int p_step = e.peak_step;
     if (p.noise > 0 && unif(rng) < 0.3) {
       std::vector<int> viol;
-      for (size_t j = 0; j < e.mem.size(); ++j) if (e.mem[j] > budget) viol.push_back(static_cast<int>(j));
+      for (size_t j = 0; j < e.mem.size(); ++j)
+        if (e.mem[j] > budget) viol.push_back(static_cast<int>(j));
       p_step = viol[rng() % viol.size()];
     }
-    struct Cand { int inst; int r1; double pre; };
+    struct Cand {
+      int inst;
+      int r1;
+      double pre;
+    };
     std::vector<Cand> cands;
     for (int i = 0; i < p_step; ++i) {
       if (e.last_read[i] <= p_step) continue;
@@ -79,7 +89,8 @@ std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t bud
       const auto& rd = e.readers[i];
       if (std::binary_search(rd.begin(), rd.end(), p_step)) continue;
       int r1 = *std::upper_bound(rd.begin(), rd.end(), p_step);
-      double pre = static_cast<double>(g.nodes[v].bytes) / std::pow(g.nodes[v].cost + 1e-3, p.cost_exp);
+      double pre =
+          static_cast<double>(g.nodes[v].bytes) / std::pow(g.nodes[v].cost + 1e-3, p.cost_exp);
       if (p.noise > 0) pre *= std::exp(p.noise * (unif(rng) - 0.5));
       cands.push_back({i, r1, pre});
     }
@@ -121,21 +132,25 @@ std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t bud
   // Drop recomputations the budget does not need (latest first), most expensive first.
   if (e.peak <= budget) {
     std::vector<int> seen(g.size(), 0), recomp;
-    for (size_t j = 0; j < order.size(); ++j) if (seen[order[j]]++) recomp.push_back(static_cast<int>(j));
+    for (size_t j = 0; j < order.size(); ++j)
+      if (seen[order[j]]++) recomp.push_back(static_cast<int>(j));
     std::sort(recomp.begin(), recomp.end(), [&](int a, int b) {
-      return g.nodes[order[a]].cost > g.nodes[order[b]].cost || (g.nodes[order[a]].cost == g.nodes[order[b]].cost && a > b);
+      return g.nodes[order[a]].cost > g.nodes[order[b]].cost ||
+             (g.nodes[order[a]].cost == g.nodes[order[b]].cost && a > b);
     });
     std::vector<char> removed(order.size(), 0);
     for (int j : recomp) {
       if (deadline && deadline->Expired()) break;
       removed[j] = 1;
       std::vector<int> o;
-      for (size_t k = 0; k < order.size(); ++k) if (!removed[k]) o.push_back(order[k]);
+      for (size_t k = 0; k < order.size(); ++k)
+        if (!removed[k]) o.push_back(order[k]);
       Evaluate(g, o, budget, &trial, false);
       if (trial.peak > budget) removed[j] = 0;
     }
     std::vector<int> o;
-    for (size_t k = 0; k < order.size(); ++k) if (!removed[k]) o.push_back(order[k]);
+    for (size_t k = 0; k < order.size(); ++k)
+      if (!removed[k]) o.push_back(order[k]);
     order = std::move(o);
   }
   return order;

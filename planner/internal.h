@@ -33,8 +33,8 @@ class Deadline {
 // What a planner returns before simulation.
 struct RawPlan {
   std::vector<int> order;
-  bool optimal = false;   // proven optimal (solvers)
-  std::string note;       // reason when no order could be produced, or a remark
+  bool optimal = false;  // proven optimal (solvers)
+  std::string note;      // reason when no order could be produced, or a remark
   std::optional<int> backward_start;
 };
 
@@ -92,15 +92,15 @@ absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt);
 
 // Greedy eviction with a scoring rule; exposed for `best` and tests.
 struct GreedyParams {
-  double cost_exp = 1.0;       // score = cost^a / (bytes * distance^b); lowest evicted first
+  double cost_exp = 1.0;  // score = cost^a / (bytes * distance^b); lowest evicted first
   double dist_exp = 1.0;
-  double noise = 0.0;          // random perturbation of scores (0: deterministic)
+  double noise = 0.0;  // random perturbation of scores (0: deterministic)
   uint64_t seed = 1;
 };
 std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams& p);
 // XLA-style repair of `order` until its peak fits the budget (see greedy.cc).
-std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget, const GreedyParams& p,
-                             const Deadline* deadline);
+std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget,
+                             const GreedyParams& p, const Deadline* deadline);
 
 // Exhaustive search for the minimum-cost valid schedule within the budget (small graphs
 // only; returns nullopt when no schedule fits or the state space exceeds max_states).
@@ -109,7 +109,8 @@ struct ExhaustiveResult {
   std::vector<int> order;
 };
 // With first_in_id_order, first computations follow the id order (Checkmate's model).
-std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states = 5'000'000,
+std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget,
+                                                  size_t max_states = 5'000'000,
                                                   bool first_in_id_order = false);
 
 // Rotor's dynamic program on a chain of stages.
@@ -128,7 +129,8 @@ struct RotorOp {
 };
 // Minimum cost to run forward and backward of all stages with `memory` bytes available
 // beyond a_0 (which is always resident), and the op sequence; nullopt when impossible.
-std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c, int64_t memory,
+std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c,
+                                                                  int64_t memory,
                                                                   int memory_steps = 0);
 
 }  // namespace remat::internal

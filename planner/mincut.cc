@@ -23,17 +23,22 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
   using FlowGraph = boost::adjacency_list<
       boost::vecS, boost::vecS, boost::directedS,
       boost::property<boost::vertex_index_t, long,
-          boost::property<boost::vertex_color_t, boost::default_color_type,
-              boost::property<boost::vertex_distance_t, long,
-                  boost::property<boost::vertex_predecessor_t, Traits::edge_descriptor>>>>,
-      boost::property<boost::edge_capacity_t, long long,
+                      boost::property<boost::vertex_color_t, boost::default_color_type,
+                                      boost::property<boost::vertex_distance_t, long,
+                                                      boost::property<boost::vertex_predecessor_t,
+                                                                      Traits::edge_descriptor>>>>,
+      boost::property<
+          boost::edge_capacity_t, long long,
           boost::property<boost::edge_residual_capacity_t, long long,
-              boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
+                          boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
   RawPlan plan;
   const int n = g.size();
   bool has_backward = false;
   long long total = 1;
-  for (const Node& v : g.nodes) { has_backward |= v.phase == Phase::kBackward; total += v.bytes; }
+  for (const Node& v : g.nodes) {
+    has_backward |= v.phase == Phase::kBackward;
+    total += v.bytes;
+  }
   if (!has_backward) {
     for (int v = 0; v < n; ++v) plan.order.push_back(v);
     plan.note = "no backward phase: nothing to partition, file order";
@@ -83,7 +88,10 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
   }
   std::vector<int> fwd_left(n, 0), left(n, 0);
   for (const Node& v : g.nodes) {
-    for (int u : users[v.id]) { ++left[v.id]; if (in_fwd[u]) ++fwd_left[v.id]; }
+    for (int u : users[v.id]) {
+      ++left[v.id];
+      if (in_fwd[u]) ++fwd_left[v.id];
+    }
   }
   Executor ex(g);
   for (const Node& v : g.nodes) {

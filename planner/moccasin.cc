@@ -40,8 +40,8 @@ struct ModelData {
   std::vector<int> first;      // index of (v, 0) in the flat arrays
   std::vector<int> usage;      // scaled bytes per node
   int capacity = 0;
-  int min_capacity = 0;  // a lower bound on any peak (scaled)
-  std::vector<int> cost;       // scaled cost per node
+  int min_capacity = 0;   // a lower bound on any peak (scaled)
+  std::vector<int> cost;  // scaled cost per node
   // Seed values (flat, -1: none).
   std::vector<int> seed_a, seed_t, seed_p;
   double lns_keep = 0.4;
@@ -224,9 +224,9 @@ class IntervalModel : public IntMinimizeSpace {
     }
     auto sv = std::make_shared<std::vector<int>>(std::move(seed_vals));
     branch(*this, dec, INT_VAR_NONE(), INT_VAL([sv](const Space&, IntVar x, int i) {
-             int v = (*sv)[i];
-             return (v >= 0 && x.in(v)) ? v : x.max();
-           }));
+      int v = (*sv)[i];
+      return (v >= 0 && x.in(v)) ? v : x.max();
+    }));
     branch(*this, serve, BOOL_VAR_NONE(), BOOL_VAL_MAX());
     branch(*this, p, INT_VAR_NONE(), INT_VAL_MIN());  // fixed by propagation already
     branch(*this, peak, INT_VAL_MIN());
@@ -251,7 +251,10 @@ bool StagesOfSteps(const std::vector<int>& order, int n, std::vector<int>* stage
   std::fill(seen.begin(), seen.end(), 0);
   std::vector<char> is_first(order.size(), 0);
   for (size_t j = 0; j < order.size(); ++j) {
-    if (!seen[order[j]]) { seen[order[j]] = 1; is_first[j] = 1; }
+    if (!seen[order[j]]) {
+      seen[order[j]] = 1;
+      is_first[j] = 1;
+    }
   }
   for (size_t j = order.size(); j-- > 0;) {
     if (is_first[j]) t = order[j];
@@ -357,8 +360,8 @@ int MinCapacity(const Graph& g, const ModelData& d) {
   for (int v = 0; v < d.n; ++v) {
     int64_t need = d.usage[v];
     for (int u : DistinctInputs(g, v)) need += d.usage[u];
-    min_capacity = static_cast<int>(
-        std::max<int64_t>(min_capacity, std::min<int64_t>(need, d.capacity)));
+    min_capacity =
+        static_cast<int>(std::max<int64_t>(min_capacity, std::min<int64_t>(need, d.capacity)));
   }
   return min_capacity;
 }
@@ -416,9 +419,10 @@ std::unique_ptr<IntervalModel> ReachBudget(const ModelData& d, const Deadline& d
     plan->note = "moccasin: the model is infeasible";
     return nullptr;
   }
-  auto reach = RunSearch(&p1, deadline.Left() * 0.6,
-                         [&](const IntervalModel& m) { return m.peak.val() <= d.capacity; },
-                         exhausted, /*complete=*/false);
+  auto reach = RunSearch(
+      &p1, deadline.Left() * 0.6,
+      [&](const IntervalModel& m) { return m.peak.val() <= d.capacity; }, exhausted,
+      /*complete=*/false);
   if (!reach || reach->peak.val() > d.capacity) {
     plan->note = absl::StrCat("moccasin (C=", d.C, ") did not reach the budget in time");
     return nullptr;
@@ -428,9 +432,9 @@ std::unique_ptr<IntervalModel> ReachBudget(const ModelData& d, const Deadline& d
 
 // Phase 2: minimise the recomputation cost, starting from the phase-1 solution (the
 // branching follows it first).
-absl::StatusOr<std::unique_ptr<IntervalModel>> MinimiseCost(
-    ModelData* d, const Deadline& deadline, std::unique_ptr<IntervalModel> reach,
-    bool* exhausted) {
+absl::StatusOr<std::unique_ptr<IntervalModel>> MinimiseCost(ModelData* d, const Deadline& deadline,
+                                                            std::unique_ptr<IntervalModel> reach,
+                                                            bool* exhausted) {
   const int m = d->first.back();
   d->seed_a.resize(m);
   d->seed_t.resize(m);
@@ -443,8 +447,9 @@ absl::StatusOr<std::unique_ptr<IntervalModel>> MinimiseCost(
   IntervalModel p2(*d, false);
   if (p2.status() == SS_FAILED) return absl::InternalError("moccasin: phase 2 model failed");
   // Small models: complete branch and bound, which proves optimality.
-  auto best = RunSearch(&p2, deadline.Left(), [](const IntervalModel&) { return false; },
-                        exhausted, /*complete=*/d->n <= 40);
+  auto best = RunSearch(
+      &p2, deadline.Left(), [](const IntervalModel&) { return false; }, exhausted,
+      /*complete=*/d->n <= 40);
   if (!best) best = std::move(reach);
   return best;
 }

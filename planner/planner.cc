@@ -11,15 +11,22 @@ namespace {
 
 using PlanFn = absl::StatusOr<internal::RawPlan> (*)(const Graph&, const PlanOptions&);
 
-struct Entry { const char* name; PlanFn fn; };
+struct Entry {
+  const char* name;
+  PlanFn fn;
+};
 
 absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& opt);
 
 const Entry kPlanners[] = {
-    {"noremat", internal::PlanNoRemat}, {"chen", internal::PlanChen},
-    {"greedy", internal::PlanGreedy},   {"mincut", internal::PlanMincut},
-    {"rotor", internal::PlanRotor},     {"checkmate", internal::PlanCheckmate},
-    {"twremat", internal::PlanTwRemat}, {"moccasin", internal::PlanMoccasin},
+    {"noremat", internal::PlanNoRemat},
+    {"chen", internal::PlanChen},
+    {"greedy", internal::PlanGreedy},
+    {"mincut", internal::PlanMincut},
+    {"rotor", internal::PlanRotor},
+    {"checkmate", internal::PlanCheckmate},
+    {"twremat", internal::PlanTwRemat},
+    {"moccasin", internal::PlanMoccasin},
     {"best", PlanBest},
 };
 
@@ -52,7 +59,8 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
     }
   };
   // Cheap planners first, then the solvers with what is left.
-  const char* order[] = {"noremat", "greedy", "chen", "mincut", "rotor", "twremat", "checkmate", "moccasin"};
+  const char* order[] = {"noremat", "greedy",  "chen",      "mincut",
+                         "rotor",   "twremat", "checkmate", "moccasin"};
   for (const char* name : order) {
     if (deadline.Expired()) break;
     if (have && best_sim.recomputations == 0) break;  // cannot be beaten
@@ -94,12 +102,14 @@ absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& op
         // Iterated local search: drop one or two recomputations of the best plan at random
         // and repair again.
         std::vector<int> seen(g.size(), 0), recomp;
-        for (size_t j = 0; j < best.order.size(); ++j) if (seen[best.order[j]]++) recomp.push_back(static_cast<int>(j));
+        for (size_t j = 0; j < best.order.size(); ++j)
+          if (seen[best.order[j]]++) recomp.push_back(static_cast<int>(j));
         std::vector<char> drop(best.order.size(), 0);
         int k = 1 + static_cast<int>(seed % 2);
         for (int d = 0; d < k; ++d) drop[recomp[(seed * 7919 + d * 104729) % recomp.size()]] = 1;
         start.clear();
-        for (size_t j = 0; j < best.order.size(); ++j) if (!drop[j]) start.push_back(best.order[j]);
+        for (size_t j = 0; j < best.order.size(); ++j)
+          if (!drop[j]) start.push_back(best.order[j]);
       }
       auto o = internal::RepairOrder(g, start, *opt.budget_bytes, gp, &deadline);
       consider("greedy (randomised)", o, false);
@@ -122,10 +132,12 @@ std::vector<std::string> planner_names() {
 
 absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const PlanOptions& opt) {
   const Entry* entry = nullptr;
-  for (const Entry& e : kPlanners) if (algo == e.name) entry = &e;
+  for (const Entry& e : kPlanners)
+    if (algo == e.name) entry = &e;
   if (!entry) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown planner '", std::string(algo), "'; known: ", absl::StrJoin(planner_names(), ", ")));
+        absl::StrCat("unknown planner '", std::string(algo),
+                     "'; known: ", absl::StrJoin(planner_names(), ", ")));
   }
   absl::Status valid = validate_graph(g);
   if (!valid.ok()) return valid;
@@ -138,9 +150,9 @@ absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const Pl
     int64_t lb = internal::MinimumPeakLowerBound(g, &witness);
     if (*opt.budget_bytes < lb) {
       plan.feasible = false;
-      plan.reason = absl::StrCat("budget ", *opt.budget_bytes, " bytes is below what any schedule needs: node ",
-                                 witness, " ('", g.nodes[witness].name, "') needs ", lb,
-                                 " bytes for itself and its inputs");
+      plan.reason = absl::StrCat(
+          "budget ", *opt.budget_bytes, " bytes is below what any schedule needs: node ", witness,
+          " ('", g.nodes[witness].name, "') needs ", lb, " bytes for itself and its inputs");
       plan.sim.base_cost = g.total_cost();
       return plan;
     }

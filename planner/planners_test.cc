@@ -14,7 +14,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Plan MustPlan(const std::string& algo, const Graph& g, std::optional<int64_t> budget, double time_limit = 20) {
+Plan MustPlan(const std::string& algo, const Graph& g, std::optional<int64_t> budget,
+              double time_limit = 20) {
   PlanOptions o;
   o.budget_bytes = budget;
   o.time_limit_seconds = time_limit;
@@ -79,7 +80,8 @@ TEST(Planners, UnknownNameIsAnError) {
 TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
   int checked = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    Graph g = seed % 2 ? testing::RandomDag(8, 0.3, 4, seed) : testing::RandomTrainingGraph(4, seed);
+    Graph g =
+        seed % 2 ? testing::RandomDag(8, 0.3, 4, seed) : testing::RandomTrainingGraph(4, seed);
     int64_t full = testing::NoRematPeak(g);
     int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
     for (int64_t budget : {lb, (lb + full) / 2, full}) {
@@ -89,11 +91,13 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
         if (!p.feasible) continue;
         SimResult again = simulate(g, p.schedule, budget);
         ASSERT_TRUE(again.valid) << algo << " seed " << seed << ": " << again.error;
-        ASSERT_TRUE(opt.has_value()) << algo << " found a schedule where exhaustive search found none";
+        ASSERT_TRUE(opt.has_value())
+            << algo << " found a schedule where exhaustive search found none";
         EXPECT_GE(p.sim.cost, opt->cost - 1e-9) << algo << " seed " << seed << " budget " << budget;
         if (algo == "checkmate" && p.optimal) {
           // Checkmate is exact for its model: first computations in id order.
-          auto fixed = internal::ExhaustiveOptimum(g, budget, 5'000'000, /*first_in_id_order=*/true);
+          auto fixed =
+              internal::ExhaustiveOptimum(g, budget, 5'000'000, /*first_in_id_order=*/true);
           ASSERT_TRUE(fixed.has_value());
           EXPECT_NEAR(p.sim.cost, fixed->cost, 1e-9) << "seed " << seed << " budget " << budget;
         }
@@ -200,7 +204,8 @@ namespace {
 TEST(Mincut, SavesNoMoreThanPyTorchAndNeverRecomputesBannedNodes) {
   std::string dir = testing::SharedGraphsDir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
-  for (const char* name : {"mlp16", "resnet18", "vgg11", "mobilenet_v2", "gpt_small", "transformer_enc"}) {
+  for (const char* name :
+       {"mlp16", "resnet18", "vgg11", "mobilenet_v2", "gpt_small", "transformer_enc"}) {
     auto g = read_graph_file(dir + "/" + name + ".json");
     ASSERT_TRUE(g.ok()) << g.status();
     ASSERT_TRUE(g->peer.pytorch_mincut_saved_bytes.has_value()) << name;
@@ -252,11 +257,11 @@ TEST(Simulator, NoRematPeaksMatchFormatTable) {
   std::string dir = testing::SharedGraphsDir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   const std::map<std::string, std::pair<int, int64_t>> table = {
-      {"rlg_n100", {100, 46319}},           {"rlg_n250", {250, 146840}},
-      {"cm_vgg16", {45, 15825108992}},       {"cm_mobilenet", {185, 34701056000}},
-      {"mlp16", {288, 75501568}},            {"resnet18", {439, 112386560}},
-      {"vgg11", {176, 1070458784}},          {"mobilenet_v2", {929, 223733792}},
-      {"gpt_small", {717, 129092608}},       {"transformer_enc", {993, 199604224}},
+      {"rlg_n100", {100, 46319}},      {"rlg_n250", {250, 146840}},
+      {"cm_vgg16", {45, 15825108992}}, {"cm_mobilenet", {185, 34701056000}},
+      {"mlp16", {288, 75501568}},      {"resnet18", {439, 112386560}},
+      {"vgg11", {176, 1070458784}},    {"mobilenet_v2", {929, 223733792}},
+      {"gpt_small", {717, 129092608}}, {"transformer_enc", {993, 199604224}},
   };
   for (const auto& [name, expect] : table) {
     auto g = read_graph_file(dir + "/" + name + ".json");

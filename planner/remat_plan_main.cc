@@ -18,7 +18,8 @@ int Usage(const std::string& msg) {
   if (!msg.empty()) std::cerr << "remat-plan: " << msg << "\n";
   std::cerr << "usage: remat-plan GRAPH.json --algo A [--budget BYTES | --budget-fraction F]\n"
                "                  [--time-limit S] [--schedule-out FILE] [--k K] [--json]\n"
-               "algorithms: " << absl::StrJoin(remat::planner_names(), ", ") << "\n";
+               "algorithms: "
+            << absl::StrJoin(remat::planner_names(), ", ") << "\n";
   return 2;
 }
 
@@ -38,24 +39,32 @@ int main(int argc, char** argv) {
       (void)flag;
       return std::string(argv[++i]);
     };
-    if (a == "--json") { as_json = true; continue; }
+    if (a == "--json") {
+      as_json = true;
+      continue;
+    }
     if (a == "--help" || a == "-h") return Usage("");
     if (a == "--algo" || a == "--budget" || a == "--budget-fraction" || a == "--time-limit" ||
         a == "--schedule-out" || a == "--k") {
       auto v = value(a.c_str());
       if (!v) return Usage(a + " needs a value");
-      if (a == "--algo") algo = *v;
-      else if (a == "--schedule-out") schedule_out = *v;
+      if (a == "--algo")
+        algo = *v;
+      else if (a == "--schedule-out")
+        schedule_out = *v;
       else if (a == "--budget") {
         int64_t b;
-        if (!absl::SimpleAtoi(*v, &b) || b < 0) return Usage("--budget wants a non-negative integer of bytes");
+        if (!absl::SimpleAtoi(*v, &b) || b < 0)
+          return Usage("--budget wants a non-negative integer of bytes");
         budget = b;
       } else if (a == "--budget-fraction") {
         double f;
-        if (!absl::SimpleAtod(*v, &f) || !(f > 0) || !std::isfinite(f)) return Usage("--budget-fraction wants a positive number");
+        if (!absl::SimpleAtod(*v, &f) || !(f > 0) || !std::isfinite(f))
+          return Usage("--budget-fraction wants a positive number");
         fraction = f;
       } else if (a == "--time-limit") {
-        if (!absl::SimpleAtod(*v, &time_limit) || !(time_limit > 0)) return Usage("--time-limit wants seconds > 0");
+        if (!absl::SimpleAtod(*v, &time_limit) || !(time_limit > 0))
+          return Usage("--time-limit wants seconds > 0");
       } else if (a == "--k") {
         if (!absl::SimpleAtoi(*v, &k)) return Usage("--k wants an integer");
       }
@@ -105,8 +114,10 @@ int main(int argc, char** argv) {
     j["budget_bytes"] = budget ? nlohmann::json(*budget) : nlohmann::json(nullptr);
     j["feasible"] = plan->feasible;
     if (!plan->feasible || !plan->reason.empty()) j["reason"] = plan->reason;
-    bool have = !plan->schedule.order.empty() && r.error.find("exceeds the budget") != std::string::npos ? true
-                : r.valid;
+    bool have =
+        !plan->schedule.order.empty() && r.error.find("exceeds the budget") != std::string::npos
+            ? true
+            : r.valid;
     j["peak_bytes"] = have ? nlohmann::json(r.peak_bytes) : nlohmann::json(nullptr);
     j["cost"] = have ? nlohmann::json(r.cost) : nlohmann::json(nullptr);
     j["base_cost"] = r.base_cost;
@@ -119,8 +130,8 @@ int main(int argc, char** argv) {
   } else {
     std::cout << "graph " << g->name << "  algo " << plan->algo << "  budget "
               << (budget ? std::to_string(*budget) : std::string("none")) << "\n"
-              << "feasible " << (plan->feasible ? "yes" : "no") << (plan->reason.empty() ? "" : "  (" + plan->reason + ")")
-              << "\n";
+              << "feasible " << (plan->feasible ? "yes" : "no")
+              << (plan->reason.empty() ? "" : "  (" + plan->reason + ")") << "\n";
     if (r.valid || r.error.find("exceeds the budget") != std::string::npos) {
       std::cout << "peak " << r.peak_bytes << " bytes  cost " << r.cost << "  base " << r.base_cost
                 << "  overhead " << r.overhead * 100 << "%  recomputations " << r.recomputations

@@ -14,7 +14,8 @@
 
 namespace remat::internal {
 
-std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c, int64_t memory,
+std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c,
+                                                                  int64_t memory,
                                                                   int memory_steps) {
   const int L = static_cast<int>(c.fwd_cost.size());
   if (L == 0) return std::make_pair(0.0, std::vector<RotorOp>{});
@@ -22,11 +23,16 @@ std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorCha
   // Discretise memory into units of `unit` bytes (sizes round up, memory rounds down).
   int64_t unit = 1;
   if (memory_steps > 0 && memory > memory_steps) unit = (memory + memory_steps - 1) / memory_steps;
-  auto units = [&](int64_t b) -> int64_t { return b >= (int64_t{1} << 61) ? (int64_t{1} << 40) : (b + unit - 1) / unit; };
+  auto units = [&](int64_t b) -> int64_t {
+    return b >= (int64_t{1} << 61) ? (int64_t{1} << 40) : (b + unit - 1) / unit;
+  };
   const int M = static_cast<int>(std::min<int64_t>(memory / unit, 1 << 20));
   std::vector<int64_t> act(L + 1), tape(L), leaf(L);
   for (int i = 0; i <= L; ++i) act[i] = units(c.act_bytes[i]);
-  for (int i = 0; i < L; ++i) { tape[i] = units(c.tape_bytes[i]); leaf[i] = units(c.leaf_bytes[i]); }
+  for (int i = 0; i < L; ++i) {
+    tape[i] = units(c.tape_bytes[i]);
+    leaf[i] = units(c.leaf_bytes[i]);
+  }
   std::vector<double> pre(L + 1, 0);
   for (int i = 0; i < L; ++i) pre[i + 1] = pre[i] + c.fwd_cost[i];
   const double kInf = std::numeric_limits<double>::infinity();
@@ -43,11 +49,17 @@ std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorCha
         double best = kInf;
         int ch = -2;
         if (s == t) {
-          if (m >= leaf[s]) { best = c.fwd_all_cost[s] + c.bwd_cost[s]; ch = -1; }
+          if (m >= leaf[s]) {
+            best = c.fwd_all_cost[s] + c.bwd_cost[s];
+            ch = -1;
+          }
         } else {
           if (m >= tape[s]) {
             double v = opt[at(s + 1, t, m - static_cast<int>(tape[s]))];
-            if (v < kInf) { best = c.fwd_all_cost[s] + v + c.bwd_cost[s]; ch = 0; }
+            if (v < kInf) {
+              best = c.fwd_all_cost[s] + v + c.bwd_cost[s];
+              ch = 0;
+            }
           }
           for (int j = s + 1; j <= t; ++j) {
             if (m < act[j]) continue;
@@ -55,7 +67,10 @@ std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorCha
             double b = opt[at(s, j - 1, m)];
             if (a == kInf || b == kInf) continue;
             double v = pre[j] - pre[s] + a + b;
-            if (v < best) { best = v; ch = j; }
+            if (v < best) {
+              best = v;
+              ch = j;
+            }
           }
         }
         opt[at(s, t, m)] = best;
@@ -66,12 +81,18 @@ std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorCha
   if (opt[at(0, L - 1, M)] == kInf) return std::nullopt;
   std::vector<RotorOp> ops;
   // Iterative reconstruction with an explicit stack of (s, t, m, pending backward).
-  struct Task { int s, t, m; int kind; };  // kind 0: solve; 1: emit backward s
+  struct Task {
+    int s, t, m;
+    int kind;
+  };  // kind 0: solve; 1: emit backward s
   std::vector<Task> stack = {{0, L - 1, M, 0}};
   while (!stack.empty()) {
     Task k = stack.back();
     stack.pop_back();
-    if (k.kind == 1) { ops.push_back({RotorOp::kBackward, k.s}); continue; }
+    if (k.kind == 1) {
+      ops.push_back({RotorOp::kBackward, k.s});
+      continue;
+    }
     int ch = choice[at(k.s, k.t, k.m)];
     if (ch == -1) {
       ops.push_back({RotorOp::kForwardAll, k.s});
@@ -93,10 +114,10 @@ std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorCha
 namespace {
 
 struct Blocks {
-  std::vector<std::vector<int>> fwd;   // forward recomputable nodes of each block, in order
-  std::vector<std::vector<int>> bwd;   // backward nodes of each block, in file order
-  std::vector<int> block_of;           // -1 for nodes outside the chain (inputs etc.)
-  std::vector<int> rest;               // nodes outside the chain, computed first
+  std::vector<std::vector<int>> fwd;  // forward recomputable nodes of each block, in order
+  std::vector<std::vector<int>> bwd;  // backward nodes of each block, in file order
+  std::vector<int> block_of;          // -1 for nodes outside the chain (inputs etc.)
+  std::vector<int> rest;              // nodes outside the chain, computed first
 };
 
 Blocks FindBlocks(const Graph& g) {
@@ -108,18 +129,21 @@ Blocks FindBlocks(const Graph& g) {
   std::vector<char> const_like(n, 0);
   for (const Node& v : g.nodes) {
     bool c = v.phase == Phase::kForward && (!v.can_recompute() || !v.inputs.empty());
-    if (c && v.can_recompute()) for (int u : v.inputs) c = c && const_like[u];
+    if (c && v.can_recompute())
+      for (int u : v.inputs) c = c && const_like[u];
     const_like[v.id] = c;
   }
   std::vector<int> fwd;
-  for (const Node& v : g.nodes) if (v.phase == Phase::kForward && v.can_recompute()) fwd.push_back(v.id);
+  for (const Node& v : g.nodes)
+    if (v.phase == Phase::kForward && v.can_recompute()) fwd.push_back(v.id);
   std::vector<int> pos(n, -1);
   for (size_t k = 0; k < fwd.size(); ++k) pos[fwd[k]] = static_cast<int>(k);
   std::vector<int> far(fwd.size(), 0);
   for (size_t k = 0; k < fwd.size(); ++k) far[k] = static_cast<int>(k);
   for (const Node& v : g.nodes) {
     if (pos[v.id] < 0) continue;
-    for (int u : v.inputs) if (pos[u] >= 0) far[pos[u]] = std::max(far[pos[u]], pos[v.id]);
+    for (int u : v.inputs)
+      if (pos[u] >= 0) far[pos[u]] = std::max(far[pos[u]], pos[v.id]);
   }
   // active: values made so far that a later forward node reads.
   std::vector<std::vector<int>> expire(fwd.size() + 1);
@@ -153,12 +177,17 @@ Blocks FindBlocks(const Graph& g) {
     for (auto& blk : b.fwd) {
       acc.insert(acc.end(), blk.begin(), blk.end());
       for (int v : blk) acc_cost += g.nodes[v].cost + 1e-9;
-      if (acc_cost >= total / kMaxBlocks) { merged.push_back(acc); acc.clear(); acc_cost = 0; }
+      if (acc_cost >= total / kMaxBlocks) {
+        merged.push_back(acc);
+        acc.clear();
+        acc_cost = 0;
+      }
     }
     if (!acc.empty()) merged.push_back(acc);
     b.fwd = std::move(merged);
   }
-  for (size_t i = 0; i < b.fwd.size(); ++i) for (int v : b.fwd[i]) b.block_of[v] = static_cast<int>(i);
+  for (size_t i = 0; i < b.fwd.size(); ++i)
+    for (int v : b.fwd[i]) b.block_of[v] = static_cast<int>(i);
   const int nb = static_cast<int>(b.fwd.size());
   for (const Node& v : g.nodes) {
     if (v.phase == Phase::kForward) {
@@ -171,15 +200,18 @@ Blocks FindBlocks(const Graph& g) {
     for (int u : v.inputs) {
       int bu = b.block_of[u];
       if (bu < 0) continue;
-      if (g.nodes[u].phase == Phase::kForward) mx = std::max(mx, bu);
-      else mn = std::min(mn, bu);
+      if (g.nodes[u].phase == Phase::kForward)
+        mx = std::max(mx, bu);
+      else
+        mn = std::min(mn, bu);
     }
     int blk = mx >= 0 ? std::min(mx, mn) : mn;
     b.block_of[v.id] = std::max(blk, 0);
   }
   b.bwd.assign(nb, {});
   for (const Node& v : g.nodes) {
-    if (v.phase == Phase::kBackward && b.block_of[v.id] >= 0) b.bwd[b.block_of[v.id]].push_back(v.id);
+    if (v.phase == Phase::kBackward && b.block_of[v.id] >= 0)
+      b.bwd[b.block_of[v.id]].push_back(v.id);
   }
   return b;
 }
@@ -219,7 +251,8 @@ std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<Roto
         if (!done[v]) mark_done(v);
       }
       if (op.kind == RotorOp::kForward) {
-        for (size_t k = 0; k + 1 < blk.size(); ++k) if (!keep[blk[k]]) ex.Drop(blk[k]);
+        for (size_t k = 0; k + 1 < blk.size(); ++k)
+          if (!keep[blk[k]]) ex.Drop(blk[k]);
       }
       continue;
     }
@@ -229,11 +262,15 @@ std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<Roto
       mark_done(v);
       for (int u : g.nodes[v].inputs) drop_dead(u);
     }
-    for (int v : b.fwd[op.stage]) { keep[v] = 0; if (g.nodes[v].can_recompute()) ex.Drop(v); }
+    for (int v : b.fwd[op.stage]) {
+      keep[v] = 0;
+      if (g.nodes[v].can_recompute()) ex.Drop(v);
+    }
     if (op.stage > 0) keep[b.fwd[op.stage - 1].back()] = 0;
   }
   // Anything never reached (should not happen) is computed at the end.
-  for (int v = 0; v < n; ++v) if (!ex.computed(v)) ex.Ensure(v);
+  for (int v = 0; v < n; ++v)
+    if (!ex.computed(v)) ex.Ensure(v);
   return ex.order();
 }
 
@@ -262,8 +299,14 @@ absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
   for (int i = 0; i < L; ++i) {
     double fc = 0, bc = 0;
     int64_t tape = 0, bwd_bytes = 0;
-    for (int v : b.fwd[i]) { fc += g.nodes[v].cost; tape += g.nodes[v].bytes; }
-    for (int v : b.bwd[i]) { bc += g.nodes[v].cost; bwd_bytes = std::max(bwd_bytes, g.nodes[v].bytes); }
+    for (int v : b.fwd[i]) {
+      fc += g.nodes[v].cost;
+      tape += g.nodes[v].bytes;
+    }
+    for (int v : b.bwd[i]) {
+      bc += g.nodes[v].cost;
+      bwd_bytes = std::max(bwd_bytes, g.nodes[v].bytes);
+    }
     c.fwd_cost.push_back(fc);
     c.fwd_all_cost.push_back(fc);
     c.bwd_cost.push_back(bc);
@@ -289,12 +332,17 @@ absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
     int64_t mem = static_cast<int64_t>(f * static_cast<double>(*opt.budget_bytes - fixed));
     if (mem <= 0) break;
     auto r = RotorSolve(c, mem, 200);
-    if (opt.verbose) fprintf(stderr, "rotor: f=%.3f mem=%lld dp=%s\n", f, static_cast<long long>(mem), r ? "ok" : "none");
+    if (opt.verbose)
+      fprintf(stderr, "rotor: f=%.3f mem=%lld dp=%s\n", f, static_cast<long long>(mem),
+              r ? "ok" : "none");
     if (!r) continue;
     s.order = Realise(g, b, r->second);
     SimResult sim = simulate(g, s, opt.budget_bytes);
     if (sim.valid) {
-      if (best.empty() || sim.cost < best_cost) { best = s.order; best_cost = sim.cost; }
+      if (best.empty() || sim.cost < best_cost) {
+        best = s.order;
+        best_cost = sim.cost;
+      }
       break;
     }
     if (best.empty()) plan.order = s.order;  // keep the last attempt to report its peak

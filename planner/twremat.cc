@@ -72,7 +72,8 @@ class TwRemat {
     emitted_.assign(n_, 0);
     held_bytes_ = 0;
     std::vector<int> all;
-    for (int v = 0; v < n_; ++v) if (core_[v]) all.push_back(v);
+    for (int v = 0; v < n_; ++v)
+      if (core_[v]) all.push_back(v);
     Solve(all, 0);
     for (int v = 0; v < n_; ++v) {
       if (!emitted_[v]) {
@@ -105,7 +106,10 @@ class TwRemat {
     std::vector<char> gone(n_, 0);
     int remaining = 0;
     for (int v = 0; v < n_; ++v) {
-      if (!core_[v]) { gone[v] = 1; continue; }
+      if (!core_[v]) {
+        gone[v] = 1;
+        continue;
+      }
       ++remaining;
       pq.push({fill_of(v), static_cast<int64_t>(adj[v].size()), v, 0});
     }
@@ -115,7 +119,10 @@ class TwRemat {
     std::vector<char> dirty(n_, 0);
     std::vector<int> dirty_list;
     auto touch = [&](int w) {
-      if (!dirty[w]) { dirty[w] = 1; dirty_list.push_back(w); }
+      if (!dirty[w]) {
+        dirty[w] = 1;
+        dirty_list.push_back(w);
+      }
     };
     while (remaining > 0) {
       auto [f, d, v, ver] = pq.top();
@@ -129,7 +136,10 @@ class TwRemat {
       bag_[v].push_back(v);
       bag_[v].insert(bag_[v].end(), nb.begin(), nb.end());
       width_ = std::max(width_, static_cast<int>(nb.size()));
-      for (int w : nb) { adj[w].erase(v); touch(w); }
+      for (int w : nb) {
+        adj[w].erase(v);
+        touch(w);
+      }
       for (size_t i = 0; i < nb.size(); ++i) {
         for (size_t j = i + 1; j < nb.size(); ++j) {
           int a = nb[i], b = nb[j];
@@ -137,7 +147,9 @@ class TwRemat {
           // Common neighbours of a and b lose one missing edge.
           const auto& small = adj[a].size() < adj[b].size() ? adj[a] : adj[b];
           const auto& large = adj[a].size() < adj[b].size() ? adj[b] : adj[a];
-          if (small.size() <= 64) for (int w : small) if (large.count(w)) touch(w);
+          if (small.size() <= 64)
+            for (int w : small)
+              if (large.count(w)) touch(w);
           adj[a].insert(b);
           adj[b].insert(a);
         }
@@ -222,12 +234,14 @@ class TwRemat {
       stack.push_back(static_cast<int>(i));
       sub[i] = (vt[i] < n_ && stamp_[vt[i]] == mark) ? 1 : 0;
     }
-    for (size_t i = vt.size(); i-- > 0;) if (vpar[i] >= 0) sub[vpar[i]] += sub[i];
+    for (size_t i = vt.size(); i-- > 0;)
+      if (vpar[i] >= 0) sub[vpar[i]] += sub[i];
     // Candidates: nodes whose removal leaves branches of at most balance_ * |U| nodes;
     // among them the bag of fewest bytes (the strict centroid when balance_ is 1/2).
     const int64_t W = static_cast<int64_t>(U.size());
     std::vector<int64_t> max_child(vt.size(), 0);
-    for (size_t i = 0; i < vt.size(); ++i) if (vpar[i] >= 0) max_child[vpar[i]] = std::max(max_child[vpar[i]], sub[i]);
+    for (size_t i = 0; i < vt.size(); ++i)
+      if (vpar[i] >= 0) max_child[vpar[i]] = std::max(max_child[vpar[i]], sub[i]);
     int best = -1;
     int64_t best_bytes = 0, best_branch = 0;
     const double limit = std::max(0.5, balance_) * static_cast<double>(W);
@@ -235,7 +249,9 @@ class TwRemat {
       int64_t branch = std::max(max_child[i], W - sub[i]);
       if (static_cast<double>(branch) > limit) continue;
       int64_t bytes = 0;
-      if (vt[i] != n_) for (int x : bag_[vt[i]]) if (stamp_[x] == mark) bytes += g_.nodes[x].bytes;
+      if (vt[i] != n_)
+        for (int x : bag_[vt[i]])
+          if (stamp_[x] == mark) bytes += g_.nodes[x].bytes;
       if (best < 0 || bytes < best_bytes || (bytes == best_bytes && branch < best_branch)) {
         best = static_cast<int>(i);
         best_bytes = bytes;
@@ -244,12 +260,14 @@ class TwRemat {
     }
     if (best < 0) {  // fall back to the centroid
       for (size_t i = 0; i < vt.size(); ++i) {
-        if (2 * sub[i] >= W && (best < 0 || depth_[vt[i]] > depth_[vt[best]])) best = static_cast<int>(i);
+        if (2 * sub[i] >= W && (best < 0 || depth_[vt[i]] > depth_[vt[best]]))
+          best = static_cast<int>(i);
       }
     }
     std::vector<int> S;
     if (best < 0 || vt[best] == n_) return S;
-    for (int x : bag_[vt[best]]) if (stamp_[x] == mark) S.push_back(x);
+    for (int x : bag_[vt[best]])
+      if (stamp_[x] == mark) S.push_back(x);
     std::sort(S.begin(), S.end());
     return S;
   }
@@ -294,7 +312,10 @@ class TwRemat {
     for (size_t i = 0; i < U.size(); ++i) {
       int end = last[i] < 0 ? static_cast<int>(i) : last[i];
       for (int w : users_[U[i]]) {
-        if (stamp_[w] != mark) { end = static_cast<int>(U.size()) - 1; break; }
+        if (stamp_[w] != mark) {
+          end = static_cast<int>(U.size()) - 1;
+          break;
+        }
       }
       delta[i] += g_.nodes[U[i]].bytes;
       delta[end + 1] -= g_.nodes[U[i]].bytes;
@@ -437,7 +458,8 @@ std::vector<int> PruneUnreadInstances(const Graph& g, const std::vector<int>& or
   }
   std::vector<int> out;
   out.reserve(order.size());
-  for (size_t j = 0; j < order.size(); ++j) if (keep[j]) out.push_back(order[j]);
+  for (size_t j = 0; j < order.size(); ++j)
+    if (keep[j]) out.push_back(order[j]);
   return out;
 }
 

@@ -11,8 +11,9 @@
 namespace remat {
 namespace {
 
-const char* kSharedGraphs[] = {"rlg_n100", "rlg_n250",    "cm_vgg16",  "cm_mobilenet", "mlp16",
-                               "resnet18", "vgg11",       "mobilenet_v2", "gpt_small", "transformer_enc"};
+const char* kSharedGraphs[] = {"rlg_n100",  "rlg_n250",       "cm_vgg16", "cm_mobilenet",
+                               "mlp16",     "resnet18",       "vgg11",    "mobilenet_v2",
+                               "gpt_small", "transformer_enc"};
 
 Plan Twremat(const Graph& g, std::optional<int64_t> budget, int k = -1) {
   PlanOptions o;
@@ -64,8 +65,10 @@ int64_t ExhaustiveMinPeak(const Graph& g) {
   int64_t lo = internal::MinimumPeakLowerBound(g, nullptr), hi = testing::NoRematPeak(g);
   while (lo < hi) {
     int64_t mid = (lo + hi) / 2;
-    if (internal::ExhaustiveOptimum(g, mid).has_value()) hi = mid;
-    else lo = mid + 1;
+    if (internal::ExhaustiveOptimum(g, mid).has_value())
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   return lo;
 }
@@ -73,7 +76,8 @@ int64_t ExhaustiveMinPeak(const Graph& g) {
 TEST(Twremat, NeverBeatsExhaustiveMinimumPeakOnSmallRandomGraphs) {
   int lower = 0;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
-    Graph g = seed % 2 ? testing::RandomDag(9, 0.3, 5, seed) : testing::RandomTrainingGraph(5, seed);
+    Graph g =
+        seed % 2 ? testing::RandomDag(9, 0.3, 5, seed) : testing::RandomTrainingGraph(5, seed);
     int64_t best = ExhaustiveMinPeak(g);
     Plan p = Twremat(g, std::nullopt);
     ASSERT_TRUE(p.feasible) << "seed " << seed << ": " << p.reason;

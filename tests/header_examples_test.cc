@@ -68,7 +68,8 @@ remat::OpPtr Matmul() {
   return remat::make_op(
       "matmul",
       [](remat::SpecList in) {
-        return remat::Outputs{{remat::TensorSpec{{in[0].shape[0], in[1].shape[1]}, remat::DType::kF32}}};
+        return remat::Outputs{
+            {remat::TensorSpec{{in[0].shape[0], in[1].shape[1]}, remat::DType::kF32}}};
       },
       [](const remat::KernelContext& k) {
         const float* a = k.input<float>(0);
@@ -110,7 +111,8 @@ remat::Graph LinearGraph(int n) {
     std::vector<int> in;
     if (i > 0) in.push_back(i - 1);
     if (i > n) in.push_back(2 * n - i);
-    g.nodes.push_back(MakeNode(i, 1, 1, in, i <= n ? remat::Phase::kForward : remat::Phase::kBackward));
+    g.nodes.push_back(
+        MakeNode(i, 1, 1, in, i <= n ? remat::Phase::kForward : remat::Phase::kBackward));
   }
   g.outputs = {2 * n};
   return g;
@@ -143,11 +145,11 @@ float RunStep(remat::Runtime& rt, const remat::Tensor& w, const remat::Tensor& x
 TEST(HeaderExamples, CachingAllocator) {
   remat::CachingAllocator alloc(std::make_unique<remat::HostSegmentSource>(),
                                 {.budget = size_t{256} << 20});
-  void* p = alloc.allocate(4096);   // one pool under a budget: a 20 MiB segment
+  void* p = alloc.allocate(4096);  // one pool under a budget: a 20 MiB segment
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(alloc.stats().reserved, size_t{20} << 20);
   EXPECT_EQ(alloc.stats().allocated, 4096u);
-  alloc.deallocate(p, 4096);        // cached, not returned to the source
+  alloc.deallocate(p, 4096);  // cached, not returned to the source
   EXPECT_EQ(alloc.stats().allocated, 0u);
   EXPECT_EQ(alloc.stats().reserved, size_t{20} << 20);
   EXPECT_LE(alloc.stats().peak_reserved, alloc.budget());  // never above the budget
@@ -163,7 +165,7 @@ TEST(HeaderExamples, DtrTrace) {
   const std::string path = SharedFile("traces/dtr/resnet32.log");
   if (path.empty()) GTEST_SKIP() << "no ../shared/traces/dtr/resnet32.log";
   absl::StatusOr<remat::DtrTrace> trace = remat::read_dtr_trace_file(path);
-  if (!trace.ok()) std::cerr << trace.status();   // names the offending line
+  if (!trace.ok()) std::cerr << trace.status();  // names the offending line
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_FALSE(trace->instructions.empty());
   EXPECT_GT(trace->total_time_ns, 0u);
@@ -181,7 +183,8 @@ TEST(HeaderExamples, DtrTrace) {
 }
 
 TEST(HeaderExamples, Errors) {
-  remat::Runtime rt({.backend = remat::Backend::kCpu, .accounting = remat::Accounting::kLogical,
+  remat::Runtime rt({.backend = remat::Backend::kCpu,
+                     .accounting = remat::Accounting::kLogical,
                      .budget = 3 * 16 * 16 * sizeof(float)});
   const std::vector<float> ident = [] {
     std::vector<float> v(16 * 16, 0.0f);
@@ -189,7 +192,7 @@ TEST(HeaderExamples, Errors) {
     return v;
   }();
   const std::vector<float> values = Iota(16 * 16);
-  remat::Tensor a = rt.constant({{16, 16}}, values.data());   // pinned: 2 x 1 KiB of 3 KiB
+  remat::Tensor a = rt.constant({{16, 16}}, values.data());  // pinned: 2 x 1 KiB of 3 KiB
   remat::Tensor b = rt.constant({{16, 16}}, ident.data());
   remat::Tensor keep = rt.constant({{16, 16}}, values.data());  // leaves no room for a result
   const remat::OpPtr matmul = Matmul();
@@ -200,7 +203,7 @@ TEST(HeaderExamples, Errors) {
     result = out;
   } catch (const remat::OutOfMemoryError& e) {
     threw = true;
-    std::cerr << e.what() << "\n";   // names the op, the budget, the request, what was pinned
+    std::cerr << e.what() << "\n";  // names the op, the budget, the request, what was pinned
     EXPECT_EQ(e.info().op, "matmul");
     EXPECT_EQ(e.budget(), 3 * 16 * 16 * sizeof(float));
     rt.set_budget(e.budget() * 2);  // the runtime is still usable
@@ -218,13 +221,16 @@ TEST(HeaderExamples, Graph) {
   const std::string path = SharedFile("graphs/rlg_n100.json");
   if (path.empty()) GTEST_SKIP() << "no ../shared/graphs/rlg_n100.json";
   absl::StatusOr<remat::Graph> g = remat::read_graph_file(path);
-  if (!g.ok()) { std::cerr << g.status() << "\n"; FAIL() << g.status(); }
+  if (!g.ok()) {
+    std::cerr << g.status() << "\n";
+    FAIL() << g.status();
+  }
   int64_t total = 0;
   for (const remat::Node& n : g->nodes) total += n.bytes;
   EXPECT_EQ(g->size(), 100);
   EXPECT_GT(total, 0);
   EXPECT_TRUE(remat::validate_graph(*g).ok());
-  std::string text = remat::write_graph(*g);   // round-trips through parse_graph
+  std::string text = remat::write_graph(*g);  // round-trips through parse_graph
   absl::StatusOr<remat::Graph> again = remat::parse_graph(text);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(remat::write_graph(*again), text);
@@ -240,19 +246,19 @@ TEST(HeaderExamples, GraphTransforms) {
   remat::Tensor w = rt.constant(remat::testing::vec(64), wv.data());
   remat::Tensor x = rt.constant(remat::testing::vec(64), xv.data());
   remat::StepOptions so;
-  so.record = true;                                        // recorded with StepOptions::record
+  so.record = true;  // recorded with StepOptions::record
   rt.begin_step(so);
   RunStep(rt, w, x, 6);
   remat::RecordedStep step = rt.end_step();
   ASSERT_GT(step.graph.size(), 0);
   remat::Graph g = remat::hold_inputs(step.graph);
-  EXPECT_EQ(g.size(), step.graph.size() + 2);               // inputs_ready and hold_inputs
+  EXPECT_EQ(g.size(), step.graph.size() + 2);  // inputs_ready and hold_inputs
   absl::StatusOr<remat::Schedule> s =
       remat::realized_schedule(g, remat::recorded_sites(g), step.executed);
   ASSERT_TRUE(s.ok()) << s.status();
   const remat::SimResult sim = remat::simulate(g, *s);
   EXPECT_TRUE(sim.valid) << sim.error;
-  EXPECT_EQ(sim.recomputations, 0);                          // no budget: nothing recomputed
+  EXPECT_EQ(sim.recomputations, 0);  // no budget: nothing recomputed
   remat::DtrTrace program = remat::dtr_trace_from_graph(g);
   EXPECT_FALSE(program.instructions.empty());
   const remat::ReplayResult r = remat::replay(program, remat::ReplayOptions{});
@@ -273,7 +279,8 @@ TEST(HeaderExamples, Hints) {
     expected = RunStep(plain, w, x, 8);
     plain.end_step();
   }
-  remat::Runtime rt({.backend = remat::Backend::kCpu, .accounting = remat::Accounting::kLogical,
+  remat::Runtime rt({.backend = remat::Backend::kCpu,
+                     .accounting = remat::Accounting::kLogical,
                      .policy = "hinted"});
   remat::Tensor w = rt.constant(remat::testing::vec(64), wv.data());
   remat::Tensor x = rt.constant(remat::testing::vec(64), xv.data());
@@ -286,14 +293,15 @@ TEST(HeaderExamples, Hints) {
     EXPECT_EQ(so.hints == nullptr, first_time);
     so.record = first_time;
     rt.begin_step(so);
-    EXPECT_EQ(RunStep(rt, w, x, 8), expected);    // forward, rt.mark_backward(), backward
-    remat::RecordedStep step = rt.end_step();     // the step as a graph and a trace
+    EXPECT_EQ(RunStep(rt, w, x, 8), expected);  // forward, rt.mark_backward(), backward
+    remat::RecordedStep step = rt.end_step();   // the step as a graph and a trace
     if (!first_time) continue;
     ASSERT_GT(step.graph.size(), 0);
     remat::Plan plan = remat::run_planner("twremat", step.graph, opt).value();
     EXPECT_TRUE(plan.feasible) << plan.reason;
-    cache.insert({batch, seq_len}, std::make_shared<remat::StepHints>(remat::hints_from_schedule(
-        step.graph, plan.schedule, remat::recorded_sites(step.graph), "twremat")));
+    cache.insert({batch, seq_len},
+                 std::make_shared<remat::StepHints>(remat::hints_from_schedule(
+                     step.graph, plan.schedule, remat::recorded_sites(step.graph), "twremat")));
     const remat::PlanCache::Found found = cache.find({batch, seq_len});
     ASSERT_NE(found.hints, nullptr);
     EXPECT_TRUE(found.exact);
@@ -306,10 +314,10 @@ TEST(HeaderExamples, Hints) {
 
 TEST(HeaderExamples, LogicalMemory) {
   remat::LogicalMemory mem(/*budget=*/1 << 20, /*host=*/false);
-  void* p = mem.allocate(1000);   // counts 1000 bytes
+  void* p = mem.allocate(1000);  // counts 1000 bytes
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(mem.stats().allocated, 1000u);
-  EXPECT_EQ(mem.rounded_size(1000), 1000u);  // no rounding
+  EXPECT_EQ(mem.rounded_size(1000), 1000u);                      // no rounding
   EXPECT_THROW(mem.allocate(1 << 20), remat::OutOfMemoryError);  // 1000 + 1 MiB > budget
   mem.deallocate(p, 1000);
   EXPECT_EQ(mem.stats().allocated, 0u);
@@ -317,8 +325,7 @@ TEST(HeaderExamples, LogicalMemory) {
 }
 
 TEST(HeaderExamples, MemoryResource) {
-  remat::CachingAllocator alloc(std::make_unique<remat::HostSegmentSource>(),
-                                {.budget = 64 << 20});
+  remat::CachingAllocator alloc(std::make_unique<remat::HostSegmentSource>(), {.budget = 64 << 20});
   remat::MemoryResource& resource = alloc;
   void* p = resource.allocate(1000);
   ASSERT_NE(p, nullptr);
@@ -333,8 +340,8 @@ TEST(HeaderExamples, MemoryResource) {
 }
 
 TEST(HeaderExamples, Op) {
-  auto relu = remat::make_op("relu",
-      [](remat::SpecList in) { return remat::Outputs{{in[0]}}; },   // same shape as input
+  auto relu = remat::make_op(
+      "relu", [](remat::SpecList in) { return remat::Outputs{{in[0]}}; },  // same shape as input
       [](const remat::KernelContext& k) {
         auto* x = k.input<float>(0);
         auto* y = k.output<float>(0);
@@ -376,14 +383,14 @@ TEST(HeaderExamples, PlanCache) {
 TEST(HeaderExamples, Planner) {
   const remat::Graph g = LinearGraph(4);  // 9 unit nodes; no remat peaks at 6
   remat::PlanOptions opt;
-  opt.budget_bytes = 4;                   // or leave empty: the planner's own default
+  opt.budget_bytes = 4;  // or leave empty: the planner's own default
   opt.time_limit_seconds = 30;
   absl::StatusOr<remat::Plan> p = remat::run_planner("checkmate", g, opt);
   ASSERT_TRUE(p.ok()) << p.status();
-  ASSERT_TRUE(p->feasible) << p->reason;   // p->sim is the simulator's verdict
+  ASSERT_TRUE(p->feasible) << p->reason;  // p->sim is the simulator's verdict
   EXPECT_TRUE(p->sim.valid);
   EXPECT_LE(p->sim.peak_bytes, 4);
-  EXPECT_DOUBLE_EQ(p->sim.cost, 11);      // Checkmate's optimum for gen_linear_graph(4) at 4
+  EXPECT_DOUBLE_EQ(p->sim.cost, 11);  // Checkmate's optimum for gen_linear_graph(4) at 4
   const remat::SimResult again = remat::simulate(g, p->schedule, opt.budget_bytes);
   EXPECT_TRUE(again.valid) << again.error;
   EXPECT_DOUBLE_EQ(again.cost, p->sim.cost);
@@ -396,7 +403,7 @@ TEST(HeaderExamples, Replay) {
   remat::ReplayOptions opts;
   opts.policy = "dtr";
   opts.budget = remat::replay_baseline(trace).logical_peak_bytes / 2;
-  remat::ReplayResult r = remat::replay(trace, opts);   // r.slowdown, r.evictions, ...
+  remat::ReplayResult r = remat::replay(trace, opts);  // r.slowdown, r.evictions, ...
   EXPECT_EQ(r.status, "ok") << r.error;
   EXPECT_GT(r.evictions, 0u);
   EXPECT_GE(r.slowdown, 1.0);
@@ -406,15 +413,14 @@ TEST(HeaderExamples, Replay) {
 
 TEST(HeaderExamples, Runtime) {
   // The budget holds about 60 of the 64x64 results below, of which the program keeps 100.
-  remat::Runtime rt({.backend = remat::Backend::kCpu, .budget = size_t{1} << 20,
-                     .policy = "dtr"});
+  remat::Runtime rt({.backend = remat::Backend::kCpu, .budget = size_t{1} << 20, .policy = "dtr"});
   constexpr int n = 64;
   std::vector<float> weights(n * n, 0.0f);  // a cyclic shift of the columns
   for (int i = 0; i < n; ++i) weights[static_cast<std::size_t>(i * n + (i + 1) % n)] = 1.0f;
   const std::vector<float> xv = Iota(n * n);
   const remat::OpPtr matmul = Matmul();
   remat::Tensor x = rt.constant({{n, n}}, xv.data());
-  remat::Tensor w = rt.constant({{n, n}}, weights.data());   // pinned
+  remat::Tensor w = rt.constant({{n, n}}, weights.data());  // pinned
   std::vector<remat::Tensor> hs;
   for (int k = 0; k < 100; ++k) {
     remat::Tensor h = rt.call1(matmul, {hs.empty() ? x : hs.back(), w});  // may be evicted later
@@ -425,7 +431,7 @@ TEST(HeaderExamples, Runtime) {
   for (int k : {0, 1, 49, 99}) {
     const remat::Tensor& h = hs[static_cast<std::size_t>(k)];
     std::vector<float> out(h.spec().numel());
-    rt.read(h, out.data());                                 // recomputed if it was evicted
+    rt.read(h, out.data());  // recomputed if it was evicted
     // h_k = x shifted k + 1 columns to the right.
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < n; ++c)
@@ -445,21 +451,21 @@ TEST(HeaderExamples, Schedule) {
              MakeNode(2, 10, 1, {1}, remat::Phase::kForward),
              MakeNode(3, 10, 1, {1, 2}, remat::Phase::kBackward)};
   ASSERT_TRUE(remat::validate_graph(g).ok());
-  remat::Schedule s{.graph = g.name, .order = {0, 1, 2, 1, 3}};   // node 1 recomputed
+  remat::Schedule s{.graph = g.name, .order = {0, 1, 2, 1, 3}};  // node 1 recomputed
   remat::SimResult r = remat::simulate(g, s, /*budget_bytes=*/1 << 20);
   if (!r.valid) std::cerr << r.error << "\n";
   std::cout << r.peak_bytes << " " << r.cost << " " << r.overhead << "\n";
   EXPECT_TRUE(r.valid) << r.error;
   EXPECT_EQ(r.recomputations, 1);
-  EXPECT_DOUBLE_EQ(r.cost, 6);         // 0 + 2 + 1 + 2 + 1
-  EXPECT_DOUBLE_EQ(r.overhead, 0.5);   // 6 / 4 - 1
+  EXPECT_DOUBLE_EQ(r.cost, 6);        // 0 + 2 + 1 + 2 + 1
+  EXPECT_DOUBLE_EQ(r.overhead, 0.5);  // 6 / 4 - 1
   EXPECT_EQ(r.peak_bytes, 1110);
   EXPECT_FALSE(remat::simulate(g, s, /*budget_bytes=*/1000).valid);  // over the budget
 }
 
 TEST(HeaderExamples, SegmentSource) {
-  auto host = std::make_unique<remat::HostSegmentSource>();        // real host memory
-  auto sim  = std::make_unique<remat::SimulatedSegmentSource>();   // addresses only
+  auto host = std::make_unique<remat::HostSegmentSource>();      // real host memory
+  auto sim = std::make_unique<remat::SimulatedSegmentSource>();  // addresses only
   EXPECT_TRUE(host->host_accessible());
   EXPECT_FALSE(sim->host_accessible());
   void* seg = host->reserve(4096);
@@ -486,14 +492,16 @@ TEST(HeaderExamples, StaticReplay) {
   ASSERT_TRUE(plan.feasible) << plan.reason;
   auto r = remat::static_replay(g, plan.schedule, {.accounting = remat::Accounting::kAllocator});
   ASSERT_TRUE(r.ok()) << r.status();
-  if (r.ok()) std::cout << r->peak_reserved_bytes - plan.sim.peak_bytes << "\n";  // allocator's share
+  if (r.ok())
+    std::cout << r->peak_reserved_bytes - plan.sim.peak_bytes << "\n";  // allocator's share
   // The allocator rounds every tensor up (to 512 bytes) and reserves whole segments.
   EXPECT_GE(static_cast<int64_t>(r->peak_allocated_bytes), plan.sim.peak_bytes);
   EXPECT_GE(r->peak_reserved_bytes, r->peak_allocated_bytes);
   EXPECT_EQ(static_cast<int>(r->recomputations), plan.sim.recomputations);
   EXPECT_NEAR(r->overhead, plan.sim.overhead, 1e-9);
   // Counted logically, each node is its own tensor as simulate() counts them: the same peak.
-  auto logical = remat::static_replay(g, plan.schedule, {.accounting = remat::Accounting::kLogical});
+  auto logical =
+      remat::static_replay(g, plan.schedule, {.accounting = remat::Accounting::kLogical});
   ASSERT_TRUE(logical.ok()) << logical.status();
   EXPECT_EQ(static_cast<int64_t>(logical->peak_allocated_bytes), plan.sim.peak_bytes);
   EXPECT_EQ(logical->peak_reserved_bytes, logical->peak_allocated_bytes);
@@ -505,7 +513,8 @@ TEST(HeaderExamples, StepPlanner) {
   float expected = 0;
   std::size_t peak = 0;
   {
-    remat::Runtime plain({.backend = remat::Backend::kCpu, .accounting = remat::Accounting::kLogical});
+    remat::Runtime plain(
+        {.backend = remat::Backend::kCpu, .accounting = remat::Accounting::kLogical});
     remat::Tensor w = plain.constant(remat::testing::vec(64), wv.data());
     remat::Tensor x = plain.constant(remat::testing::vec(64), xv.data());
     plain.begin_step();
@@ -515,8 +524,10 @@ TEST(HeaderExamples, StepPlanner) {
   }
   // Under two thirds of that peak, counted as the planners count it.
   const std::size_t budget = peak * 2 / 3;
-  remat::Runtime rt({.backend = remat::Backend::kCpu, .accounting = remat::Accounting::kLogical,
-                     .budget = budget, .policy = "hinted"});
+  remat::Runtime rt({.backend = remat::Backend::kCpu,
+                     .accounting = remat::Accounting::kLogical,
+                     .budget = budget,
+                     .policy = "hinted"});
   remat::Tensor w = rt.constant(remat::testing::vec(64), wv.data());
   remat::Tensor x = rt.constant(remat::testing::vec(64), xv.data());
   remat::PlanCache cache;
@@ -525,17 +536,18 @@ TEST(HeaderExamples, StepPlanner) {
   so.record = true;
   rt.begin_step(so);
   EXPECT_EQ(RunStep(rt, w, x, 8), expected);
-  remat::RecordedStep step = rt.end_step();            // recorded with StepOptions::record
-  EXPECT_GT(rt.stats().recomputations, 0u);            // DTR alone had to recompute
+  remat::RecordedStep step = rt.end_step();  // recorded with StepOptions::record
+  EXPECT_GT(rt.stats().recomputations, 0u);  // DTR alone had to recompute
 
   remat::StepPlanOptions opt;
-  opt.budget_bytes = static_cast<int64_t>(budget);     // the planners' budget
+  opt.budget_bytes = static_cast<int64_t>(budget);  // the planners' budget
   opt.planners = {"chen", "twremat", "rotor"};
   absl::StatusOr<remat::ChosenPlan> chosen = remat::plan_step(step.graph, step.executed, opt);
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   if (chosen.ok() && chosen->feasible)
     cache.insert(key, std::make_shared<remat::StepHints>(chosen->hints));
-  else if (chosen.ok()) std::cerr << chosen->reason << "\n";   // nothing fits the budget
+  else if (chosen.ok())
+    std::cerr << chosen->reason << "\n";  // nothing fits the budget
   ASSERT_TRUE(chosen->feasible) << chosen->reason;
   ASSERT_EQ(chosen->candidates.size(), 4u);  // the realized schedule, then the three planners
   EXPECT_EQ(chosen->candidates[0].source, "the schedule the runtime realized");
@@ -572,7 +584,7 @@ TEST(HeaderExamples, Tensor) {
   const auto relu = Relu();
   const std::vector<float> host_data = {-2, -1, 0, 1, 2, 3, -4, 5, 6, -7, 8, 9, 10, -11, 12, 13,
                                         -2, -1, 0, 1, 2, 3, -4, 5, 6, -7, 8, 9, 10, -11, 12, 13};
-  remat::TensorSpec spec{{4, 8}, remat::DType::kF32};   // shape and dtype, always known
+  remat::TensorSpec spec{{4, 8}, remat::DType::kF32};     // shape and dtype, always known
   remat::Tensor x = rt.constant(spec, host_data.data());  // pinned, never evicted
   remat::Tensor y = rt.call1(relu, {x});                  // y's memory may be evicted...
   EXPECT_EQ(y.spec(), spec);
@@ -580,7 +592,7 @@ TEST(HeaderExamples, Tensor) {
   EXPECT_FALSE(rt.evict(x));
   ASSERT_TRUE(rt.evict(y));
   EXPECT_FALSE(y.resident());
-  const float* p = rt.data<float>(y);                     // ...and is recomputed on access
+  const float* p = rt.data<float>(y);  // ...and is recomputed on access
   EXPECT_TRUE(y.resident());
   for (std::size_t i = 0; i < host_data.size(); ++i)
     EXPECT_EQ(p[i], host_data[i] > 0 ? host_data[i] : 0.0f) << i;
@@ -592,7 +604,7 @@ TEST(HeaderExamples, Timeline) {
   remat::Tensor w = rt.constant(remat::testing::vec(256));
   remat::Tensor x = rt.constant(remat::testing::vec(256));
   rt.begin_step();
-  RunStep(rt, w, x, 4);   // a step of 10 ops
+  RunStep(rt, w, x, 4);  // a step of 10 ops
   rt.end_step();
   ASSERT_EQ(rt.timeline().events.size(), rt.stats().calls);
   EXPECT_EQ(rt.timeline().memory.size(), rt.timeline().events.size());

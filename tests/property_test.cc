@@ -32,16 +32,21 @@ struct Program {
 struct Outcome {
   std::vector<std::vector<char>> reads;  // every read, in order
   RuntimeStats stats;
-  RecordedStep recorded;                 // when the step options asked for it
+  RecordedStep recorded;  // when the step options asked for it
 };
 
 Outcome run(const Program& p, RuntimeOptions options, StepOptions step = {}) {
   Runtime rt(options);
   rt.begin_step(step);
   std::mt19937_64 rng(p.seed);
-  const OpPtr ops[] = {testing::affine(0.75f, 0.25f), testing::affine(-1.5f, 2.0f),
-                       testing::combine(), testing::scan_and_square(), testing::second_half(),
-                       testing::concat(), testing::dropout(), testing::add_inplace()};
+  const OpPtr ops[] = {testing::affine(0.75f, 0.25f),
+                       testing::affine(-1.5f, 2.0f),
+                       testing::combine(),
+                       testing::scan_and_square(),
+                       testing::second_half(),
+                       testing::concat(),
+                       testing::dropout(),
+                       testing::add_inplace()};
   std::vector<Tensor> pool;
   Outcome out;
   auto pick = [&]() -> Tensor& { return pool[rng() % pool.size()]; };
@@ -302,10 +307,10 @@ TEST(RecordingProperty, RandomSchedulesFollowedNeverChangeResults) {
     StepOptions hinted;
     hinted.hints = hints;
     for (int b = 0; b < 3; ++b) {
-      o.budget = b == 0 ? SIZE_MAX
-                        : static_cast<std::size_t>(
-                              std::uniform_real_distribution<double>(0.4, 1.0)(rng) *
-                              static_cast<double>(base.stats.memory.peak_reserved));
+      o.budget =
+          b == 0 ? SIZE_MAX
+                 : static_cast<std::size_t>(std::uniform_real_distribution<double>(0.4, 1.0)(rng) *
+                                            static_cast<double>(base.stats.memory.peak_reserved));
       const std::optional<Outcome> ran = run_if_it_fits(p, o, hinted);
       if (!ran) continue;
       const Outcome& got = *ran;

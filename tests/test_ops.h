@@ -48,7 +48,10 @@ inline OpPtr combine() {
 // Two outputs with storages of their own: the running prefix sum and the elementwise square.
 inline OpPtr scan_and_square() {
   return make_op(
-      "scan_and_square", [](SpecList in) { return Outputs{{in[0]}, {in[0]}}; },
+      "scan_and_square",
+      [](SpecList in) {
+        return Outputs{{in[0]}, {in[0]}};
+      },
       [](const KernelContext& k) {
         const float* x = k.input<float>(0);
         float* s = k.output<float>(0);

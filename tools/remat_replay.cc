@@ -51,9 +51,12 @@ bool parse(int argc, char** argv, Args& a, std::string& err) {
     if (arg == "--policy") {
       const char* v = value("--policy");
       if (v == nullptr) return false;
-      if (std::string(v) == "list") a.list = true;
-      else if (std::string(v) == "all") a.policies = remat::eviction_policy_names();
-      else a.policies = absl::StrSplit(v, ',');
+      if (std::string(v) == "list")
+        a.list = true;
+      else if (std::string(v) == "all")
+        a.policies = remat::eviction_policy_names();
+      else
+        a.policies = absl::StrSplit(v, ',');
     } else if (arg == "--budget") {
       const char* v = value("--budget");
       if (v == nullptr) return false;
@@ -78,9 +81,12 @@ bool parse(int argc, char** argv, Args& a, std::string& err) {
     } else if (arg == "--accounting") {
       const char* v = value("--accounting");
       if (v == nullptr) return false;
-      if (std::string(v) == "logical") a.replay.accounting = remat::Accounting::kLogical;
-      else if (std::string(v) == "allocator") a.replay.accounting = remat::Accounting::kAllocator;
-      else return err = "--accounting is logical or allocator", false;
+      if (std::string(v) == "logical")
+        a.replay.accounting = remat::Accounting::kLogical;
+      else if (std::string(v) == "allocator")
+        a.replay.accounting = remat::Accounting::kAllocator;
+      else
+        return err = "--accounting is logical or allocator", false;
     } else if (arg == "--min-evictable") {
       const char* v = value("--min-evictable");
       if (v == nullptr || !absl::SimpleAtoi(v, &a.replay.min_evictable_bytes))
@@ -117,7 +123,8 @@ int main(int argc, char** argv) {
     for (const std::string& n : remat::eviction_policy_names()) known |= n == p;
     if (!known) return usage(("unknown policy '" + p + "' (--policy list shows them)").c_str());
   }
-  if (a.budget < 0 && a.fractions.empty()) return usage("give --budget, --budget-fraction or --sweep");
+  if (a.budget < 0 && a.fractions.empty())
+    return usage("give --budget, --budget-fraction or --sweep");
 
   auto trace = remat::read_dtr_trace_file(a.trace);
   if (!trace.ok()) {
@@ -132,17 +139,19 @@ int main(int argc, char** argv) {
 
   if (!a.json) {
     std::printf("%-12s %-10s %-9s %14s %14s %14s %8s %9s %9s %9s %8s\n", "trace", "policy",
-                "status", "budget", "peak_reserved", "peak_alloc", "frac", "slowdown",
-                "evictions", "recomputes", "search_s");
+                "status", "budget", "peak_reserved", "peak_alloc", "frac", "slowdown", "evictions",
+                "recomputes", "search_s");
   }
-  const char* accounting = a.replay.accounting == remat::Accounting::kLogical ? "logical" : "allocator";
+  const char* accounting =
+      a.replay.accounting == remat::Accounting::kLogical ? "logical" : "allocator";
   for (const std::string& policy : a.policies) {
     for (std::size_t budget : budgets) {
       remat::ReplayOptions opts = a.replay;
       opts.policy = policy;
       opts.budget = budget;
       const remat::ReplayResult r = remat::replay(*trace, opts);
-      const double fraction = static_cast<double>(budget) / static_cast<double>(base.logical_peak_bytes);
+      const double fraction =
+          static_cast<double>(budget) / static_cast<double>(base.logical_peak_bytes);
       if (a.json) {
         nlohmann::json j = {
             {"trace", trace->name},

@@ -6,9 +6,9 @@
 #include <absl/strings/numbers.h>
 
 #include <map>
+#include <string>
 #include <type_traits>
 #include <vector>
-#include <string>
 
 namespace remat::examples {
 
@@ -22,8 +22,10 @@ class FlagReader {
     used_.push_back(name);
     T v{};
     bool ok;
-    if constexpr (std::is_floating_point_v<T>) ok = absl::SimpleAtof(it->second, &v);
-    else ok = absl::SimpleAtoi(it->second, &v);
+    if constexpr (std::is_floating_point_v<T>)
+      ok = absl::SimpleAtof(it->second, &v);
+    else
+      ok = absl::SimpleAtoi(it->second, &v);
     if (!ok || v < min_value) {
       status_ = absl::InvalidArgumentError("bad value for --" + name + ": " + it->second);
       return;

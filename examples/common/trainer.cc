@@ -27,9 +27,12 @@ struct Param {
 
 const char* backend_name(Backend b) {
   switch (b) {
-    case Backend::kCpu: return "cpu";
-    case Backend::kCuda: return "cuda";
-    case Backend::kSimulated: return "sim";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+    case Backend::kSimulated:
+      return "sim";
   }
   return "?";
 }
@@ -101,7 +104,8 @@ TrainResult train(Model& model, const TrainConfig& config) {
         step_options.hints = found.hints;
         plan_now = found.hints == nullptr;
         step_options.record |= plan_now;
-        if (found.hints != nullptr) ++(found.exact ? result.exact_plan_steps : result.reused_plan_steps);
+        if (found.hints != nullptr)
+          ++(found.exact ? result.exact_plan_steps : result.reused_plan_steps);
       }
       {
         rt.begin_step(step_options);
@@ -118,8 +122,8 @@ TrainResult train(Model& model, const TrainConfig& config) {
         loss = ad::Var();
         for (std::size_t i = 0; i < params.size(); ++i) {
           Tensor g = tape.grad(vars[i]);
-          if (g.defined()) ops::adamw(rt, params[i].value, params[i].m, params[i].v, g,
-                                      config.adamw, step + 1);
+          if (g.defined())
+            ops::adamw(rt, params[i].value, params[i].m, params[i].v, g, config.adamw, step + 1);
         }
         RecordedStep recorded = rt.end_step();
         if (plan_now) {
@@ -135,8 +139,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
       result.items += model.items(step, config.seed);
       if (config.progress) {
         std::fprintf(stderr, "\r%s step %d/%d loss %.4f evictions %zu", model.name().c_str(),
-                     step + 1, config.steps, static_cast<double>(loss_value),
-                     rt.stats().evictions);
+                     step + 1, config.steps, static_cast<double>(loss_value), rt.stats().evictions);
         std::fflush(stderr);
       }
     }
@@ -204,10 +207,14 @@ absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
           "--steps N --seed S --lr X --planners a,b (policy hinted) --json, and model flags "
           "--name value");
     } else if (key == "backend") {
-      if (value == "cpu") config.backend = Backend::kCpu;
-      else if (value == "cuda") config.backend = Backend::kCuda;
-      else if (value == "sim") config.backend = Backend::kSimulated;
-      else return bad();
+      if (value == "cpu")
+        config.backend = Backend::kCpu;
+      else if (value == "cuda")
+        config.backend = Backend::kCuda;
+      else if (value == "sim")
+        config.backend = Backend::kSimulated;
+      else
+        return bad();
     } else if (key == "budget") {
       std::uint64_t b = 0;
       if (!absl::SimpleAtoi(value, &b)) return bad();
@@ -299,10 +306,11 @@ int run_main(int argc, char** argv, Model& model) {
     std::printf("  peak reserved %.2f MiB (unconstrained %.2f MiB), budget %s\n",
                 r.peak_reserved / 1048576.0, c.baseline.peak_reserved / 1048576.0,
                 r.budget == SIZE_MAX ? "none" : absl::StrCat(r.budget, " B").c_str());
-    std::printf("  evictions %zu, recomputations %zu, compute overhead %.4f, wall %.2f s "
-                "(unconstrained %.2f s)\n",
-                r.stats.evictions, r.stats.recomputations, r.stats.compute_overhead(),
-                r.wall_seconds, c.baseline.wall_seconds);
+    std::printf(
+        "  evictions %zu, recomputations %zu, compute overhead %.4f, wall %.2f s "
+        "(unconstrained %.2f s)\n",
+        r.stats.evictions, r.stats.recomputations, r.stats.compute_overhead(), r.wall_seconds,
+        c.baseline.wall_seconds);
     if (!r.error.empty()) std::printf("  %s\n", r.error.c_str());
   }
   return r.status == "ok" ? 0 : 1;

@@ -22,8 +22,8 @@
 
 #include "kernels/autograd.h"
 #include "kernels/ops.h"
-#include "remat/plan_cache.h"
 #include "remat/hints.h"
+#include "remat/plan_cache.h"
 #include "remat/runtime.h"
 #include "remat/step_planner.h"
 
@@ -65,8 +65,8 @@ struct TrainConfig {
   int steps = 10;
   std::uint64_t seed = 1;
   ops::AdamW adamw = {.lr = 1e-3f, .weight_decay = 0.0f};
-  bool progress = false;        // a progress line on stderr
-  bool measure_costs = true;    // CPU: op costs from timing first runs (--costs measured)
+  bool progress = false;          // a progress line on stderr
+  bool measure_costs = true;      // CPU: op costs from timing first runs (--costs measured)
   double clock_limit = INFINITY;  // runtime clock (summed op costs) past which a run thrashes
   int record_step = -1;           // >= 0: record that step (TrainResult::recorded)
   // Policy `hinted`: the first step of a shape with no usable plan in the cache is recorded
@@ -78,15 +78,15 @@ struct TrainConfig {
 };
 
 struct TrainResult {
-  std::string status = "ok";   // ok, oom, thrash, error
+  std::string status = "ok";  // ok, oom, thrash, error
   std::string error;
-  std::vector<float> losses;   // per step (NaN on the simulated backend)
+  std::vector<float> losses;                    // per step (NaN on the simulated backend)
   std::vector<std::vector<float>> final_state;  // parameters then buffers (CPU backend)
   RuntimeStats stats;
   std::size_t budget = SIZE_MAX;
   std::size_t peak_reserved = 0;
   std::size_t peak_allocated = 0;
-  std::size_t param_bytes = 0;         // parameters + optimizer state + buffers
+  std::size_t param_bytes = 0;               // parameters + optimizer state + buffers
   std::size_t forward_activation_bytes = 0;  // most bytes of non-pinned tensors after a forward
   double items = 0;
   double wall_seconds = 0;

@@ -25,13 +25,13 @@
 namespace remat {
 
 struct CachingAllocatorOptions {
-  std::size_t budget = SIZE_MAX;            // hard cap on reserved bytes
-  std::size_t round_to = 512;               // every block is a multiple of this
-  std::size_t small_max = std::size_t{1} << 20;         // requests up to this use the small pool
-  std::size_t small_segment = std::size_t{2} << 20;     // small-pool segment size
-  std::size_t medium_segment = std::size_t{20} << 20;   // large-pool segment for medium requests
-  std::size_t medium_max = std::size_t{10} << 20;       // requests above this get their own segment
-  std::size_t large_round = std::size_t{2} << 20;       // own segments round up to this
+  std::size_t budget = SIZE_MAX;                       // hard cap on reserved bytes
+  std::size_t round_to = 512;                          // every block is a multiple of this
+  std::size_t small_max = std::size_t{1} << 20;        // requests up to this use the small pool
+  std::size_t small_segment = std::size_t{2} << 20;    // small-pool segment size
+  std::size_t medium_segment = std::size_t{20} << 20;  // large-pool segment for medium requests
+  std::size_t medium_max = std::size_t{10} << 20;      // requests above this get their own segment
+  std::size_t large_round = std::size_t{2} << 20;      // own segments round up to this
   // A large-pool block is split only when the rest is at least this big (PyTorch: 1 MiB), so
   // that big segments are not nibbled into slivers no large request can use.
   std::size_t large_split_min = std::size_t{1} << 20;

@@ -18,24 +18,32 @@
 namespace remat {
 
 struct DtrInstruction {
-  enum class Kind : std::uint8_t { kConstant, kCall, kMutate, kCopy, kCopyFrom, kRelease, kBackward };
+  enum class Kind : std::uint8_t {
+    kConstant,
+    kCall,
+    kMutate,
+    kCopy,
+    kCopyFrom,
+    kRelease,
+    kBackward
+  };
   Kind kind = Kind::kCall;
-  int line = 0;                      // 1-based line in the file
-  std::string op;                    // operator name (CALL, MUTATE)
-  std::vector<std::uint32_t> args;   // handles read (CALL, MUTATE)
+  int line = 0;                        // 1-based line in the file
+  std::string op;                      // operator name (CALL, MUTATE)
+  std::vector<std::uint32_t> args;     // handles read (CALL, MUTATE)
   std::vector<std::uint32_t> results;  // handles written (CALL); the constant (CONSTANT)
-  std::vector<std::uint64_t> bytes;  // per result / for the constant
-  std::vector<int> alias;            // per result: -1 own storage, k: view of args[k]
-  std::vector<int> mutate;           // argument indices overwritten (MUTATE)
-  std::uint64_t time_ns = 0;         // CALL, MUTATE
-  std::uint32_t dst = 0, src = 0;    // COPY, COPY_FROM; RELEASE uses dst
+  std::vector<std::uint64_t> bytes;    // per result / for the constant
+  std::vector<int> alias;              // per result: -1 own storage, k: view of args[k]
+  std::vector<int> mutate;             // argument indices overwritten (MUTATE)
+  std::uint64_t time_ns = 0;           // CALL, MUTATE
+  std::uint32_t dst = 0, src = 0;      // COPY, COPY_FROM; RELEASE uses dst
 };
 
 struct DtrTrace {
   std::string name;
   std::vector<DtrInstruction> instructions;  // from after START
   std::vector<std::string> handle_names;
-  std::uint64_t total_time_ns = 0;            // sum of TIME over CALL and MUTATE
+  std::uint64_t total_time_ns = 0;  // sum of TIME over CALL and MUTATE
 };
 
 absl::StatusOr<DtrTrace> parse_dtr_trace(std::istream& in, const std::string& name);

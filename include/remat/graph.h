@@ -28,10 +28,14 @@ enum class Phase { kForward, kBackward };
 // Inline, so that the runtime (which reads graphs but does not link the planner) has it too.
 inline const char* kind_name(NodeKind k) {
   switch (k) {
-    case NodeKind::kCompute: return "compute";
-    case NodeKind::kView: return "view";
-    case NodeKind::kInput: return "input";
-    case NodeKind::kTangent: return "tangent";
+    case NodeKind::kCompute:
+      return "compute";
+    case NodeKind::kView:
+      return "view";
+    case NodeKind::kInput:
+      return "input";
+    case NodeKind::kTangent:
+      return "tangent";
   }
   return "compute";
 }
@@ -46,10 +50,10 @@ struct Node {
   int64_t bytes = 0;
   double cost = 0.0;
   std::optional<double> flops;
-  std::vector<int> inputs;          // ids of the nodes it reads, all smaller than id
-  std::optional<int64_t> group;     // multi-output operator this node belongs to
-  bool recomputable = true;         // false: may be computed only once
-  bool pytorch_banned = false;      // PyTorch's partitioner would never recompute it
+  std::vector<int> inputs;       // ids of the nodes it reads, all smaller than id
+  std::optional<int64_t> group;  // multi-output operator this node belongs to
+  bool recomputable = true;      // false: may be computed only once
+  bool pytorch_banned = false;   // PyTorch's partitioner would never recompute it
   // Extension of remat-graph-v1 for steps the runtime recorded (written as "site": [p, k]):
   // the node is output `site_output` of the op at position `site_position` in the step
   // (the runtime's n-th call of the step). Hints are keyed by it; -1 where unknown.

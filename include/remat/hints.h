@@ -71,8 +71,8 @@ struct StepSite {
 };
 
 struct OpHint {
-  std::string op;                    // the op's name when planned (a mismatch voids the hint)
-  std::vector<OutputHint> outputs;   // by output index
+  std::string op;                     // the op's name when planned (a mismatch voids the hint)
+  std::vector<OutputHint> outputs;    // by output index
   std::vector<StepSite> evict_after;  // tensors the plan frees once this op has run
 };
 
@@ -87,8 +87,8 @@ struct PlanStep {
 };
 
 struct StepHints {
-  std::string source;        // what made them, e.g. "twremat @ 0.5"
-  std::vector<OpHint> ops;   // by position in the step
+  std::string source;       // what made them, e.g. "twremat @ 0.5"
+  std::vector<OpHint> ops;  // by position in the step
   // The plan itself, in order (Note [Following a schedule]); empty: weights and evict_after
   // only.
   std::vector<PlanStep> schedule;
@@ -110,8 +110,8 @@ struct StepSignature {
 // instance is made before that op: the runtime keeps it resident instead). Outputs of `g`
 // are never evicted after their last instance. The schedule itself goes along, step by step
 // with what each step frees, for the runtime to follow (Note [Following a schedule]).
-StepHints hints_from_schedule(const Graph& g, const Schedule& s,
-                              const std::vector<StepSite>& sites, std::string source);
+StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
+                              std::string source);
 
 }  // namespace remat
 

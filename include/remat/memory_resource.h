@@ -17,26 +17,26 @@
 namespace remat {
 
 struct MemoryStats {
-  std::size_t allocated = 0;       // bytes in live allocations (rounded sizes)
+  std::size_t allocated = 0;  // bytes in live allocations (rounded sizes)
   std::size_t peak_allocated = 0;
-  std::size_t requested = 0;       // bytes the callers asked for, live
-  std::size_t reserved = 0;        // bytes held from the segment source (never above budget)
+  std::size_t requested = 0;  // bytes the callers asked for, live
+  std::size_t reserved = 0;   // bytes held from the segment source (never above budget)
   std::size_t peak_reserved = 0;
-  std::size_t active_blocks = 0;   // live allocations
+  std::size_t active_blocks = 0;  // live allocations
   std::size_t peak_active_blocks = 0;
   std::size_t segments = 0;
-  std::size_t allocations = 0;     // allocate calls served
-  std::size_t retries = 0;         // times the resource had to release caches or reclaim
-  std::size_t reclaims = 0;        // reclaim requests sent to the reclaimer
+  std::size_t allocations = 0;  // allocate calls served
+  std::size_t retries = 0;      // times the resource had to release caches or reclaim
+  std::size_t reclaims = 0;     // reclaim requests sent to the reclaimer
   std::size_t ooms = 0;
   // Reservations the segment source refused although the budget had room for them (on CUDA:
   // cudaMalloc failed below the budget, because the device has less free memory than that).
   std::size_t source_refusals = 0;
   // 1 - peak allocated / peak reserved: the share of the peak reservation that never held data.
   double fragmentation() const {
-    return peak_reserved == 0 ? 0.0
-                              : 1.0 - static_cast<double>(peak_allocated) /
-                                          static_cast<double>(peak_reserved);
+    return peak_reserved == 0
+               ? 0.0
+               : 1.0 - static_cast<double>(peak_allocated) / static_cast<double>(peak_reserved);
   }
 };
 

@@ -31,7 +31,7 @@ namespace remat {
 
 struct OutputSpec {
   TensorSpec spec;
-  int alias_of = -1;           // >= 0: a view into the storage of that input
+  int alias_of = -1;             // >= 0: a view into the storage of that input
   std::size_t alias_offset = 0;  // byte offset of the view inside the input's data
   OutputSpec() = default;
   OutputSpec(TensorSpec s) : spec(std::move(s)) {}  // NOLINT: implicit on purpose
@@ -58,21 +58,25 @@ struct KernelContext {
   void* stream = nullptr;  // the runtime's cudaStream_t on the CUDA backend
 
   template <typename T>
-  const T* input(std::size_t i) const { return static_cast<const T*>(inputs[i]); }
+  const T* input(std::size_t i) const {
+    return static_cast<const T*>(inputs[i]);
+  }
   template <typename T>
-  T* output(std::size_t i) const { return static_cast<T*>(outputs[i]); }
+  T* output(std::size_t i) const {
+    return static_cast<T*>(outputs[i]);
+  }
   const TensorSpec& input_spec(std::size_t i) const { return *input_specs[i]; }
   const TensorSpec& output_spec(std::size_t i) const { return *output_specs[i]; }
 };
 
 struct OpDef {
   std::string name;
-  std::function<Outputs(SpecList)> infer;              // output specs from input specs
-  std::function<void(const KernelContext&)> kernel;    // may be empty for pure views
+  std::function<Outputs(SpecList)> infer;            // output specs from input specs
+  std::function<void(const KernelContext&)> kernel;  // may be empty for pure views
   // The kernel the CUDA backend runs (device pointers, launched on `KernelContext::stream`);
   // an op with a host kernel but no CUDA kernel cannot run there.
   std::function<void(const KernelContext&)> cuda_kernel;
-  std::function<double(SpecList)> cost;                // empty: measured on first run (ns)
+  std::function<double(SpecList)> cost;  // empty: measured on first run (ns)
   bool random = false;
   std::uint64_t rng_counters = 1;  // counters one call may consume (random ops)
 };

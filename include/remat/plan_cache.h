@@ -38,7 +38,7 @@ class PlanCache {
   struct Found {
     std::shared_ptr<const StepHints> hints;  // null: nothing usable
     bool exact = false;
-    Key key;                                  // the key it was stored under
+    Key key;  // the key it was stored under
   };
   void insert(Key key, std::shared_ptr<const StepHints> hints);
   Found find(const Key& key, Reuse reuse = Reuse::kNearest) const;

@@ -26,11 +26,12 @@
 namespace remat {
 
 struct PlanOptions {
-  std::optional<int64_t> budget_bytes;  // none: planner default (minimum cost, or minimum memory for twremat)
-  double time_limit_seconds = 60.0;     // for the solvers and for `best`
-  bool honour_pytorch_banned = false;   // mincut always honours it
-  int twremat_k = -1;                   // twremat recursion limit; -1: unlimited
-  int moccasin_intervals = 2;           // C, retention intervals per node
+  std::optional<int64_t>
+      budget_bytes;  // none: planner default (minimum cost, or minimum memory for twremat)
+  double time_limit_seconds = 60.0;    // for the solvers and for `best`
+  bool honour_pytorch_banned = false;  // mincut always honours it
+  int twremat_k = -1;                  // twremat recursion limit; -1: unlimited
+  int moccasin_intervals = 2;          // C, retention intervals per node
   uint64_t seed = 1;
   bool verbose = false;
 };
@@ -38,20 +39,19 @@ struct PlanOptions {
 struct Plan {
   std::string algo;
   bool feasible = false;
-  std::string reason;          // why infeasible, or a note
+  std::string reason;  // why infeasible, or a note
   Schedule schedule;
-  SimResult sim;               // the simulator's verdict on `schedule`
+  SimResult sim;  // the simulator's verdict on `schedule`
   std::optional<int64_t> budget_bytes;
   double solve_seconds = 0.0;
-  bool optimal = false;        // proven optimal by a solver
+  bool optimal = false;  // proven optimal by a solver
 };
 
 std::vector<std::string> planner_names();
 
 // Runs planner `algo`. Errors are for unknown names or unusable input; a budget that
 // cannot be met gives a Plan with feasible == false and a reason.
-absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g,
-                                const PlanOptions& opt);
+absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const PlanOptions& opt);
 
 }  // namespace remat
 

@@ -48,18 +48,18 @@ struct ReplayResult {
   std::size_t budget_bytes = 0;
   std::size_t peak_reserved_bytes = 0;
   std::size_t peak_allocated_bytes = 0;
-  double slowdown = 0;        // simulated time over the trace's time
+  double slowdown = 0;  // simulated time over the trace's time
   std::size_t evictions = 0;
   std::size_t recomputations = 0;
-  double search_seconds = 0;  // wall time spent choosing victims
-  double wall_seconds = 0;    // wall time of the whole replay
+  double search_seconds = 0;     // wall time spent choosing victims
+  double wall_seconds = 0;       // wall time of the whole replay
   double simulated_seconds = 0;  // simulated time of the replay (its kernels' time)
   double fragmentation = 0;
-  double overhead = 0;        // recomputed cost over base cost (slowdown - 1 when all ran)
+  double overhead = 0;  // recomputed cost over base cost (slowdown - 1 when all ran)
   std::size_t hint_evictions = 0;
   std::size_t deferred_ops = 0;  // ops a followed plan ran after later ones
-  Timeline timeline;          // with ReplayOptions::record_timeline
-  std::vector<int> executed;  // with record_executed: RecordedStep::executed of the replay
+  Timeline timeline;             // with ReplayOptions::record_timeline
+  std::vector<int> executed;     // with record_executed: RecordedStep::executed of the replay
 };
 
 ReplayBaseline replay_baseline(const DtrTrace& trace);

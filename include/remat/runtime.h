@@ -51,13 +51,13 @@ struct RuntimeOptions {
   Backend backend = Backend::kCpu;
   Accounting accounting = Accounting::kAllocator;
   std::size_t budget = SIZE_MAX;
-  std::string policy = "dtr";          // see eviction_policy_names()
+  std::string policy = "dtr";           // see eviction_policy_names()
   std::size_t min_evictable_bytes = 0;  // smaller tensors are never evicted
   bool sample_candidates = false;       // score a random sqrt(n) sample instead of all
   // In allocator accounting, evict a contiguous address window big enough for the request
   // rather than the best-scored tensors one by one (see Note [Contiguous eviction]).
   bool contiguous_eviction = true;
-  std::uint64_t seed = 0;               // seeds random ops and the `random` policy
+  std::uint64_t seed = 0;  // seeds random ops and the `random` policy
   // Time every op's first run on the host and use that as its cost instead of the declared
   // estimate (CPU backend). Declared estimates can be far off for kernels that run well below
   // peak (a naive attention loop beside an OpenBLAS GEMM), and eviction ranks by cost.
@@ -79,22 +79,23 @@ struct RuntimeOptions {
 std::vector<std::string> eviction_policy_names();
 
 struct RuntimeStats {
-  MemoryStats memory;             // of the memory resource
+  MemoryStats memory;  // of the memory resource
   std::size_t evictions = 0;
   std::size_t recomputations = 0;
-  std::size_t calls = 0;          // ops run for the first time
-  double base_cost = 0;           // cost of first runs
-  double recompute_cost = 0;      // cost of recomputations
-  double search_seconds = 0;      // wall time spent choosing what to evict
+  std::size_t calls = 0;      // ops run for the first time
+  double base_cost = 0;       // cost of first runs
+  double recompute_cost = 0;  // cost of recomputations
+  double search_seconds = 0;  // wall time spent choosing what to evict
   std::size_t ooms = 0;
   std::size_t thrashes = 0;
   std::size_t pinned_bytes = 0;
-  std::size_t frozen = 0;         // tensors pinned by update() (Note [Updating pinned tensors])
-  std::size_t hint_evictions = 0;   // storages evicted because a hint said the plan frees them
-  std::size_t hint_mismatches = 0;  // ops whose hint named another op (see Note [Hints by position])
-  std::size_t deferred_ops = 0;   // ops run after later ones, as a followed plan ordered them
-                                  // (Note [Following a schedule] in remat/hints.h)
-  std::size_t live_tensors = 0;   // tensor records alive (held or kept for lineage)
+  std::size_t frozen = 0;          // tensors pinned by update() (Note [Updating pinned tensors])
+  std::size_t hint_evictions = 0;  // storages evicted because a hint said the plan frees them
+  std::size_t hint_mismatches =
+      0;                           // ops whose hint named another op (see Note [Hints by position])
+  std::size_t deferred_ops = 0;    // ops run after later ones, as a followed plan ordered them
+                                   // (Note [Following a schedule] in remat/hints.h)
+  std::size_t live_tensors = 0;    // tensor records alive (held or kept for lineage)
   std::size_t resident_bytes = 0;  // bytes of resident storages
   std::size_t peak_resident_bytes = 0;
   // Recomputed cost over base cost.
@@ -108,7 +109,7 @@ struct StepOptions {
   // plan frees once the plan frees it, and weighs DTR's scores by what the plan keeps and
   // recomputes. Other policies ignore them.
   std::shared_ptr<const StepHints> hints;
-  bool record = false;       // record the step; end_step() returns it as a graph and a trace
+  bool record = false;        // record the step; end_step() returns it as a graph and a trace
   std::string name = "step";  // the recorded graph's and trace's name
 };
 
@@ -160,8 +161,8 @@ class Runtime {
   // An in-place op, run as copy-on-write: the op writes new versions of `args[i]` for each i
   // in `mutated` (its outputs, in that order), and those handles are rebound to them. Other
   // handles to the old versions keep seeing the old data.
-  void call_inplace(const OpPtr& op, std::span<Tensor* const> args,
-                    std::span<const int> mutated, double cost = -1);
+  void call_inplace(const OpPtr& op, std::span<Tensor* const> args, std::span<const int> mutated,
+                    double cost = -1);
 
   // Runs `op` in place on pinned tensors (parameters, optimizer state, running statistics):
   // the kernel's output i is the memory of `args[mutated[i]]`, which must be constants; the
@@ -179,7 +180,9 @@ class Runtime {
   // is valid until the next call into the runtime. On the CUDA backend it is device memory.
   const void* data(const Tensor& t);
   template <typename T>
-  const T* data(const Tensor& t) { return static_cast<const T*>(data(t)); }
+  const T* data(const Tensor& t) {
+    return static_cast<const T*>(data(t));
+  }
   // Copies the tensor's bytes to host memory at `dst`.
   void read(const Tensor& t, void* dst);
   // Makes the tensor resident without reading it (used at the end of a replayed step).

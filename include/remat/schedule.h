@@ -25,22 +25,22 @@
 namespace remat {
 
 struct Schedule {
-  std::string graph;        // name of the graph it was made for
-  std::vector<int> order;   // node ids; a node that appears again is recomputed
+  std::string graph;       // name of the graph it was made for
+  std::vector<int> order;  // node ids; a node that appears again is recomputed
   // Optional: the step where the backward region begins (the planner's partition), used
   // for saved_bytes; without it the end of the forward pass is inferred (see SimResult).
   std::optional<int> backward_start = std::nullopt;
 };
 
 struct SimResult {
-  bool valid = false;       // structurally valid and, if a budget was given, within it
-  std::string error;        // why not valid (names the step and the node)
+  bool valid = false;  // structurally valid and, if a budget was given, within it
+  std::string error;   // why not valid (names the step and the node)
   int64_t peak_bytes = 0;
   int peak_step = -1;
-  double cost = 0.0;        // sum of step costs
-  double base_cost = 0.0;   // sum of all node costs (every node once)
-  double overhead = 0.0;    // cost / base_cost - 1 (0 when base_cost is 0)
-  int recomputations = 0;   // steps beyond the first instance of each node
+  double cost = 0.0;       // sum of step costs
+  double base_cost = 0.0;  // sum of all node costs (every node once)
+  double overhead = 0.0;   // cost / base_cost - 1 (0 when base_cost is 0)
+  int recomputations = 0;  // steps beyond the first instance of each node
   // Bytes of forward values that the backward phase reads without recomputing them
   // (PyTorch's partitioner's measure): first instances of forward nodes, made by the end
   // of the forward pass (the first instance of the last forward node listed before the

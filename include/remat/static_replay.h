@@ -34,9 +34,9 @@ struct StaticReplayResult {
   double cost = 0;                       // summed cost of every step run
   double overhead = 0;                   // cost / (every node once) - 1, as simulate() counts
   std::size_t recomputations = 0;
-  std::size_t evictions = 0;             // instances the schedule frees while a later one follows
+  std::size_t evictions = 0;  // instances the schedule frees while a later one follows
   double wall_seconds = 0;
-  Timeline timeline;                     // with StaticReplayOptions::record_timeline
+  Timeline timeline;  // with StaticReplayOptions::record_timeline
 };
 
 // Runs `schedule` on the simulated backend with no budget: the n-th step computes its node

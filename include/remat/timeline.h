@@ -46,9 +46,9 @@ struct MemorySample {
 };
 
 struct Timeline {
-  std::vector<TimelineEvent> events;   // in the order they happened
-  std::vector<MemorySample> memory;    // one per event, same order, non-decreasing time
-  std::size_t budget = SIZE_MAX;       // SIZE_MAX: none
+  std::vector<TimelineEvent> events;  // in the order they happened
+  std::vector<MemorySample> memory;   // one per event, same order, non-decreasing time
+  std::size_t budget = SIZE_MAX;      // SIZE_MAX: none
 };
 
 // Writes `timeline` as one JSON object {"traceEvents": [...], "displayTimeUnit": "ns", ...}:
@@ -56,7 +56,7 @@ struct Timeline {
 // ("ph": "i"), and counters ("ph": "C") for allocated, reserved and the budget. Timestamps
 // are microseconds (clock / 1000) as the format requires. `title` names the process track.
 absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
-                              std::ostream& out);
+                                std::ostream& out);
 
 }  // namespace remat
 

@@ -28,8 +28,8 @@ i64 out_dim(i64 in, i64 pad, i64 k, i64 stride) {
 }
 
 // cols[(c*KH + ki)*KW + kj, oh*OW + ow] = x[c, oh*s - pad + ki, ow*s - pad + kj] (0 outside).
-void im2col(const float* x, float* cols, i64 ic, i64 h, i64 wd, i64 kh, i64 kw, i64 stride,
-            i64 pad, i64 oh, i64 ow) {
+void im2col(const float* x, float* cols, i64 ic, i64 h, i64 wd, i64 kh, i64 kw, i64 stride, i64 pad,
+            i64 oh, i64 ow) {
   const i64 p = oh * ow;
   for (i64 c = 0; c < ic; ++c) {
     const float* xc = x + c * h * wd;
@@ -97,8 +97,8 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
   const i64 ldb = trans_b ? k : n;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-              beta, c, static_cast<int>(n));
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(n));
 }
 
 void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols) {
@@ -325,8 +325,8 @@ void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i
   }
 }
 
-void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv,
-                        i64 b, i64 t, i64 c, i64 nh) {
+void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv, i64 b,
+                        i64 t, i64 c, i64 nh) {
   zero(dqkv, b * t * 3 * c);
   if (nh <= 0 || t <= 0) return;
   const i64 hs = c / nh;
@@ -389,8 +389,8 @@ void embedding_forward(const std::int32_t* idx, const float* wte, const float* w
   }
 }
 
-void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe,
-                        i64 b, i64 t, i64 c, i64 v) {
+void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe, i64 b,
+                        i64 t, i64 c, i64 v) {
   zero(dwte, v * c);
   if (dwpe != nullptr) zero(dwpe, t * c);
   for (i64 bi = 0; bi < b; ++bi) {
@@ -407,8 +407,8 @@ void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte,
   }
 }
 
-void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
-                           i64 n, i64 v) {
+void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses, i64 n,
+                           i64 v) {
   for (i64 i = 0; i < n; ++i) {
     const float* l = logits + i * v;
     float mx = -INFINITY;
@@ -419,8 +419,8 @@ void cross_entropy_forward(const float* logits, const std::int32_t* targets, flo
   }
 }
 
-void cross_entropy_backward(const float* logits, const std::int32_t* targets,
-                            const float* dloss, float scale, float* dlogits, i64 n, i64 v) {
+void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* dloss,
+                            float scale, float* dlogits, i64 n, i64 v) {
   const float g = n > 0 ? dloss[0] * scale : 0.0f;
   for (i64 i = 0; i < n; ++i) {
     const float* l = logits + i * v;
@@ -461,8 +461,8 @@ void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 
   for (i64 i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
 }
 
-void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols,
-                    i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad) {
+void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols, i64 n,
+                    i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad) {
   const i64 oh = out_dim(h, pad, kh, stride);
   const i64 ow = out_dim(wd, pad, kw, stride);
   const i64 p = oh * ow;
@@ -516,8 +516,8 @@ void conv2d_backward(const float* dy, const float* x, const float* w, float* dx,
   }
 }
 
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, i64 n, i64 c, i64 hw, float eps) {
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, i64 n, i64 c, i64 hw, float eps) {
   const i64 count = n * hw;
   for (i64 ch = 0; ch < c; ++ch) {
     double m = 0.0;
@@ -599,8 +599,8 @@ void batchnorm_running_update(float* running_mean, float* running_var, const flo
   }
 }
 
-void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h,
-                       i64 wd, i64 k, i64 s) {
+void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h, i64 wd,
+                       i64 k, i64 s) {
   const i64 oh = out_dim(h, 0, k, s);
   const i64 ow = out_dim(wd, 0, k, s);
   for (i64 plane = 0; plane < n * c; ++plane) {
@@ -629,8 +629,8 @@ void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i6
   }
 }
 
-void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c,
-                        i64 h, i64 wd, i64 k, i64 s) {
+void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c, i64 h,
+                        i64 wd, i64 k, i64 s) {
   zero(dx, n * c * h * wd);
   const i64 oh = out_dim(h, 0, k, s);
   const i64 ow = out_dim(wd, 0, k, s);
@@ -662,8 +662,8 @@ void avgpool_backward(const float* dy, float* dx, i64 n, i64 c, i64 hw) {
   }
 }
 
-void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t) {
+void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t) {
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), t));
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), t));
   for (i64 i = 0; i < n; ++i) {

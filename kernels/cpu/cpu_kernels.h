@@ -46,7 +46,7 @@ void relu_backward(const float* x, const float* dy, float* dx, i64 n);  // dx = 
 void sigmoid_forward(const float* x, float* y, i64 n);
 void sigmoid_backward(const float* y, const float* dy, float* dx, i64 n);  // from the output y
 void tanh_forward(const float* x, float* y, i64 n);
-void tanh_backward(const float* y, const float* dy, float* dx, i64 n);     // from the output y
+void tanh_backward(const float* y, const float* dy, float* dx, i64 n);  // from the output y
 // y[0] = sum of x (a fixed summation order).
 void sum(const float* x, float* y, i64 n);
 
@@ -68,24 +68,24 @@ void softmax_backward(const float* y, const float* dy, float* dx, i64 rows, i64 
 // above the diagonal (t2 > t) set to 0. out (B, T, C) = att @ v, heads side by side.
 void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i64 c, i64 nh);
 // dqkv (B, T, 3C) overwritten.
-void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv,
-                        i64 b, i64 t, i64 c, i64 nh);
+void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv, i64 b,
+                        i64 t, i64 c, i64 nh);
 
 // out[b, t, :] = wte[idx[b, t], :] + (wpe ? wpe[t, :] : 0). idx values are in [0, V).
 void embedding_forward(const std::int32_t* idx, const float* wte, const float* wpe, float* out,
                        i64 b, i64 t, i64 c);
 // dwte (V, C) = scatter-sum of dout rows by token id (rows added in increasing (b, t) order);
 // dwpe (T, C) = sum over b (skipped when dwpe is null). Both overwritten.
-void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe,
-                        i64 b, i64 t, i64 c, i64 v);
+void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe, i64 b,
+                        i64 t, i64 c, i64 v);
 
 // losses[i] = -log softmax(logits[i, :])[targets[i]], for N rows of V logits.
-void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
-                           i64 n, i64 v);
+void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses, i64 n,
+                           i64 v);
 // dlogits[i, j] = (softmax(logits[i, :])[j] - (j == targets[i])) * dloss[0] * scale
 // dloss is a one-element tensor (the upstream gradient of the reduced loss).
-void cross_entropy_backward(const float* logits, const std::int32_t* targets,
-                            const float* dloss, float scale, float* dlogits, i64 n, i64 v);
+void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* dloss,
+                            float scale, float* dlogits, i64 n, i64 v);
 
 // Inverted dropout on a Philox stream (kernels/philox.h): element i is kept when
 // Philox(seed, offset).uniform(i) >= p; y = kept ? x / (1 - p) : 0, mask[i] = kept.
@@ -96,8 +96,8 @@ void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 
 // 2-D convolution, NCHW, weight (OC, IC, KH, KW), optional bias (OC) (null: none), square
 // stride and zero padding; OH = (H + 2 pad - KH) / stride + 1, likewise OW. im2col + GEMM,
 // one image at a time: `cols` is scratch of IC*KH*KW*OH*OW floats.
-void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols,
-                    i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad);
+void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols, i64 n,
+                    i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad);
 // dx, dw, dbias (when not null) overwritten; dx may be null (the first layer needs none).
 void conv2d_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
                      float* dbias, float* cols, i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh,
@@ -105,8 +105,8 @@ void conv2d_backward(const float* dy, const float* x, const float* w, float* dx,
 
 // Batch norm in training mode over NCHW (statistics per channel over N*H*W, biased variance):
 // y = (x - mean) * rstd * gamma + beta, mean/rstd (C) saved.
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, i64 n, i64 c, i64 hw, float eps);
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, i64 n, i64 c, i64 hw, float eps);
 void batchnorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
                         const float* rstd, float* dx, float* dgamma, float* dbeta, i64 n, i64 c,
                         i64 hw);
@@ -117,10 +117,10 @@ void batchnorm_running_update(float* running_mean, float* running_var, const flo
 
 // Max pooling, NCHW, square window k and stride s, no padding; argmax holds the flat index
 // (h * W + w) inside the input plane of the chosen element (the first maximum on ties).
-void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h,
-                       i64 wd, i64 k, i64 s);
-void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c,
-                        i64 h, i64 wd, i64 k, i64 s);
+void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h, i64 wd,
+                       i64 k, i64 s);
+void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c, i64 h,
+                        i64 wd, i64 k, i64 s);
 // Global average pooling: y (N, C) = mean over each H*W plane.
 void avgpool_forward(const float* x, float* y, i64 n, i64 c, i64 hw);
 void avgpool_backward(const float* dy, float* dx, i64 n, i64 c, i64 hw);
@@ -128,8 +128,8 @@ void avgpool_backward(const float* dy, float* dx, i64 n, i64 c, i64 hw);
 // AdamW (decoupled weight decay), in place, step t >= 1:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
-void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t);
+void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t);
 
 }  // namespace remat::kernels::cpu
 

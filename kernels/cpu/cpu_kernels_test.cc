@@ -45,8 +45,8 @@ bool BitwiseEqual(const Vec& a, const Vec& b) {
 // Compares `grad` with central differences of loss() w.r.t. each element of x (perturbed in
 // place and restored).
 void ExpectGradMatches(const std::string& what, Vec& x, const Vec& grad,
-                       const std::function<double()>& loss, float h = 1e-2f,
-                       double rtol = 1e-2, double atol = 2e-3) {
+                       const std::function<double()>& loss, float h = 1e-2f, double rtol = 1e-2,
+                       double atol = 2e-3) {
   ASSERT_EQ(x.size(), grad.size()) << what;
   int failures = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -72,8 +72,7 @@ void ExpectNear(const std::string& what, const Vec& got, const std::vector<doubl
                 double tol) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << what << "[" << i
-                                                                          << "]";
+    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << what << "[" << i << "]";
   }
 }
 
@@ -113,8 +112,7 @@ TEST(CpuKernelsTest, GemmMatchesNaiveTripleLoop) {
         // beta == 0 overwrites C, whatever it held (NaN included).
         Vec c2(s.m * s.n, std::numeric_limits<float>::quiet_NaN());
         gemm(ta, tb, s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, c2.data());
-        ExpectNear("gemm beta=0", c2, NaiveGemm(ta, tb, s.m, s.n, s.k, 1.0f, a, b, 0.0f, c0),
-                   1e-5);
+        ExpectNear("gemm beta=0", c2, NaiveGemm(ta, tb, s.m, s.n, s.k, 1.0f, a, b, 0.0f, c0), 1e-5);
       }
     }
   }
@@ -205,8 +203,7 @@ using UnaryFwd = void (*)(const float*, float*, i64);
 using UnaryBwd = void (*)(const float*, const float*, float*, i64);
 
 // Checks an activation's backward; `from_output` says the backward takes y instead of x.
-void CheckActivation(const std::string& what, UnaryFwd fwd, UnaryBwd bwd, bool from_output,
-                     Vec x) {
+void CheckActivation(const std::string& what, UnaryFwd fwd, UnaryBwd bwd, bool from_output, Vec x) {
   const i64 n = static_cast<i64>(x.size());
   const Vec r = Rand(n, 50);
   auto loss = [&] {
@@ -222,8 +219,7 @@ void CheckActivation(const std::string& what, UnaryFwd fwd, UnaryBwd bwd, bool f
 
 TEST(CpuKernelsTest, ActivationGradients) {
   CheckActivation("gelu", gelu_forward, gelu_backward, false, Rand(40, 51, -3.0f, 3.0f));
-  CheckActivation("sigmoid", sigmoid_forward, sigmoid_backward, true,
-                  Rand(40, 52, -6.0f, 6.0f));
+  CheckActivation("sigmoid", sigmoid_forward, sigmoid_backward, true, Rand(40, 52, -6.0f, 6.0f));
   CheckActivation("tanh", tanh_forward, tanh_backward, true, Rand(40, 53, -2.5f, 2.5f));
   // ReLU away from its kink: |x| >= 0.1.
   Vec xr = Rand(40, 54, 0.1f, 1.0f);
@@ -265,8 +261,7 @@ TEST(CpuKernelsTest, LayerNormGradients) {
     return Dot(y, r);
   };
   Vec y(rows * c), mean(rows), rstd(rows);
-  layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, c,
-                    eps);
+  layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, c, eps);
   for (i64 i = 0; i < rows; ++i) {
     double m = 0.0, v = 0.0;
     for (i64 j = 0; j < c; ++j) m += x[i * c + j];
@@ -454,7 +449,7 @@ TEST(CpuKernelsTest, CrossEntropyMatchesHandComputation) {
   const float dloss = 2.0f;
   Vec d(6);
   cross_entropy_backward(logits.data(), targets.data(), &dloss, 0.5f, d.data(), 2, 3);
-  const std::vector<double> want = {0.0900305732, 0.2447284711, 0.6652409558 - 1.0,
+  const std::vector<double> want = {0.0900305732,  0.2447284711, 0.6652409558 - 1.0,
                                     1.0 / 3 - 1.0, 1.0 / 3,      1.0 / 3};
   ExpectNear("cross_entropy dlogits", d, want, 1e-6);
 }
@@ -579,8 +574,8 @@ TEST(CpuKernelsTest, Conv2dGradients) {
       return Dot(y, r);
     };
     Vec dx(x.size(), 4.0f), dw(w.size(), 4.0f), db(g.oc, 4.0f);
-    conv2d_backward(r.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), cols.data(),
-                    g.n, g.ic, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad);
+    conv2d_backward(r.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), cols.data(), g.n,
+                    g.ic, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad);
     const std::string tag = " stride " + std::to_string(g.stride);
     ExpectGradMatches("conv2d dx" + tag, x, dx, loss);
     ExpectGradMatches("conv2d dw" + tag, w, dw, loss);
@@ -588,8 +583,8 @@ TEST(CpuKernelsTest, Conv2dGradients) {
 
     // dx == null (first layer): dw and dbias are unchanged.
     Vec dw2(w.size(), 4.0f), db2(g.oc, 4.0f);
-    conv2d_backward(r.data(), x.data(), w.data(), nullptr, dw2.data(), db2.data(), cols.data(),
-                    g.n, g.ic, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad);
+    conv2d_backward(r.data(), x.data(), w.data(), nullptr, dw2.data(), db2.data(), cols.data(), g.n,
+                    g.ic, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad);
     EXPECT_TRUE(BitwiseEqual(dw, dw2));
     EXPECT_TRUE(BitwiseEqual(db, db2));
   }
@@ -616,13 +611,12 @@ TEST(CpuKernelsTest, Conv2dBackwardIsDeterministic) {
 TEST(CpuKernelsTest, BatchNormGradients) {
   const i64 n = 3, c = 2, hw = 4;
   const float eps = 1e-5f;
-  Vec x = Rand(n * c * hw, 150, -2.0f, 2.0f), gamma = Rand(c, 151, 0.5f, 1.5f),
-      beta = Rand(c, 152);
+  Vec x = Rand(n * c * hw, 150, -2.0f, 2.0f), gamma = Rand(c, 151, 0.5f, 1.5f), beta = Rand(c, 152);
   const Vec r = Rand(n * c * hw, 153);
   auto loss = [&] {
     Vec y(n * c * hw), mean(c), rstd(c);
-    batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), n,
-                      c, hw, eps);
+    batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), n, c,
+                      hw, eps);
     return Dot(y, r);
   };
   Vec y(n * c * hw), mean(c), rstd(c);

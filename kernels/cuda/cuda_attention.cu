@@ -200,20 +200,20 @@ void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i
   if (b <= 0 || t <= 0 || nh <= 0) return;
   const std::size_t smem = static_cast<std::size_t>(t) * sizeof(float);
   detail::allow_dynamic_smem(attention_forward_kernel, smem, "attention_forward_kernel");
-  attention_forward_kernel<<<grid_blocks(b * nh * t), kAttnThreads, smem, stream>>>(qkv, out,
-                                                                                   att, d);
+  attention_forward_kernel<<<grid_blocks(b * nh * t), kAttnThreads, smem, stream>>>(qkv, out, att,
+                                                                                    d);
   check_launch("attention_forward_kernel");
 }
 
-void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv,
-                        i64 b, i64 t, i64 c, i64 nh, cudaStream_t stream) {
+void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv, i64 b,
+                        i64 t, i64 c, i64 nh, cudaStream_t stream) {
   const Dims d = make_dims(b, t, c, nh);
   if (b <= 0 || t <= 0 || c <= 0) return;
   if (nh <= 0 || d.hs <= 0 || d.nh * d.hs != c) {
     // Channels no head covers get no gradient (as on the CPU); the passes below write only
     // the heads' channels.
-    REMAT_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, static_cast<std::size_t>(b * t * 3 * c) *
-                                                  sizeof(float), stream));
+    REMAT_CUDA_CHECK(
+        cudaMemsetAsync(dqkv, 0, static_cast<std::size_t>(b * t * 3 * c) * sizeof(float), stream));
     if (nh <= 0 || d.hs <= 0) return;
   }
   const std::size_t smem = static_cast<std::size_t>(t) * sizeof(float);

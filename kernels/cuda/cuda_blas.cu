@@ -84,9 +84,8 @@ __global__ void scale_inplace_kernel(float* c, float beta, i64 n) {
 }
 
 // cols[(ci*KH + ki)*KW + kj, oy*OW + ox] = x[ci, oy*s - pad + ki, ox*s - pad + kj] (0 outside).
-__global__ void im2col_kernel(const float* __restrict__ x, float* __restrict__ cols, i64 h,
-                              i64 wd, i64 kh, i64 kw, i64 stride, i64 pad, i64 oh, i64 ow,
-                              i64 total) {
+__global__ void im2col_kernel(const float* __restrict__ x, float* __restrict__ cols, i64 h, i64 wd,
+                              i64 kh, i64 kw, i64 stride, i64 pad, i64 oh, i64 ow, i64 total) {
   const i64 p = oh * ow;
   REMAT_GRID_STRIDE(idx, total) {
     const i64 row = idx / p;
@@ -105,9 +104,8 @@ __global__ void im2col_kernel(const float* __restrict__ x, float* __restrict__ c
 
 // The adjoint of im2col as a gather: each input element sums the column entries it fed, in
 // increasing (ki, kj) order (the order the CPU kernel's scatter adds them in).
-__global__ void col2im_kernel(const float* __restrict__ cols, float* __restrict__ dx, i64 h,
-                              i64 wd, i64 kh, i64 kw, i64 stride, i64 pad, i64 oh, i64 ow,
-                              i64 total) {
+__global__ void col2im_kernel(const float* __restrict__ cols, float* __restrict__ dx, i64 h, i64 wd,
+                              i64 kh, i64 kw, i64 stride, i64 pad, i64 oh, i64 ow, i64 total) {
   const i64 p = oh * ow;
   REMAT_GRID_STRIDE(idx, total) {
     const i64 ci = idx / (h * wd);
@@ -171,8 +169,8 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
   const int ni = detail::checked_int(n, "n");
   if (k <= 0) {  // op(A) op(B) is all zeros: C = beta * C (beta == 0 overwrites).
     if (beta == 0.0f) {
-      REMAT_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<std::size_t>(m * n) * sizeof(float),
-                                       stream));
+      REMAT_CUDA_CHECK(
+          cudaMemsetAsync(c, 0, static_cast<std::size_t>(m * n) * sizeof(float), stream));
     } else if (beta != 1.0f) {
       detail::scale_inplace_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(c, beta, m * n);
       check_launch("scale_inplace_kernel");
@@ -188,8 +186,8 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
                                  trans_b ? ki : ni, a, trans_a ? mi : ki, &beta, c, ni));
 }
 
-void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols,
-                    i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad,
+void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols, i64 n,
+                    i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad,
                     cudaStream_t stream) {
   const i64 oh = detail::out_dim(h, pad, kh, stride);
   const i64 ow = detail::out_dim(wd, pad, kw, stride);
@@ -208,7 +206,7 @@ void conv2d_forward(const float* x, const float* w, const float* bias, float* y,
   }
   if (bias != nullptr) {
     detail::conv_bias_kernel<<<grid_for(n * oc * p), kThreads, 0, stream>>>(y, bias, oc, p,
-                                                                              n * oc * p);
+                                                                            n * oc * p);
     check_launch("conv_bias_kernel");
   }
 }
@@ -221,8 +219,8 @@ void conv2d_backward(const float* dy, const float* x, const float* w, float* dx,
   const i64 p = oh * ow;
   const i64 kdim = ic * kh * kw;
   if (dbias != nullptr && oc > 0) {
-    detail::conv_dbias_kernel<<<detail::grid_blocks(oc), kThreads, 0, stream>>>(dy, dbias, n,
-                                                                                 oc, p);
+    detail::conv_dbias_kernel<<<detail::grid_blocks(oc), kThreads, 0, stream>>>(dy, dbias, n, oc,
+                                                                                p);
     check_launch("conv_dbias_kernel");
   }
   if (n <= 0) {

@@ -30,8 +30,8 @@ inline void check_cuda(cudaError_t status, const char* what) {
 
 inline void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string(what) + " failed: " + cublasGetStatusName(status) +
-                             ": " + cublasGetStatusString(status));
+    throw std::runtime_error(std::string(what) + " failed: " + cublasGetStatusName(status) + ": " +
+                             cublasGetStatusString(status));
   }
 }
 
@@ -62,10 +62,9 @@ inline unsigned grid_blocks(i64 items) {
   return static_cast<unsigned>(std::clamp<i64>(items, 1, i64{1} << 30));
 }
 
-#define REMAT_GRID_STRIDE(i, n)                                                     \
-  for (::remat::kernels::cuda::i64 i =                                            \
-           static_cast<::remat::kernels::cuda::i64>(blockIdx.x) * blockDim.x +    \
-           threadIdx.x;                                                           \
+#define REMAT_GRID_STRIDE(i, n)                                                             \
+  for (::remat::kernels::cuda::i64 i =                                                      \
+           static_cast<::remat::kernels::cuda::i64>(blockIdx.x) * blockDim.x + threadIdx.x; \
        i < (n); i += static_cast<::remat::kernels::cuda::i64>(blockDim.x) * gridDim.x)
 
 struct SumOp {

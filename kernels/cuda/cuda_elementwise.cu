@@ -309,8 +309,7 @@ void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 
 void embedding_forward(const std::int32_t* idx, const float* wte, const float* wpe, float* out,
                        i64 b, i64 t, i64 c, cudaStream_t stream) {
   if (b <= 0 || t <= 0 || c <= 0) return;
-  launch_map(b * t * c, EmbeddingForward{idx, wte, wpe, out, t, c}, stream,
-             "embedding_forward");
+  launch_map(b * t * c, EmbeddingForward{idx, wte, wpe, out, t, c}, stream, "embedding_forward");
 }
 
 void avgpool_backward(const float* dy, float* dx, i64 n, i64 c, i64 hw, cudaStream_t stream) {
@@ -330,9 +329,8 @@ void batchnorm_running_update(float* running_mean, float* running_var, const flo
              stream, "batchnorm_running_update");
 }
 
-void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t,
-                  cudaStream_t stream) {
+void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t, cudaStream_t stream) {
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), t));
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), t));
   launch_map(n, AdamW{param, m, v, grad, lr, beta1, beta2, eps, weight_decay, bc1, bc2}, stream,

@@ -36,8 +36,7 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
           const float* b, float beta, float* c, cudaStream_t stream);
 
 // y[r, c] = x[r, c] + bias[c]
-void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols,
-              cudaStream_t stream);
+void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols, cudaStream_t stream);
 // dbias[c] = sum_r dy[r, c]
 void bias_grad(const float* dy, float* dbias, i64 rows, i64 cols, cudaStream_t stream);
 
@@ -84,25 +83,24 @@ void softmax_backward(const float* y, const float* dy, float* dx, i64 rows, i64 
 void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i64 c, i64 nh,
                        cudaStream_t stream);
 // dqkv (B, T, 3C) overwritten (its value slots serve as scratch between the internal passes).
-void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv,
-                        i64 b, i64 t, i64 c, i64 nh, cudaStream_t stream);
+void attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv, i64 b,
+                        i64 t, i64 c, i64 nh, cudaStream_t stream);
 
 // out[b, t, :] = wte[idx[b, t], :] + (wpe ? wpe[t, :] : 0). idx values are in [0, V).
 void embedding_forward(const std::int32_t* idx, const float* wte, const float* wpe, float* out,
                        i64 b, i64 t, i64 c, cudaStream_t stream);
 // dwte (V, C) = scatter-sum of dout rows by token id (rows added in increasing (b, t) order);
 // dwpe (T, C) = sum over b (skipped when dwpe is null). Both overwritten.
-void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe,
-                        i64 b, i64 t, i64 c, i64 v, cudaStream_t stream);
+void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe, i64 b,
+                        i64 t, i64 c, i64 v, cudaStream_t stream);
 
 // losses[i] = -log softmax(logits[i, :])[targets[i]], for N rows of V logits.
-void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
-                           i64 n, i64 v, cudaStream_t stream);
+void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses, i64 n,
+                           i64 v, cudaStream_t stream);
 // dlogits[i, j] = (softmax(logits[i, :])[j] - (j == targets[i])) * dloss[0] * scale
 // dloss is a one-element device tensor (the upstream gradient of the reduced loss).
-void cross_entropy_backward(const float* logits, const std::int32_t* targets,
-                            const float* dloss, float scale, float* dlogits, i64 n, i64 v,
-                            cudaStream_t stream);
+void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* dloss,
+                            float scale, float* dlogits, i64 n, i64 v, cudaStream_t stream);
 
 // Inverted dropout on a Philox stream (kernels/philox.h): element i is kept when
 // Philox(seed, offset).uniform(i) >= p; y = kept ? x / (1 - p) : 0, mask[i] = kept.
@@ -115,8 +113,8 @@ void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 
 // 2-D convolution, NCHW, weight (OC, IC, KH, KW), optional bias (OC) (null: none), square
 // stride and zero padding; OH = (H + 2 pad - KH) / stride + 1, likewise OW. im2col + cuBLAS
 // GEMM, one image at a time: `cols` is device scratch of IC*KH*KW*OH*OW floats.
-void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols,
-                    i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad,
+void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols, i64 n,
+                    i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad,
                     cudaStream_t stream);
 // dx, dw, dbias (when not null) overwritten; dx may be null (the first layer needs none).
 void conv2d_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
@@ -125,9 +123,8 @@ void conv2d_backward(const float* dy, const float* x, const float* w, float* dx,
 
 // Batch norm in training mode over NCHW (statistics per channel over N*H*W, biased variance):
 // y = (x - mean) * rstd * gamma + beta, mean/rstd (C) saved.
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, i64 n, i64 c, i64 hw, float eps,
-                       cudaStream_t stream);
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, i64 n, i64 c, i64 hw, float eps, cudaStream_t stream);
 void batchnorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
                         const float* rstd, float* dx, float* dgamma, float* dbeta, i64 n, i64 c,
                         i64 hw, cudaStream_t stream);
@@ -139,10 +136,10 @@ void batchnorm_running_update(float* running_mean, float* running_var, const flo
 
 // Max pooling, NCHW, square window k and stride s, no padding; argmax holds the flat index
 // (h * W + w) inside the input plane of the chosen element (the first maximum on ties).
-void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h,
-                       i64 wd, i64 k, i64 s, cudaStream_t stream);
-void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c,
-                        i64 h, i64 wd, i64 k, i64 s, cudaStream_t stream);
+void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h, i64 wd,
+                       i64 k, i64 s, cudaStream_t stream);
+void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c, i64 h,
+                        i64 wd, i64 k, i64 s, cudaStream_t stream);
 // Global average pooling: y (N, C) = mean over each H*W plane.
 void avgpool_forward(const float* x, float* y, i64 n, i64 c, i64 hw, cudaStream_t stream);
 void avgpool_backward(const float* dy, float* dx, i64 n, i64 c, i64 hw, cudaStream_t stream);
@@ -150,9 +147,8 @@ void avgpool_backward(const float* dy, float* dx, i64 n, i64 c, i64 hw, cudaStre
 // AdamW (decoupled weight decay), in place, step t >= 1:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
-void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t,
-                  cudaStream_t stream);
+void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t, cudaStream_t stream);
 
 }  // namespace remat::kernels::cuda
 

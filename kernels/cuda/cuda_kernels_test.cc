@@ -86,7 +86,8 @@ class DeviceBuffer : public DeviceMem {
   }
   std::vector<T> download() const {
     std::vector<T> out(n_);
-    if (n_ > 0) cuda_check(cudaMemcpy(out.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost), "D2H");
+    if (n_ > 0)
+      cuda_check(cudaMemcpy(out.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost), "D2H");
     return out;
   }
 
@@ -104,8 +105,7 @@ std::size_t sz(i64 n) { return static_cast<std::size_t>(n); }
 ::testing::AssertionResult all_near(const std::vector<float>& got, const std::vector<float>& want,
                                     float rtol, float floor_frac = 0.01f) {
   if (got.size() != want.size()) {
-    return ::testing::AssertionFailure()
-           << "sizes differ: " << got.size() << " vs " << want.size();
+    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
   }
   float maxabs = 0.0f;
   for (float w : want) maxabs = std::max(maxabs, std::fabs(w));
@@ -121,20 +121,19 @@ std::size_t sz(i64 n) { return static_cast<std::size_t>(n); }
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << got.size()
-                                       << " values differ beyond rtol " << rtol << first.str();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " values differ beyond rtol " << rtol << first.str();
 }
 
 template <class T>
 ::testing::AssertionResult all_equal(const std::vector<T>& got, const std::vector<T>& want) {
   if (got.size() != want.size()) {
-    return ::testing::AssertionFailure()
-           << "sizes differ: " << got.size() << " vs " << want.size();
+    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
   }
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (!(got[i] == want[i])) {
-      return ::testing::AssertionFailure() << "first difference at [" << i << "]: cuda "
-                                           << +got[i] << " cpu " << +want[i];
+      return ::testing::AssertionFailure()
+             << "first difference at [" << i << "]: cuda " << +got[i] << " cpu " << +want[i];
     }
   }
   return ::testing::AssertionSuccess();
@@ -198,8 +197,8 @@ TEST_F(CudaKernelsTest, Gemm) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       for (float beta : {0.0f, 0.3f}) {
-        SCOPED_TRACE(::testing::Message() << "trans_a " << ta << " trans_b " << tb << " beta "
-                                          << beta);
+        SCOPED_TRACE(::testing::Message()
+                     << "trans_a " << ta << " trans_b " << tb << " beta " << beta);
         const auto a = random(m * k), b = random(k * n), c0 = random(m * n);
         std::vector<float> want = c0;
         cpu::gemm(ta, tb, m, n, k, 0.7f, a.data(), b.data(), beta, want.data());
@@ -315,14 +314,13 @@ TEST_F(CudaKernelsTest, LayerNorm) {
     const auto x = random(rows * c, -2.0f, 3.0f), w = random(c), b = random(c),
                dy = random(rows * c);
     std::vector<float> y(sz(rows * c)), mean(sz(rows)), rstd(sz(rows));
-    cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(),
-                           rows, c, 1e-5f);
+    cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows,
+                           c, 1e-5f);
     std::vector<float> dx(sz(rows * c)), dw(sz(c)), db(sz(c));
     cpu::layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
                             dw.data(), db.data(), rows, c);
 
-    FBuf dxin(x), dwin(w), dbin(b), ddy(dy), dyo(y.size()), dmean(mean.size()),
-        drstd(rstd.size());
+    FBuf dxin(x), dwin(w), dbin(b), ddy(dy), dyo(y.size()), dmean(mean.size()), drstd(rstd.size());
     run_twice({&dyo, &dmean, &drstd}, [&] {
       gpu::layernorm_forward(dxin.get(), dwin.get(), dbin.get(), dyo.get(), dmean.get(),
                              drstd.get(), rows, c, 1e-5f, stream_);
@@ -366,19 +364,17 @@ TEST_F(CudaKernelsTest, Attention) {
   struct Shape {
     i64 b, t, c, nh;
   };
-  for (const Shape& s : {Shape{2, 13, 24, 3}, Shape{1, 37, 32, 2}, Shape{2, 1, 8, 1},
-                         Shape{1, 150, 16, 4}}) {
-    SCOPED_TRACE(::testing::Message() << "B " << s.b << " T " << s.t << " C " << s.c << " NH "
-                                      << s.nh);
+  for (const Shape& s :
+       {Shape{2, 13, 24, 3}, Shape{1, 37, 32, 2}, Shape{2, 1, 8, 1}, Shape{1, 150, 16, 4}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "B " << s.b << " T " << s.t << " C " << s.c << " NH " << s.nh);
     const auto qkv = random(s.b * s.t * 3 * s.c), dout = random(s.b * s.t * s.c);
     std::vector<float> out(sz(s.b * s.t * s.c)), att(sz(s.b * s.nh * s.t * s.t));
     cpu::attention_forward(qkv.data(), out.data(), att.data(), s.b, s.t, s.c, s.nh);
     std::vector<float> dqkv(qkv.size());
-    cpu::attention_backward(dout.data(), qkv.data(), att.data(), dqkv.data(), s.b, s.t, s.c,
-                            s.nh);
+    cpu::attention_backward(dout.data(), qkv.data(), att.data(), dqkv.data(), s.b, s.t, s.c, s.nh);
 
-    FBuf dq(qkv), ddout(dout), catt(att), dout_o(out.size()), datt(att.size()),
-        ddqkv(dqkv.size());
+    FBuf dq(qkv), ddout(dout), catt(att), dout_o(out.size()), datt(att.size()), ddqkv(dqkv.size());
     run_twice({&dout_o, &datt}, [&] {
       gpu::attention_forward(dq.get(), dout_o.get(), datt.get(), s.b, s.t, s.c, s.nh, stream_);
     });
@@ -386,8 +382,8 @@ TEST_F(CudaKernelsTest, Attention) {
     EXPECT_TRUE(all_near(datt.download(), att, 1e-4f));
     // Backward from the CPU's attention weights.
     run_twice({&ddqkv}, [&] {
-      gpu::attention_backward(ddout.get(), dq.get(), catt.get(), ddqkv.get(), s.b, s.t, s.c,
-                              s.nh, stream_);
+      gpu::attention_backward(ddout.get(), dq.get(), catt.get(), ddqkv.get(), s.b, s.t, s.c, s.nh,
+                              stream_);
     });
     EXPECT_TRUE(all_near(ddqkv.download(), dqkv, 1e-3f));
   }
@@ -403,10 +399,10 @@ TEST_F(CudaKernelsTest, Embedding) {
   for (bool with_wpe : {true, false}) {
     SCOPED_TRACE(with_wpe ? "with wpe" : "without wpe");
     std::vector<float> out(sz(b * t * c)), dwte(sz(v * c)), dwpe(sz(t * c));
-    cpu::embedding_forward(idx.data(), wte.data(), with_wpe ? wpe.data() : nullptr, out.data(),
-                           b, t, c);
-    cpu::embedding_backward(dout.data(), idx.data(), dwte.data(),
-                            with_wpe ? dwpe.data() : nullptr, b, t, c, v);
+    cpu::embedding_forward(idx.data(), wte.data(), with_wpe ? wpe.data() : nullptr, out.data(), b,
+                           t, c);
+    cpu::embedding_backward(dout.data(), idx.data(), dwte.data(), with_wpe ? dwpe.data() : nullptr,
+                            b, t, c, v);
     std::vector<DeviceMem*> outs = {&dout_o, &ddwte};
     if (with_wpe) outs.push_back(&ddwpe);
     run_twice(outs, [&] {
@@ -431,14 +427,13 @@ TEST_F(CudaKernelsTest, CrossEntropy) {
   const float scale = 1.0f / static_cast<float>(n);
   std::vector<float> losses(sz(n)), dlogits(sz(n * v));
   cpu::cross_entropy_forward(logits.data(), targets.data(), losses.data(), n, v);
-  cpu::cross_entropy_backward(logits.data(), targets.data(), dloss.data(), scale,
-                              dlogits.data(), n, v);
+  cpu::cross_entropy_backward(logits.data(), targets.data(), dloss.data(), scale, dlogits.data(), n,
+                              v);
   FBuf dl(logits), ddloss(dloss), dlosses(losses.size()), ddl(dlogits.size());
   IBuf dt(targets);
   run_twice({&dlosses, &ddl}, [&] {
     gpu::cross_entropy_forward(dl.get(), dt.get(), dlosses.get(), n, v, stream_);
-    gpu::cross_entropy_backward(dl.get(), dt.get(), ddloss.get(), scale, ddl.get(), n, v,
-                                stream_);
+    gpu::cross_entropy_backward(dl.get(), dt.get(), ddloss.get(), scale, ddl.get(), n, v, stream_);
   });
   EXPECT_TRUE(all_near(dlosses.download(), losses, 1e-4f));
   EXPECT_TRUE(all_near(ddl.download(), dlogits, 1e-3f));
@@ -476,24 +471,24 @@ TEST_F(CudaKernelsTest, Conv2d) {
   for (const Shape& s : {Shape{2, 3, 9, 11, 4, 3, 3, 2, 1, true, true},
                          Shape{3, 2, 7, 6, 5, 2, 3, 1, 0, false, false},
                          Shape{1, 4, 5, 5, 3, 3, 3, 1, 2, true, true}}) {
-    SCOPED_TRACE(::testing::Message() << "N " << s.n << " IC " << s.ic << " H " << s.h << " W "
-                                      << s.w << " OC " << s.oc << " K " << s.kh << "x" << s.kw
-                                      << " stride " << s.stride << " pad " << s.pad);
+    SCOPED_TRACE(::testing::Message()
+                 << "N " << s.n << " IC " << s.ic << " H " << s.h << " W " << s.w << " OC " << s.oc
+                 << " K " << s.kh << "x" << s.kw << " stride " << s.stride << " pad " << s.pad);
     const i64 oh = (s.h + 2 * s.pad - s.kh) / s.stride + 1;
     const i64 ow = (s.w + 2 * s.pad - s.kw) / s.stride + 1;
     const i64 kdim = s.ic * s.kh * s.kw;
     const auto x = random(s.n * s.ic * s.h * s.w), w = random(s.oc * kdim), bias = random(s.oc),
                dy = random(s.n * s.oc * oh * ow);
     std::vector<float> cols(sz(kdim * oh * ow)), y(sz(s.n * s.oc * oh * ow));
-    cpu::conv2d_forward(x.data(), w.data(), s.bias ? bias.data() : nullptr, y.data(),
-                        cols.data(), s.n, s.ic, s.h, s.w, s.oc, s.kh, s.kw, s.stride, s.pad);
+    cpu::conv2d_forward(x.data(), w.data(), s.bias ? bias.data() : nullptr, y.data(), cols.data(),
+                        s.n, s.ic, s.h, s.w, s.oc, s.kh, s.kw, s.stride, s.pad);
     std::vector<float> dx(x.size()), dw(w.size()), dbias(bias.size());
     cpu::conv2d_backward(dy.data(), x.data(), w.data(), s.dx ? dx.data() : nullptr, dw.data(),
-                         s.bias ? dbias.data() : nullptr, cols.data(), s.n, s.ic, s.h, s.w,
-                         s.oc, s.kh, s.kw, s.stride, s.pad);
+                         s.bias ? dbias.data() : nullptr, cols.data(), s.n, s.ic, s.h, s.w, s.oc,
+                         s.kh, s.kw, s.stride, s.pad);
 
-    FBuf dxin(x), dwin(w), dbin(bias), ddy(dy), dcols(cols.size()), dyo(y.size()),
-        ddx(dx.size()), ddw(dw.size()), ddb(dbias.size());
+    FBuf dxin(x), dwin(w), dbin(bias), ddy(dy), dcols(cols.size()), dyo(y.size()), ddx(dx.size()),
+        ddw(dw.size()), ddb(dbias.size());
     run_twice({&dyo}, [&] {
       gpu::conv2d_forward(dxin.get(), dwin.get(), s.bias ? dbin.get() : nullptr, dyo.get(),
                           dcols.get(), s.n, s.ic, s.h, s.w, s.oc, s.kh, s.kw, s.stride, s.pad,
@@ -504,9 +499,9 @@ TEST_F(CudaKernelsTest, Conv2d) {
     if (s.dx) outs.push_back(&ddx);
     if (s.bias) outs.push_back(&ddb);
     run_twice(outs, [&] {
-      gpu::conv2d_backward(ddy.get(), dxin.get(), dwin.get(), s.dx ? ddx.get() : nullptr,
-                           ddw.get(), s.bias ? ddb.get() : nullptr, dcols.get(), s.n, s.ic,
-                           s.h, s.w, s.oc, s.kh, s.kw, s.stride, s.pad, stream_);
+      gpu::conv2d_backward(ddy.get(), dxin.get(), dwin.get(), s.dx ? ddx.get() : nullptr, ddw.get(),
+                           s.bias ? ddb.get() : nullptr, dcols.get(), s.n, s.ic, s.h, s.w, s.oc,
+                           s.kh, s.kw, s.stride, s.pad, stream_);
     });
     if (s.dx) {
       EXPECT_TRUE(all_near(ddx.download(), dx, 1e-4f));
@@ -524,17 +519,16 @@ TEST_F(CudaKernelsTest, BatchNorm) {
   const auto x = random(n * c * hw, -1.0f, 2.0f), gamma = random(c), beta = random(c),
              dy = random(n * c * hw);
   std::vector<float> y(x.size()), mean(sz(c)), rstd(sz(c));
-  cpu::batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
-                         rstd.data(), n, c, hw, eps);
+  cpu::batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), n,
+                         c, hw, eps);
   std::vector<float> dx(x.size()), dgamma(sz(c)), dbeta(sz(c));
-  cpu::batchnorm_backward(dy.data(), x.data(), gamma.data(), mean.data(), rstd.data(),
-                          dx.data(), dgamma.data(), dbeta.data(), n, c, hw);
+  cpu::batchnorm_backward(dy.data(), x.data(), gamma.data(), mean.data(), rstd.data(), dx.data(),
+                          dgamma.data(), dbeta.data(), n, c, hw);
 
-  FBuf dxin(x), dg(gamma), db(beta), ddy(dy), dyo(y.size()), dmean(mean.size()),
-      drstd(rstd.size());
+  FBuf dxin(x), dg(gamma), db(beta), ddy(dy), dyo(y.size()), dmean(mean.size()), drstd(rstd.size());
   run_twice({&dyo, &dmean, &drstd}, [&] {
-    gpu::batchnorm_forward(dxin.get(), dg.get(), db.get(), dyo.get(), dmean.get(), drstd.get(),
-                           n, c, hw, eps, stream_);
+    gpu::batchnorm_forward(dxin.get(), dg.get(), db.get(), dyo.get(), dmean.get(), drstd.get(), n,
+                           c, hw, eps, stream_);
   });
   EXPECT_TRUE(all_near(dyo.download(), y, 1e-4f));
   EXPECT_TRUE(all_near(dmean.download(), mean, 1e-4f));
@@ -542,8 +536,8 @@ TEST_F(CudaKernelsTest, BatchNorm) {
 
   FBuf cmean(mean), crstd(rstd), ddx(dx.size()), ddg(dgamma.size()), ddb(dbeta.size());
   run_twice({&ddx, &ddg, &ddb}, [&] {
-    gpu::batchnorm_backward(ddy.get(), dxin.get(), dg.get(), cmean.get(), crstd.get(),
-                            ddx.get(), ddg.get(), ddb.get(), n, c, hw, stream_);
+    gpu::batchnorm_backward(ddy.get(), dxin.get(), dg.get(), cmean.get(), crstd.get(), ddx.get(),
+                            ddg.get(), ddb.get(), n, c, hw, stream_);
   });
   EXPECT_TRUE(all_near(ddx.download(), dx, 1e-3f));
   EXPECT_TRUE(all_near(ddg.download(), dgamma, 1e-3f));
@@ -552,14 +546,14 @@ TEST_F(CudaKernelsTest, BatchNorm) {
   for (i64 count : {n * hw, i64{1}}) {
     const auto rm0 = random(c), rv0 = random(c, 0.5f, 2.0f);
     std::vector<float> rm = rm0, rv = rv0;
-    cpu::batchnorm_running_update(rm.data(), rv.data(), mean.data(), rstd.data(), c, count,
-                                  0.1f, eps);
+    cpu::batchnorm_running_update(rm.data(), rv.data(), mean.data(), rstd.data(), c, count, 0.1f,
+                                  eps);
     FBuf drm(rm0), drv(rv0);
     run_twice({&drm, &drv}, [&] {
       drm.upload(rm0, stream_);  // updated in place: restore the inputs
       drv.upload(rv0, stream_);
-      gpu::batchnorm_running_update(drm.get(), drv.get(), cmean.get(), crstd.get(), c, count,
-                                    0.1f, eps, stream_);
+      gpu::batchnorm_running_update(drm.get(), drv.get(), cmean.get(), crstd.get(), c, count, 0.1f,
+                                    eps, stream_);
     });
     EXPECT_TRUE(all_near(drm.download(), rm, 1e-5f)) << "count " << count;
     EXPECT_TRUE(all_near(drv.download(), rv, 1e-5f)) << "count " << count;
@@ -570,7 +564,8 @@ TEST_F(CudaKernelsTest, MaxPool) {
   struct Shape {
     i64 n, c, h, w, k, s;
   };
-  for (const Shape& s : {Shape{2, 3, 9, 8, 2, 2}, Shape{2, 3, 9, 8, 3, 2}, Shape{1, 2, 7, 7, 3, 1}}) {
+  for (const Shape& s :
+       {Shape{2, 3, 9, 8, 2, 2}, Shape{2, 3, 9, 8, 3, 2}, Shape{1, 2, 7, 7, 3, 1}}) {
     SCOPED_TRACE(::testing::Message() << "k " << s.k << " s " << s.s);
     const i64 oh = (s.h - s.k) / s.s + 1, ow = (s.w - s.k) / s.s + 1;
     // Small integers, so windows hold ties and the first maximum must win.
@@ -622,8 +617,8 @@ TEST_F(CudaKernelsTest, AdamW) {
     dp.upload(p0, stream_);  // updated in place: restore the inputs
     dm.upload(m0, stream_);
     dv.upload(v0, stream_);
-    gpu::adamw_update(dp.get(), dm.get(), dv.get(), dg.get(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
-                      0.01f, 3, stream_);
+    gpu::adamw_update(dp.get(), dm.get(), dv.get(), dg.get(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f,
+                      3, stream_);
   });
   EXPECT_TRUE(all_near(dp.download(), p, 1e-5f));
   EXPECT_TRUE(all_near(dm.download(), m, 1e-5f));

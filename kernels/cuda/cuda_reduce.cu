@@ -78,9 +78,7 @@ void launch_column_sum(i64 rows, i64 cols, F f, float* out0, float* out1, cudaSt
 struct DyTerm {
   const float* dy;
   i64 cols;
-  __device__ float2 operator()(i64 r, i64 c) const {
-    return make_float2(dy[r * cols + c], 0.0f);
-  }
+  __device__ float2 operator()(i64 r, i64 c) const { return make_float2(dy[r * cols + c], 0.0f); }
 };
 
 // (dy * norm, dy) for LayerNorm's dw and db.
@@ -142,8 +140,8 @@ __global__ void layernorm_backward_dx_kernel(const float* __restrict__ dy,
                                              const float* __restrict__ x,
                                              const float* __restrict__ w,
                                              const float* __restrict__ mean,
-                                             const float* __restrict__ rstd,
-                                             float* __restrict__ dx, i64 rows, i64 c) {
+                                             const float* __restrict__ rstd, float* __restrict__ dx,
+                                             i64 rows, i64 c) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* dyr = dy + r * c;
@@ -169,8 +167,8 @@ __global__ void layernorm_backward_dx_kernel(const float* __restrict__ dy,
 }
 
 // ---- Softmax and cross entropy, one block per row ----
-__global__ void softmax_forward_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                       i64 rows, i64 cols) {
+__global__ void softmax_forward_kernel(const float* __restrict__ x, float* __restrict__ y, i64 rows,
+                                       i64 cols) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * cols;
@@ -243,8 +241,8 @@ __global__ void cross_entropy_backward_kernel(const float* __restrict__ logits,
 __global__ void batchnorm_forward_kernel(const float* __restrict__ x,
                                          const float* __restrict__ gamma,
                                          const float* __restrict__ beta, float* __restrict__ y,
-                                         float* __restrict__ mean, float* __restrict__ rstd,
-                                         i64 n, i64 c, i64 hw, float eps) {
+                                         float* __restrict__ mean, float* __restrict__ rstd, i64 n,
+                                         i64 c, i64 hw, float eps) {
   __shared__ float scratch[kWarp];
   const i64 count = n * hw;
   for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
@@ -278,8 +276,7 @@ __global__ void batchnorm_forward_kernel(const float* __restrict__ x,
   }
 }
 
-__global__ void batchnorm_backward_kernel(const float* __restrict__ dy,
-                                          const float* __restrict__ x,
+__global__ void batchnorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                           const float* __restrict__ gamma,
                                           const float* __restrict__ mean,
                                           const float* __restrict__ rstd, float* __restrict__ dx,
@@ -336,8 +333,8 @@ __global__ void avgpool_forward_kernel(const float* __restrict__ x, float* __res
 
 // One thread per output; the first maximum (row-major window order) wins ties.
 __global__ void maxpool2d_forward_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                         std::int32_t* __restrict__ argmax, i64 h, i64 wd,
-                                         i64 k, i64 s, i64 oh, i64 ow, i64 total) {
+                                         std::int32_t* __restrict__ argmax, i64 h, i64 wd, i64 k,
+                                         i64 s, i64 oh, i64 ow, i64 total) {
   const i64 p = oh * ow;
   REMAT_GRID_STRIDE(idx, total) {
     const i64 plane = idx / p;
@@ -455,8 +452,8 @@ void sum(const float* x, float* y, i64 n, cudaStream_t stream) {
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                        float* rstd, i64 rows, i64 c, float eps, cudaStream_t stream) {
   if (rows <= 0) return;
-  layernorm_forward_kernel<<<grid_blocks(rows), row_threads(c), 0, stream>>>(x, w, b, y, mean,
-                                                                            rstd, rows, c, eps);
+  layernorm_forward_kernel<<<grid_blocks(rows), row_threads(c), 0, stream>>>(x, w, b, y, mean, rstd,
+                                                                             rows, c, eps);
   check_launch("layernorm_forward_kernel");
 }
 
@@ -483,33 +480,31 @@ void softmax_backward(const float* y, const float* dy, float* dx, i64 rows, i64 
                       cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   softmax_backward_kernel<<<grid_blocks(rows), row_threads(cols), 0, stream>>>(y, dy, dx, rows,
-                                                                              cols);
+                                                                               cols);
   check_launch("softmax_backward_kernel");
 }
 
-void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
-                           i64 n, i64 v, cudaStream_t stream) {
+void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses, i64 n,
+                           i64 v, cudaStream_t stream) {
   if (n <= 0 || v <= 0) return;
   cross_entropy_forward_kernel<<<grid_blocks(n), row_threads(v), 0, stream>>>(logits, targets,
-                                                                             losses, n, v);
+                                                                              losses, n, v);
   check_launch("cross_entropy_forward_kernel");
 }
 
-void cross_entropy_backward(const float* logits, const std::int32_t* targets,
-                            const float* dloss, float scale, float* dlogits, i64 n, i64 v,
-                            cudaStream_t stream) {
+void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* dloss,
+                            float scale, float* dlogits, i64 n, i64 v, cudaStream_t stream) {
   if (n <= 0 || v <= 0) return;
   cross_entropy_backward_kernel<<<grid_blocks(n), row_threads(v), 0, stream>>>(
       logits, targets, dloss, scale, dlogits, n, v);
   check_launch("cross_entropy_backward_kernel");
 }
 
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, i64 n, i64 c, i64 hw, float eps,
-                       cudaStream_t stream) {
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, i64 n, i64 c, i64 hw, float eps, cudaStream_t stream) {
   if (c <= 0) return;
-  batchnorm_forward_kernel<<<grid_blocks(c), kThreads, 0, stream>>>(x, gamma, beta, y, mean,
-                                                                    rstd, n, c, hw, eps);
+  batchnorm_forward_kernel<<<grid_blocks(c), kThreads, 0, stream>>>(x, gamma, beta, y, mean, rstd,
+                                                                    n, c, hw, eps);
   check_launch("batchnorm_forward_kernel");
 }
 
@@ -517,30 +512,30 @@ void batchnorm_backward(const float* dy, const float* x, const float* gamma, con
                         const float* rstd, float* dx, float* dgamma, float* dbeta, i64 n, i64 c,
                         i64 hw, cudaStream_t stream) {
   if (c <= 0) return;
-  batchnorm_backward_kernel<<<grid_blocks(c), kThreads, 0, stream>>>(
-      dy, x, gamma, mean, rstd, dx, dgamma, dbeta, n, c, hw);
+  batchnorm_backward_kernel<<<grid_blocks(c), kThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx,
+                                                                     dgamma, dbeta, n, c, hw);
   check_launch("batchnorm_backward_kernel");
 }
 
-void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h,
-                       i64 wd, i64 k, i64 s, cudaStream_t stream) {
+void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i64 c, i64 h, i64 wd,
+                       i64 k, i64 s, cudaStream_t stream) {
   const i64 oh = detail::out_dim(h, 0, k, s);
   const i64 ow = detail::out_dim(wd, 0, k, s);
   const i64 total = n * c * oh * ow;
   if (total <= 0) return;
-  maxpool2d_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, y, argmax, h, wd, k, s,
-                                                                     oh, ow, total);
+  maxpool2d_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, y, argmax, h, wd, k, s, oh,
+                                                                     ow, total);
   check_launch("maxpool2d_forward_kernel");
 }
 
-void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c,
-                        i64 h, i64 wd, i64 k, i64 s, cudaStream_t stream) {
+void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, i64 n, i64 c, i64 h,
+                        i64 wd, i64 k, i64 s, cudaStream_t stream) {
   const i64 oh = detail::out_dim(h, 0, k, s);
   const i64 ow = detail::out_dim(wd, 0, k, s);
   const i64 total = n * c * h * wd;
   if (total <= 0) return;
-  maxpool2d_backward_kernel<<<grid_for(total), kThreads, 0, stream>>>(dy, argmax, dx, h, wd, k,
-                                                                      s, oh, ow, total);
+  maxpool2d_backward_kernel<<<grid_for(total), kThreads, 0, stream>>>(dy, argmax, dx, h, wd, k, s,
+                                                                      oh, ow, total);
   check_launch("maxpool2d_backward_kernel");
 }
 
@@ -548,13 +543,13 @@ void avgpool_forward(const float* x, float* y, i64 n, i64 c, i64 hw, cudaStream_
   const i64 planes = n * c;
   if (planes <= 0) return;
   constexpr int kPlanesPerBlock = kThreads / kWarp;
-  avgpool_forward_kernel<<<grid_blocks((planes + kPlanesPerBlock - 1) / kPlanesPerBlock),
-                           kThreads, 0, stream>>>(x, y, planes, hw);
+  avgpool_forward_kernel<<<grid_blocks((planes + kPlanesPerBlock - 1) / kPlanesPerBlock), kThreads,
+                           0, stream>>>(x, y, planes, hw);
   check_launch("avgpool_forward_kernel");
 }
 
-void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe,
-                        i64 b, i64 t, i64 c, i64 v, cudaStream_t stream) {
+void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe, i64 b,
+                        i64 t, i64 c, i64 v, cudaStream_t stream) {
   if (c <= 0) return;
   if (v > 0) {
     const i64 channel_blocks = (c + kThreads - 1) / kThreads;

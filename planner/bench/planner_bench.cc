@@ -75,7 +75,8 @@ void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
     benchmark::DoNotOptimize(p);
     overhead = p.ok() ? p->sim.overhead : -1;
     feasible = p.ok() && p->feasible;
-    peak_fraction = p.ok() ? static_cast<double>(p->sim.peak_bytes) / static_cast<double>(peak) : -1;
+    peak_fraction =
+        p.ok() ? static_cast<double>(p->sim.peak_bytes) / static_cast<double>(peak) : -1;
   }
   state.counters["nodes"] = g.size();
   state.counters["overhead"] = overhead;
@@ -83,7 +84,8 @@ void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
   state.counters["peak_fraction"] = peak_fraction;
 }
 
-#define SIZES ->Arg(100)->Arg(1000)->Arg(4000)->Arg(20000)->Unit(benchmark::kMillisecond)->Iterations(1)
+#define SIZES \
+  ->Arg(100)->Arg(1000)->Arg(4000)->Arg(20000)->Unit(benchmark::kMillisecond)->Iterations(1)
 BENCHMARK_CAPTURE(BM_Planner, noremat, "noremat", 1.0) SIZES;
 BENCHMARK_CAPTURE(BM_Planner, mincut, "mincut", 1.0) SIZES;
 BENCHMARK_CAPTURE(BM_Planner, chen_0_7, "chen", 0.7) SIZES;

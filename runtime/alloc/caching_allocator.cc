@@ -84,10 +84,10 @@ class BlockPool {
 }  // namespace detail
 
 using detail::Block;
-using detail::Segment;
 using detail::BlockLayout;
-using detail::SegmentView;
 using detail::kNoTag;
+using detail::Segment;
+using detail::SegmentView;
 
 namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
@@ -302,8 +302,10 @@ Block* CachingAllocator::grow_arena(std::size_t size) {
     b->address = arena_->address + arena_->size;
     b->size = grow;
     b->prev = tail;
-    if (tail != nullptr) tail->next = b;
-    else arena_->first = b;
+    if (tail != nullptr)
+      tail->next = b;
+    else
+      arena_->first = b;
     arena_->last = b;
     tail = b;
   }
@@ -320,8 +322,10 @@ void CachingAllocator::shrink_arena() {
   arena_->size -= tail->size;
   stats_.reserved -= tail->size;
   arena_->last = tail->prev;
-  if (tail->prev != nullptr) tail->prev->next = nullptr;
-  else arena_->first = nullptr;
+  if (tail->prev != nullptr)
+    tail->prev->next = nullptr;
+  else
+    arena_->first = nullptr;
   pools_->delete_block(tail);
 }
 
@@ -369,8 +373,10 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
     tail->size = rest;
     tail->prev = b;
     tail->next = b->next;
-    if (b->next != nullptr) b->next->prev = tail;
-    else b->segment->last = tail;
+    if (b->next != nullptr)
+      b->next->prev = tail;
+    else
+      b->segment->last = tail;
     b->next = tail;
     b->size = size;
     pools_->free_set(small).insert(tail);
@@ -411,16 +417,20 @@ void CachingAllocator::free_block(Block* b) {
     set.erase(n);
     b->size += n->size;
     b->next = n->next;
-    if (n->next != nullptr) n->next->prev = b;
-    else b->segment->last = b;
+    if (n->next != nullptr)
+      n->next->prev = b;
+    else
+      b->segment->last = b;
     pools_->delete_block(n);
   }
   if (Block* p = b->prev; p != nullptr && !p->allocated) {
     set.erase(p);
     p->size += b->size;
     p->next = b->next;
-    if (b->next != nullptr) b->next->prev = p;
-    else p->segment->last = p;
+    if (b->next != nullptr)
+      b->next->prev = p;
+    else
+      p->segment->last = p;
     pools_->delete_block(b);
     b = p;
   }

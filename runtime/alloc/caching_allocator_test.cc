@@ -30,13 +30,15 @@ CachingAllocatorOptions small_segments() {
 
 struct HostCaching {
   static std::unique_ptr<MemoryResource> make() {
-    return std::make_unique<CachingAllocator>(std::make_unique<HostSegmentSource>(), small_segments());
+    return std::make_unique<CachingAllocator>(std::make_unique<HostSegmentSource>(),
+                                              small_segments());
   }
   static constexpr bool kHost = true;
 };
 struct SimulatedCaching {
   static std::unique_ptr<MemoryResource> make() {
-    return std::make_unique<CachingAllocator>(std::make_unique<SimulatedSegmentSource>(), small_segments());
+    return std::make_unique<CachingAllocator>(std::make_unique<SimulatedSegmentSource>(),
+                                              small_segments());
   }
   static constexpr bool kHost = false;
 };
@@ -58,11 +60,15 @@ struct SimulatedArena {
   static constexpr bool kHost = false;
 };
 struct HostLogical {
-  static std::unique_ptr<MemoryResource> make() { return std::make_unique<LogicalMemory>(kBudget, true); }
+  static std::unique_ptr<MemoryResource> make() {
+    return std::make_unique<LogicalMemory>(kBudget, true);
+  }
   static constexpr bool kHost = true;
 };
 struct SimulatedLogical {
-  static std::unique_ptr<MemoryResource> make() { return std::make_unique<LogicalMemory>(kBudget, false); }
+  static std::unique_ptr<MemoryResource> make() {
+    return std::make_unique<LogicalMemory>(kBudget, false);
+  }
   static constexpr bool kHost = false;
 };
 
@@ -173,7 +179,8 @@ TYPED_TEST(MemoryResourceTest, AsksTheReclaimerBeforeFailing) {
   auto mem = TypeParam::make();
   FreeingReclaimer reclaimer(mem.get());
   mem->set_reclaimer(&reclaimer);
-  for (int i = 0; i < 8; ++i) reclaimer.held.emplace_back(mem->allocate(kBudget / 8 - 4096), kBudget / 8 - 4096);
+  for (int i = 0; i < 8; ++i)
+    reclaimer.held.emplace_back(mem->allocate(kBudget / 8 - 4096), kBudget / 8 - 4096);
   void* p = mem->allocate(kBudget / 4);
   EXPECT_GT(reclaimer.calls, 0);
   EXPECT_LE(mem->stats().peak_reserved, kBudget);
@@ -284,7 +291,8 @@ TEST(CachingAllocatorTest, LargeSegmentsStayWholeUnderABudget) {
   // What the window search asks: a whole segment serves only a request of about its size.
   const detail::SegmentView whole{false, true}, shared{false, false};
   EXPECT_FALSE(detail::AllocatorHooks::window_serves(alloc, whole, 6 << 20, 2 << 20));
-  EXPECT_TRUE(detail::AllocatorHooks::window_serves(alloc, whole, 6 << 20, (6 << 20) - (100 << 10)));
+  EXPECT_TRUE(
+      detail::AllocatorHooks::window_serves(alloc, whole, 6 << 20, (6 << 20) - (100 << 10)));
   EXPECT_TRUE(detail::AllocatorHooks::window_serves(alloc, shared, 6 << 20, 2 << 20));
   // Without the option, best fit splits the cached segment.
   o.whole_large_segments = false;
@@ -352,8 +360,8 @@ TEST(CachingAllocatorTest, ReleaseWouldServeIsExact) {
       } catch (const OutOfMemoryError&) {
         served = false;
       }
-      EXPECT_EQ(served, predicted) << "trial " << trial << ", block " << v << ": request of "
-                                   << n << " bytes";
+      EXPECT_EQ(served, predicted)
+          << "trial " << trial << ", block " << v << ": request of " << n << " bytes";
       EXPECT_LE(alloc.stats().peak_reserved, options(trial).budget);
     }
   }
@@ -436,15 +444,15 @@ TEST(CachingAllocatorTest, ArenaGrowsAtItsEndAndGivesTheTailBack) {
   CachingAllocatorOptions o = arena();
   o.budget = 16 << 20;
   CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
-  void* a = alloc.allocate(100);          // small and large requests share the arena
+  void* a = alloc.allocate(100);  // small and large requests share the arena
   void* b = alloc.allocate(3 << 20);
   EXPECT_EQ(alloc.stats().segments, 1u);
   EXPECT_EQ(alloc.stats().reserved, std::size_t{4} << 20);  // grown in 2 MiB steps
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b), reinterpret_cast<std::uintptr_t>(a) + 512);
-  void* c = alloc.allocate(11 << 20);     // grows by what is missing, within the budget
+  void* c = alloc.allocate(11 << 20);  // grows by what is missing, within the budget
   EXPECT_LE(alloc.stats().reserved, o.budget);
   alloc.deallocate(c, 11 << 20);
-  alloc.release_cached();                 // the free tail goes back, down to b's end
+  alloc.release_cached();  // the free tail goes back, down to b's end
   EXPECT_EQ(alloc.stats().reserved, (std::size_t{3} << 20) + 512);
   alloc.deallocate(a, 100);
   alloc.deallocate(b, 3 << 20);
@@ -501,7 +509,8 @@ TEST(CachingAllocatorTest, LayoutListsEveryBlockInAddressOrder) {
           // (The arena's unreserved room follows its last block, free or not.)
           const bool room = expandable && i + 1 == seg.end;
           if (i > seg.begin && tag == detail::BlockLayout::kFree && !room) {
-            ASSERT_NE(layout.tags[i - 1], detail::BlockLayout::kFree) << "free neighbours not merged";
+            ASSERT_NE(layout.tags[i - 1], detail::BlockLayout::kFree)
+                << "free neighbours not merged";
           }
           if (tag != detail::BlockLayout::kFree) {
             ASSERT_TRUE(live.count(tag)) << "block " << i << " has tag " << tag;
@@ -525,7 +534,8 @@ TEST(CachingAllocatorTest, LayoutListsEveryBlockInAddressOrder) {
     if (!expandable) {
       EXPECT_GT(alloc.stats().segments, 8u);  // many segments, not one
     }
-    for (const auto& [tag, at] : live) alloc.deallocate(reinterpret_cast<void*>(at.first), at.second);
+    for (const auto& [tag, at] : live)
+      alloc.deallocate(reinterpret_cast<void*>(at.first), at.second);
   }
 }
 

@@ -6,17 +6,16 @@ namespace remat {
 namespace {
 
 std::string describe(const OutOfMemoryInfo& i) {
-  return absl::StrCat("remat: out of memory", i.op.empty() ? "" : absl::StrCat(" in op '", i.op, "'"),
-                      ": requested ", i.requested, " bytes under a budget of ", i.budget,
-                      " bytes (reserved ", i.reserved, ", allocated ", i.allocated, ", pinned ",
-                      i.pinned, ", locked by running ops ", i.locked, ", largest free block ",
-                      i.largest_free, ")",
-                      i.source_refused == 0
-                          ? ""
-                          : absl::StrCat("; the ", i.source, " source refused a reservation of ",
-                                         i.source_refused,
-                                         " bytes below the budget (the device has less free "
-                                         "memory than the budget assumes)"));
+  return absl::StrCat(
+      "remat: out of memory", i.op.empty() ? "" : absl::StrCat(" in op '", i.op, "'"),
+      ": requested ", i.requested, " bytes under a budget of ", i.budget, " bytes (reserved ",
+      i.reserved, ", allocated ", i.allocated, ", pinned ", i.pinned, ", locked by running ops ",
+      i.locked, ", largest free block ", i.largest_free, ")",
+      i.source_refused == 0
+          ? ""
+          : absl::StrCat("; the ", i.source, " source refused a reservation of ", i.source_refused,
+                         " bytes below the budget (the device has less free "
+                         "memory than the budget assumes)"));
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // (EvictionPolicy::for_each_lowered).
 CandidateIndex::CandidateIndex(std::function<double(Id)> key, double staleness_exponent,
                                std::function<double(Id)> key_floor)
-    : key_(std::move(key)), floor_(key_floor ? std::move(key_floor) : key_),
+    : key_(std::move(key)),
+      floor_(key_floor ? std::move(key_floor) : key_),
       exponent_(staleness_exponent) {
   rebuild(256);
 }

@@ -94,11 +94,11 @@ class CandidateIndex {
   std::function<double(Id)> key_;
   std::function<double(Id)> floor_;  // a cheap lower bound of key_; key_ where none
   double exponent_;
-  std::size_t capacity_ = 0;   // leaves (a power of two)
-  std::size_t next_ = 0;       // next free position
+  std::size_t capacity_ = 0;  // leaves (a power of two)
+  std::size_t next_ = 0;      // next free position
   std::size_t count_ = 0;
   std::vector<Leaf> leaves_;
-  std::vector<Node> nodes_;    // 1-based heap layout; leaves at [capacity_, 2 * capacity_)
+  std::vector<Node> nodes_;  // 1-based heap layout; leaves at [capacity_, 2 * capacity_)
   std::vector<std::pair<std::size_t, double>> stack_;  // pending nodes and their bounds
 };
 

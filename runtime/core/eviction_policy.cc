@@ -183,7 +183,11 @@ class NeighbourhoodPolicy final : public PolicyBase {
  public:
   NeighbourhoodPolicy(LineageView v, std::string_view name, bool descendants, double exponent,
                       bool weighted = false)
-      : PolicyBase(v), walker_(v), name_(name), descendants_(descendants), exponent_(exponent),
+      : PolicyBase(v),
+        walker_(v),
+        name_(name),
+        descendants_(descendants),
+        exponent_(exponent),
         weighted_(weighted) {}
   std::string_view name() const override { return name_; }
   double key(Id s) override {
@@ -331,7 +335,8 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, Line
   if (name == "msps_sqrt")
     return std::make_unique<NeighbourhoodPolicy>(view, "msps_sqrt", false, 0.5);
   if (name == "dtr_sqrt") return std::make_unique<NeighbourhoodPolicy>(view, "dtr_sqrt", true, 0.5);
-  if (name == "hinted") return std::make_unique<NeighbourhoodPolicy>(view, "hinted", true, 1.0, true);
+  if (name == "hinted")
+    return std::make_unique<NeighbourhoodPolicy>(view, "hinted", true, 1.0, true);
   if (name == "random") return std::make_unique<RandomPolicy>(view, seed);
   return nullptr;
 }

@@ -139,8 +139,8 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   if (clock > options.clock_limit) {
     ++stats.thrashes;
     throw ThrashError(absl::StrCat("remat: simulated time passed the clock limit of ",
-                                   options.clock_limit, " while running op '", current_op,
-                                   "' (", stats.recomputations, " recomputations so far)"),
+                                   options.clock_limit, " while running op '", current_op, "' (",
+                                   stats.recomputations, " recomputations so far)"),
                       stats.recomputations);
   }
   if (rerun) {
@@ -337,8 +337,8 @@ std::vector<Id> RuntimeImpl::make_outputs(Id op_id, const std::vector<Id>& input
       if (runs_kernels && tr.offset + out.spec.bytes() > storages[base.storage].bytes) {
         const std::string name = ops[op_id].op->name;
         unregister_op(op_id, inputs, result);
-        throw std::invalid_argument(absl::StrCat("remat: view output ", i, " of op '", name,
-                                                 "' (", out.spec.to_string(),
+        throw std::invalid_argument(absl::StrCat("remat: view output ", i, " of op '", name, "' (",
+                                                 out.spec.to_string(),
                                                  ") lies outside its base storage"));
       }
     } else {

@@ -18,18 +18,18 @@ inline constexpr Id kNone = ~Id{0};
 // One memory region. Views share their base's storage; evicting it evicts them all.
 struct StorageRec {
   std::size_t bytes = 0;
-  void* ptr = nullptr;         // null while evicted
+  void* ptr = nullptr;  // null while evicted
   bool resident = false;
-  bool pinned = false;         // constants: never evicted
-  bool lingering = false;      // dead, kept after a recomputation until memory is needed
-  Id producer = kNone;         // the op whose run makes this storage (kNone for constants)
-  std::uint32_t handles = 0;   // user handles on tensors of this storage
+  bool pinned = false;            // constants: never evicted
+  bool lingering = false;         // dead, kept after a recomputation until memory is needed
+  Id producer = kNone;            // the op whose run makes this storage (kNone for constants)
+  std::uint32_t handles = 0;      // user handles on tensors of this storage
   std::uint32_t tensor_refs = 0;  // tensor records that point here (keeps the record alive)
-  std::uint32_t locks = 0;     // > 0 while an op running now reads or writes it
+  std::uint32_t locks = 0;        // > 0 while an op running now reads or writes it
   double last_access = 0;
-  Id candidate_slot = kNone;   // position in the eviction candidate list
-  std::vector<Id> consumers;   // live ops that read a tensor of this storage
-  std::uint32_t stamp = 0;     // traversal mark (the eviction policies' lineage walks)
+  Id candidate_slot = kNone;  // position in the eviction candidate list
+  std::vector<Id> consumers;  // live ops that read a tensor of this storage
+  std::uint32_t stamp = 0;    // traversal mark (the eviction policies' lineage walks)
   // Request in which it was last recomputed, and the request in which it was recomputed a
   // second time (then it stays until that request ends): see Note [Iterative recomputation].
   std::uint32_t recomputed_in = 0;
@@ -43,30 +43,30 @@ struct StorageRec {
 struct TensorRec {
   TensorSpec spec;
   Id storage = kNone;
-  std::size_t offset = 0;      // byte offset into the storage (views)
-  Id producer = kNone;         // the op that made it (kNone for constants)
-  std::uint32_t handles = 0;   // user handles
-  std::uint32_t refs = 0;      // handles + live consumer ops
+  std::size_t offset = 0;     // byte offset into the storage (views)
+  Id producer = kNone;        // the op that made it (kNone for constants)
+  std::uint32_t handles = 0;  // user handles
+  std::uint32_t refs = 0;     // handles + live consumer ops
   // Where the current step made it (see Note [Hints by position]); valid while `step`
   // equals the runtime's step stamp.
   std::uint32_t step = 0;
   std::int32_t position = -1;  // -1: made before the step (or outside any step)
   std::int32_t output = 0;
-  std::int32_t node = -1;      // node id in the step being recorded, -1: none yet
+  std::int32_t node = -1;  // node id in the step being recorded, -1: none yet
 };
 
 struct OpRec {
   OpPtr op;
-  std::vector<Id> inputs;      // tensors
-  std::vector<Id> in_storages;  // their storages (fixed: a tensor never changes storage)
-  std::vector<Id> outputs;     // tensors, kNone once an output record has died
-  std::vector<Id> output_storage;  // each output's storage (a view's: its base's), or kNone
-  std::vector<Id> out_storages;  // storages it makes (kNone: a view, or the record died)
-  std::vector<int> alias_of;   // per output
+  std::vector<Id> inputs;                // tensors
+  std::vector<Id> in_storages;           // their storages (fixed: a tensor never changes storage)
+  std::vector<Id> outputs;               // tensors, kNone once an output record has died
+  std::vector<Id> output_storage;        // each output's storage (a view's: its base's), or kNone
+  std::vector<Id> out_storages;          // storages it makes (kNone: a view, or the record died)
+  std::vector<int> alias_of;             // per output
   std::vector<TensorSpec> output_specs;  // kept so dead outputs can still be written
   double cost = 0;
   RngState rng;
-  std::uint32_t refs = 0;      // live output tensor records + live storages it makes
+  std::uint32_t refs = 0;  // live output tensor records + live storages it makes
   std::uint32_t stamp = 0;
   std::int32_t position = -1;  // in the step stamped `step` (see Note [Hints by position])
   std::uint32_t step = 0;

@@ -69,8 +69,8 @@ void Runtime::call_inplace(const OpPtr& op, std::span<Tensor* const> args,
   Outputs outputs;
   for (int m : mutated) {
     if (m < 0 || m >= static_cast<int>(args.size()))
-      throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' mutates argument ", m,
-                                               " of ", args.size()));
+      throw std::invalid_argument(
+          absl::StrCat("remat: op '", op->name, "' mutates argument ", m, " of ", args.size()));
     outputs.emplace_back(specs[static_cast<std::size_t>(m)]);
   }
   if (cost < 0 && op->cost) cost = op->cost(specs);
@@ -94,8 +94,7 @@ void Runtime::read(const Tensor& t, void* dst) {
   }
 }
 
-void Runtime::update(const OpPtr& op, std::span<const Tensor> args,
-                     std::span<const int> mutated) {
+void Runtime::update(const OpPtr& op, std::span<const Tensor> args, std::span<const int> mutated) {
   impl_->update_pinned(op, ids_of(args, this), mutated);
 }
 

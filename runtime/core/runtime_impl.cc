@@ -22,7 +22,8 @@ std::unique_ptr<SegmentSource> make_source(Backend backend) {
       return std::make_unique<SimulatedSegmentSource>();
     case Backend::kCuda: {
       auto source = make_cuda_segment_source(0);
-      if (source == nullptr) throw std::runtime_error("remat: the CUDA backend needs a CUDA device");
+      if (source == nullptr)
+        throw std::runtime_error("remat: the CUDA backend needs a CUDA device");
       return source;
     }
   }
@@ -35,7 +36,8 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
     : options(std::move(opts)), sampler_(options.seed ^ 0x9e3779b97f4a7c15ULL) {
   if (options.accounting == Accounting::kLogical) {
     if (options.backend == Backend::kCuda)
-      throw std::invalid_argument("remat: logical accounting is for the CPU and simulated backends");
+      throw std::invalid_argument(
+          "remat: logical accounting is for the CPU and simulated backends");
     memory = std::make_unique<LogicalMemory>(options.budget, options.backend == Backend::kCpu);
   } else {
     CachingAllocatorOptions a = options.allocator;

@@ -68,7 +68,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   bool runs_kernels = false;
   void* stream = nullptr;  // cudaStream_t of the CUDA backend (null: the default stream)
   Timeline timeline;
-  std::string current_op;  // the op being run or recomputed, for errors
+  std::string current_op;           // the op being run or recomputed, for errors
   std::unique_ptr<StepHooks> step;  // the step under way (runtime/steps); null: none
   std::uint32_t steps_begun = 0;    // stamps each step's records (TensorRec::step, OpRec::step)
 

@@ -1,5 +1,5 @@
-#include "remat/plan_cache.h"
 #include "remat/runtime.h"
+#include "remat/plan_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -199,7 +199,7 @@ TEST(RuntimeTest, HundredThousandOpChainNeitherRecursesNorLeaks) {
 TEST(RuntimeTest, InfeasibleBudgetRaisesOutOfMemoryAndRuntimeStaysUsable) {
   Runtime rt(logical(1000));
   auto x = rt.constant(vec(100), iota(100).data());  // 400 bytes, pinned
-  auto y = rt.call1(testing::affine(2, 0), {x});      // 400 more: fits
+  auto y = rt.call1(testing::affine(2, 0), {x});     // 400 more: fits
   try {
     rt.call1(testing::concat(), {x, y});  // needs 800 bytes with x and y locked
     FAIL() << "expected OutOfMemoryError";
@@ -299,11 +299,11 @@ TEST(RuntimeTest, UpdateFreezesHeldDependentsOfTheOldValue) {
   Runtime rt(logical(SIZE_MAX));
   auto w = rt.constant(vec(16), iota(16).data());
   auto x = rt.constant(vec(16), iota(16, 0.5f).data());
-  auto h = rt.call1(testing::combine(), {x, w});          // reads w
-  auto g = rt.call1(testing::affine(0.5f, 2.0f), {h});    // depends on w through h
+  auto h = rt.call1(testing::combine(), {x, w});        // reads w
+  auto g = rt.call1(testing::affine(0.5f, 2.0f), {h});  // depends on w through h
   auto unrelated = rt.call1(testing::affine(3.0f, 1.0f), {x});
   const auto g_before = read(rt, g);
-  h.reset();                                              // nobody holds h now
+  h.reset();  // nobody holds h now
   ASSERT_TRUE(rt.evict(g));
   rt.update(add_into_first(), {w, x}, {0});
   EXPECT_EQ(rt.stats().frozen, 1u) << "only g: unrelated does not read w";
@@ -387,11 +387,11 @@ TEST(RuntimeTest, WindowSearchEvictsTheCheapestAdjacentPair) {
   auto run = [](bool contiguous, RuntimeOptions options) {
     options.contiguous_eviction = contiguous;
     Runtime rt(options);
-    auto make = make_op(
-        "make", [](SpecList) { return Outputs{{vec(64 << 10)}}; }, {});
+    auto make = make_op("make", [](SpecList) { return Outputs{{vec(64 << 10)}}; }, {});
     const Outputs quarter{{vec(64 << 10)}};
     std::vector<Tensor> t;
-    for (double cost : {1.0, 1000.0, 1.0, 1.0}) t.push_back(rt.call_with(make, {}, quarter, cost)[0]);
+    for (double cost : {1.0, 1000.0, 1.0, 1.0})
+      t.push_back(rt.call_with(make, {}, quarter, cost)[0]);
     auto big = rt.call_with(make, {}, Outputs{{vec(128 << 10)}}, 1.0)[0];
     EXPECT_TRUE(big.resident());
     EXPECT_LE(rt.stats().memory.peak_reserved, options.budget);

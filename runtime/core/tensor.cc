@@ -27,13 +27,20 @@ std::size_t dtype_size(DType dtype) {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
+    case DType::kF32:
+      return "f32";
+    case DType::kF64:
+      return "f64";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kU8:
+      return "u8";
   }
   return "?";
 }
@@ -45,7 +52,8 @@ std::int64_t TensorSpec::numel() const {
 std::size_t TensorSpec::bytes() const {
   std::size_t n = dtype_size(dtype);
   for (std::int64_t d : shape) {
-    if (d < 0) throw std::overflow_error(absl::StrCat("remat: negative dimension in ", to_string()));
+    if (d < 0)
+      throw std::overflow_error(absl::StrCat("remat: negative dimension in ", to_string()));
     const auto ud = static_cast<std::size_t>(d);
     if (ud != 0 && n > std::numeric_limits<std::size_t>::max() / ud)
       throw std::overflow_error(absl::StrCat("remat: size of ", to_string(), " overflows"));

@@ -57,8 +57,8 @@ std::vector<Id> RuntimeImpl::pinned_targets(const OpDef& op, const std::vector<I
   std::vector<Id> targets;
   for (int m : mutated) {
     if (m < 0 || m >= static_cast<int>(args.size()))
-      throw std::invalid_argument(absl::StrCat("remat: update op '", op.name,
-                                               "' mutates argument ", m, " of ", args.size()));
+      throw std::invalid_argument(absl::StrCat("remat: update op '", op.name, "' mutates argument ",
+                                               m, " of ", args.size()));
     const Id s = tensors[args[static_cast<std::size_t>(m)]].storage;
     if (!storages[s].pinned || storages[s].producer != kNone)
       throw std::invalid_argument(absl::StrCat("remat: update op '", op.name, "' argument ", m,
@@ -73,8 +73,8 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
                                 std::span<const int> mutated) {
   const std::vector<Id> targets = pinned_targets(*op, args, mutated);
   if (runs_kernels && !kernel_of(*op))
-    throw std::invalid_argument(absl::StrCat("remat: update op '", op->name,
-                                             "' has no kernel for this backend"));
+    throw std::invalid_argument(
+        absl::StrCat("remat: update op '", op->name, "' has no kernel for this backend"));
   const int position = step ? step->next_position() : -1;
   if (step) step->before_update(position);
   const std::vector<Id> frozen = freeze_dependents(targets);

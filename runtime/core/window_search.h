@@ -12,9 +12,9 @@
 #ifndef REMAT_RUNTIME_CORE_WINDOW_SEARCH_H_
 #define REMAT_RUNTIME_CORE_WINDOW_SEARCH_H_
 
+#include <cassert>
 #include <cmath>
 #include <cstddef>
-#include <cassert>
 #include <cstdint>
 #include <vector>
 
@@ -61,8 +61,8 @@ class WindowSearch {
     double empty_cost = 0;  // of evicting all its blocks; infinite where one cannot go
     double empty_cost_per_byte = 0;
     std::size_t best_end = kNone;  // the last block of its cheapest window, kNone: none
-    bool emptied = false;  // taken by the `choose` running now
-    bool rescan = false;   // a repriced window may have taken the best's place
+    bool emptied = false;          // taken by the `choose` running now
+    bool rescan = false;           // a repriced window may have taken the best's place
   };
   static void set_empty_cost(Segment& seg, double cost);
   void reserve(std::size_t blocks);

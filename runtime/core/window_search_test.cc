@@ -17,7 +17,7 @@ constexpr std::size_t kUnit = 512;
 // A random layout: segments of up to 12 blocks, each free, evictable (a random cost, ties
 // likely) or a barrier; a random half of the segments may hold windows.
 struct RandomCase {
-  detail::BlockLayout layout;          // what the search is to walk
+  detail::BlockLayout layout;  // what the search is to walk
   std::vector<bool> serves;    // per segment
   std::vector<double> costs;   // per block
 };
@@ -89,7 +89,8 @@ void price(WindowSearch& w, const RandomCase& c, std::size_t need) {
   std::size_t s = 0;
   std::vector<std::size_t> weighed(c.costs.size(), 0);
   w.price(
-      need, LayoutBlocks(c.layout), [&](const detail::SegmentView&, std::size_t) { return c.serves[s++]; },
+      need, LayoutBlocks(c.layout),
+      [&](const detail::SegmentView&, std::size_t) { return c.serves[s++]; },
       [&](std::size_t i, std::uint32_t tag) {
         EXPECT_EQ(tag, c.layout.tags[i]);
         ++weighed[i];
@@ -229,8 +230,10 @@ TEST(WindowSearchTest, EmptiesTheCheapestSegmentsPerByteWhenTheBudgetIsShort) {
       double cost = 0;
       std::size_t listed = 0, evictable = 0;
       for (std::size_t i = seg.begin; i < seg.end; ++i) {
-        if (c.costs[i] == WindowSearch::kBarrier) cost = INFINITY;
-        else cost += c.costs[i];
+        if (c.costs[i] == WindowSearch::kBarrier)
+          cost = INFINITY;
+        else
+          cost += c.costs[i];
         evictable += layout.tags[i] != detail::BlockLayout::kFree;
         listed += chosen.count(i);
       }

@@ -33,16 +33,20 @@ class TraceParser {
     if (instr == "CONSTANT") return constant(j);
     if (instr == "CALL") return call(j);
     if (instr == "MUTATE") return mutate(j);
-    if (instr == "COPY" || instr == "COPY_FROM") return copy(j, instr == "COPY" ? Kind::kCopy : Kind::kCopyFrom);
+    if (instr == "COPY" || instr == "COPY_FROM")
+      return copy(j, instr == "COPY" ? Kind::kCopy : Kind::kCopyFrom);
     if (instr == "RELEASE") return release(j);
-    if (instr == "MEMORY" || instr == "ALIAS") return error(absl::StrCat("unexpected ", instr, " line"));
+    if (instr == "MEMORY" || instr == "ALIAS")
+      return error(absl::StrCat("unexpected ", instr, " line"));
     return error(absl::StrCat("unknown INSTRUCTION '", instr, "'"));
   }
 
   absl::StatusOr<DtrTrace> finish() {
     if (pending_memory_ > 0 || pending_alias_)
-      return absl::InvalidArgumentError(absl::StrCat(trace_.name, ": the file ends inside the MEMORY/ALIAS lines of line ", owner_line_));
-    if (!started_) return absl::InvalidArgumentError(absl::StrCat(trace_.name, ": no START annotation"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          trace_.name, ": the file ends inside the MEMORY/ALIAS lines of line ", owner_line_));
+    if (!started_)
+      return absl::InvalidArgumentError(absl::StrCat(trace_.name, ": no START annotation"));
     return std::move(trace_);
   }
 
@@ -78,7 +82,8 @@ class TraceParser {
     id = it->second;
     return absl::OkStatus();
   }
-  absl::Status handles(const json& j, const char* key, std::vector<std::uint32_t>& out, bool must_exist) {
+  absl::Status handles(const json& j, const char* key, std::vector<std::uint32_t>& out,
+                       bool must_exist) {
     auto it = j.find(key);
     if (it == j.end() || !it->is_array()) return error(absl::StrCat("missing array field ", key));
     for (const json& h : *it) {
@@ -189,9 +194,12 @@ class TraceParser {
     const std::string& expected = trace_.handle_names[owner_.results[k - (pending_alias_ ? 1 : 0)]];
     std::string name;
     if (absl::Status s = get_string(j, "NAME", name); !s.ok()) return s;
-    if (name != expected) return error(absl::StrCat(instr, " line names '", name, "', expected '", expected, "' (of line ", owner_line_, ")"));
+    if (name != expected)
+      return error(absl::StrCat(instr, " line names '", name, "', expected '", expected,
+                                "' (of line ", owner_line_, ")"));
     if (pending_alias_) {
-      if (instr != "ALIAS") return error(absl::StrCat("expected an ALIAS line for '", expected, "'"));
+      if (instr != "ALIAS")
+        return error(absl::StrCat("expected an ALIAS line for '", expected, "'"));
       std::int64_t alias = 0;
       auto it = j.find("ALIAS");
       if (it == j.end()) return error("missing field ALIAS");
@@ -205,7 +213,8 @@ class TraceParser {
       owner_.alias.push_back(static_cast<int>(alias));
       pending_alias_ = false;
     } else {
-      if (instr != "MEMORY") return error(absl::StrCat("expected a MEMORY line for '", expected, "'"));
+      if (instr != "MEMORY")
+        return error(absl::StrCat("expected a MEMORY line for '", expected, "'"));
       std::uint64_t bytes = 0;
       if (absl::Status s = get_count(j, "MEMORY", bytes); !s.ok()) return s;
       owner_.bytes.push_back(bytes);
@@ -271,7 +280,8 @@ absl::Status write_dtr_trace(const DtrTrace& trace, std::ostream& out) {
     if ((in.kind == Kind::kCopy || in.kind == Kind::kCopyFrom || in.kind == Kind::kRelease) &&
         (in.dst >= names.size() || (in.kind != Kind::kRelease && in.src >= names.size())))
       return bad(i);
-    if ((in.kind == Kind::kCall || in.kind == Kind::kConstant) && in.bytes.size() != in.results.size())
+    if ((in.kind == Kind::kCall || in.kind == Kind::kConstant) &&
+        in.bytes.size() != in.results.size())
       return absl::InvalidArgumentError(absl::StrCat("trace '", trace.name, "' instruction ", i,
                                                      ": ", in.results.size(), " results but ",
                                                      in.bytes.size(), " sizes"));
@@ -303,7 +313,8 @@ absl::Status write_dtr_trace(const DtrTrace& trace, std::ostream& out) {
           const std::string& name = names[in.results[k]];
           out << memory_line(name, in.bytes[k]).dump() << "\n";
           const int alias = k < in.alias.size() ? in.alias[k] : -1;
-          out << json{{"INSTRUCTION", "ALIAS"}, {"NAME", name}, {"ALIAS", std::to_string(alias)}}.dump()
+          out << json{{"INSTRUCTION", "ALIAS"}, {"NAME", name}, {"ALIAS", std::to_string(alias)}}
+                     .dump()
               << "\n";
         }
         break;

@@ -75,16 +75,66 @@ INSTANTIATE_TEST_SUITE_P(
     Malformed, DtrTraceErrorTest,
     ::testing::Values(
         BadCase{"BadJson", kStart + "{not json\n", "t:2: not a JSON object"},
-        BadCase{"UnknownInstruction", kStart + R"({"INSTRUCTION":"JUMP"})" "\n", "t:2: unknown INSTRUCTION 'JUMP'"},
-        BadCase{"UnknownHandle", kStart + R"({"ARGS":["zz"],"INSTRUCTION":"CALL","NAME":"f","RESULT":[],"TIME":"1"})" "\n", "t:2: unknown handle 'zz'"},
-        BadCase{"NegativeMemory", kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n" R"({"INSTRUCTION":"MEMORY","MEMORY":"-5","NAME":"w"})" "\n", "t:3: field MEMORY is not a non-negative integer"},
-        BadCase{"MissingMemory", kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n" R"({"INSTRUCTION":"RELEASE","NAME":"w"})" "\n", "t:3: expected a MEMORY line for 'w'"},
-        BadCase{"WrongName", kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n" R"({"INSTRUCTION":"MEMORY","MEMORY":"5","NAME":"v"})" "\n", "t:3: MEMORY line names 'v', expected 'w'"},
-        BadCase{"BadAlias", kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n" R"({"INSTRUCTION":"MEMORY","MEMORY":"5","NAME":"w"})" "\n" R"({"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"f","RESULT":["x"],"TIME":"1"})" "\n" R"({"INSTRUCTION":"MEMORY","MEMORY":"5","NAME":"x"})" "\n" R"({"ALIAS":"3","INSTRUCTION":"ALIAS","NAME":"x"})" "\n", "t:6: ALIAS 3 is not -1 or an argument index"},
-        BadCase{"BadMutateIndex", kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n" R"({"INSTRUCTION":"MEMORY","MEMORY":"5","NAME":"w"})" "\n" R"({"ARGS":["w"],"INSTRUCTION":"MUTATE","MUTATE":[2],"NAME":"f","TIME":"1"})" "\n", "t:4: MUTATE index 2"},
-        BadCase{"Truncated", kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n", "ends inside the MEMORY/ALIAS lines of line 2"},
-        BadCase{"NoStart", R"({"INSTRUCTION":"CONSTANT","NAME":"w"})" "\n", "no START annotation"},
-        BadCase{"MissingTime", kStart + R"({"ARGS":[],"INSTRUCTION":"CALL","NAME":"f","RESULT":[]})" "\n", "t:2: missing field TIME"}),
+        BadCase{"UnknownInstruction",
+                kStart + R"({"INSTRUCTION":"JUMP"})"
+                         "\n",
+                "t:2: unknown INSTRUCTION 'JUMP'"},
+        BadCase{"UnknownHandle",
+                kStart + R"({"ARGS":["zz"],"INSTRUCTION":"CALL","NAME":"f","RESULT":[],"TIME":"1"})"
+                         "\n",
+                "t:2: unknown handle 'zz'"},
+        BadCase{"NegativeMemory",
+                kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})"
+                         "\n"
+                         R"({"INSTRUCTION":"MEMORY","MEMORY":"-5","NAME":"w"})"
+                         "\n",
+                "t:3: field MEMORY is not a non-negative integer"},
+        BadCase{"MissingMemory",
+                kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})"
+                         "\n"
+                         R"({"INSTRUCTION":"RELEASE","NAME":"w"})"
+                         "\n",
+                "t:3: expected a MEMORY line for 'w'"},
+        BadCase{"WrongName",
+                kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})"
+                         "\n"
+                         R"({"INSTRUCTION":"MEMORY","MEMORY":"5","NAME":"v"})"
+                         "\n",
+                "t:3: MEMORY line names 'v', expected 'w'"},
+        BadCase{"BadAlias",
+                kStart +
+                    R"({"INSTRUCTION":"CONSTANT","NAME":"w"})"
+                    "\n"
+                    R"({"INSTRUCTION":"MEMORY","MEMORY":"5","NAME":"w"})"
+                    "\n"
+                    R"({"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"f","RESULT":["x"],"TIME":"1"})"
+                    "\n"
+                    R"({"INSTRUCTION":"MEMORY","MEMORY":"5","NAME":"x"})"
+                    "\n"
+                    R"({"ALIAS":"3","INSTRUCTION":"ALIAS","NAME":"x"})"
+                    "\n",
+                "t:6: ALIAS 3 is not -1 or an argument index"},
+        BadCase{"BadMutateIndex",
+                kStart +
+                    R"({"INSTRUCTION":"CONSTANT","NAME":"w"})"
+                    "\n"
+                    R"({"INSTRUCTION":"MEMORY","MEMORY":"5","NAME":"w"})"
+                    "\n"
+                    R"({"ARGS":["w"],"INSTRUCTION":"MUTATE","MUTATE":[2],"NAME":"f","TIME":"1"})"
+                    "\n",
+                "t:4: MUTATE index 2"},
+        BadCase{"Truncated",
+                kStart + R"({"INSTRUCTION":"CONSTANT","NAME":"w"})"
+                         "\n",
+                "ends inside the MEMORY/ALIAS lines of line 2"},
+        BadCase{"NoStart",
+                R"({"INSTRUCTION":"CONSTANT","NAME":"w"})"
+                "\n",
+                "no START annotation"},
+        BadCase{"MissingTime",
+                kStart + R"({"ARGS":[],"INSTRUCTION":"CALL","NAME":"f","RESULT":[]})"
+                         "\n",
+                "t:2: missing field TIME"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
 TEST(DtrTraceTest, MissingFileIsNotFound) {

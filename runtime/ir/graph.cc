@@ -100,8 +100,8 @@ absl::Status ValidateNodes(const Graph& g) {
     }
     if ((node.kind == NodeKind::kInput || node.kind == NodeKind::kTangent) &&
         !node.inputs.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          NodeLabel(node), " is of kind '", kind_name(node.kind), "' but has inputs"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(NodeLabel(node), " is of kind '", kind_name(node.kind), "' but has inputs"));
     }
   }
   return absl::OkStatus();
@@ -119,7 +119,10 @@ absl::Status CycleError(const Graph& g, const std::vector<int>& indeg) {
     pos[v] = static_cast<int>(path.size());
     path.push_back(v);
     for (int u : g.nodes[v].inputs) {
-      if (indeg[u] > 0) { v = u; break; }
+      if (indeg[u] > 0) {
+        v = u;
+        break;
+      }
     }
   }
   std::string cycle;
@@ -141,13 +144,15 @@ absl::Status CheckAcyclic(const Graph& g) {
     }
   }
   std::vector<int> stack;
-  for (int i = 0; i < n; ++i) if (indeg[i] == 0) stack.push_back(i);
+  for (int i = 0; i < n; ++i)
+    if (indeg[i] == 0) stack.push_back(i);
   int seen = 0;
   while (!stack.empty()) {
     int v = stack.back();
     stack.pop_back();
     ++seen;
-    for (int w : users[v]) if (--indeg[w] == 0) stack.push_back(w);
+    for (int w : users[v])
+      if (--indeg[w] == 0) stack.push_back(w);
   }
   if (seen != n) return CycleError(g, indeg);
   return absl::OkStatus();
@@ -206,16 +211,24 @@ absl::Status ParseNodeIdentity(const json& jn, size_t i, const std::string& wher
   node->op = *op;
   auto kind = ReadString(jn, "kind", where, false);
   if (!kind.ok()) return kind.status();
-  if (kind->empty() || *kind == "compute") node->kind = NodeKind::kCompute;
-  else if (*kind == "view") node->kind = NodeKind::kView;
-  else if (*kind == "input") node->kind = NodeKind::kInput;
-  else if (*kind == "tangent") node->kind = NodeKind::kTangent;
-  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown kind '", *kind, "'"));
+  if (kind->empty() || *kind == "compute")
+    node->kind = NodeKind::kCompute;
+  else if (*kind == "view")
+    node->kind = NodeKind::kView;
+  else if (*kind == "input")
+    node->kind = NodeKind::kInput;
+  else if (*kind == "tangent")
+    node->kind = NodeKind::kTangent;
+  else
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown kind '", *kind, "'"));
   auto phase = ReadString(jn, "phase", where, false);
   if (!phase.ok()) return phase.status();
-  if (phase->empty() || *phase == "forward") node->phase = Phase::kForward;
-  else if (*phase == "backward") node->phase = Phase::kBackward;
-  else return absl::InvalidArgumentError(absl::StrCat(where, ": unknown phase '", *phase, "'"));
+  if (phase->empty() || *phase == "forward")
+    node->phase = Phase::kForward;
+  else if (*phase == "backward")
+    node->phase = Phase::kBackward;
+  else
+    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown phase '", *phase, "'"));
   return absl::OkStatus();
 }
 
@@ -288,8 +301,7 @@ absl::Status ParseNodeAnnotations(const json& jn, const std::string& where, Node
   }
   if (jn.contains("pytorch_banned")) {
     if (!jn["pytorch_banned"].is_boolean()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": 'pytorch_banned' is not a boolean"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": 'pytorch_banned' is not a boolean"));
     }
     node->pytorch_banned = jn["pytorch_banned"].get<bool>();
   }

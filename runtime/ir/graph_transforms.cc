@@ -90,8 +90,8 @@ std::vector<StepSite> trace_sites(const Graph& g) {
 absl::StatusOr<Schedule> realized_schedule(const Graph& g, const std::vector<StepSite>& sites,
                                            const std::vector<int>& executed) {
   if (sites.size() != g.nodes.size())
-    return absl::InvalidArgumentError(absl::StrCat("realized_schedule: ", sites.size(),
-                                                   " sites for ", g.nodes.size(), " nodes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("realized_schedule: ", sites.size(), " sites for ", g.nodes.size(), " nodes"));
   std::vector<std::vector<int>> at;  // position -> its nodes, by output
   for (std::size_t v = 0; v < g.nodes.size(); ++v) {
     if (is_graph_input(g.nodes[v]) || sites[v].position < 0) continue;
@@ -117,7 +117,8 @@ absl::StatusOr<Schedule> realized_schedule(const Graph& g, const std::vector<Ste
     made[static_cast<std::size_t>(v)] = true;
   };
   for (int p : executed) {
-    if (p < 0 || static_cast<std::size_t>(p) >= at.size() || at[static_cast<std::size_t>(p)].empty())
+    if (p < 0 || static_cast<std::size_t>(p) >= at.size() ||
+        at[static_cast<std::size_t>(p)].empty())
       return absl::InvalidArgumentError(
           absl::StrCat("realized_schedule: no node of the graph ran at position ", p));
     for (int v : at[static_cast<std::size_t>(p)]) {
@@ -158,9 +159,8 @@ Graph hold_inputs(Graph g) {
   for (Node& node : g.nodes) {
     // (Nodes already moved into `out` are read only through `input`.)
     const bool root = !input[static_cast<std::size_t>(node.id)] &&
-                      std::all_of(node.inputs.begin(), node.inputs.end(), [&](int u) {
-                        return input[static_cast<std::size_t>(u)];
-                      });
+                      std::all_of(node.inputs.begin(), node.inputs.end(),
+                                  [&](int u) { return input[static_cast<std::size_t>(u)]; });
     for (int& u : node.inputs) u = id[static_cast<std::size_t>(u)];
     if (root) node.inputs.push_back(ready);
     node.id = id[static_cast<std::size_t>(node.id)];

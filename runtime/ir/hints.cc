@@ -1,8 +1,8 @@
 // A schedule as hints for the dynamic runtime (see Note [Hints by position] in remat/hints.h).
 #include <algorithm>
 
-#include "runtime/ir/instances.h"
 #include "remat/hints.h"
+#include "runtime/ir/instances.h"
 
 namespace remat {
 namespace {
@@ -30,8 +30,8 @@ void AppendScheduleSteps(const Graph& g, const Schedule& s, const std::vector<St
   for (std::size_t j = 0; j < steps; ++j) {
     const int v = s.order[j];
     const StepSite& at = sites[static_cast<std::size_t>(v)];
-    const bool makes_nothing = g.nodes[static_cast<std::size_t>(v)].bytes == 0 &&
-                               !read[static_cast<std::size_t>(v)];
+    const bool makes_nothing =
+        g.nodes[static_cast<std::size_t>(v)].bytes == 0 && !read[static_cast<std::size_t>(v)];
     if (at.position >= 0 && !makes_nothing) hints.schedule.push_back({at, {}, {}});
     if (hints.schedule.empty()) continue;
     std::vector<StepSite>& frees = hints.schedule.back().free_after;
@@ -49,7 +49,7 @@ void AppendScheduleSteps(const Graph& g, const Schedule& s, const std::vector<St
 }  // namespace
 
 StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
-                            std::string source) {
+                              std::string source) {
   StepHints hints;
   hints.source = std::move(source);
   const int n = g.size();
@@ -71,7 +71,8 @@ StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vect
   }
   // For each step, the first program step at or after it.
   std::vector<int> next_program(steps + 1, -1);
-  for (std::size_t j = steps; j-- > 0;) next_program[j] = program_step[j] ? static_cast<int>(j) : next_program[j + 1];
+  for (std::size_t j = steps; j-- > 0;)
+    next_program[j] = program_step[j] ? static_cast<int>(j) : next_program[j + 1];
 
   int positions = 0;
   for (int v = 0; v < n; ++v)
@@ -97,7 +98,7 @@ StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vect
     const int next = next_instance[i];
     if (next < 0 && is_output[static_cast<std::size_t>(v)]) continue;
     const int at = next_program[static_cast<std::size_t>(last_read[i])];
-    if (at < 0) continue;            // freed at the very end: nothing left to save
+    if (at < 0) continue;                   // freed at the very end: nothing left to save
     if (next >= 0 && next <= at) continue;  // recomputed before that op: it stays
     std::vector<StepSite>& list =
         hints.ops[static_cast<std::size_t>(site(s.order[static_cast<std::size_t>(at)]).position)]

@@ -5,13 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "runtime/ir/instances.h"
 #include "remat/schedule.h"
+#include "runtime/ir/instances.h"
 
 namespace remat {
 namespace {
 
-std::vector<int64_t> Profile(const Graph& g, const std::vector<int>& order, const std::vector<int>& last_read) {
+std::vector<int64_t> Profile(const Graph& g, const std::vector<int>& order,
+                             const std::vector<int>& last_read) {
   std::vector<int64_t> delta(order.size() + 1, 0);
   for (size_t j = 0; j < order.size(); ++j) {
     int64_t b = g.nodes[order[j]].bytes;
@@ -57,17 +58,20 @@ SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
   int first_bwd = -1;
   for (size_t j = 0; j < s.order.size(); ++j) {
     const Node& node = g.nodes[s.order[j]];
-    if (node.phase == Phase::kBackward && node.kind != NodeKind::kTangent && node.kind != NodeKind::kInput) {
+    if (node.phase == Phase::kBackward && node.kind != NodeKind::kTangent &&
+        node.kind != NodeKind::kInput) {
       first_bwd = static_cast<int>(j);
       break;
     }
   }
-  if (s.backward_start && *s.backward_start >= 0 && *s.backward_start <= static_cast<int>(s.order.size())) {
+  if (s.backward_start && *s.backward_start >= 0 &&
+      *s.backward_start <= static_cast<int>(s.order.size())) {
     std::vector<char> seen(g.size(), 0);
     for (int j = 0; j < *s.backward_start; ++j) {
       int v = s.order[j];
       if (seen[v]++) continue;
-      if (g.nodes[v].phase == Phase::kForward && last_read[j] >= *s.backward_start) r.saved_bytes += g.nodes[v].bytes;
+      if (g.nodes[v].phase == Phase::kForward && last_read[j] >= *s.backward_start)
+        r.saved_bytes += g.nodes[v].bytes;
     }
   } else if (first_bwd >= 0) {
     std::vector<char> seen(g.size(), 0);
@@ -90,7 +94,8 @@ SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
   if (budget_bytes && r.peak_bytes > *budget_bytes) {
     r.valid = false;
     r.error = absl::StrCat("peak ", r.peak_bytes, " bytes at step ", r.peak_step, " (",
-                           NodeLabel(g, s.order[r.peak_step]), ") exceeds the budget of ", *budget_bytes, " bytes");
+                           NodeLabel(g, s.order[r.peak_step]), ") exceeds the budget of ",
+                           *budget_bytes, " bytes");
   }
   return r;
 }
@@ -110,7 +115,8 @@ absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
   }
   Schedule s;
   if (doc.contains("graph")) {
-    if (!doc["graph"].is_string()) return absl::InvalidArgumentError("schedule: 'graph' is not a string");
+    if (!doc["graph"].is_string())
+      return absl::InvalidArgumentError("schedule: 'graph' is not a string");
     s.graph = doc["graph"].get<std::string>();
   }
   if (!doc.contains("order") || !doc["order"].is_array()) {
@@ -125,7 +131,8 @@ absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
   for (size_t j = 0; j < doc["order"].size(); ++j) {
     const json& v = doc["order"][j];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1LL << 31) - 1) {
-      return absl::InvalidArgumentError(absl::StrCat("schedule: step ", j, " is not a valid node id"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("schedule: step ", j, " is not a valid node id"));
     }
     s.order.push_back(v.get<int>());
   }

@@ -4,8 +4,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "remat/graph.h"
-#include "runtime/ir/instances.h"
 #include "remat/schedule.h"
+#include "runtime/ir/instances.h"
 #include "runtime/ir/test_graphs.h"
 
 namespace remat {
@@ -16,7 +16,11 @@ using ::testing::HasSubstr;
 Graph Diamond() {
   // 0 (100 bytes) feeds 1 and 3; 1 -> 2 -> 3. Unit sizes except node 0.
   Graph g = testing::RandomDag(4, 0, 1, 1);
-  for (Node& n : g.nodes) { n.bytes = 1; n.cost = 1; n.inputs.clear(); }
+  for (Node& n : g.nodes) {
+    n.bytes = 1;
+    n.cost = 1;
+    n.inputs.clear();
+  }
   g.nodes[0].bytes = 100;
   g.nodes[0].cost = 7;
   g.nodes[1].inputs = {0};
@@ -75,7 +79,8 @@ TEST(Simulator, RejectsReadBeforeAnyInstance) {
 
 TEST(Simulator, RejectsMissingUnknownAndRecomputedInputs) {
   Graph g = Diamond();
-  EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 2}}).error, HasSubstr("node 3 ('n3') is never computed"));
+  EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 2}}).error,
+              HasSubstr("node 3 ('n3') is never computed"));
   EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 9}}).error, HasSubstr("unknown node id 9"));
   g.nodes[0].kind = NodeKind::kInput;
   SimResult r = simulate(g, Schedule{g.name, {0, 1, 2, 0, 3}});

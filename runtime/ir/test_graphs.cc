@@ -47,7 +47,8 @@ Graph RandomDag(int n, double p, int max_bytes, uint64_t seed) {
   g.name = "random" + std::to_string(seed);
   for (int i = 0; i < n; ++i) {
     std::vector<int> in;
-    for (int j = 0; j < i; ++j) if (u(rng) < p || (j == i - 1 && u(rng) < 0.5)) in.push_back(j);
+    for (int j = 0; j < i; ++j)
+      if (u(rng) < p || (j == i - 1 && u(rng) < 0.5)) in.push_back(j);
     g.nodes.push_back(MakeNode(i, b(rng), c(rng), in, Phase::kForward));
   }
   return g;

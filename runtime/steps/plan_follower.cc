@@ -68,8 +68,8 @@ void PlanFollower::run_plan_through(int last, Id called) {
   const std::vector<PlanStep>& plan = step_.hints().schedule;
   while (cursor_ < plan.size() && plan[cursor_].site.position <= last) {
     run_plan_step(plan[cursor_++]);
-    const bool ran_called = called != kNone && !rt_.ops[called].deferred &&
-                            plan[cursor_ - 1].site.position == last;
+    const bool ran_called =
+        called != kNone && !rt_.ops[called].deferred && plan[cursor_ - 1].site.position == last;
     // (The op's other outputs' steps, which come next in the plan, still run now.)
     if (ran_called && (cursor_ == plan.size() || plan[cursor_].site.position != last)) return;
   }

@@ -32,12 +32,12 @@ class PlanFollower {
   // At the end of the step (`end`: the number of ops called): the plan's steps left for ops
   // called, and every op still deferred.
   void finish(int end);
-  void abandon();                    // nothing stays deferred or held
-  bool cancel_deferral(Id op_id);    // ends a deferral without running; false: none
-  void on_ran(Id op_id);             // a deferred op is running: its pending reads end
-  bool holds_fresh(Id storage);      // a plan step's op made it: held until the plan frees it
-  void on_request_end();             // the references deferred ops held until they ran go
-  void forget(Id storage);           // its record is gone
+  void abandon();                  // nothing stays deferred or held
+  bool cancel_deferral(Id op_id);  // ends a deferral without running; false: none
+  void on_ran(Id op_id);           // a deferred op is running: its pending reads end
+  bool holds_fresh(Id storage);    // a plan step's op made it: held until the plan frees it
+  void on_request_end();           // the references deferred ops held until they ran go
+  void forget(Id storage);         // its record is gone
 
  private:
   struct Hold {
@@ -62,11 +62,11 @@ class PlanFollower {
   RuntimeImpl& rt_;
   const Step& step_;
   bool following_ = true;
-  std::size_t cursor_ = 0;          // the plan's next step
-  bool plan_run_ = false;           // a plan step is running: its op's outputs stay resident
-  std::vector<Id> deferred_;        // ops deferred in this step, in order
-  std::vector<Id> undeferred_;      // deferred ops run by the current request
-  std::vector<Id> plan_storages_;   // storages the plan holds
+  std::size_t cursor_ = 0;         // the plan's next step
+  bool plan_run_ = false;          // a plan step is running: its op's outputs stay resident
+  std::vector<Id> deferred_;       // ops deferred in this step, in order
+  std::vector<Id> undeferred_;     // deferred ops run by the current request
+  std::vector<Id> plan_storages_;  // storages the plan holds
   absl::flat_hash_map<Id, Hold> holds_;
 };
 

@@ -92,8 +92,7 @@ absl::StatusOr<StaticReplayResult> static_replay(const Graph& g, const Schedule&
   r.overhead = base > 0 ? r.cost / base - 1.0 : 0.0;
   r.recomputations = st.recomputations;
   if (options.record_timeline) r.timeline = rt.timeline();
-  r.wall_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 

@@ -84,7 +84,7 @@ RecordedStep Step::result() {
 // Adds the op at `position` to the step's signature (its name and arities, then its shapes)
 // and makes room for its outputs.
 void Step::enter_position(const std::string& name, const std::vector<Id>& inputs,
-                                 std::span<const TensorSpec> outputs, int position) {
+                          std::span<const TensorSpec> outputs, int position) {
   StepSignature& sig = signature_;
   sig.structure = mix(mix(mix(sig.structure, hash_string(name)), inputs.size()), outputs.size());
   sig.shapes = mix(sig.shapes, sig.structure);
@@ -124,8 +124,7 @@ const OpHint* Step::place_op(Id op_id, int position) {
     tr.node = -1;
   }
   if (recorder_) recorder_->record_call(op_id, position);
-  if (hints_ == nullptr || static_cast<std::size_t>(position) >= hints_->ops.size())
-    return nullptr;
+  if (hints_ == nullptr || static_cast<std::size_t>(position) >= hints_->ops.size()) return nullptr;
   const OpHint& hint = hints_->ops[static_cast<std::size_t>(position)];
   if (hint.op != op.op->name) {
     ++rt_.stats.hint_mismatches;
@@ -160,8 +159,7 @@ void Step::after_new_op() {
 
 void Step::evict_hinted(const OpHint& hint) {
   for (const StepSite& site : hint.evict_after) {
-    if (site.position < 0 || static_cast<std::size_t>(site.position) >= outputs_.size())
-      continue;
+    if (site.position < 0 || static_cast<std::size_t>(site.position) >= outputs_.size()) continue;
     const auto& outs = outputs_[static_cast<std::size_t>(site.position)];
     if (site.output < 0 || static_cast<std::size_t>(site.output) >= outs.size()) continue;
     const Id t = outs[static_cast<std::size_t>(site.output)];
@@ -180,7 +178,9 @@ void Step::on_ran(Id op, bool first_run) {
   if (follower_) follower_->on_ran(op);
 }
 
-bool Step::holds_fresh(Id storage) { return follower_ != nullptr && follower_->holds_fresh(storage); }
+bool Step::holds_fresh(Id storage) {
+  return follower_ != nullptr && follower_->holds_fresh(storage);
+}
 
 void Step::on_request_end() {
   if (follower_) follower_->on_request_end();
@@ -219,8 +219,7 @@ Id Step::op_at(int position) const {
 }
 
 Id Step::site_tensor(const StepSite& site) const {
-  if (site.position < 0 || static_cast<std::size_t>(site.position) >= outputs_.size())
-    return kNone;
+  if (site.position < 0 || static_cast<std::size_t>(site.position) >= outputs_.size()) return kNone;
   const auto& outs = outputs_[static_cast<std::size_t>(site.position)];
   if (site.output < 0 || static_cast<std::size_t>(site.output) >= outs.size()) return kNone;
   const Id t = outs[static_cast<std::size_t>(site.output)];

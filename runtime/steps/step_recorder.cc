@@ -29,7 +29,7 @@ StepRecorder::StepRecorder(RuntimeImpl& rt, const Step& step, const std::string&
 int StepRecorder::recorded_node(Id t) {
   TensorRec& tr = rt_.tensors[t];
   if (tr.step == step_.stamp() && tr.node >= 0) return tr.node;
-    const int node = graph_.size();
+  const int node = graph_.size();
   Node n;
   n.id = node;
   n.name = absl::StrCat("input", node);
@@ -53,7 +53,7 @@ int StepRecorder::recorded_node(Id t) {
 }
 
 void StepRecorder::record_call(Id op_id, int position) {
-    const OpRec& op = rt_.ops[op_id];
+  const OpRec& op = rt_.ops[op_id];
   DtrInstruction in;
   in.kind = DtrInstruction::Kind::kCall;
   in.op = op.op->name;
@@ -100,8 +100,8 @@ void StepRecorder::record_call(Id op_id, int position) {
 }
 
 void StepRecorder::record_update(const OpDef& op, const std::vector<Id>& args, double cost,
-                            int position, const std::vector<Id>& frozen) {
-    executed_.push_back(position);
+                                 int position, const std::vector<Id>& frozen) {
+  executed_.push_back(position);
   DtrInstruction in;
   in.kind = DtrInstruction::Kind::kCall;
   in.op = op.name;
@@ -143,7 +143,7 @@ void StepRecorder::record_update(const OpDef& op, const std::vector<Id>& args, d
 
 void StepRecorder::note_run(const OpRec& op, bool first_run) {
   if (op.position < 0 || op.step != step_.stamp()) return;
-    executed_.push_back(op.position);
+  executed_.push_back(op.position);
   if (!first_run || static_cast<std::size_t>(op.position) >= call_at_.size()) return;
   const auto [call, first_node] = call_at_[static_cast<std::size_t>(op.position)];
   if (call < 0) return;

@@ -144,7 +144,8 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   r.deferred_ops = s.deferred_ops;
   if (options.record_timeline) r.timeline = rt.timeline();
   r.simulated_seconds = rt.clock() * 1e-9;
-  r.slowdown = trace.total_time_ns == 0 ? 1.0 : rt.clock() / static_cast<double>(trace.total_time_ns);
+  r.slowdown =
+      trace.total_time_ns == 0 ? 1.0 : rt.clock() / static_cast<double>(trace.total_time_ns);
   return r;
 }
 

@@ -65,7 +65,7 @@ TEST(ReplayTest, TightBudgetRecomputesAndCountsTime) {
   EXPECT_EQ(r.evictions, 1u);
   EXPECT_EQ(r.recomputations, 1u);
   EXPECT_DOUBLE_EQ(r.slowdown, (106.0 + 10.0) / 106.0);  // a's op (10 ns) ran twice
-  o.budget = 300;  // x, a and b must be live together at g
+  o.budget = 300;                                        // x, a and b must be live together at g
   EXPECT_EQ(replay(t, o).status, "oom");
 }
 
@@ -77,7 +77,7 @@ std::filesystem::path shared_trace(const std::string& name) {
 
 struct Reference {
   std::string name;
-  double about_gb;        // docs/formats.md's unconstrained peak
+  double about_gb;         // docs/formats.md's unconstrained peak
   double dtr_best_lowest;  // the DTR simulator's lowest passing budget, best heuristic
 };
 
@@ -127,12 +127,11 @@ TEST_P(SharedTraceTest, SweepHonoursBudgetAndClearsDtrsLowestBudget) {
   EXPECT_LE(lowest, GetParam().dtr_best_lowest + 1e-9);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtr, SharedTraceTest,
-                         ::testing::Values(Reference{"resnet32", 10.1, 0.2},
-                                           Reference{"transformer", 9.9, 0.2},
-                                           Reference{"unet", 8.4, 0.3},
-                                           Reference{"treelstm", 0.17, 0.2}),
-                         [](const ::testing::TestParamInfo<Reference>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Dtr, SharedTraceTest,
+    ::testing::Values(Reference{"resnet32", 10.1, 0.2}, Reference{"transformer", 9.9, 0.2},
+                      Reference{"unet", 8.4, 0.3}, Reference{"treelstm", 0.17, 0.2}),
+    [](const ::testing::TestParamInfo<Reference>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace remat

@@ -23,7 +23,10 @@ constexpr int kRecomputeTid = 2;
 double Micros(double clock) { return clock / 1000.0; }
 
 json ThreadName(int tid, std::string_view name) {
-  return {{"ph", "M"}, {"pid", kPid}, {"tid", tid}, {"name", "thread_name"},
+  return {{"ph", "M"},
+          {"pid", kPid},
+          {"tid", tid},
+          {"name", "thread_name"},
           {"args", {{"name", name}}}};
 }
 
@@ -43,9 +46,9 @@ absl::Status Validate(const Timeline& timeline) {
           absl::StrCat("timeline memory sample ", i, " has a non-finite time ", t));
     }
     if (i > 0 && t < timeline.memory[i - 1].time) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("timeline memory sample ", i, " goes back in time: ", t, " after ",
-                       timeline.memory[i - 1].time));
+      return absl::InvalidArgumentError(absl::StrCat("timeline memory sample ", i,
+                                                     " goes back in time: ", t, " after ",
+                                                     timeline.memory[i - 1].time));
     }
   }
   return absl::OkStatus();
@@ -54,11 +57,14 @@ absl::Status Validate(const Timeline& timeline) {
 }  // namespace
 
 absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
-                              std::ostream& out) {
+                                std::ostream& out) {
   if (absl::Status status = Validate(timeline); !status.ok()) return status;
 
   json events = json::array();
-  events.push_back({{"ph", "M"}, {"pid", kPid}, {"tid", 0}, {"name", "process_name"},
+  events.push_back({{"ph", "M"},
+                    {"pid", kPid},
+                    {"tid", 0},
+                    {"name", "process_name"},
                     {"args", {{"name", title}}}});
   events.push_back(ThreadName(kOpsTid, "ops"));
   events.push_back(ThreadName(kRecomputeTid, "recomputations"));

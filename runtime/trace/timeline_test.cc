@@ -146,8 +146,8 @@ TEST(TimelineTest, RejectsDecreasingMemoryTimes) {
 }
 
 TEST(TimelineTest, RejectsBadEventTimes) {
-  for (double bad : {-1.0, std::numeric_limits<double>::quiet_NaN(),
-                     std::numeric_limits<double>::infinity()}) {
+  for (double bad :
+       {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     SCOPED_TRACE(bad);
     Timeline start = SmallTimeline();
     start.events[1].start = bad;

@@ -28,8 +28,8 @@ std::string maybe_write_timeline(const CompareOptions& o, const std::string& nam
                                  const RunRow& row, const Timeline& timeline) {
   if (o.timeline_dir.empty()) return "";
   std::filesystem::create_directories(o.timeline_dir);
-  const std::string file = absl::StrCat(name, "_", row.method, "_", fraction_label(row.fraction),
-                                        ".trace.json");
+  const std::string file =
+      absl::StrCat(name, "_", row.method, "_", fraction_label(row.fraction), ".trace.json");
   const std::string path = (std::filesystem::path(o.timeline_dir) / file).string();
   std::ofstream out(path);
   const absl::Status s = write_chrome_trace(
@@ -102,8 +102,8 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
   report.baseline_peak = base.peak_bytes;
   const DtrTrace program = dtr_trace_from_graph(g);
   const std::vector<StepSite> sites = trace_sites(g);
-  const std::vector<std::string> planners = o.planners.empty() ? DefaultPlanners(g.nodes.size())
-                                                                : o.planners;
+  const std::vector<std::string> planners =
+      o.planners.empty() ? DefaultPlanners(g.nodes.size()) : o.planners;
   std::optional<Schedule> last_best;  // the best plan at the last budget that had one
   std::string last_best_note;
   for (double f : o.fractions) {
@@ -204,8 +204,8 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
     if (last_best)
       hints = std::make_shared<StepHints>(hints_from_schedule(g, *last_best, sites, seed_note));
     Timeline tl;
-    RunRow row = dynamic_row(program, "hinted", "hinted", hints, f, budget, o,
-                             timeline ? &tl : nullptr);
+    RunRow row =
+        dynamic_row(program, "hinted", "hinted", hints, f, budget, o, timeline ? &tl : nullptr);
     if (row.status == "ok") row.note = seed_note;
     if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, tl);
     report.rows.push_back(row);
@@ -214,11 +214,11 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
 }
 
 std::string FormatTable(const CompareReport& r) {
-  std::string out = absl::StrFormat("%s: %zu nodes, unconstrained peak %d bytes\n", r.name,
-                                    r.nodes, r.baseline_peak);
-  out += absl::StrFormat("%-6s %-10s %-8s %-11s %14s %14s %14s %9s %9s %9s\n", "budget",
-                         "method", "kind", "status", "peak_reserved", "peak_logical",
-                         "predicted", "overhead", "evictions", "decide_s");
+  std::string out = absl::StrFormat("%s: %zu nodes, unconstrained peak %d bytes\n", r.name, r.nodes,
+                                    r.baseline_peak);
+  out += absl::StrFormat("%-6s %-10s %-8s %-11s %14s %14s %14s %9s %9s %9s\n", "budget", "method",
+                         "kind", "status", "peak_reserved", "peak_logical", "predicted", "overhead",
+                         "evictions", "decide_s");
   for (const RunRow& row : r.rows) {
     const bool ok = row.status == "ok";
     out += absl::StrFormat(
@@ -260,7 +260,9 @@ nlohmann::json ToJson(const CompareReport& r) {
     if (!row.timeline.empty()) j["timeline"] = row.timeline;
     runs.push_back(std::move(j));
   }
-  return {{"graph", r.name}, {"nodes", r.nodes}, {"baseline_peak_bytes", r.baseline_peak},
+  return {{"graph", r.name},
+          {"nodes", r.nodes},
+          {"baseline_peak_bytes", r.baseline_peak},
           {"runs", std::move(runs)}};
 }
 

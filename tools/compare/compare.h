@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
-#include "remat/graph_transforms.h"
 #include "remat/graph.h"
+#include "remat/graph_transforms.h"
 #include "remat/runtime.h"
 #include "tools/compare/svg_plot.h"
 
@@ -29,34 +29,34 @@ struct CompareOptions {
   std::vector<double> fractions = {1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1};
   std::vector<std::string> planners;  // empty: those that suit the graph's size
   std::vector<std::string> policies = {"dtr", "dtr_eq", "dtr_sqrt", "msps", "lru", "largest"};
-  double planner_time_limit = 10;     // seconds, for the solvers (checkmate, moccasin)
+  double planner_time_limit = 10;                // seconds, for the solvers (checkmate, moccasin)
   Accounting accounting = Accounting::kLogical;  // of the dynamic runs
-  double slowdown_cap = 2.0;          // a dynamic run past this slowdown fails (thrash)
-  std::string timeline_dir;           // non-empty: write Chrome traces there
-  double timeline_fraction = 0.5;     // ... for the runs at this budget (all: see below)
-  bool all_timelines = false;         // ... for every run
+  double slowdown_cap = 2.0;                     // a dynamic run past this slowdown fails (thrash)
+  std::string timeline_dir;                      // non-empty: write Chrome traces there
+  double timeline_fraction = 0.5;                // ... for the runs at this budget (all: see below)
+  bool all_timelines = false;                    // ... for every run
 };
 
 struct RunRow {
   std::string method;
-  std::string kind;                   // none, static, dynamic, hinted
+  std::string kind;  // none, static, dynamic, hinted
   double fraction = 0;
   std::size_t budget = 0;
-  std::string status = "ok";          // ok, infeasible, oom, thrash, over_budget, error
-  std::string note;                   // why not ok, or what seeded `hinted`
-  std::size_t peak_reserved = 0;      // allocator accounting (static: its replay)
-  std::size_t peak_logical = 0;       // sum of live tensor sizes
-  std::int64_t predicted_peak = -1;   // static: the planner's simulated peak
-  double overhead = 0;                // recomputed cost / base cost
+  std::string status = "ok";         // ok, infeasible, oom, thrash, over_budget, error
+  std::string note;                  // why not ok, or what seeded `hinted`
+  std::size_t peak_reserved = 0;     // allocator accounting (static: its replay)
+  std::size_t peak_logical = 0;      // sum of live tensor sizes
+  std::int64_t predicted_peak = -1;  // static: the planner's simulated peak
+  double overhead = 0;               // recomputed cost / base cost
   std::size_t evictions = 0;
   std::size_t recomputations = 0;
-  double decision_seconds = 0;        // planner: solve time; dynamic: eviction search time
-  std::string timeline;               // path of its Chrome trace, if written
+  double decision_seconds = 0;  // planner: solve time; dynamic: eviction search time
+  std::string timeline;         // path of its Chrome trace, if written
 };
 
 struct CompareReport {
   std::string name;
-  std::int64_t baseline_peak = 0;     // the program's unconstrained peak (budgets are of it)
+  std::int64_t baseline_peak = 0;  // the program's unconstrained peak (budgets are of it)
   std::size_t nodes = 0;
   std::vector<RunRow> rows;
 };

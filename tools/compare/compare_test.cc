@@ -202,7 +202,7 @@ TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
   std::size_t deferred = 0;
   for (int trial = 0; trial < 12; ++trial) {
     const Graph g = hold_inputs(TrainingLikeGraph(20 + trial, rng(), /*branches=*/true,
-                                                 /*weight_grads=*/trial % 2 == 1));
+                                                  /*weight_grads=*/trial % 2 == 1));
     Schedule s{.graph = g.name, .order = {}};
     const std::vector<std::vector<int>> users = g.users();
     std::vector<bool> placed(g.nodes.size(), false);

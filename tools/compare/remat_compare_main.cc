@@ -22,8 +22,8 @@
 #include "examples/mlp_model.h"
 #include "examples/resnet_model.h"
 #include "examples/treelstm_model.h"
-#include "remat/graph_transforms.h"
 #include "remat/dtr_trace.h"
+#include "remat/graph_transforms.h"
 #include "remat/replay.h"
 #include "remat/static_replay.h"
 #include "tools/compare/compare.h"
@@ -115,9 +115,12 @@ int main(int argc, char** argv) {
       opt.policies = absl::StrSplit(value(), ',', absl::SkipEmpty());
     } else if (arg == "--accounting") {
       const std::string v = value();
-      if (v == "logical") opt.accounting = remat::Accounting::kLogical;
-      else if (v == "allocator") opt.accounting = remat::Accounting::kAllocator;
-      else return usage("bad --accounting");
+      if (v == "logical")
+        opt.accounting = remat::Accounting::kLogical;
+      else if (v == "allocator")
+        opt.accounting = remat::Accounting::kAllocator;
+      else
+        return usage("bad --accounting");
     } else if (arg == "--time-limit") {
       if (!absl::SimpleAtod(value(), &opt.planner_time_limit)) return usage("bad --time-limit");
     } else if (arg.rfind("--", 0) == 0 && !example.empty()) {
@@ -161,9 +164,9 @@ int main(int argc, char** argv) {
   const std::string base = (std::filesystem::path(out_dir) / report.name).string();
   {
     std::ofstream svg(base + ".svg");
-    svg << remat::compare::RenderOverheadPlot(remat::compare::OverheadSeries(report),
-                                              {.title = absl::StrCat(report.name,
-                                                                     ": overhead against budget")});
+    svg << remat::compare::RenderOverheadPlot(
+        remat::compare::OverheadSeries(report),
+        {.title = absl::StrCat(report.name, ": overhead against budget")});
   }
   const nlohmann::json j = remat::compare::ToJson(report);
   std::ofstream(base + ".json") << j.dump(1) << "\n";

@@ -25,11 +25,21 @@ std::string Escape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default: {
         const auto u = static_cast<unsigned char>(c);
         out += (u < 0x20 && c != '\t' && c != '\n' && c != '\r') ? '?' : c;
@@ -45,7 +55,8 @@ std::string Fixed(double value, int decimals) {
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::fixed, decimals);
   if (ec != std::errc()) {
-    auto [g_end, g_ec] = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::general, 6);
+    auto [g_end, g_ec] =
+        std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::general, 6);
     return g_ec == std::errc() ? std::string(buf, g_end) : std::string("?");
   }
   return std::string(buf, end);
@@ -166,10 +177,10 @@ std::string RenderOverheadPlot(const std::vector<PlotSeries>& series, const Plot
            Px(py(t)) + "\"/>\n";
   }
   svg += "</g>\n<g stroke=\"black\" stroke-width=\"1\">\n";
-  svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(x1) + "\" y2=\"" +
-         Px(y0) + "\"/>\n";
-  svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(x0) + "\" y2=\"" +
-         Px(y1) + "\"/>\n";
+  svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(x1) + "\" y2=\"" + Px(y0) +
+         "\"/>\n";
+  svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(x0) + "\" y2=\"" + Px(y1) +
+         "\"/>\n";
   for (double t : xa.ticks) {
     svg += "<line x1=\"" + Px(px(t)) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(px(t)) + "\" y2=\"" +
            Px(y0 + 5) + "\"/>\n";

@@ -15,7 +15,7 @@
 namespace remat::compare {
 
 struct PlotSeries {
-  std::string name;                              // legend label (escaped for XML)
+  std::string name;                               // legend label (escaped for XML)
   std::vector<std::pair<double, double>> points;  // (x, y), any order; sorted by x to draw
 };
 

@@ -28,9 +28,7 @@ class AllocatorHooks {
   }
   // Labels the live block at `p` for its owner (the runtime: the storage it holds), so that
   // a walk over the segments needs no address lookup; the label goes when the block is freed.
-  static void set_tag(CachingAllocator& a, const void* p, std::uint32_t tag) {
-    a.set_tag(p, tag);
-  }
+  static void set_tag(CachingAllocator& a, const void* p, std::uint32_t tag) { a.set_tag(p, tag); }
   // Every segment's blocks in address order (the expandable arena's room to grow is a free
   // block after its last one), reusing `out`'s buffers.
   static void layout(const CachingAllocator& a, BlockLayout& out) { a.layout(out); }

@@ -49,16 +49,16 @@ struct Block {
 };
 
 struct Segment {
-  std::uint64_t serial = 0;   // order of reservation (Note [Blocks and segments])
+  std::uint64_t serial = 0;  // order of reservation (Note [Blocks and segments])
   std::uintptr_t address = 0;
-  std::size_t size = 0;       // reserved (counted) bytes; for the arena, its mapped prefix
-  std::size_t capacity = 0;   // the arena's whole range; equal to size otherwise
+  std::size_t size = 0;      // reserved (counted) bytes; for the arena, its mapped prefix
+  std::size_t capacity = 0;  // the arena's whole range; equal to size otherwise
   bool small = false;
-  bool whole = false;         // one block, never split (Note [Whole segments for large tensors])
-  Block* first = nullptr;     // null while an arena maps nothing
+  bool whole = false;      // one block, never split (Note [Whole segments for large tensors])
+  Block* first = nullptr;  // null while an arena maps nothing
   Block* last = nullptr;
   std::size_t live_blocks = 0;
-  std::size_t blocks = 0;     // free ones included
+  std::size_t blocks = 0;  // free ones included
 };
 
 // The allocator's segments, and each one's blocks in address order, for the window
@@ -85,8 +85,10 @@ class AllocatorBlocks {
     }
     std::size_t size() const { return block_ == nullptr ? room_ : block_->size; }
     void next() {
-      if (block_ != nullptr) block_ = block_->next;
-      else room_ = 0;
+      if (block_ != nullptr)
+        block_ = block_->next;
+      else
+        room_ = 0;
     }
 
    private:
