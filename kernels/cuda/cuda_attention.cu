@@ -50,7 +50,7 @@ __device__ __forceinline__ float dot(const float* a, const float* b, i64 n) {
 
 __global__ void attention_forward_kernel(const float* __restrict__ qkv, float* __restrict__ out,
                                          float* __restrict__ att, Dims d) {
-  extern __shared__ float s[];  // T floats: this row's scores, then its weights
+  REMAT_DYNAMIC_SHARED(float, s);  // T floats: this row's scores, then its weights
   __shared__ float scratch[kWarp];
   const i64 c3 = 3 * d.c;
   const i64 items = d.b * d.nh * d.t;
@@ -99,7 +99,7 @@ __global__ void attention_backward_dq_kernel(const float* __restrict__ dout,
                                              const float* __restrict__ qkv,
                                              const float* __restrict__ att,
                                              float* __restrict__ dqkv, Dims d) {
-  extern __shared__ float s[];  // datt, then dpre, over t2 <= t
+  REMAT_DYNAMIC_SHARED(float, s);  // datt, then dpre, over t2 <= t
   __shared__ float scratch[kWarp];
   const i64 c3 = 3 * d.c;
   const i64 items = d.b * d.nh * d.t;
@@ -136,7 +136,7 @@ __global__ void attention_backward_dk_kernel(const float* __restrict__ dout,
                                              const float* __restrict__ qkv,
                                              const float* __restrict__ att,
                                              float* __restrict__ dqkv, Dims d) {
-  extern __shared__ float s[];  // dpre[t, t2] for t >= t2, at t - t2
+  REMAT_DYNAMIC_SHARED(float, s);  // dpre[t, t2] for t >= t2, at t - t2
   const i64 c3 = 3 * d.c;
   const i64 items = d.b * d.nh * d.t;
   for (i64 blk = blockIdx.x; blk < items; blk += gridDim.x) {
@@ -166,7 +166,7 @@ __global__ void attention_backward_dk_kernel(const float* __restrict__ dout,
 __global__ void attention_backward_dv_kernel(const float* __restrict__ dout,
                                              const float* __restrict__ att,
                                              float* __restrict__ dqkv, Dims d) {
-  extern __shared__ float s[];  // att[t, t2] for t >= t2, at t - t2
+  REMAT_DYNAMIC_SHARED(float, s);  // att[t, t2] for t >= t2, at t - t2
   const i64 c3 = 3 * d.c;
   const i64 items = d.b * d.nh * d.t;
   for (i64 blk = blockIdx.x; blk < items; blk += gridDim.x) {
@@ -200,8 +200,8 @@ void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i
   if (b <= 0 || t <= 0 || nh <= 0) return;
   const std::size_t smem = static_cast<std::size_t>(t) * sizeof(float);
   detail::allow_dynamic_smem(attention_forward_kernel, smem, "attention_forward_kernel");
-  attention_forward_kernel<<<grid_blocks(b * nh * t), kAttnThreads, smem, stream>>>(qkv, out, att,
-                                                                                    d);
+  REMAT_LAUNCH(attention_forward_kernel, grid_blocks(b * nh * t), kAttnThreads, smem, stream)
+  (qkv, out, att, d);
   check_launch("attention_forward_kernel");
 }
 
@@ -221,11 +221,13 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
   detail::allow_dynamic_smem(attention_backward_dq_kernel, smem, "attention_backward_dq_kernel");
   detail::allow_dynamic_smem(attention_backward_dk_kernel, smem, "attention_backward_dk_kernel");
   detail::allow_dynamic_smem(attention_backward_dv_kernel, smem, "attention_backward_dv_kernel");
-  attention_backward_dq_kernel<<<grid, kAttnThreads, smem, stream>>>(dout, qkv, att, dqkv, d);
+  REMAT_LAUNCH(attention_backward_dq_kernel, grid, kAttnThreads, smem, stream)
+  (dout, qkv, att, dqkv, d);
   check_launch("attention_backward_dq_kernel");
-  attention_backward_dk_kernel<<<grid, kAttnThreads, smem, stream>>>(dout, qkv, att, dqkv, d);
+  REMAT_LAUNCH(attention_backward_dk_kernel, grid, kAttnThreads, smem, stream)
+  (dout, qkv, att, dqkv, d);
   check_launch("attention_backward_dk_kernel");
-  attention_backward_dv_kernel<<<grid, kAttnThreads, smem, stream>>>(dout, att, dqkv, d);
+  REMAT_LAUNCH(attention_backward_dv_kernel, grid, kAttnThreads, smem, stream)(dout, att, dqkv, d);
   check_launch("attention_backward_dv_kernel");
 }
 

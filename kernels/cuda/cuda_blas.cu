@@ -172,7 +172,8 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
       REMAT_CUDA_CHECK(
           cudaMemsetAsync(c, 0, static_cast<std::size_t>(m * n) * sizeof(float), stream));
     } else if (beta != 1.0f) {
-      detail::scale_inplace_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(c, beta, m * n);
+      REMAT_LAUNCH(detail::scale_inplace_kernel, grid_for(m * n), kThreads, 0, stream)
+      (c, beta, m * n);
       check_launch("scale_inplace_kernel");
     }
     return;
@@ -198,15 +199,15 @@ void conv2d_forward(const float* x, const float* w, const float* bias, float* y,
   // the previous image's GEMM.
   for (i64 ni = 0; ni < n; ++ni) {
     if (kdim * p > 0) {
-      detail::im2col_kernel<<<grid_for(kdim * p), kThreads, 0, stream>>>(
-          x + ni * ic * h * wd, cols, h, wd, kh, kw, stride, pad, oh, ow, kdim * p);
+      REMAT_LAUNCH(detail::im2col_kernel, grid_for(kdim * p), kThreads, 0, stream)
+      (x + ni * ic * h * wd, cols, h, wd, kh, kw, stride, pad, oh, ow, kdim * p);
       check_launch("im2col_kernel");
     }
     gemm(false, false, oc, p, kdim, 1.0f, w, cols, 0.0f, y + ni * oc * p, stream);
   }
   if (bias != nullptr) {
-    detail::conv_bias_kernel<<<grid_for(n * oc * p), kThreads, 0, stream>>>(y, bias, oc, p,
-                                                                            n * oc * p);
+    REMAT_LAUNCH(detail::conv_bias_kernel, grid_for(n * oc * p), kThreads, 0, stream)
+    (y, bias, oc, p, n * oc * p);
     check_launch("conv_bias_kernel");
   }
 }
@@ -219,8 +220,8 @@ void conv2d_backward(const float* dy, const float* x, const float* w, float* dx,
   const i64 p = oh * ow;
   const i64 kdim = ic * kh * kw;
   if (dbias != nullptr && oc > 0) {
-    detail::conv_dbias_kernel<<<detail::grid_blocks(oc), kThreads, 0, stream>>>(dy, dbias, n, oc,
-                                                                                p);
+    REMAT_LAUNCH(detail::conv_dbias_kernel, detail::grid_blocks(oc), kThreads, 0, stream)
+    (dy, dbias, n, oc, p);
     check_launch("conv_dbias_kernel");
   }
   if (n <= 0) {
@@ -234,8 +235,8 @@ void conv2d_backward(const float* dy, const float* x, const float* w, float* dx,
   for (i64 ni = 0; ni < n; ++ni) {
     const float* dyi = dy + ni * oc * p;
     if (kdim * p > 0) {
-      detail::im2col_kernel<<<grid_for(kdim * p), kThreads, 0, stream>>>(
-          x + ni * image, cols, h, wd, kh, kw, stride, pad, oh, ow, kdim * p);
+      REMAT_LAUNCH(detail::im2col_kernel, grid_for(kdim * p), kThreads, 0, stream)
+      (x + ni * image, cols, h, wd, kh, kw, stride, pad, oh, ow, kdim * p);
       check_launch("im2col_kernel");
     }
     // dw (+)= dy_i (OC x P) @ cols_i^T (P x K): overwritten by the first image, then
@@ -244,8 +245,8 @@ void conv2d_backward(const float* dy, const float* x, const float* w, float* dx,
     if (dx != nullptr && image > 0) {
       // dcols = w^T (K x OC) @ dy_i (OC x P), gathered back into dx_i by col2im.
       gemm(true, false, kdim, p, oc, 1.0f, w, dyi, 0.0f, cols, stream);
-      detail::col2im_kernel<<<grid_for(image), kThreads, 0, stream>>>(
-          cols, dx + ni * image, h, wd, kh, kw, stride, pad, oh, ow, image);
+      REMAT_LAUNCH(detail::col2im_kernel, grid_for(image), kThreads, 0, stream)
+      (cols, dx + ni * image, h, wd, kh, kw, stride, pad, oh, ow, image);
       check_launch("col2im_kernel");
     }
   }

@@ -2,8 +2,11 @@
 // status checks that throw, launch geometry, and fixed-order (deterministic) reductions.
 //
 //   REMAT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
-//   my_kernel<<<grid_for(n), kThreads, 0, stream>>>(...);
+//   REMAT_LAUNCH(my_kernel, grid_for(n), kThreads, 0, stream)(...);
 //   check_launch("my_kernel");
+//
+// The sources use REMAT_LAUNCH and REMAT_DYNAMIC_SHARED instead of CUDA's own syntax so that
+// they compile for the host too (kernels/cuda/host: Note [Host execution of CUDA kernels]).
 #ifndef REMAT_KERNELS_CUDA_CUDA_COMMON_CUH_
 #define REMAT_KERNELS_CUDA_CUDA_COMMON_CUH_
 
@@ -41,6 +44,20 @@ inline void check_launch(const char* kernel) {
   if (status != cudaSuccess) check_cuda(status, (std::string("launch of ") + kernel).c_str());
 }
 
+// kernel<<<grid, block, smem, stream>>>(args...), written REMAT_LAUNCH(kernel, grid, block,
+// smem, stream)(args...); on the host the grid runs before the call returns.
+#ifdef REMAT_CUDA_HOST_EXECUTION
+#define REMAT_LAUNCH(kernel, grid, block, smem, stream)                                         \
+  ((void)(stream), ::remat_cuda_host::LaunchConfig{dim3(grid), dim3(block), (smem), #kernel}->* \
+                       [](auto&... remat_args) { kernel(remat_args...); })
+#define REMAT_DYNAMIC_SHARED(type, name) \
+  type* name = static_cast<type*>(::remat_cuda_host::dynamic_shared())
+#else
+#define REMAT_LAUNCH(kernel, grid, block, smem, stream) \
+  kernel<<<(grid), (block), (smem), (stream)>>>
+#define REMAT_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 #define REMAT_CUDA_CHECK(expr) ::remat::kernels::cuda::detail::check_cuda((expr), #expr)
 #define REMAT_CUBLAS_CHECK(expr) ::remat::kernels::cuda::detail::check_cublas((expr), #expr)
 
@@ -51,10 +68,17 @@ cublasHandle_t blas_handle(cudaStream_t stream);
 constexpr int kThreads = 256;  // elementwise and most reduction kernels
 constexpr int kWarp = 32;
 
-// Blocks for a grid-stride loop over n items (kernels loop, so the grid may be capped).
+// Blocks for a grid-stride loop over n items (kernels loop, so the grid may be capped). On
+// the host the cap can be lowered, so that tests run every grid-stride loop at grids of 1, 3
+// or 5 blocks too.
 inline unsigned grid_for(i64 n, int threads = kThreads) {
   const i64 blocks = (n + threads - 1) / threads;
-  return static_cast<unsigned>(std::clamp<i64>(blocks, 1, i64{1} << 20));
+#ifdef REMAT_CUDA_HOST_EXECUTION
+  const i64 cap = ::remat_cuda_host::grid_stride_cap();
+#else
+  const i64 cap = i64{1} << 20;
+#endif
+  return static_cast<unsigned>(std::clamp<i64>(blocks, 1, cap));
 }
 
 // Blocks for a loop of one block per item.

@@ -25,7 +25,7 @@ __global__ void map_kernel(i64 n, F f) {
 template <class F>
 void launch_map(i64 n, F f, cudaStream_t stream, const char* name) {
   if (n <= 0) return;
-  map_kernel<<<grid_for(n), kThreads, 0, stream>>>(n, f);
+  REMAT_LAUNCH(map_kernel, grid_for(n), kThreads, 0, stream)(n, f);
   check_launch(name);
 }
 

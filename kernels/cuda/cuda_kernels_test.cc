@@ -2,9 +2,13 @@
 // and the CUDA result agree within a relative tolerance (dropout masks and maxpool argmax
 // exactly), and two CUDA runs give the same bits, with every output filled with different
 // garbage before each run (so an output that is accumulated into, or left partly unwritten,
-// shows up too). Every test skips where no CUDA device is usable.
+// shows up too). Built twice: against the CUDA build, where every test skips if no CUDA
+// device is usable, and as cuda_kernels_host_test, where the same CUDA sources run on the
+// host (kernels/cuda/host) and nothing skips.
 #include "kernels/cuda/cuda_kernels.h"
+#ifndef REMAT_CUDA_HOST_EXECUTION
 #include "remat/segment_source.h"
+#endif
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -14,8 +18,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
+#include <iostream>
 #include <random>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -29,8 +38,57 @@ namespace cpu = remat::kernels::cpu;
 namespace gpu = remat::kernels::cuda;
 using i64 = std::int64_t;
 
+#ifdef REMAT_CUDA_HOST_EXECUTION
+bool gpu_available() { return true; }  // the host runs the kernels
+
+// The __global__ kernels defined in the CUDA sources, by name.
+std::set<std::string> kernels_in_sources() {
+  std::set<std::string> names;
+  const std::regex global(R"(__global__\s+void\s+(\w+)\s*\()");
+  for (const auto& entry : std::filesystem::directory_iterator(REMAT_CUDA_SOURCE_DIR)) {
+    if (entry.path().extension() != ".cu") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::sregex_iterator it(text.begin(), text.end(), global), end; it != end; ++it)
+      names.insert((*it)[1]);
+  }
+  return names;
+}
+
+// Says that this is host execution, and at the end how many of the sources' kernels ran:
+// a kernel no test reaches fails the run.
+class HostExecutionReport : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::cout << "[ host     ] CUDA kernel sources executed on the host (kernels/cuda/host), "
+                 "each CUDA thread a fiber (a thread under ThreadSanitizer): not a GPU\n";
+  }
+  void TearDown() override {
+    const std::set<std::string> all = kernels_in_sources();
+    std::set<std::string> ran;
+    for (std::string name : remat_cuda_host::kernels_run())
+      ran.insert(name.substr(name.rfind(':') == std::string::npos ? 0 : name.rfind(':') + 1));
+    std::size_t covered = 0;
+    std::string missing;
+    for (const std::string& k : all) {
+      if (ran.count(k) != 0) {
+        ++covered;
+      } else {
+        missing += " " + k;
+      }
+    }
+    std::cout << "[ host     ] " << covered << " of " << all.size()
+              << " CUDA kernels executed on the host\n";
+    // A filtered run covers what it selects; the whole suite must reach every kernel.
+    if (::testing::GTEST_FLAG(filter) == "*" && covered != all.size())
+      ADD_FAILURE() << "kernels never launched by the tests:" << missing;
+  }
+};
+const auto* const kHostReport = ::testing::AddGlobalTestEnvironment(new HostExecutionReport);
+#else
 // False where the runtime reports any error (no driver, a driver too old, no device).
 bool gpu_available() { return remat::cuda_device_available(); }
+#endif
 
 void cuda_check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
@@ -624,5 +682,49 @@ TEST_F(CudaKernelsTest, AdamW) {
   EXPECT_TRUE(all_near(dm.download(), m, 1e-5f));
   EXPECT_TRUE(all_near(dv.download(), v, 1e-5f));
 }
+
+#ifdef REMAT_CUDA_HOST_EXECUTION
+// Every grid-stride kernel gives the same bits whatever the grid: capped at 1, 3, 5 and 1000
+// blocks, each must still cover all its items (a loop that strides by the wrong amount, or
+// does not loop, leaves some unwritten, which the poisoned outputs show).
+TEST_F(CudaKernelsTest, GridStrideLoopsGiveTheSameBitsAtAnyGridSize) {
+  const i64 rows = 37, cols = 301, n = rows * cols;  // 43 blocks of 256 uncapped
+  const auto x = random(n), bias = random(cols), dy = random(n);
+  const i64 cn = 2, ic = 3, h = 13, wd = 11, oc = 4, kh = 3, kw = 3, stride = 2, pad = 1;
+  const i64 oh = (h + 2 * pad - kh) / stride + 1, ow = (wd + 2 * pad - kw) / stride + 1;
+  const auto img = random(cn * ic * h * wd), w = random(oc * ic * kh * kw), cb = random(oc),
+             gy = random(cn * oc * oh * ow);
+  FBuf dx(x), dbias(bias), ddy(dy), dimg(img), dw(w), dcb(cb), dgy(gy);
+  FBuf y1(sz(n)), y2(sz(n)), y3(sz(n)), cy(sz(cn * oc * oh * ow)), cdx(img.size()), cdw(w.size()),
+      cdb(cb.size()), cols_buf(sz(ic * kh * kw * oh * ow));
+  FBuf py(sz(cn * ic * (h / 2) * (wd / 2))), pdx(img.size());
+  IBuf parg(sz(cn * ic * (h / 2) * (wd / 2)));
+  auto run_all = [&] {
+    gpu::bias_add(dx.get(), dbias.get(), y1.get(), rows, cols, stream_);
+    gpu::gelu_backward(dx.get(), ddy.get(), y2.get(), n, stream_);
+    gpu::add(dx.get(), ddy.get(), y3.get(), n, stream_);
+    gpu::conv2d_forward(dimg.get(), dw.get(), dcb.get(), cy.get(), cols_buf.get(), cn, ic, h, wd,
+                        oc, kh, kw, stride, pad, stream_);
+    gpu::conv2d_backward(dgy.get(), dimg.get(), dw.get(), cdx.get(), cdw.get(), cdb.get(),
+                         cols_buf.get(), cn, ic, h, wd, oc, kh, kw, stride, pad, stream_);
+    gpu::maxpool2d_forward(dimg.get(), py.get(), parg.get(), cn, ic, h, wd, 2, 2, stream_);
+    gpu::maxpool2d_backward(py.get(), parg.get(), pdx.get(), cn, ic, h, wd, 2, 2, stream_);
+  };
+  const std::vector<DeviceMem*> outs = {&y1, &y2, &y3, &cy, &cdx, &cdw, &cdb, &py, &parg, &pdx};
+  std::vector<std::vector<unsigned char>> want;
+  for (DeviceMem* o : outs) o->poison(0xFF, stream_);
+  run_all();
+  for (DeviceMem* o : outs) want.push_back(o->host_bytes());
+  for (std::int64_t cap : {1, 3, 5, 1000}) {
+    SCOPED_TRACE(::testing::Message() << "grid capped at " << cap << " blocks");
+    remat_cuda_host::set_grid_stride_cap(cap);
+    for (DeviceMem* o : outs) o->poison(0x7F, stream_);
+    run_all();
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      EXPECT_TRUE(outs[k]->host_bytes() == want[k]) << "output #" << k << " differs";
+  }
+  remat_cuda_host::set_grid_stride_cap(std::int64_t{1} << 20);
+}
+#endif
 
 }  // namespace

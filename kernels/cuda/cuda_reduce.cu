@@ -70,8 +70,8 @@ void launch_column_sum(i64 rows, i64 cols, F f, float* out0, float* out1, cudaSt
                        const char* name) {
   if (cols <= 0) return;
   const dim3 block(kColTile, kColTile);
-  column_sum_kernel<<<grid_blocks((cols + kColTile - 1) / kColTile), block, 0, stream>>>(
-      rows, cols, f, out0, out1);
+  REMAT_LAUNCH(column_sum_kernel, grid_blocks((cols + kColTile - 1) / kColTile), block, 0, stream)
+  (rows, cols, f, out0, out1);
   check_launch(name);
 }
 
@@ -445,15 +445,15 @@ void bias_grad(const float* dy, float* dbias, i64 rows, i64 cols, cudaStream_t s
 }
 
 void sum(const float* x, float* y, i64 n, cudaStream_t stream) {
-  sum_kernel<<<1, kSumThreads, 0, stream>>>(x, y, n);
+  REMAT_LAUNCH(sum_kernel, 1, kSumThreads, 0, stream)(x, y, n);
   check_launch("sum_kernel");
 }
 
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                        float* rstd, i64 rows, i64 c, float eps, cudaStream_t stream) {
   if (rows <= 0) return;
-  layernorm_forward_kernel<<<grid_blocks(rows), row_threads(c), 0, stream>>>(x, w, b, y, mean, rstd,
-                                                                             rows, c, eps);
+  REMAT_LAUNCH(layernorm_forward_kernel, grid_blocks(rows), row_threads(c), 0, stream)
+  (x, w, b, y, mean, rstd, rows, c, eps);
   check_launch("layernorm_forward_kernel");
 }
 
@@ -462,8 +462,8 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
                         cudaStream_t stream) {
   if (c <= 0) return;
   if (rows > 0) {
-    layernorm_backward_dx_kernel<<<grid_blocks(rows), row_threads(c), 0, stream>>>(
-        dy, x, w, mean, rstd, dx, rows, c);
+    REMAT_LAUNCH(layernorm_backward_dx_kernel, grid_blocks(rows), row_threads(c), 0, stream)
+    (dy, x, w, mean, rstd, dx, rows, c);
     check_launch("layernorm_backward_dx_kernel");
   }
   launch_column_sum(rows, c, LayerNormParamTerm{dy, x, mean, rstd, c}, dw, db, stream,
@@ -472,39 +472,40 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
 
 void softmax_forward(const float* x, float* y, i64 rows, i64 cols, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
-  softmax_forward_kernel<<<grid_blocks(rows), row_threads(cols), 0, stream>>>(x, y, rows, cols);
+  REMAT_LAUNCH(softmax_forward_kernel, grid_blocks(rows), row_threads(cols), 0, stream)
+  (x, y, rows, cols);
   check_launch("softmax_forward_kernel");
 }
 
 void softmax_backward(const float* y, const float* dy, float* dx, i64 rows, i64 cols,
                       cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
-  softmax_backward_kernel<<<grid_blocks(rows), row_threads(cols), 0, stream>>>(y, dy, dx, rows,
-                                                                               cols);
+  REMAT_LAUNCH(softmax_backward_kernel, grid_blocks(rows), row_threads(cols), 0, stream)
+  (y, dy, dx, rows, cols);
   check_launch("softmax_backward_kernel");
 }
 
 void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses, i64 n,
                            i64 v, cudaStream_t stream) {
   if (n <= 0 || v <= 0) return;
-  cross_entropy_forward_kernel<<<grid_blocks(n), row_threads(v), 0, stream>>>(logits, targets,
-                                                                              losses, n, v);
+  REMAT_LAUNCH(cross_entropy_forward_kernel, grid_blocks(n), row_threads(v), 0, stream)
+  (logits, targets, losses, n, v);
   check_launch("cross_entropy_forward_kernel");
 }
 
 void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* dloss,
                             float scale, float* dlogits, i64 n, i64 v, cudaStream_t stream) {
   if (n <= 0 || v <= 0) return;
-  cross_entropy_backward_kernel<<<grid_blocks(n), row_threads(v), 0, stream>>>(
-      logits, targets, dloss, scale, dlogits, n, v);
+  REMAT_LAUNCH(cross_entropy_backward_kernel, grid_blocks(n), row_threads(v), 0, stream)
+  (logits, targets, dloss, scale, dlogits, n, v);
   check_launch("cross_entropy_backward_kernel");
 }
 
 void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                        float* rstd, i64 n, i64 c, i64 hw, float eps, cudaStream_t stream) {
   if (c <= 0) return;
-  batchnorm_forward_kernel<<<grid_blocks(c), kThreads, 0, stream>>>(x, gamma, beta, y, mean, rstd,
-                                                                    n, c, hw, eps);
+  REMAT_LAUNCH(batchnorm_forward_kernel, grid_blocks(c), kThreads, 0, stream)
+  (x, gamma, beta, y, mean, rstd, n, c, hw, eps);
   check_launch("batchnorm_forward_kernel");
 }
 
@@ -512,8 +513,8 @@ void batchnorm_backward(const float* dy, const float* x, const float* gamma, con
                         const float* rstd, float* dx, float* dgamma, float* dbeta, i64 n, i64 c,
                         i64 hw, cudaStream_t stream) {
   if (c <= 0) return;
-  batchnorm_backward_kernel<<<grid_blocks(c), kThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx,
-                                                                     dgamma, dbeta, n, c, hw);
+  REMAT_LAUNCH(batchnorm_backward_kernel, grid_blocks(c), kThreads, 0, stream)
+  (dy, x, gamma, mean, rstd, dx, dgamma, dbeta, n, c, hw);
   check_launch("batchnorm_backward_kernel");
 }
 
@@ -523,8 +524,8 @@ void maxpool2d_forward(const float* x, float* y, std::int32_t* argmax, i64 n, i6
   const i64 ow = detail::out_dim(wd, 0, k, s);
   const i64 total = n * c * oh * ow;
   if (total <= 0) return;
-  maxpool2d_forward_kernel<<<grid_for(total), kThreads, 0, stream>>>(x, y, argmax, h, wd, k, s, oh,
-                                                                     ow, total);
+  REMAT_LAUNCH(maxpool2d_forward_kernel, grid_for(total), kThreads, 0, stream)
+  (x, y, argmax, h, wd, k, s, oh, ow, total);
   check_launch("maxpool2d_forward_kernel");
 }
 
@@ -534,8 +535,8 @@ void maxpool2d_backward(const float* dy, const std::int32_t* argmax, float* dx, 
   const i64 ow = detail::out_dim(wd, 0, k, s);
   const i64 total = n * c * h * wd;
   if (total <= 0) return;
-  maxpool2d_backward_kernel<<<grid_for(total), kThreads, 0, stream>>>(dy, argmax, dx, h, wd, k, s,
-                                                                      oh, ow, total);
+  REMAT_LAUNCH(maxpool2d_backward_kernel, grid_for(total), kThreads, 0, stream)
+  (dy, argmax, dx, h, wd, k, s, oh, ow, total);
   check_launch("maxpool2d_backward_kernel");
 }
 
@@ -543,8 +544,9 @@ void avgpool_forward(const float* x, float* y, i64 n, i64 c, i64 hw, cudaStream_
   const i64 planes = n * c;
   if (planes <= 0) return;
   constexpr int kPlanesPerBlock = kThreads / kWarp;
-  avgpool_forward_kernel<<<grid_blocks((planes + kPlanesPerBlock - 1) / kPlanesPerBlock), kThreads,
-                           0, stream>>>(x, y, planes, hw);
+  REMAT_LAUNCH(avgpool_forward_kernel,
+               grid_blocks((planes + kPlanesPerBlock - 1) / kPlanesPerBlock), kThreads, 0, stream)
+  (x, y, planes, hw);
   check_launch("avgpool_forward_kernel");
 }
 
@@ -555,13 +557,13 @@ void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte,
     const i64 channel_blocks = (c + kThreads - 1) / kThreads;
     if (channel_blocks > 65535) throw std::runtime_error("embedding_backward: C is too large");
     const dim3 grid(grid_blocks(v), static_cast<unsigned>(channel_blocks));
-    embedding_dwte_kernel<<<grid, kThreads, 0, stream>>>(dout, idx, dwte, std::max<i64>(b * t, 0),
-                                                         c, v);
+    REMAT_LAUNCH(embedding_dwte_kernel, grid, kThreads, 0, stream)
+    (dout, idx, dwte, std::max<i64>(b * t, 0), c, v);
     check_launch("embedding_dwte_kernel");
   }
   if (dwpe != nullptr && t > 0) {
-    embedding_dwpe_kernel<<<grid_for(t * c), kThreads, 0, stream>>>(dout, dwpe, std::max<i64>(b, 0),
-                                                                    t, c);
+    REMAT_LAUNCH(embedding_dwpe_kernel, grid_for(t * c), kThreads, 0, stream)
+    (dout, dwpe, std::max<i64>(b, 0), t, c);
     check_launch("embedding_dwpe_kernel");
   }
 }

@@ -1,0 +1,44 @@
+// cuBLAS on the host: the calls kernels/cuda/cuda_blas.cu makes, with GEMM by OpenBLAS.
+#include <cblas.h>
+
+#include "kernels/cuda/host/include/cublas_v2.h"
+
+const char* cublasGetStatusName(cublasStatus_t status) {
+  return status == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+}
+const char* cublasGetStatusString(cublasStatus_t status) {
+  return status == CUBLAS_STATUS_SUCCESS ? "success" : "an invalid value was used as an argument";
+}
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  *handle = new cublasContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void*, std::size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetAtomicsMode(cublasHandle_t, cublasAtomicsMode_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const float* alpha,
+                           const float* a, int lda, const float* b, int ldb, const float* beta,
+                           float* c, int ldc) {
+  // cuBLAS's own argument checks, which the kernel sources rely on reporting.
+  if (handle == nullptr || m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  cblas_sgemm(CblasColMajor, transa == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
+              transb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans, m, n, k, *alpha, a, lda, b, ldb,
+              *beta, c, ldc);
+  return CUBLAS_STATUS_SUCCESS;
+}
