@@ -130,7 +130,6 @@ UseInfo ComputeUses(const Graph& g) {
   return u;
 }
 
-// Whether value u can be dropped after target step v (file order), for good.
 // The nodes the executor computed from step `start` on, and their inputs: the only values
 // whose liveness those steps can have changed.
 std::vector<int> TouchedSince(const Graph& g, const Executor& ex, size_t start) {
@@ -143,6 +142,7 @@ std::vector<int> TouchedSince(const Graph& g, const Executor& ex, size_t start) 
   return touched;
 }
 
+// Whether value u can be dropped after target step v (file order), for good.
 bool Dead(const Graph& g, const UseInfo& ui, int u, int v) {
   if (!g.nodes[u].can_recompute()) return ui.horizon[u] <= v;
   return ui.last_user[u] <= v;
@@ -190,53 +190,92 @@ std::vector<int> ExecuteKeepSetRetained(const Graph& g, const std::vector<char>&
   return ExecuteKeepSetImpl(g, keep, true);
 }
 
+namespace {
+
+// GreedyOrder's eviction rule: before each computation, evicts the live value with the
+// lowest cost^a / (bytes * distance^b) until the computation fits the budget.
+class GreedyEviction {
+ public:
+  GreedyEviction(const Graph& g, const UseInfo& ui, Executor& ex, const GreedyParams& p)
+      : g_(g), ui_(ui), ex_(ex), p_(p), rng_(p.seed), in_list_(g.size(), 0) {}
+
+  // The target step being worked on (distances are measured from it).
+  void set_step(int v) { cur_ = v; }
+
+  // Makes u a candidate for eviction.
+  void Track(int u) {
+    if (!in_list_[u]) {
+      in_list_[u] = 1;
+      live_list_.push_back(u);
+    }
+  }
+
+  void MakeRoom(int x, int64_t budget) {
+    int64_t need = g_.nodes[x].bytes;
+    while (ex_.live_bytes() + need > budget) {
+      int victim = Victim();
+      if (victim < 0) break;  // nothing evictable: the budget cannot hold here
+      ex_.Drop(victim);
+    }
+  }
+
+ private:
+  int NextUse(int u) const {
+    const auto& us = ui_.users[u];
+    auto it = std::upper_bound(us.begin(), us.end(), cur_);
+    return it == us.end() ? g_.size() + 1 : *it;
+  }
+
+  // The evictable value of lowest score, or -1; forgets the values no longer live.
+  int Victim() {
+    int best = -1;
+    double best_score = 0;
+    size_t w = 0;
+    for (size_t k = 0; k < live_list_.size(); ++k) {
+      int u = live_list_[k];
+      if (!ex_.live(u)) {
+        in_list_[u] = 0;
+        continue;
+      }
+      live_list_[w++] = u;
+      if (ex_.pinned(u) || !g_.nodes[u].can_recompute() || g_.nodes[u].bytes == 0) continue;
+      double rc = g_.nodes[u].cost;
+      for (int i : g_.nodes[u].inputs)
+        if (!ex_.live(i)) rc += g_.nodes[i].cost;
+      double dist = std::max(1, NextUse(u) - cur_);
+      double score = std::pow(rc + 1e-9, p_.cost_exp) /
+                     (static_cast<double>(g_.nodes[u].bytes) * std::pow(dist, p_.dist_exp));
+      if (p_.noise > 0) score *= std::exp(p_.noise * normal_(rng_));
+      if (best < 0 || score < best_score) {
+        best = u;
+        best_score = score;
+      }
+    }
+    live_list_.resize(w);
+    return best;
+  }
+
+  const Graph& g_;
+  const UseInfo& ui_;
+  Executor& ex_;
+  const GreedyParams& p_;
+  std::mt19937_64 rng_;
+  std::normal_distribution<double> normal_{0.0, 1.0};
+  std::vector<int> live_list_;  // may contain stale entries; filtered lazily
+  std::vector<char> in_list_;
+  int cur_ = 0;
+};
+
+}  // namespace
+
 std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams& p) {
   UseInfo ui = ComputeUses(g);
   Executor ex(g);
   const int n = g.size();
-  std::mt19937_64 rng(p.seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<int> live_list;  // may contain stale entries; filtered lazily
-  std::vector<char> in_list(n, 0);
-  int cur = 0;
-  auto next_use = [&](int u) {
-    const auto& us = ui.users[u];
-    auto it = std::upper_bound(us.begin(), us.end(), cur);
-    return it == us.end() ? n + 1 : *it;
-  };
-  ex.before_compute = [&](int x) {
-    int64_t need = g.nodes[x].bytes;
-    while (ex.live_bytes() + need > budget) {
-      int best = -1;
-      double best_score = 0;
-      size_t w = 0;
-      for (size_t k = 0; k < live_list.size(); ++k) {
-        int u = live_list[k];
-        if (!ex.live(u)) {
-          in_list[u] = 0;
-          continue;
-        }
-        live_list[w++] = u;
-        if (ex.pinned(u) || !g.nodes[u].can_recompute() || g.nodes[u].bytes == 0) continue;
-        double rc = g.nodes[u].cost;
-        for (int i : g.nodes[u].inputs)
-          if (!ex.live(i)) rc += g.nodes[i].cost;
-        double dist = std::max(1, next_use(u) - cur);
-        double score = std::pow(rc + 1e-9, p.cost_exp) /
-                       (static_cast<double>(g.nodes[u].bytes) * std::pow(dist, p.dist_exp));
-        if (p.noise > 0) score *= std::exp(p.noise * normal(rng));
-        if (best < 0 || score < best_score) {
-          best = u;
-          best_score = score;
-        }
-      }
-      live_list.resize(w);
-      if (best < 0) break;  // nothing evictable: the budget cannot hold here
-      ex.Drop(best);
-    }
-  };
+  GreedyEviction eviction(g, ui, ex, p);
+  ex.before_compute = [&](int x) { eviction.MakeRoom(x, budget); };
   for (int v = 0; v < n; ++v) {
-    cur = v;
+    eviction.set_step(v);
     size_t start = ex.order().size();
     if (!ex.live(v)) {
       if (ex.computed(v) && !g.nodes[v].can_recompute()) break;
@@ -247,9 +286,8 @@ std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams&
       if (!ex.live(u)) continue;
       if (Dead(g, ui, u, v)) {
         ex.Drop(u);
-      } else if (!in_list[u]) {
-        in_list[u] = 1;
-        live_list.push_back(u);
+      } else {
+        eviction.Track(u);
       }
     }
   }
@@ -261,6 +299,49 @@ absl::StatusOr<RawPlan> PlanNoRemat(const Graph& g, const PlanOptions&) {
   for (int v = 0; v < g.size(); ++v) p.order.push_back(v);
   return p;
 }
+
+namespace {
+
+// Chen et al.'s greedy: walk the forward nodes, accumulate sizes, checkpoint the node where
+// the running total passes b.
+std::vector<char> ChenKeepSet(const Graph& g, double b) {
+  std::vector<char> keep(g.size(), 0);
+  double temp = 0;
+  for (const Node& n : g.nodes) {
+    if (n.phase != Phase::kForward || !n.can_recompute()) continue;
+    temp += static_cast<double>(n.bytes);
+    if (temp > b) {
+      keep[n.id] = 1;
+      temp = 0;
+    }
+  }
+  return keep;
+}
+
+// The thresholds to try: Chen's sqrt(total * largest), then a geometric sweep from a
+// quarter of the largest forward value to the total.
+std::vector<double> ChenThresholds(int64_t fwd_total, int64_t fwd_max) {
+  std::vector<double> bs;
+  double sq = std::sqrt(static_cast<double>(fwd_total) *
+                        static_cast<double>(std::max<int64_t>(fwd_max, 1)));
+  bs.push_back(sq);
+  double lo = std::max<double>(1.0, static_cast<double>(fwd_max) / 4),
+         hi = static_cast<double>(fwd_total) + 1;
+  for (int k = 0; k <= 48; ++k) bs.push_back(lo * std::pow(hi / lo, k / 48.0));
+  return bs;
+}
+
+// With a budget: fitting first, then the cheapest (or, when neither fits, the lower peak).
+// Without: the lowest peak, then the cheapest.
+bool BetterChen(const SimResult& r, const SimResult& best, const PlanOptions& opt) {
+  if (opt.budget_bytes) {
+    bool fits = r.peak_bytes <= *opt.budget_bytes, bfits = best.peak_bytes <= *opt.budget_bytes;
+    return fits != bfits ? fits : (fits ? r.cost < best.cost : r.peak_bytes < best.peak_bytes);
+  }
+  return r.peak_bytes < best.peak_bytes || (r.peak_bytes == best.peak_bytes && r.cost < best.cost);
+}
+
+}  // namespace
 
 absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   RawPlan p;
@@ -280,47 +361,15 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
     p.note = "no backward phase: nothing to checkpoint, file order";
     return p;
   }
-  auto keep_for = [&](double b) {
-    // Chen et al.'s greedy: walk the forward nodes, accumulate sizes, checkpoint the node
-    // where the running total passes b.
-    std::vector<char> keep(g.size(), 0);
-    double temp = 0;
-    for (const Node& n : g.nodes) {
-      if (n.phase != Phase::kForward || !n.can_recompute()) continue;
-      temp += static_cast<double>(n.bytes);
-      if (temp > b) {
-        keep[n.id] = 1;
-        temp = 0;
-      }
-    }
-    return keep;
-  };
-  std::vector<double> bs;
-  double sq = std::sqrt(static_cast<double>(fwd_total) *
-                        static_cast<double>(std::max<int64_t>(fwd_max, 1)));
-  bs.push_back(sq);
-  double lo = std::max<double>(1.0, static_cast<double>(fwd_max) / 4),
-         hi = static_cast<double>(fwd_total) + 1;
-  for (int k = 0; k <= 48; ++k) bs.push_back(lo * std::pow(hi / lo, k / 48.0));
   std::vector<int> best_order;
   SimResult best;
   bool have = false;
   Schedule s;
-  for (double b : bs) {
-    s.order = ExecuteKeepSet(g, keep_for(b));
+  for (double b : ChenThresholds(fwd_total, fwd_max)) {
+    s.order = ExecuteKeepSet(g, ChenKeepSet(g, b));
     SimResult r = simulate(g, s);
     if (!r.valid) continue;
-    bool better;
-    if (!have)
-      better = true;
-    else if (opt.budget_bytes) {
-      bool fits = r.peak_bytes <= *opt.budget_bytes, bfits = best.peak_bytes <= *opt.budget_bytes;
-      better = fits != bfits ? fits : (fits ? r.cost < best.cost : r.peak_bytes < best.peak_bytes);
-    } else {
-      better =
-          r.peak_bytes < best.peak_bytes || (r.peak_bytes == best.peak_bytes && r.cost < best.cost);
-    }
-    if (better) {
+    if (!have || BetterChen(r, best, opt)) {
       best = r;
       best_order = s.order;
       have = true;
@@ -330,78 +379,116 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   return p;
 }
 
-std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states,
-                                                  bool first_in_id_order) {
-  const int n = g.size();
-  if (n > 31) return std::nullopt;
-  const uint64_t all = (n == 64) ? ~0ULL : ((1ULL << n) - 1);
-  std::vector<uint64_t> inmask(n, 0);
-  for (int v = 0; v < n; ++v)
-    for (int u : g.nodes[v].inputs) inmask[v] |= 1ULL << u;
+namespace {
+
+// Dijkstra over (live set, computed set) states of at most 31 nodes, each packed in one
+// 64-bit key: computing a node costs its cost, dropping a value is free.
+class ExhaustiveSearch {
+ public:
+  ExhaustiveSearch(const Graph& g, int64_t budget, bool first_in_id_order)
+      : g_(g), n_(g.size()), budget_(budget), first_in_id_order_(first_in_id_order) {
+    all_ = (n_ == 64) ? ~0ULL : ((1ULL << n_) - 1);
+    inmask_.assign(n_, 0);
+    for (int v = 0; v < n_; ++v)
+      for (int u : g.nodes[v].inputs) inmask_[v] |= 1ULL << u;
+  }
+
+  std::optional<ExhaustiveResult> Run(size_t max_states) {
+    const uint64_t start = Key(0, 0);
+    info_[start] = {0, 0, -1, false};
+    pq_.push({0, start});
+    while (!pq_.empty()) {
+      auto [d, k] = pq_.top();
+      pq_.pop();
+      Info& cur = info_[k];
+      if (cur.closed || d > cur.dist) continue;
+      cur.closed = true;
+      if ((k >> 32) == all_) return TracePath(start, k, d);
+      if (info_.size() > max_states) return std::nullopt;
+      Expand(k, d);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // The best known distance of a state and how it was reached (action: the node computed,
+  // -1 for a drop).
   struct Info {
     double dist;
     uint64_t parent;
     int action;
     bool closed;
   };
-  std::unordered_map<uint64_t, Info> info;
-  using QE = std::pair<double, uint64_t>;
-  std::priority_queue<QE, std::vector<QE>, std::greater<QE>> pq;
-  auto key = [](uint64_t live, uint64_t done) { return live | (done << 32); };
-  auto bytes_of = [&](uint64_t m) {
+
+  static uint64_t Key(uint64_t live, uint64_t done) { return live | (done << 32); }
+
+  int64_t BytesOf(uint64_t m) const {
     int64_t b = 0;
-    for (int v = 0; v < n; ++v)
-      if (m >> v & 1) b += g.nodes[v].bytes;
+    for (int v = 0; v < n_; ++v)
+      if (m >> v & 1) b += g_.nodes[v].bytes;
     return b;
-  };
-  uint64_t start = key(0, 0);
-  info[start] = {0, 0, -1, false};
-  pq.push({0, start});
-  while (!pq.empty()) {
-    auto [d, k] = pq.top();
-    pq.pop();
-    Info& cur = info[k];
-    if (cur.closed || d > cur.dist) continue;
-    cur.closed = true;
-    uint64_t live = k & 0xffffffffULL, done = k >> 32;
-    if (done == all) {
-      ExhaustiveResult r;
-      r.cost = d;
-      uint64_t s = k;
-      while (s != start) {
-        const Info& in = info[s];
-        if (in.action >= 0) r.order.push_back(in.action);
-        s = in.parent;
-      }
-      std::reverse(r.order.begin(), r.order.end());
-      return r;
-    }
-    if (info.size() > max_states) return std::nullopt;
-    int64_t lb = bytes_of(live);
-    auto relax = [&](uint64_t nk, double nd, int action) {
-      auto it = info.find(nk);
-      if (it == info.end()) {
-        info[nk] = {nd, k, action, false};
-        pq.push({nd, nk});
-      } else if (!it->second.closed && nd < it->second.dist) {
-        it->second = {nd, k, action, false};
-        pq.push({nd, nk});
-      }
-    };
-    for (int v = 0; v < n; ++v) {
-      uint64_t bit = 1ULL << v;
-      if (live & bit) {
-        relax(key(live & ~bit, done), d, -1);  // drop v
-        continue;
-      }
-      if ((done & bit) && !g.nodes[v].can_recompute()) continue;
-      if (first_in_id_order && !(done & bit) && (done & (bit - 1)) != (bit - 1)) continue;
-      if ((inmask[v] & live) != inmask[v]) continue;
-      if (lb + g.nodes[v].bytes > budget) continue;
-      relax(key(live | bit, done | bit), d + g.nodes[v].cost, v);
+  }
+
+  void Relax(uint64_t from, uint64_t nk, double nd, int action) {
+    auto it = info_.find(nk);
+    if (it == info_.end()) {
+      info_[nk] = {nd, from, action, false};
+      pq_.push({nd, nk});
+    } else if (!it->second.closed && nd < it->second.dist) {
+      it->second = {nd, from, action, false};
+      pq_.push({nd, nk});
     }
   }
-  return std::nullopt;
+
+  // Successors of state k: drop a live value, or compute a node whose inputs are live
+  // within the budget.
+  void Expand(uint64_t k, double d) {
+    uint64_t live = k & 0xffffffffULL, done = k >> 32;
+    int64_t lb = BytesOf(live);
+    for (int v = 0; v < n_; ++v) {
+      uint64_t bit = 1ULL << v;
+      if (live & bit) {
+        Relax(k, Key(live & ~bit, done), d, -1);  // drop v
+        continue;
+      }
+      if ((done & bit) && !g_.nodes[v].can_recompute()) continue;
+      if (first_in_id_order_ && !(done & bit) && (done & (bit - 1)) != (bit - 1)) continue;
+      if ((inmask_[v] & live) != inmask_[v]) continue;
+      if (lb + g_.nodes[v].bytes > budget_) continue;
+      Relax(k, Key(live | bit, done | bit), d + g_.nodes[v].cost, v);
+    }
+  }
+
+  ExhaustiveResult TracePath(uint64_t start, uint64_t k, double d) const {
+    ExhaustiveResult r;
+    r.cost = d;
+    uint64_t s = k;
+    while (s != start) {
+      const Info& in = info_.at(s);
+      if (in.action >= 0) r.order.push_back(in.action);
+      s = in.parent;
+    }
+    std::reverse(r.order.begin(), r.order.end());
+    return r;
+  }
+
+  using QE = std::pair<double, uint64_t>;
+  const Graph& g_;
+  const int n_;
+  const int64_t budget_;
+  const bool first_in_id_order_;
+  uint64_t all_ = 0;
+  std::vector<uint64_t> inmask_;
+  std::unordered_map<uint64_t, Info> info_;
+  std::priority_queue<QE, std::vector<QE>, std::greater<QE>> pq_;
+};
+
+}  // namespace
+
+std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states,
+                                                  bool first_in_id_order) {
+  if (g.size() > 31) return std::nullopt;
+  return ExhaustiveSearch(g, budget, first_in_id_order).Run(max_states);
 }
 
 }  // namespace remat::internal

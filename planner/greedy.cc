@@ -57,70 +57,128 @@ void Evaluate(const Graph& g, const std::vector<int>& order, int64_t budget, Eva
   }
 }
 
+// The repair's random source (drawn from only with noise > 0).
+struct RepairRandom {
+  explicit RepairRandom(uint64_t seed) : rng(seed) {}
+  std::mt19937_64 rng;
+  std::uniform_real_distribution<double> unif{0.0, 1.0};
+  double Uniform() { return unif(rng); }
+};
+
+// The violating step to relieve: the peak (or, with noise, a random violating step).
+int StepToRelieve(const Eval& e, int64_t budget, const GreedyParams& p, RepairRandom* rand) {
+  int p_step = e.peak_step;
+  if (p.noise > 0 && rand->Uniform() < 0.3) {
+    std::vector<int> viol;
+    for (size_t j = 0; j < e.mem.size(); ++j)
+      if (e.mem[j] > budget) viol.push_back(static_cast<int>(j));
+    p_step = viol[rand->rng() % viol.size()];
+  }
+  return p_step;
+}
+
+// A recomputation to try: instance `inst` again right before its first reader r1 after
+// the step to relieve; pre is the bytes-per-cost estimate that ranks it.
+struct Cand {
+  int inst;
+  int r1;
+  double pre;
+};
+
+// Instances resident at p_step but not read there that may be recomputed, the most
+// promising kMax of them.
+std::vector<Cand> RecomputeCandidates(const Graph& g, const std::vector<int>& order, const Eval& e,
+                                      int p_step, const GreedyParams& p, RepairRandom* rand) {
+  std::vector<Cand> cands;
+  for (int i = 0; i < p_step; ++i) {
+    if (e.last_read[i] <= p_step) continue;
+    int v = order[i];
+    if (!g.nodes[v].can_recompute() || g.nodes[v].bytes == 0) continue;
+    const auto& rd = e.readers[i];
+    if (std::binary_search(rd.begin(), rd.end(), p_step)) continue;
+    int r1 = *std::upper_bound(rd.begin(), rd.end(), p_step);
+    double pre =
+        static_cast<double>(g.nodes[v].bytes) / std::pow(g.nodes[v].cost + 1e-3, p.cost_exp);
+    if (p.noise > 0) pre *= std::exp(p.noise * (rand->Uniform() - 0.5));
+    cands.push_back({i, r1, pre});
+  }
+  const size_t kMax = order.size() < 2000 ? 150 : 40;
+  if (cands.size() > kMax) {
+    std::partial_sort(cands.begin(), cands.begin() + kMax, cands.end(),
+                      [](const Cand& a, const Cand& b) { return a.pre > b.pre; });
+    cands.resize(kMax);
+  }
+  return cands;
+}
+
+// The order with the candidate recomputation that relieves the most excess memory per unit
+// of cost; empty when none helps. *trial is scratch space.
+std::vector<int> BestRecomputation(const Graph& g, const std::vector<int>& order, int64_t budget,
+                                   const Eval& e, const std::vector<Cand>& cands, int p_step,
+                                   const GreedyParams& p, RepairRandom* rand, Eval* trial) {
+  double best_score = 0;
+  std::vector<int> best_order;
+  for (const Cand& c : cands) {
+    std::vector<int> o;
+    o.reserve(order.size() + 1);
+    o.insert(o.end(), order.begin(), order.begin() + c.r1);
+    o.push_back(order[c.inst]);
+    o.insert(o.end(), order.begin() + c.r1, order.end());
+    Evaluate(g, o, budget, trial, false);
+    double gain = e.excess - trial->excess;
+    if (trial->mem[p_step] >= e.mem[p_step] && gain <= 0) continue;
+    double score = (gain + 1e-9 * (e.mem[p_step] - trial->mem[p_step])) /
+                   std::pow(g.nodes[order[c.inst]].cost + 1e-3, p.cost_exp);
+    if (p.noise > 0) score *= std::exp(p.noise * (rand->Uniform() - 0.5));
+    if (score > best_score) {
+      best_score = score;
+      best_order = std::move(o);
+    }
+  }
+  return best_order;
+}
+
+// Drops recomputations the budget does not need (latest first), most expensive first.
+std::vector<int> DropUnneededRecomputations(const Graph& g, const std::vector<int>& order,
+                                            int64_t budget, const Deadline* deadline, Eval* trial) {
+  std::vector<int> seen(g.size(), 0), recomp;
+  for (size_t j = 0; j < order.size(); ++j)
+    if (seen[order[j]]++) recomp.push_back(static_cast<int>(j));
+  std::sort(recomp.begin(), recomp.end(), [&](int a, int b) {
+    return g.nodes[order[a]].cost > g.nodes[order[b]].cost ||
+           (g.nodes[order[a]].cost == g.nodes[order[b]].cost && a > b);
+  });
+  std::vector<char> removed(order.size(), 0);
+  for (int j : recomp) {
+    if (deadline && deadline->Expired()) break;
+    removed[j] = 1;
+    std::vector<int> o;
+    for (size_t k = 0; k < order.size(); ++k)
+      if (!removed[k]) o.push_back(order[k]);
+    Evaluate(g, o, budget, trial, false);
+    if (trial->peak > budget) removed[j] = 0;
+  }
+  std::vector<int> o;
+  for (size_t k = 0; k < order.size(); ++k)
+    if (!removed[k]) o.push_back(order[k]);
+  return o;
+}
+
 }  // namespace
 
 std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget,
                              const GreedyParams& p, const Deadline* deadline) {
-  std::mt19937_64 rng(p.seed);
-  std::uniform_real_distribution<double> unif(0.0, 1.0);
+  RepairRandom rand(p.seed);
   Eval e, trial;
   Evaluate(g, order, budget, &e, true);
   int stall = 0;
   while (e.peak > budget) {
     if (deadline && deadline->Expired()) break;
-    // The violating step to relieve: the peak (or, with noise, a random violating step).
-    int p_step = e.peak_step;
-    if (p.noise > 0 && unif(rng) < 0.3) {
-      std::vector<int> viol;
-      for (size_t j = 0; j < e.mem.size(); ++j)
-        if (e.mem[j] > budget) viol.push_back(static_cast<int>(j));
-      p_step = viol[rng() % viol.size()];
-    }
-    struct Cand {
-      int inst;
-      int r1;
-      double pre;
-    };
-    std::vector<Cand> cands;
-    for (int i = 0; i < p_step; ++i) {
-      if (e.last_read[i] <= p_step) continue;
-      int v = order[i];
-      if (!g.nodes[v].can_recompute() || g.nodes[v].bytes == 0) continue;
-      const auto& rd = e.readers[i];
-      if (std::binary_search(rd.begin(), rd.end(), p_step)) continue;
-      int r1 = *std::upper_bound(rd.begin(), rd.end(), p_step);
-      double pre =
-          static_cast<double>(g.nodes[v].bytes) / std::pow(g.nodes[v].cost + 1e-3, p.cost_exp);
-      if (p.noise > 0) pre *= std::exp(p.noise * (unif(rng) - 0.5));
-      cands.push_back({i, r1, pre});
-    }
+    const int p_step = StepToRelieve(e, budget, p, &rand);
+    std::vector<Cand> cands = RecomputeCandidates(g, order, e, p_step, p, &rand);
     if (cands.empty()) break;
-    const size_t kMax = order.size() < 2000 ? 150 : 40;
-    if (cands.size() > kMax) {
-      std::partial_sort(cands.begin(), cands.begin() + kMax, cands.end(),
-                        [](const Cand& a, const Cand& b) { return a.pre > b.pre; });
-      cands.resize(kMax);
-    }
-    double best_score = 0;
-    std::vector<int> best_order;
-    Eval best_eval;
-    for (const Cand& c : cands) {
-      std::vector<int> o;
-      o.reserve(order.size() + 1);
-      o.insert(o.end(), order.begin(), order.begin() + c.r1);
-      o.push_back(order[c.inst]);
-      o.insert(o.end(), order.begin() + c.r1, order.end());
-      Evaluate(g, o, budget, &trial, false);
-      double gain = e.excess - trial.excess;
-      if (trial.mem[p_step] >= e.mem[p_step] && gain <= 0) continue;
-      double score = (gain + 1e-9 * (e.mem[p_step] - trial.mem[p_step])) /
-                     std::pow(g.nodes[order[c.inst]].cost + 1e-3, p.cost_exp);
-      if (p.noise > 0) score *= std::exp(p.noise * (unif(rng) - 0.5));
-      if (score > best_score) {
-        best_score = score;
-        best_order = std::move(o);
-      }
-    }
+    std::vector<int> best_order =
+        BestRecomputation(g, order, budget, e, cands, p_step, p, &rand, &trial);
     if (best_order.empty()) {
       if (++stall > 2) break;
       continue;
@@ -129,30 +187,7 @@ std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t bud
     order = std::move(best_order);
     Evaluate(g, order, budget, &e, true);
   }
-  // Drop recomputations the budget does not need (latest first), most expensive first.
-  if (e.peak <= budget) {
-    std::vector<int> seen(g.size(), 0), recomp;
-    for (size_t j = 0; j < order.size(); ++j)
-      if (seen[order[j]]++) recomp.push_back(static_cast<int>(j));
-    std::sort(recomp.begin(), recomp.end(), [&](int a, int b) {
-      return g.nodes[order[a]].cost > g.nodes[order[b]].cost ||
-             (g.nodes[order[a]].cost == g.nodes[order[b]].cost && a > b);
-    });
-    std::vector<char> removed(order.size(), 0);
-    for (int j : recomp) {
-      if (deadline && deadline->Expired()) break;
-      removed[j] = 1;
-      std::vector<int> o;
-      for (size_t k = 0; k < order.size(); ++k)
-        if (!removed[k]) o.push_back(order[k]);
-      Evaluate(g, o, budget, &trial, false);
-      if (trial.peak > budget) removed[j] = 0;
-    }
-    std::vector<int> o;
-    for (size_t k = 0; k < order.size(); ++k)
-      if (!removed[k]) o.push_back(order[k]);
-    order = std::move(o);
-  }
+  if (e.peak <= budget) order = DropUnneededRecomputations(g, order, budget, deadline, &trial);
   return order;
 }
 

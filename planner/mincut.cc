@@ -18,32 +18,30 @@ namespace remat::internal {
 
 std::vector<int> ExecuteKeepSetRetained(const Graph& g, const std::vector<char>& keep);
 
-absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
-  using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
-  using FlowGraph = boost::adjacency_list<
-      boost::vecS, boost::vecS, boost::directedS,
-      boost::property<boost::vertex_index_t, long,
-                      boost::property<boost::vertex_color_t, boost::default_color_type,
-                                      boost::property<boost::vertex_distance_t, long,
-                                                      boost::property<boost::vertex_predecessor_t,
-                                                                      Traits::edge_descriptor>>>>,
-      boost::property<
-          boost::edge_capacity_t, long long,
-          boost::property<boost::edge_residual_capacity_t, long long,
-                          boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
-  RawPlan plan;
+namespace {
+
+using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
+using FlowGraph = boost::adjacency_list<
+    boost::vecS, boost::vecS, boost::directedS,
+    boost::property<boost::vertex_index_t, long,
+                    boost::property<boost::vertex_color_t, boost::default_color_type,
+                                    boost::property<boost::vertex_distance_t, long,
+                                                    boost::property<boost::vertex_predecessor_t,
+                                                                    Traits::edge_descriptor>>>>,
+    boost::property<
+        boost::edge_capacity_t, long long,
+        boost::property<boost::edge_residual_capacity_t, long long,
+                        boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
+
+int In(int v) { return 2 * v; }
+int Out(int v) { return 2 * v + 1; }
+
+// Builds the flow network and cuts it; returns, for In(v) and Out(v) of every node v,
+// whether that vertex is on the source side of the minimum cut.
+std::vector<char> MinCutSourceSide(const Graph& g, const std::vector<std::vector<int>>& users) {
   const int n = g.size();
-  bool has_backward = false;
   long long total = 1;
-  for (const Node& v : g.nodes) {
-    has_backward |= v.phase == Phase::kBackward;
-    total += v.bytes;
-  }
-  if (!has_backward) {
-    for (int v = 0; v < n; ++v) plan.order.push_back(v);
-    plan.note = "no backward phase: nothing to partition, file order";
-    return plan;
-  }
+  for (const Node& v : g.nodes) total += v.bytes;
   const long long inf = std::min<long long>(total, (1LL << 60) / (n + 2)) * 4 + 1;
   FlowGraph fg(2 * n + 2);
   const int src = 2 * n, snk = 2 * n + 1;
@@ -57,35 +55,35 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
     rev[e1] = e2;
     rev[e2] = e1;
   };
-  auto in = [](int v) { return 2 * v; };
-  auto out = [](int v) { return 2 * v + 1; };
-  auto users = g.users();
   for (const Node& v : g.nodes) {
     if (v.phase == Phase::kBackward) {
-      add(in(v.id), snk, inf);
+      add(In(v.id), snk, inf);
       continue;
     }
-    if (!v.can_recompute() || v.pytorch_banned) add(src, in(v.id), inf);
-    add(in(v.id), out(v.id), std::max<long long>(v.bytes, 0));
-    for (int w : users[v.id]) add(out(v.id), in(w), inf);
+    if (!v.can_recompute() || v.pytorch_banned) add(src, In(v.id), inf);
+    add(In(v.id), Out(v.id), std::max<long long>(v.bytes, 0));
+    for (int w : users[v.id]) add(Out(v.id), In(w), inf);
   }
   boost::boykov_kolmogorov_max_flow(fg, src, snk);
-#pragma GCC diagnostic pop
   auto color = boost::get(boost::vertex_color, fg);
-  std::vector<char> keep(n, 0);
-  for (const Node& v : g.nodes) {
-    if (v.phase == Phase::kBackward) continue;
-    bool in_src = color[in(v.id)] == boost::black_color;
-    bool out_src = color[out(v.id)] == boost::black_color;
-    if (in_src && !out_src) keep[v.id] = 1;
-  }
-  // Forward graph: the forward nodes on the source side of the cut, in file order; values
-  // not saved die after their last reader there. Backward graph: everything else in file
-  // order, recomputing what it needs; nothing is freed there before its last reader.
-  std::vector<char> in_fwd(n, 0);
-  for (const Node& v : g.nodes) {
-    in_fwd[v.id] = v.phase == Phase::kForward && color[in(v.id)] == boost::black_color;
-  }
+  std::vector<char> source_side(2 * n, 0);
+  for (int x = 0; x < 2 * n; ++x) source_side[x] = color[x] == boost::black_color;
+  return source_side;
+}
+
+}  // namespace
+#pragma GCC diagnostic pop
+
+namespace {
+
+// Forward graph: the forward nodes on the source side of the cut (in_fwd), in file order;
+// values not saved (keep) die after their last reader there. Backward graph: everything
+// else in file order, recomputing what it needs; nothing is freed there before its last
+// reader.
+void ExecutePartition(const Graph& g, const std::vector<std::vector<int>>& users,
+                      const std::vector<char>& keep, const std::vector<char>& in_fwd,
+                      RawPlan* plan) {
+  const int n = g.size();
   std::vector<int> fwd_left(n, 0), left(n, 0);
   for (const Node& v : g.nodes) {
     for (int u : users[v.id]) {
@@ -102,7 +100,7 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
     }
     if (fwd_left[v.id] == 0 && !keep[v.id] && v.can_recompute()) ex.Drop(v.id);
   }
-  plan.backward_start = static_cast<int>(ex.order().size());
+  plan->backward_start = static_cast<int>(ex.order().size());
   for (const Node& v : g.nodes) {
     if (in_fwd[v.id]) continue;
     ex.Ensure(v.id);
@@ -111,17 +109,47 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
     }
     if (left[v.id] == 0) ex.Drop(v.id);
   }
-  plan.order = ex.order();
-  if (opt.budget_bytes) {
-    Schedule s{g.name, plan.order, std::nullopt};
-    if (simulate(g, s).peak_bytes > *opt.budget_bytes) {
-      Deadline d(opt.time_limit_seconds);
-      GreedyParams gp;
-      plan.order = RepairOrder(g, plan.order, *opt.budget_bytes, gp, &d);
-      plan.backward_start.reset();
-      plan.note = "min-cut partition, then repaired to the budget";
-    }
+  plan->order = ex.order();
+}
+
+// With a budget the partition's order goes through the XLA-style repair when it peaks
+// above it.
+void RepairToBudget(const Graph& g, const PlanOptions& opt, RawPlan* plan) {
+  if (!opt.budget_bytes) return;
+  Schedule s{g.name, plan->order, std::nullopt};
+  if (simulate(g, s).peak_bytes > *opt.budget_bytes) {
+    Deadline d(opt.time_limit_seconds);
+    GreedyParams gp;
+    plan->order = RepairOrder(g, plan->order, *opt.budget_bytes, gp, &d);
+    plan->backward_start.reset();
+    plan->note = "min-cut partition, then repaired to the budget";
   }
+}
+
+}  // namespace
+
+absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
+  RawPlan plan;
+  const int n = g.size();
+  bool has_backward = false;
+  for (const Node& v : g.nodes) has_backward |= v.phase == Phase::kBackward;
+  if (!has_backward) {
+    for (int v = 0; v < n; ++v) plan.order.push_back(v);
+    plan.note = "no backward phase: nothing to partition, file order";
+    return plan;
+  }
+  auto users = g.users();
+  const std::vector<char> source_side = MinCutSourceSide(g, users);
+  // Saved values: forward nodes whose split edge is cut. The forward graph: the forward
+  // nodes that the cut leaves on the source side.
+  std::vector<char> keep(n, 0), in_fwd(n, 0);
+  for (const Node& v : g.nodes) {
+    if (v.phase == Phase::kBackward) continue;
+    if (source_side[In(v.id)] && !source_side[Out(v.id)]) keep[v.id] = 1;
+    in_fwd[v.id] = v.phase == Phase::kForward && source_side[In(v.id)];
+  }
+  ExecutePartition(g, users, keep, in_fwd, &plan);
+  RepairToBudget(g, opt, &plan);
   return plan;
 }
 

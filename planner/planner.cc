@@ -31,95 +31,126 @@ const Entry kPlanners[] = {
 };
 
 // Runs the other planners within the time limit and keeps the cheapest plan that fits.
-absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& opt) {
-  internal::Deadline deadline(opt.time_limit_seconds);
-  internal::RawPlan best;
-  SimResult best_sim;
-  bool have = false;
-  std::string tried;
-  auto consider = [&](const std::string& name, const std::vector<int>& raw_order, bool optimal) {
+class BestSearch {
+ public:
+  BestSearch(const Graph& g, const PlanOptions& opt)
+      : g_(g), opt_(opt), deadline_(opt.time_limit_seconds) {}
+
+  internal::RawPlan Run() {
+    RunPlanners();
+    // Randomised repair needs a budget to matter.
+    if (opt_.budget_bytes && !Unbeatable()) RandomisedRepair();
+    if (!have_) best_.note = absl::StrCat("no planner met the budget (tried ", tried_, ")");
+    return best_;
+  }
+
+ private:
+  // A plan without recomputation cannot be beaten.
+  bool Unbeatable() const { return have_ && best_sim_.recomputations == 0; }
+
+  void Consider(const std::string& name, const std::vector<int>& raw_order, bool optimal) {
     // Unread instances only cost time and memory.
-    std::vector<int> order = internal::PruneUnreadInstances(g, raw_order);
-    Schedule s{g.name, order, std::nullopt};
-    SimResult r = simulate(g, s, opt.budget_bytes);
-    if (!r.valid) return;
-    bool better = !have || r.cost < best_sim.cost - 1e-12 ||
-                  (r.cost <= best_sim.cost + 1e-12 && r.peak_bytes < best_sim.peak_bytes);
-    if (!opt.budget_bytes && have) {
-      // Without a budget: lowest cost, then lowest peak.
-      better = r.cost < best_sim.cost - 1e-12 ||
-               (r.cost <= best_sim.cost + 1e-12 && r.peak_bytes < best_sim.peak_bytes);
-    }
+    std::vector<int> order = internal::PruneUnreadInstances(g_, raw_order);
+    Schedule s{g_.name, order, std::nullopt};
+    SimResult r = simulate(g_, s, opt_.budget_bytes);
+    if (!r.valid) return;  // over the budget, when there is one
+    // Lowest cost, then lowest peak.
+    bool better = !have_ || r.cost < best_sim_.cost - 1e-12 ||
+                  (r.cost <= best_sim_.cost + 1e-12 && r.peak_bytes < best_sim_.peak_bytes);
     if (better) {
-      best.order = order;
-      best.optimal = optimal;
-      best.note = absl::StrCat("from ", name);
-      best_sim = r;
-      have = true;
-    }
-  };
-  // Cheap planners first, then the solvers with what is left.
-  const char* order[] = {"noremat", "greedy",  "chen",      "mincut",
-                         "rotor",   "twremat", "checkmate", "moccasin"};
-  for (const char* name : order) {
-    if (deadline.Expired()) break;
-    if (have && best_sim.recomputations == 0) break;  // cannot be beaten
-    PlanOptions o = opt;
-    o.time_limit_seconds = std::max(0.5, deadline.Left());
-    if (std::string(name) == "checkmate") {
-      // The MILP only for graphs it can handle in the time left; leave room for the
-      // randomised repair below.
-      if (g.size() > 120) continue;
-      o.time_limit_seconds = std::max(0.5, deadline.Left() * 0.4);
-    }
-    if (std::string(name) == "moccasin") {
-      // The CP model has O(n^2) slots: graphs up to a few hundred nodes, with a share of
-      // the time left for the randomised repair below.
-      if (g.size() > 400 || !opt.budget_bytes) continue;
-      o.time_limit_seconds = std::max(0.5, deadline.Left() * 0.25);
-    }
-    for (const Entry& e : kPlanners) {
-      if (name != std::string(e.name)) continue;
-      auto raw = e.fn(g, o);
-      absl::StrAppend(&tried, tried.empty() ? "" : ", ", name);
-      if (raw.ok() && !raw->order.empty()) consider(name, raw->order, raw->optimal);
+      best_.order = order;
+      best_.optimal = optimal;
+      best_.note = absl::StrCat("from ", name);
+      best_sim_ = r;
+      have_ = true;
     }
   }
+
+  // The options planner `name` runs with; false when it is skipped.
+  bool OptionsFor(const std::string& name, PlanOptions* o) const {
+    *o = opt_;
+    o->time_limit_seconds = std::max(0.5, deadline_.Left());
+    if (name == "checkmate") {
+      // The MILP only for graphs it can handle in the time left; leave room for the
+      // randomised repair below.
+      if (g_.size() > 120) return false;
+      o->time_limit_seconds = std::max(0.5, deadline_.Left() * 0.4);
+    }
+    if (name == "moccasin") {
+      // The CP model has O(n^2) slots: graphs up to a few hundred nodes, with a share of
+      // the time left for the randomised repair below.
+      if (g_.size() > 400 || !opt_.budget_bytes) return false;
+      o->time_limit_seconds = std::max(0.5, deadline_.Left() * 0.25);
+    }
+    return true;
+  }
+
+  // Cheap planners first, then the solvers with what is left.
+  void RunPlanners() {
+    const char* order[] = {"noremat", "greedy",  "chen",      "mincut",
+                           "rotor",   "twremat", "checkmate", "moccasin"};
+    for (const char* name : order) {
+      if (deadline_.Expired()) break;
+      if (Unbeatable()) break;
+      PlanOptions o;
+      if (!OptionsFor(name, &o)) continue;
+      for (const Entry& e : kPlanners) {
+        if (name != std::string(e.name)) continue;
+        auto raw = e.fn(g_, o);
+        absl::StrAppend(&tried_, tried_.empty() ? "" : ", ", name);
+        if (raw.ok() && !raw->order.empty()) Consider(name, raw->order, raw->optimal);
+      }
+    }
+  }
+
+  // Iterated local search: the best plan with one or two of its recomputations dropped at
+  // random, for the repair to fix again.
+  std::vector<int> PerturbBest(uint64_t seed) const {
+    std::vector<int> seen(g_.size(), 0), recomp;
+    for (size_t j = 0; j < best_.order.size(); ++j)
+      if (seen[best_.order[j]]++) recomp.push_back(static_cast<int>(j));
+    std::vector<char> drop(best_.order.size(), 0);
+    int k = 1 + static_cast<int>(seed % 2);
+    for (int d = 0; d < k; ++d) drop[recomp[(seed * 7919 + d * 104729) % recomp.size()]] = 1;
+    std::vector<int> start;
+    for (size_t j = 0; j < best_.order.size(); ++j)
+      if (!drop[j]) start.push_back(best_.order[j]);
+    return start;
+  }
+
   // Randomised XLA-style repair from file order and from the best plan so far, for the
-  // rest of the time (a budget is needed for it to matter).
-  if (opt.budget_bytes && !(have && best_sim.recomputations == 0)) {
-    std::vector<int> file(g.size());
-    for (int v = 0; v < g.size(); ++v) file[v] = v;
-    uint64_t seed = opt.seed;
+  // rest of the time.
+  void RandomisedRepair() {
+    std::vector<int> file(g_.size());
+    for (int v = 0; v < g_.size(); ++v) file[v] = v;
+    uint64_t seed = opt_.seed;
     int rounds = 0;
-    while (!deadline.Expired()) {
+    while (!deadline_.Expired()) {
       internal::GreedyParams gp;
       gp.seed = ++seed;
       gp.noise = 0.3 + 0.25 * static_cast<double>(rounds % 8);
       gp.cost_exp = (rounds % 3 == 0) ? 1.0 : (rounds % 3 == 1 ? 0.8 : 1.2);
-      std::vector<int> start = file;
-      if (have && rounds % 2 == 1 && best_sim.recomputations > 0) {
-        // Iterated local search: drop one or two recomputations of the best plan at random
-        // and repair again.
-        std::vector<int> seen(g.size(), 0), recomp;
-        for (size_t j = 0; j < best.order.size(); ++j)
-          if (seen[best.order[j]]++) recomp.push_back(static_cast<int>(j));
-        std::vector<char> drop(best.order.size(), 0);
-        int k = 1 + static_cast<int>(seed % 2);
-        for (int d = 0; d < k; ++d) drop[recomp[(seed * 7919 + d * 104729) % recomp.size()]] = 1;
-        start.clear();
-        for (size_t j = 0; j < best.order.size(); ++j)
-          if (!drop[j]) start.push_back(best.order[j]);
-      }
-      auto o = internal::RepairOrder(g, start, *opt.budget_bytes, gp, &deadline);
-      consider("greedy (randomised)", o, false);
+      const bool perturb = have_ && rounds % 2 == 1 && best_sim_.recomputations > 0;
+      std::vector<int> start = perturb ? PerturbBest(seed) : file;
+      auto o = internal::RepairOrder(g_, start, *opt_.budget_bytes, gp, &deadline_);
+      Consider("greedy (randomised)", o, false);
       ++rounds;
-      if (g.size() > 5000 && rounds > 3) break;
+      if (g_.size() > 5000 && rounds > 3) break;
     }
-    absl::StrAppend(&tried, ", randomised greedy x", rounds);
+    absl::StrAppend(&tried_, ", randomised greedy x", rounds);
   }
-  if (!have) best.note = absl::StrCat("no planner met the budget (tried ", tried, ")");
-  return best;
+
+  const Graph& g_;
+  const PlanOptions& opt_;
+  internal::Deadline deadline_;
+  internal::RawPlan best_;
+  SimResult best_sim_;
+  bool have_ = false;
+  std::string tried_;  // the planners run, for the report when none fits
+};
+
+absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& opt) {
+  return BestSearch(g, opt).Run();
 }
 
 }  // namespace

@@ -13,79 +13,105 @@
 #include "remat/schedule.h"
 
 namespace remat::internal {
+namespace {
 
-std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c,
-                                                                  int64_t memory,
-                                                                  int memory_steps) {
+// The chain in memory units and the dynamic program's tables: opt[at(s, t, m)] is the
+// minimum cost to run stages s..t forward and backward with m units, choice[at(s, t, m)]
+// how (-1 leaf, 0 all, j > 0 checkpoint at j).
+struct RotorTable {
+  int L = 0, M = 0;
+  std::vector<int64_t> act, tape, leaf;
+  std::vector<double> pre;  // pre[i]: cost of advancing through stages 0..i-1
+  std::vector<double> opt;
+  std::vector<int> choice;
+  size_t at(int s, int t, int m) const { return (static_cast<size_t>(s) * L + t) * (M + 1) + m; }
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Discretises memory into units (sizes round up, memory rounds down) and sizes the
+// tables; false when they would be too large.
+bool DiscretiseChain(const RotorChain& c, int64_t memory, int memory_steps, RotorTable* t) {
   const int L = static_cast<int>(c.fwd_cost.size());
-  if (L == 0) return std::make_pair(0.0, std::vector<RotorOp>{});
-  if (memory < 0) return std::nullopt;
-  // Discretise memory into units of `unit` bytes (sizes round up, memory rounds down).
   int64_t unit = 1;
   if (memory_steps > 0 && memory > memory_steps) unit = (memory + memory_steps - 1) / memory_steps;
   auto units = [&](int64_t b) -> int64_t {
     return b >= (int64_t{1} << 61) ? (int64_t{1} << 40) : (b + unit - 1) / unit;
   };
   const int M = static_cast<int>(std::min<int64_t>(memory / unit, 1 << 20));
-  std::vector<int64_t> act(L + 1), tape(L), leaf(L);
-  for (int i = 0; i <= L; ++i) act[i] = units(c.act_bytes[i]);
+  t->L = L;
+  t->M = M;
+  t->act.resize(L + 1);
+  t->tape.resize(L);
+  t->leaf.resize(L);
+  for (int i = 0; i <= L; ++i) t->act[i] = units(c.act_bytes[i]);
   for (int i = 0; i < L; ++i) {
-    tape[i] = units(c.tape_bytes[i]);
-    leaf[i] = units(c.leaf_bytes[i]);
+    t->tape[i] = units(c.tape_bytes[i]);
+    t->leaf[i] = units(c.leaf_bytes[i]);
   }
-  std::vector<double> pre(L + 1, 0);
-  for (int i = 0; i < L; ++i) pre[i + 1] = pre[i] + c.fwd_cost[i];
-  const double kInf = std::numeric_limits<double>::infinity();
-  // opt[(s * L + t) * (M + 1) + m], choice: -1 leaf, 0 all, j > 0 checkpoint at j.
+  t->pre.assign(L + 1, 0);
+  for (int i = 0; i < L; ++i) t->pre[i + 1] = t->pre[i] + c.fwd_cost[i];
   const size_t states = static_cast<size_t>(L) * L * (M + 1);
-  if (states > 60'000'000) return std::nullopt;
-  std::vector<double> opt(states, kInf);
-  std::vector<int> choice(states, -2);
-  auto at = [&](int s, int t, int m) { return (static_cast<size_t>(s) * L + t) * (M + 1) + m; };
-  for (int len = 0; len < L; ++len) {
-    for (int s = 0; s + len < L; ++s) {
-      int t = s + len;
-      for (int m = 0; m <= M; ++m) {
-        double best = kInf;
-        int ch = -2;
-        if (s == t) {
-          if (m >= leaf[s]) {
-            best = c.fwd_all_cost[s] + c.bwd_cost[s];
-            ch = -1;
-          }
-        } else {
-          if (m >= tape[s]) {
-            double v = opt[at(s + 1, t, m - static_cast<int>(tape[s]))];
-            if (v < kInf) {
-              best = c.fwd_all_cost[s] + v + c.bwd_cost[s];
-              ch = 0;
-            }
-          }
-          for (int j = s + 1; j <= t; ++j) {
-            if (m < act[j]) continue;
-            double a = opt[at(j, t, m - static_cast<int>(act[j]))];
-            double b = opt[at(s, j - 1, m)];
-            if (a == kInf || b == kInf) continue;
-            double v = pre[j] - pre[s] + a + b;
-            if (v < best) {
-              best = v;
-              ch = j;
-            }
-          }
-        }
-        opt[at(s, t, m)] = best;
-        choice[at(s, t, m)] = ch;
+  if (states > 60'000'000) return false;
+  t->opt.assign(states, kInf);
+  t->choice.assign(states, -2);
+  return true;
+}
+
+// The best way to run stages s..t with m units, from the entries for shorter ranges.
+std::pair<double, int> BestRotorChoice(const RotorChain& c, const RotorTable& t, int s, int e,
+                                       int m) {
+  double best = kInf;
+  int ch = -2;
+  if (s == e) {
+    if (m >= t.leaf[s]) {
+      best = c.fwd_all_cost[s] + c.bwd_cost[s];
+      ch = -1;
+    }
+    return {best, ch};
+  }
+  if (m >= t.tape[s]) {
+    double v = t.opt[t.at(s + 1, e, m - static_cast<int>(t.tape[s]))];
+    if (v < kInf) {
+      best = c.fwd_all_cost[s] + v + c.bwd_cost[s];
+      ch = 0;
+    }
+  }
+  for (int j = s + 1; j <= e; ++j) {
+    if (m < t.act[j]) continue;
+    double a = t.opt[t.at(j, e, m - static_cast<int>(t.act[j]))];
+    double b = t.opt[t.at(s, j - 1, m)];
+    if (a == kInf || b == kInf) continue;
+    double v = t.pre[j] - t.pre[s] + a + b;
+    if (v < best) {
+      best = v;
+      ch = j;
+    }
+  }
+  return {best, ch};
+}
+
+void FillRotorTable(const RotorChain& c, RotorTable* t) {
+  for (int len = 0; len < t->L; ++len) {
+    for (int s = 0; s + len < t->L; ++s) {
+      for (int m = 0; m <= t->M; ++m) {
+        auto [best, ch] = BestRotorChoice(c, *t, s, s + len, m);
+        t->opt[t->at(s, s + len, m)] = best;
+        t->choice[t->at(s, s + len, m)] = ch;
       }
     }
   }
-  if (opt[at(0, L - 1, M)] == kInf) return std::nullopt;
+}
+
+// The op sequence of the choices made for the whole chain with all the memory.
+std::vector<RotorOp> RotorOps(const RotorTable& t) {
   std::vector<RotorOp> ops;
   // Iterative reconstruction with an explicit stack of (s, t, m, pending backward).
   struct Task {
     int s, t, m;
     int kind;
   };  // kind 0: solve; 1: emit backward s
-  std::vector<Task> stack = {{0, L - 1, M, 0}};
+  std::vector<Task> stack = {{0, t.L - 1, t.M, 0}};
   while (!stack.empty()) {
     Task k = stack.back();
     stack.pop_back();
@@ -93,22 +119,38 @@ std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorCha
       ops.push_back({RotorOp::kBackward, k.s});
       continue;
     }
-    int ch = choice[at(k.s, k.t, k.m)];
+    int ch = t.choice[t.at(k.s, k.t, k.m)];
     if (ch == -1) {
       ops.push_back({RotorOp::kForwardAll, k.s});
       ops.push_back({RotorOp::kBackward, k.s});
     } else if (ch == 0) {
       ops.push_back({RotorOp::kForwardAll, k.s});
       stack.push_back({k.s, 0, 0, 1});
-      stack.push_back({k.s + 1, k.t, k.m - static_cast<int>(tape[k.s]), 0});
+      stack.push_back({k.s + 1, k.t, k.m - static_cast<int>(t.tape[k.s]), 0});
     } else {
       for (int i = k.s; i < ch; ++i) ops.push_back({RotorOp::kForward, i});
       ops.push_back({RotorOp::kCheckpoint, ch});
       stack.push_back({k.s, ch - 1, k.m, 0});
-      stack.push_back({ch, k.t, k.m - static_cast<int>(act[ch]), 0});
+      stack.push_back({ch, k.t, k.m - static_cast<int>(t.act[ch]), 0});
     }
   }
-  return std::make_pair(opt[at(0, L - 1, M)], ops);
+  return ops;
+}
+
+}  // namespace
+
+std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c,
+                                                                  int64_t memory,
+                                                                  int memory_steps) {
+  const int L = static_cast<int>(c.fwd_cost.size());
+  if (L == 0) return std::make_pair(0.0, std::vector<RotorOp>{});
+  if (memory < 0) return std::nullopt;
+  RotorTable t;
+  if (!DiscretiseChain(c, memory, memory_steps, &t)) return std::nullopt;
+  FillRotorTable(c, &t);
+  if (t.opt[t.at(0, L - 1, t.M)] == kInf) return std::nullopt;
+  std::vector<RotorOp> ops = RotorOps(t);
+  return std::make_pair(t.opt[t.at(0, L - 1, t.M)], ops);
 }
 
 namespace {
@@ -120,23 +162,25 @@ struct Blocks {
   std::vector<int> rest;              // nodes outside the chain, computed first
 };
 
-Blocks FindBlocks(const Graph& g) {
-  const int n = g.size();
-  Blocks b;
-  b.block_of.assign(n, -1);
-  // Values that depend on inputs only (transposed weights, attention masks) or are small
-  // may cross block boundaries, as Rockmate treats parameters: they do not break the chain.
-  std::vector<char> const_like(n, 0);
+// Values that depend on inputs only (transposed weights, attention masks) or are small
+// may cross block boundaries, as Rockmate treats parameters: they do not break the chain.
+std::vector<char> ConstLike(const Graph& g) {
+  std::vector<char> const_like(g.size(), 0);
   for (const Node& v : g.nodes) {
     bool c = v.phase == Phase::kForward && (!v.can_recompute() || !v.inputs.empty());
     if (c && v.can_recompute())
       for (int u : v.inputs) c = c && const_like[u];
     const_like[v.id] = c;
   }
-  std::vector<int> fwd;
-  for (const Node& v : g.nodes)
-    if (v.phase == Phase::kForward && v.can_recompute()) fwd.push_back(v.id);
-  std::vector<int> pos(n, -1);
+  return const_like;
+}
+
+// Cuts the forward recomputable nodes `fwd` (in file order) into blocks after each node v
+// such that no earlier value (other than const-like ones) that a node after v reads is
+// larger than 1/16 of v: v is then nearly all that crosses the boundary.
+std::vector<std::vector<int>> CutAtSeparators(const Graph& g, const std::vector<int>& fwd,
+                                              const std::vector<char>& const_like) {
+  std::vector<int> pos(g.size(), -1);
   for (size_t k = 0; k < fwd.size(); ++k) pos[fwd[k]] = static_cast<int>(k);
   std::vector<int> far(fwd.size(), 0);
   for (size_t k = 0; k < fwd.size(); ++k) far[k] = static_cast<int>(k);
@@ -145,6 +189,7 @@ Blocks FindBlocks(const Graph& g) {
     for (int u : v.inputs)
       if (pos[u] >= 0) far[pos[u]] = std::max(far[pos[u]], pos[v.id]);
   }
+  std::vector<std::vector<int>> blocks;
   // active: values made so far that a later forward node reads.
   std::vector<std::vector<int>> expire(fwd.size() + 1);
   std::multiset<int64_t> active_bytes;  // of the values that count
@@ -157,7 +202,7 @@ Blocks FindBlocks(const Graph& g) {
     int64_t limit = g.nodes[v].bytes / 16;
     if (!active_bytes.empty() && *active_bytes.rbegin() > limit) sep = false;
     if (sep) {
-      b.fwd.push_back(cur);
+      blocks.push_back(cur);
       cur.clear();
     }
     if (far[k] > static_cast<int>(k) && !const_like[v]) {
@@ -165,40 +210,47 @@ Blocks FindBlocks(const Graph& g) {
       expire[far[k]].push_back(v);
     }
   }
-  if (!cur.empty()) b.fwd.push_back(cur);
-  // Merge neighbouring blocks so that the chain has at most kMaxBlocks stages.
+  if (!cur.empty()) blocks.push_back(cur);
+  return blocks;
+}
+
+// Merges neighbouring blocks so that the chain has at most kMaxBlocks stages.
+void MergeBlocks(const Graph& g, const std::vector<int>& fwd,
+                 std::vector<std::vector<int>>* blocks) {
   const size_t kMaxBlocks = 40;
-  if (b.fwd.size() > kMaxBlocks) {
-    double total = 0;
-    for (int v : fwd) total += g.nodes[v].cost + 1e-9;
-    std::vector<std::vector<int>> merged;
-    std::vector<int> acc;
-    double acc_cost = 0;
-    for (auto& blk : b.fwd) {
-      acc.insert(acc.end(), blk.begin(), blk.end());
-      for (int v : blk) acc_cost += g.nodes[v].cost + 1e-9;
-      if (acc_cost >= total / kMaxBlocks) {
-        merged.push_back(acc);
-        acc.clear();
-        acc_cost = 0;
-      }
+  if (blocks->size() <= kMaxBlocks) return;
+  double total = 0;
+  for (int v : fwd) total += g.nodes[v].cost + 1e-9;
+  std::vector<std::vector<int>> merged;
+  std::vector<int> acc;
+  double acc_cost = 0;
+  for (auto& blk : *blocks) {
+    acc.insert(acc.end(), blk.begin(), blk.end());
+    for (int v : blk) acc_cost += g.nodes[v].cost + 1e-9;
+    if (acc_cost >= total / kMaxBlocks) {
+      merged.push_back(acc);
+      acc.clear();
+      acc_cost = 0;
     }
-    if (!acc.empty()) merged.push_back(acc);
-    b.fwd = std::move(merged);
   }
-  for (size_t i = 0; i < b.fwd.size(); ++i)
-    for (int v : b.fwd[i]) b.block_of[v] = static_cast<int>(i);
-  const int nb = static_cast<int>(b.fwd.size());
+  if (!acc.empty()) merged.push_back(acc);
+  *blocks = std::move(merged);
+}
+
+// Places every node outside the forward blocks: forward ones in b->rest, backward ones in
+// a block's backward list.
+void AssignRest(const Graph& g, Blocks* b) {
+  const int nb = static_cast<int>(b->fwd.size());
   for (const Node& v : g.nodes) {
     if (v.phase == Phase::kForward) {
-      if (b.block_of[v.id] < 0) b.rest.push_back(v.id);  // inputs, non-recomputable nodes
+      if (b->block_of[v.id] < 0) b->rest.push_back(v.id);  // inputs, non-recomputable nodes
       continue;
     }
     // A backward node joins the latest block whose forward values it reads, but no later
     // than the blocks of the backward values it reads (blocks run backward in reverse).
     int mx = -1, mn = nb - 1;
     for (int u : v.inputs) {
-      int bu = b.block_of[u];
+      int bu = b->block_of[u];
       if (bu < 0) continue;
       if (g.nodes[u].phase == Phase::kForward)
         mx = std::max(mx, bu);
@@ -206,13 +258,27 @@ Blocks FindBlocks(const Graph& g) {
         mn = std::min(mn, bu);
     }
     int blk = mx >= 0 ? std::min(mx, mn) : mn;
-    b.block_of[v.id] = std::max(blk, 0);
+    b->block_of[v.id] = std::max(blk, 0);
   }
-  b.bwd.assign(nb, {});
+  b->bwd.assign(nb, {});
   for (const Node& v : g.nodes) {
-    if (v.phase == Phase::kBackward && b.block_of[v.id] >= 0)
-      b.bwd[b.block_of[v.id]].push_back(v.id);
+    if (v.phase == Phase::kBackward && b->block_of[v.id] >= 0)
+      b->bwd[b->block_of[v.id]].push_back(v.id);
   }
+}
+
+Blocks FindBlocks(const Graph& g) {
+  Blocks b;
+  b.block_of.assign(g.size(), -1);
+  const std::vector<char> const_like = ConstLike(g);
+  std::vector<int> fwd;
+  for (const Node& v : g.nodes)
+    if (v.phase == Phase::kForward && v.can_recompute()) fwd.push_back(v.id);
+  b.fwd = CutAtSeparators(g, fwd, const_like);
+  MergeBlocks(g, fwd, &b.fwd);
+  for (size_t i = 0; i < b.fwd.size(); ++i)
+    for (int v : b.fwd[i]) b.block_of[v] = static_cast<int>(i);
+  AssignRest(g, &b);
   return b;
 }
 
@@ -276,25 +342,14 @@ std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<Roto
 
 }  // namespace
 
-absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
-  RawPlan plan;
-  bool has_backward = false;
-  for (const Node& v : g.nodes) has_backward |= v.phase == Phase::kBackward;
-  if (!has_backward) {
-    for (int v = 0; v < g.size(); ++v) plan.order.push_back(v);
-    plan.note = "no backward phase: rotor does not apply, file order";
-    return plan;
-  }
-  Blocks b = FindBlocks(g);
+namespace {
+
+// One stage per block; *fixed: the bytes of the nodes outside the chain.
+RotorChain BuildChain(const Graph& g, const Blocks& b, int64_t* fixed) {
   const int L = static_cast<int>(b.fwd.size());
-  if (L == 0) {
-    for (int v = 0; v < g.size(); ++v) plan.order.push_back(v);
-    plan.note = "no recomputable forward chain: file order";
-    return plan;
-  }
   RotorChain c;
-  int64_t fixed = 0;
-  for (int v : b.rest) fixed += g.nodes[v].bytes;
+  *fixed = 0;
+  for (int v : b.rest) *fixed += g.nodes[v].bytes;
   c.act_bytes.assign(L + 1, 0);
   for (int i = 0; i < L; ++i) {
     double fc = 0, bc = 0;
@@ -314,16 +369,16 @@ absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
     c.leaf_bytes.push_back(tape + 2 * bwd_bytes);
     c.act_bytes[i + 1] = g.nodes[b.fwd[i].back()].bytes;
   }
-  Schedule s{g.name, {}};
-  if (!opt.budget_bytes) {
-    auto r = RotorSolve(c, int64_t{1} << 60, 200);
-    if (r) s.order = Realise(g, b, r->second);
-    plan.order = s.order;
-    return plan;
-  }
+  return c;
+}
+
+// Hands the DP less and less memory until the measured peak fits; keeps the cheapest
+// order that fits, or else the last attempt (to report its peak).
+std::vector<int> FitToBudget(const Graph& g, const Blocks& b, const RotorChain& c, int64_t fixed,
+                             const PlanOptions& opt) {
   Deadline deadline(opt.time_limit_seconds);
-  // Hand the DP less and less memory until the measured peak fits.
-  std::vector<int> best;
+  Schedule s{g.name, {}};
+  std::vector<int> best, last;
   double best_cost = 0;
   std::vector<double> fs = {4.0, 2.0, 1.5, 1.25, 1.1};
   for (double f = 1.0; f > 0.02; f *= 0.93) fs.push_back(f);
@@ -345,9 +400,37 @@ absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
       }
       break;
     }
-    if (best.empty()) plan.order = s.order;  // keep the last attempt to report its peak
+    if (best.empty()) last = s.order;
   }
-  if (!best.empty()) plan.order = best;
+  return best.empty() ? last : best;
+}
+
+}  // namespace
+
+absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
+  RawPlan plan;
+  bool has_backward = false;
+  for (const Node& v : g.nodes) has_backward |= v.phase == Phase::kBackward;
+  if (!has_backward) {
+    for (int v = 0; v < g.size(); ++v) plan.order.push_back(v);
+    plan.note = "no backward phase: rotor does not apply, file order";
+    return plan;
+  }
+  Blocks b = FindBlocks(g);
+  const int L = static_cast<int>(b.fwd.size());
+  if (L == 0) {
+    for (int v = 0; v < g.size(); ++v) plan.order.push_back(v);
+    plan.note = "no recomputable forward chain: file order";
+    return plan;
+  }
+  int64_t fixed = 0;
+  RotorChain c = BuildChain(g, b, &fixed);
+  if (!opt.budget_bytes) {
+    auto r = RotorSolve(c, int64_t{1} << 60, 200);
+    if (r) plan.order = Realise(g, b, r->second);
+    return plan;
+  }
+  plan.order = FitToBudget(g, b, c, fixed, opt);
   plan.note = absl::StrCat("rotor: chain of ", L, " blocks");
   return plan;
 }

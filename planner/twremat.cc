@@ -32,6 +32,78 @@
 namespace remat::internal {
 namespace {
 
+// The elimination graph of the min fill-in heuristic: the undirected graph plus the fill
+// edges added so far, and the vertices whose fill-in may have changed since they were last
+// taken.
+class FillGraph {
+ public:
+  explicit FillGraph(const std::vector<std::vector<int>>& adj)
+      : adj_(adj.size()), touched_(adj.size(), 0) {
+    for (size_t v = 0; v < adj.size(); ++v) adj_[v].insert(adj[v].begin(), adj[v].end());
+  }
+
+  int64_t Degree(int w) const { return static_cast<int64_t>(adj_[w].size()); }
+
+  // Edges missing among the neighbours of w.
+  int64_t Fill(int w) const {
+    const auto& nb = adj_[w];
+    int64_t d = static_cast<int64_t>(nb.size());
+    if (d > 40) return d * (d - 1) / 2;  // hubs: pessimistic, keeps this near-linear
+    std::vector<int> v(nb.begin(), nb.end());
+    int64_t f = 0;
+    for (size_t i = 0; i < v.size(); ++i)
+      for (size_t j = i + 1; j < v.size(); ++j)
+        if (!adj_[v[i]].count(v[j])) ++f;
+    return f;
+  }
+
+  // Removes v and joins its neighbours pairwise; returns them, sorted.
+  std::vector<int> Eliminate(int v) {
+    std::vector<int> nb(adj_[v].begin(), adj_[v].end());
+    std::sort(nb.begin(), nb.end());
+    for (int w : nb) {
+      adj_[w].erase(v);
+      Touch(w);
+    }
+    for (size_t i = 0; i < nb.size(); ++i) {
+      for (size_t j = i + 1; j < nb.size(); ++j) {
+        int a = nb[i], b = nb[j];
+        if (adj_[a].count(b)) continue;
+        // Common neighbours of a and b lose one missing edge.
+        const auto& small = adj_[a].size() < adj_[b].size() ? adj_[a] : adj_[b];
+        const auto& large = adj_[a].size() < adj_[b].size() ? adj_[b] : adj_[a];
+        if (small.size() <= 64)
+          for (int w : small)
+            if (large.count(w)) Touch(w);
+        adj_[a].insert(b);
+        adj_[b].insert(a);
+      }
+    }
+    adj_[v].clear();
+    return nb;
+  }
+
+  // The vertices touched since the last call, in the order they were first touched.
+  std::vector<int> TakeTouched() {
+    std::vector<int> out;
+    out.swap(touched_list_);
+    for (int w : out) touched_[w] = 0;
+    return out;
+  }
+
+ private:
+  void Touch(int w) {
+    if (!touched_[w]) {
+      touched_[w] = 1;
+      touched_list_.push_back(w);
+    }
+  }
+
+  std::vector<std::unordered_set<int>> adj_;
+  std::vector<char> touched_;
+  std::vector<int> touched_list_;
+};
+
 class TwRemat {
  public:
   explicit TwRemat(const Graph& g) : g_(g), n_(g.size()) {
@@ -87,19 +159,14 @@ class TwRemat {
  private:
   // ---- tree decomposition (min fill-in) ----
   void Decompose() {
-    std::vector<std::unordered_set<int>> adj(n_);
-    for (int v = 0; v < n_; ++v) adj[v].insert(adj_[v].begin(), adj_[v].end());
-    auto fill_of = [&](int w) -> int64_t {
-      const auto& nb = adj[w];
-      int64_t d = static_cast<int64_t>(nb.size());
-      if (d > 40) return d * (d - 1) / 2;  // hubs: pessimistic, keeps this near-linear
-      std::vector<int> v(nb.begin(), nb.end());
-      int64_t f = 0;
-      for (size_t i = 0; i < v.size(); ++i)
-        for (size_t j = i + 1; j < v.size(); ++j)
-          if (!adj[v[i]].count(v[j])) ++f;
-      return f;
-    };
+    EliminateByMinFill();
+    IndexTree(LinkBags());
+  }
+
+  // Eliminates the core vertices in min fill-in order (ties: lower degree, then lower id):
+  // sets each vertex's elimination position and bag, and the width.
+  void EliminateByMinFill() {
+    FillGraph fill(adj_);
     using Key = std::tuple<int64_t, int64_t, int, int>;  // fill, degree, vertex, version
     std::priority_queue<Key, std::vector<Key>, std::greater<Key>> pq;
     std::vector<int> version(n_, 0);
@@ -111,59 +178,32 @@ class TwRemat {
         continue;
       }
       ++remaining;
-      pq.push({fill_of(v), static_cast<int64_t>(adj[v].size()), v, 0});
+      pq.push({fill.Fill(v), fill.Degree(v), v, 0});
     }
     pos_.assign(n_, -1);
     bag_.assign(n_ + 1, {});
     int next = 0;
-    std::vector<char> dirty(n_, 0);
-    std::vector<int> dirty_list;
-    auto touch = [&](int w) {
-      if (!dirty[w]) {
-        dirty[w] = 1;
-        dirty_list.push_back(w);
-      }
-    };
     while (remaining > 0) {
       auto [f, d, v, ver] = pq.top();
       pq.pop();
-      if (gone[v] || ver != version[v]) continue;
+      if (gone[v] || ver != version[v]) continue;  // stale entry
       gone[v] = 1;
       --remaining;
       pos_[v] = next++;
-      std::vector<int> nb(adj[v].begin(), adj[v].end());
-      std::sort(nb.begin(), nb.end());
+      std::vector<int> nb = fill.Eliminate(v);
       bag_[v].push_back(v);
       bag_[v].insert(bag_[v].end(), nb.begin(), nb.end());
       width_ = std::max(width_, static_cast<int>(nb.size()));
-      for (int w : nb) {
-        adj[w].erase(v);
-        touch(w);
-      }
-      for (size_t i = 0; i < nb.size(); ++i) {
-        for (size_t j = i + 1; j < nb.size(); ++j) {
-          int a = nb[i], b = nb[j];
-          if (adj[a].count(b)) continue;
-          // Common neighbours of a and b lose one missing edge.
-          const auto& small = adj[a].size() < adj[b].size() ? adj[a] : adj[b];
-          const auto& large = adj[a].size() < adj[b].size() ? adj[b] : adj[a];
-          if (small.size() <= 64)
-            for (int w : small)
-              if (large.count(w)) touch(w);
-          adj[a].insert(b);
-          adj[b].insert(a);
-        }
-      }
-      adj[v].clear();
-      for (int w : dirty_list) {
-        dirty[w] = 0;
+      for (int w : fill.TakeTouched()) {
         if (gone[w]) continue;
-        pq.push({fill_of(w), static_cast<int64_t>(adj[w].size()), w, ++version[w]});
+        pq.push({fill.Fill(w), fill.Degree(w), w, ++version[w]});
       }
-      dirty_list.clear();
     }
-    // Parent of bag v: the bag of its neighbour eliminated first after it; roots hang
-    // from a virtual root n_ with an empty bag.
+  }
+
+  // Parent of bag v: the bag of its neighbour eliminated first after it; roots hang from a
+  // virtual root n_ with an empty bag. Returns the children of each bag.
+  std::vector<std::vector<int>> LinkBags() {
     parent_.assign(n_ + 1, n_);
     std::vector<std::vector<int>> children(n_ + 1);
     for (int v = 0; v < n_; ++v) {
@@ -176,7 +216,11 @@ class TwRemat {
       parent_[v] = p;
       children[p].push_back(v);
     }
-    // Euler tour and binary lifting for LCAs.
+    return children;
+  }
+
+  // Euler tour and binary lifting for LCAs.
+  void IndexTree(const std::vector<std::vector<int>>& children) {
     depth_.assign(n_ + 1, 0);
     tin_.assign(n_ + 1, 0);
     tout_.assign(n_ + 1, 0);
@@ -347,7 +391,21 @@ class TwRemat {
     for (int u : U) stamp_[u] = in_u;
     int in_s = NewStamp();
     for (int s : S) stamp2_[s] = in_s;
-    // Connected components of U \ S.
+    std::vector<std::vector<int>> comps = ComponentsApart(U, in_u, in_s);
+    if (comps.size() == 1 && comps[0].size() == U.size()) {  // no separation possible
+      EmitAll(U);
+      return;
+    }
+    for (auto& c : comps) std::sort(c.begin(), c.end());
+    std::vector<std::vector<std::vector<int>>> anc =
+        AncestorsByComponent(S, comps.size(), in_u, in_s);
+    std::vector<std::vector<int>> at = ComponentSlots(S, comps, in_s);
+    SolveAroundSeparator(S, comps, anc, at, depth);
+  }
+
+  // Connected components of U \ S (U stamped in_u in stamp_, S stamped in_s in stamp2_);
+  // comp_ holds each member's component.
+  std::vector<std::vector<int>> ComponentsApart(const std::vector<int>& U, int in_u, int in_s) {
     std::vector<std::vector<int>> comps;
     for (int u : U) comp_[u] = -1;
     for (int u : U) {
@@ -364,17 +422,18 @@ class TwRemat {
         }
       }
     }
-    if (comps.size() == 1 && comps[0].size() == U.size()) {  // no separation possible
-      EmitAll(U);
-      return;
-    }
-    for (auto& c : comps) std::sort(c.begin(), c.end());
-    // Ancestors of each separator node within U \ S, split by component.
+    return comps;
+  }
+
+  // Ancestors of each separator node within U \ S, split by component (sorted).
+  std::vector<std::vector<std::vector<int>>> AncestorsByComponent(const std::vector<int>& S,
+                                                                  size_t num_comps, int in_u,
+                                                                  int in_s) {
     std::vector<std::vector<std::vector<int>>> anc(S.size());
     for (size_t k = 0; k < S.size(); ++k) {
       int seen = NewStamp();
       std::vector<int> stack = {S[k]};
-      std::vector<std::vector<int>> parts(comps.size());
+      std::vector<std::vector<int>> parts(num_comps);
       while (!stack.empty()) {
         int x = stack.back();
         stack.pop_back();
@@ -388,8 +447,15 @@ class TwRemat {
       for (auto& p : parts) std::sort(p.begin(), p.end());
       anc[k] = std::move(parts);
     }
-    // A component is solved as soon as the separator nodes it reads are computed, so that
-    // separator nodes die early and little is held while the others are prepared.
+    return anc;
+  }
+
+  // at[k + 1]: the components to solve right after separator node k (at[0]: before the
+  // first). A component is solved as soon as the separator nodes it reads are computed, so
+  // that separator nodes die early and little is held while the others are prepared.
+  std::vector<std::vector<int>> ComponentSlots(const std::vector<int>& S,
+                                               const std::vector<std::vector<int>>& comps,
+                                               int in_s) {
     std::vector<int> ready(comps.size(), -1);
     for (size_t k = 0; k < S.size(); ++k) sidx_[S[k]] = static_cast<int>(k);
     for (size_t c = 0; c < comps.size(); ++c) {
@@ -401,11 +467,19 @@ class TwRemat {
     }
     std::vector<std::vector<int>> at(S.size() + 1);
     for (size_t c = 0; c < comps.size(); ++c) at[ready[c] + 1].push_back(static_cast<int>(c));
-    int64_t held_here = 0;
     if (!early_components_) {
       for (auto& a : at) a.clear();
       for (size_t c = 0; c < comps.size(); ++c) at[S.size()].push_back(static_cast<int>(c));
     }
+    return at;
+  }
+
+  // For each separator node in order: solve its ancestors in each component, compute and
+  // hold it, then solve the components that became ready.
+  void SolveAroundSeparator(const std::vector<int>& S, const std::vector<std::vector<int>>& comps,
+                            const std::vector<std::vector<std::vector<int>>>& anc,
+                            const std::vector<std::vector<int>>& at, int depth) {
+    int64_t held_here = 0;
     for (int c : at[0]) Solve(comps[c], depth + 1);
     for (size_t k = 0; k < S.size(); ++k) {
       for (const auto& p : anc[k]) Solve(p, depth + 1);
@@ -463,42 +537,42 @@ std::vector<int> PruneUnreadInstances(const Graph& g, const std::vector<int>& or
   return out;
 }
 
-absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
+namespace {
+
+// Without a budget, minimises the peak: a few separator rules and component orders, the
+// lowest peak wins (k = 0, plain order, included: never above file order).
+RawPlan LowestPeakPlan(const Graph& g, TwRemat& tw, int k) {
   RawPlan plan;
-  Deadline deadline(opt.time_limit_seconds);
-  TwRemat tw(g);
-  const int k = opt.twremat_k;
-  if (!opt.budget_bytes) {
-    // Minimise the peak: a few separator rules and component orders, the lowest peak wins
-    // (k = 0, plain order, included: never above file order).
-    SimResult best;
-    std::string how;
-    // Large graphs get fewer variants (each run is a full recursion).
-    const bool large = g.size() > 5000;
-    for (double balance : {0.5, 0.6, 0.7, 0.8}) {
-      if (large && (balance == 0.6 || balance == 0.7)) continue;
-      for (bool early : {true, false}) {
-        if (large && !early) continue;
-        for (int kk : {k, 0}) {
-          if (kk == 0 && (balance != 0.5 || !early)) continue;
-          std::vector<int> o = PruneUnreadInstances(g, tw.Run(kk, kNoBudget, balance, early));
-          SimResult r = simulate(g, Schedule{g.name, o, std::nullopt});
-          if (!r.valid) continue;
-          if (plan.order.empty() || r.peak_bytes < best.peak_bytes ||
-              (r.peak_bytes == best.peak_bytes && r.cost < best.cost)) {
-            best = r;
-            plan.order = std::move(o);
-            how = absl::StrCat("balance ", balance, early ? ", early components" : "", ", k=", kk);
-          }
+  SimResult best;
+  std::string how;
+  // Large graphs get fewer variants (each run is a full recursion).
+  const bool large = g.size() > 5000;
+  for (double balance : {0.5, 0.6, 0.7, 0.8}) {
+    if (large && (balance == 0.6 || balance == 0.7)) continue;
+    for (bool early : {true, false}) {
+      if (large && !early) continue;
+      for (int kk : {k, 0}) {
+        if (kk == 0 && (balance != 0.5 || !early)) continue;
+        std::vector<int> o = PruneUnreadInstances(g, tw.Run(kk, kNoBudget, balance, early));
+        SimResult r = simulate(g, Schedule{g.name, o, std::nullopt});
+        if (!r.valid) continue;
+        if (plan.order.empty() || r.peak_bytes < best.peak_bytes ||
+            (r.peak_bytes == best.peak_bytes && r.cost < best.cost)) {
+          best = r;
+          plan.order = std::move(o);
+          how = absl::StrCat("balance ", balance, early ? ", early components" : "", ", k=", kk);
         }
       }
     }
-    plan.note = absl::StrCat("treewidth bound ", tw.width(), ", ", how);
-    return plan;
   }
-  // Budgeted: stop recursing where the plain computation fits an effective budget; lower
-  // the effective budget until the simulated peak holds, keep the cheapest that fits.
-  const int64_t budget = *opt.budget_bytes;
+  plan.note = absl::StrCat("treewidth bound ", tw.width(), ", ", how);
+  return plan;
+}
+
+// With a budget: stop recursing where the plain computation fits an effective budget; lower
+// the effective budget until the simulated peak holds, keep the cheapest that fits.
+RawPlan BudgetedPlan(const Graph& g, TwRemat& tw, int k, int64_t budget, const Deadline& deadline) {
+  RawPlan plan;
   int64_t eff = budget;
   SimResult best;
   bool have = false;
@@ -531,6 +605,16 @@ absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
     plan.note = absl::StrCat("treewidth bound ", tw.width(), ", k=", k);
   }
   return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
+  Deadline deadline(opt.time_limit_seconds);
+  TwRemat tw(g);
+  const int k = opt.twremat_k;
+  if (!opt.budget_bytes) return LowestPeakPlan(g, tw, k);
+  return BudgetedPlan(g, tw, k, *opt.budget_bytes, deadline);
 }
 
 }  // namespace remat::internal
