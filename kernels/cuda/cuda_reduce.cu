@@ -390,54 +390,6 @@ __global__ void maxpool2d_backward_kernel(const float* __restrict__ dy,
   }
 }
 
-// ---- Embedding backward ----
-// dwte: a block owns one vocabulary row and blockDim.x channels. It walks the tokens in chunks
-// of blockDim.x, lists (in token order) those equal to its row, and each thread adds their dout
-// values for its channel in that order: rows are summed in increasing (b, t) order.
-__global__ void embedding_dwte_kernel(const float* __restrict__ dout,
-                                      const std::int32_t* __restrict__ idx,
-                                      float* __restrict__ dwte, i64 tokens, i64 c, i64 v) {
-  __shared__ int list[kThreads];
-  __shared__ int warp_counts[kThreads / kWarp];
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  const int warps = blockDim.x / kWarp;
-  const i64 j = static_cast<i64>(blockIdx.y) * blockDim.x + threadIdx.x;
-  for (i64 row = blockIdx.x; row < v; row += gridDim.x) {
-    float acc = 0.0f;
-    for (i64 base = 0; base < tokens; base += blockDim.x) {
-      const i64 tok = base + threadIdx.x;
-      const bool match = tok < tokens && static_cast<i64>(idx[tok]) == row;
-      const unsigned ballot = __ballot_sync(0xffffffffu, match);
-      if (lane == 0) warp_counts[warp] = __popc(ballot);
-      __syncthreads();
-      int offset = 0;
-      int total = 0;
-      for (int w = 0; w < warps; ++w) {
-        if (w < warp) offset += warp_counts[w];
-        total += warp_counts[w];
-      }
-      if (match) list[offset + __popc(ballot & ((1u << lane) - 1u))] = threadIdx.x;
-      __syncthreads();
-      if (j < c) {
-        for (int q = 0; q < total; ++q) acc += dout[(base + list[q]) * c + j];
-      }
-      __syncthreads();  // list and warp_counts are rewritten by the next chunk
-    }
-    if (j < c) dwte[row * c + j] = acc;
-  }
-}
-
-// dwpe[t, j] = sum over b in order of dout[b, t, j]: one thread per (t, j).
-__global__ void embedding_dwpe_kernel(const float* __restrict__ dout, float* __restrict__ dwpe,
-                                      i64 b, i64 t, i64 c) {
-  REMAT_GRID_STRIDE(i, t * c) {
-    float acc = 0.0f;
-    for (i64 bi = 0; bi < b; ++bi) acc += dout[bi * t * c + i];
-    dwpe[i] = acc;
-  }
-}
-
 }  // namespace
 
 void bias_grad(const float* dy, float* dbias, i64 rows, i64 cols, cudaStream_t stream) {
@@ -548,24 +500,6 @@ void avgpool_forward(const float* x, float* y, i64 n, i64 c, i64 hw, cudaStream_
                grid_blocks((planes + kPlanesPerBlock - 1) / kPlanesPerBlock), kThreads, 0, stream)
   (x, y, planes, hw);
   check_launch("avgpool_forward_kernel");
-}
-
-void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe, i64 b,
-                        i64 t, i64 c, i64 v, cudaStream_t stream) {
-  if (c <= 0) return;
-  if (v > 0) {
-    const i64 channel_blocks = (c + kThreads - 1) / kThreads;
-    if (channel_blocks > 65535) throw std::runtime_error("embedding_backward: C is too large");
-    const dim3 grid(grid_blocks(v), static_cast<unsigned>(channel_blocks));
-    REMAT_LAUNCH(embedding_dwte_kernel, grid, kThreads, 0, stream)
-    (dout, idx, dwte, std::max<i64>(b * t, 0), c, v);
-    check_launch("embedding_dwte_kernel");
-  }
-  if (dwpe != nullptr && t > 0) {
-    REMAT_LAUNCH(embedding_dwpe_kernel, grid_for(t * c), kThreads, 0, stream)
-    (dout, dwpe, std::max<i64>(b, 0), t, c);
-    check_launch("embedding_dwpe_kernel");
-  }
 }
 
 }  // namespace remat::kernels::cuda

@@ -40,7 +40,7 @@ class Engine {
 
 // What the threads of the running block share.
 struct BlockState {
-  unsigned size = 0;  // threads
+  unsigned size = 0;                                    // threads
   std::vector<std::array<std::uint32_t, kWarp>> lanes;  // per warp: each lane's offered value
   std::vector<unsigned char> shared;                    // dynamic shared memory
   Engine* engine = nullptr;

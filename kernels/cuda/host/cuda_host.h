@@ -24,8 +24,8 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #define REMAT_CUDA_HOST_EXECUTION 1
 
