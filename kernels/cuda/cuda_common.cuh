@@ -65,6 +65,10 @@ inline void check_launch(const char* kernel) {
 // stream's own workspace (defined in cuda_blas.cu).
 cublasHandle_t blas_handle(cudaStream_t stream);
 
+// Kernels whose shared arrays or block reductions assume a block size declare it with
+// __launch_bounds__, and the build fails where a kernel's registers spill to local memory
+// (-Xptxas -warn-spills in kernels/CMakeLists.txt): the resource gates a GPU would otherwise
+// only show as slowness.
 constexpr int kThreads = 256;  // elementwise and most reduction kernels
 constexpr int kWarp = 32;
 

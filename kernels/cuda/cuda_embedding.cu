@@ -139,7 +139,8 @@ void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte,
     if (tokens > 0) {
       ScratchCache& cache = scratch_for(stream);
       const std::size_t bytes = static_cast<std::size_t>(tokens) * sizeof(std::int32_t);
-      auto* ids = reinterpret_cast<std::int32_t*>(cache.allocate(static_cast<std::ptrdiff_t>(bytes)));
+      auto* ids =
+          reinterpret_cast<std::int32_t*>(cache.allocate(static_cast<std::ptrdiff_t>(bytes)));
       auto* positions =
           reinterpret_cast<std::int32_t*>(cache.allocate(static_cast<std::ptrdiff_t>(bytes)));
       sort_positions_by_id(idx, ids, positions, tokens, cache, stream);

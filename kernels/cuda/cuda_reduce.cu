@@ -19,10 +19,12 @@ using detail::grid_for;
 using detail::kThreads;
 using detail::kWarp;
 
-// Threads for a block that owns one row of `cols` values: a multiple of 32, at most 512.
+// Threads for a block that owns one row of `cols` values: a multiple of 32, at most 512 (the
+// row kernels' __launch_bounds__).
+constexpr int kMaxRowThreads = 512;
 int row_threads(i64 cols) {
   const i64 rounded = (cols + kWarp - 1) / kWarp * kWarp;
-  return static_cast<int>(std::clamp<i64>(rounded, kWarp, 512));
+  return static_cast<int>(std::clamp<i64>(rounded, kWarp, kMaxRowThreads));
 }
 
 // ---- Column sums: out[c] = sum_r f(r, c), two at a time. ----
@@ -31,7 +33,8 @@ int row_threads(i64 cols) {
 constexpr int kColTile = 32;
 
 template <class F>
-__global__ void column_sum_kernel(i64 rows, i64 cols, F f, float* out0, float* out1) {
+__global__ void __launch_bounds__(kColTile* kColTile)
+    column_sum_kernel(i64 rows, i64 cols, F f, float* out0, float* out1) {
   __shared__ float s0[kColTile][kColTile + 1];
   __shared__ float s1[kColTile][kColTile + 1];
   const int tx = threadIdx.x;
@@ -98,7 +101,8 @@ struct LayerNormParamTerm {
 // ---- sum ----
 constexpr int kSumThreads = 1024;
 
-__global__ void sum_kernel(const float* __restrict__ x, float* __restrict__ y, i64 n) {
+__global__ void __launch_bounds__(kSumThreads)
+    sum_kernel(const float* __restrict__ x, float* __restrict__ y, i64 n) {
   __shared__ float scratch[kWarp];
   float acc = 0.0f;
   for (i64 i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
@@ -107,10 +111,11 @@ __global__ void sum_kernel(const float* __restrict__ x, float* __restrict__ y, i
 }
 
 // ---- LayerNorm, one block per row ----
-__global__ void layernorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                                         const float* __restrict__ b, float* __restrict__ y,
-                                         float* __restrict__ mean, float* __restrict__ rstd,
-                                         i64 rows, i64 c, float eps) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layernorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                             const float* __restrict__ b, float* __restrict__ y,
+                             float* __restrict__ mean, float* __restrict__ rstd, i64 rows, i64 c,
+                             float eps) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * c;
@@ -136,12 +141,11 @@ __global__ void layernorm_forward_kernel(const float* __restrict__ x, const floa
   }
 }
 
-__global__ void layernorm_backward_dx_kernel(const float* __restrict__ dy,
-                                             const float* __restrict__ x,
-                                             const float* __restrict__ w,
-                                             const float* __restrict__ mean,
-                                             const float* __restrict__ rstd, float* __restrict__ dx,
-                                             i64 rows, i64 c) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layernorm_backward_dx_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                 const float* __restrict__ w, const float* __restrict__ mean,
+                                 const float* __restrict__ rstd, float* __restrict__ dx, i64 rows,
+                                 i64 c) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* dyr = dy + r * c;
@@ -167,8 +171,8 @@ __global__ void layernorm_backward_dx_kernel(const float* __restrict__ dy,
 }
 
 // ---- Softmax and cross entropy, one block per row ----
-__global__ void softmax_forward_kernel(const float* __restrict__ x, float* __restrict__ y, i64 rows,
-                                       i64 cols) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    softmax_forward_kernel(const float* __restrict__ x, float* __restrict__ y, i64 rows, i64 cols) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * cols;
@@ -183,8 +187,9 @@ __global__ void softmax_forward_kernel(const float* __restrict__ x, float* __res
   }
 }
 
-__global__ void softmax_backward_kernel(const float* __restrict__ y, const float* __restrict__ dy,
-                                        float* __restrict__ dx, i64 rows, i64 cols) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    softmax_backward_kernel(const float* __restrict__ y, const float* __restrict__ dy,
+                            float* __restrict__ dx, i64 rows, i64 cols) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* yr = y + r * cols;
@@ -207,9 +212,10 @@ __device__ float2 row_max_expsum(const float* l, i64 v, float* scratch) {
   return make_float2(mx, block_sum(acc, scratch));
 }
 
-__global__ void cross_entropy_forward_kernel(const float* __restrict__ logits,
-                                             const std::int32_t* __restrict__ targets,
-                                             float* __restrict__ losses, i64 n, i64 v) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    cross_entropy_forward_kernel(const float* __restrict__ logits,
+                                 const std::int32_t* __restrict__ targets,
+                                 float* __restrict__ losses, i64 n, i64 v) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < n; r += gridDim.x) {
     const float* l = logits + r * v;
@@ -218,10 +224,11 @@ __global__ void cross_entropy_forward_kernel(const float* __restrict__ logits,
   }
 }
 
-__global__ void cross_entropy_backward_kernel(const float* __restrict__ logits,
-                                              const std::int32_t* __restrict__ targets,
-                                              const float* __restrict__ dloss, float scale,
-                                              float* __restrict__ dlogits, i64 n, i64 v) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    cross_entropy_backward_kernel(const float* __restrict__ logits,
+                                  const std::int32_t* __restrict__ targets,
+                                  const float* __restrict__ dloss, float scale,
+                                  float* __restrict__ dlogits, i64 n, i64 v) {
   __shared__ float scratch[kWarp];
   const float g = dloss[0] * scale;
   for (i64 r = blockIdx.x; r < n; r += gridDim.x) {
@@ -238,11 +245,11 @@ __global__ void cross_entropy_backward_kernel(const float* __restrict__ logits,
 }
 
 // ---- BatchNorm, one block per channel over its N*HW values ----
-__global__ void batchnorm_forward_kernel(const float* __restrict__ x,
-                                         const float* __restrict__ gamma,
-                                         const float* __restrict__ beta, float* __restrict__ y,
-                                         float* __restrict__ mean, float* __restrict__ rstd, i64 n,
-                                         i64 c, i64 hw, float eps) {
+__global__ void __launch_bounds__(kThreads)
+    batchnorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ gamma,
+                             const float* __restrict__ beta, float* __restrict__ y,
+                             float* __restrict__ mean, float* __restrict__ rstd, i64 n, i64 c,
+                             i64 hw, float eps) {
   __shared__ float scratch[kWarp];
   const i64 count = n * hw;
   for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
@@ -276,12 +283,12 @@ __global__ void batchnorm_forward_kernel(const float* __restrict__ x,
   }
 }
 
-__global__ void batchnorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                          const float* __restrict__ gamma,
-                                          const float* __restrict__ mean,
-                                          const float* __restrict__ rstd, float* __restrict__ dx,
-                                          float* __restrict__ dgamma, float* __restrict__ dbeta,
-                                          i64 n, i64 c, i64 hw) {
+__global__ void __launch_bounds__(kThreads)
+    batchnorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                              const float* __restrict__ gamma, const float* __restrict__ mean,
+                              const float* __restrict__ rstd, float* __restrict__ dx,
+                              float* __restrict__ dgamma, float* __restrict__ dbeta, i64 n, i64 c,
+                              i64 hw) {
   __shared__ float scratch[kWarp];
   const i64 count = n * hw;
   for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
@@ -317,8 +324,8 @@ __global__ void batchnorm_backward_kernel(const float* __restrict__ dy, const fl
 
 // ---- Pooling ----
 // Global average pooling: one warp per plane.
-__global__ void avgpool_forward_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                       i64 planes, i64 hw) {
+__global__ void __launch_bounds__(kThreads)
+    avgpool_forward_kernel(const float* __restrict__ x, float* __restrict__ y, i64 planes, i64 hw) {
   const int lane = threadIdx.x % kWarp;
   const i64 warps_per_grid = static_cast<i64>(gridDim.x) * (blockDim.x / kWarp);
   for (i64 plane = static_cast<i64>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
