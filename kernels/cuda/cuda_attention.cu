@@ -48,9 +48,8 @@ __device__ __forceinline__ float dot(const float* a, const float* b, i64 n) {
   return acc;
 }
 
-__global__ void __launch_bounds__(kAttnThreads)
-    attention_forward_kernel(const float* __restrict__ qkv, float* __restrict__ out,
-                             float* __restrict__ att, Dims d) {
+__global__ void attention_forward_kernel(const float* __restrict__ qkv, float* __restrict__ out,
+                                         float* __restrict__ att, Dims d) {
   REMAT_DYNAMIC_SHARED(float, s);  // T floats: this row's scores, then its weights
   __shared__ float scratch[kWarp];
   const i64 c3 = 3 * d.c;
@@ -96,9 +95,10 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 // Pass 1: dq and D_t, one block per (b, h, t).
-__global__ void __launch_bounds__(kAttnThreads)
-    attention_backward_dq_kernel(const float* __restrict__ dout, const float* __restrict__ qkv,
-                                 const float* __restrict__ att, float* __restrict__ dqkv, Dims d) {
+__global__ void attention_backward_dq_kernel(const float* __restrict__ dout,
+                                             const float* __restrict__ qkv,
+                                             const float* __restrict__ att,
+                                             float* __restrict__ dqkv, Dims d) {
   REMAT_DYNAMIC_SHARED(float, s);  // datt, then dpre, over t2 <= t
   __shared__ float scratch[kWarp];
   const i64 c3 = 3 * d.c;
@@ -132,9 +132,10 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 // Pass 2: dk, one block per (b, h, t2).
-__global__ void __launch_bounds__(kAttnThreads)
-    attention_backward_dk_kernel(const float* __restrict__ dout, const float* __restrict__ qkv,
-                                 const float* __restrict__ att, float* __restrict__ dqkv, Dims d) {
+__global__ void attention_backward_dk_kernel(const float* __restrict__ dout,
+                                             const float* __restrict__ qkv,
+                                             const float* __restrict__ att,
+                                             float* __restrict__ dqkv, Dims d) {
   REMAT_DYNAMIC_SHARED(float, s);  // dpre[t, t2] for t >= t2, at t - t2
   const i64 c3 = 3 * d.c;
   const i64 items = d.b * d.nh * d.t;
@@ -162,9 +163,9 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 // Pass 3: dv (overwriting the parked D_t values), one block per (b, h, t2).
-__global__ void __launch_bounds__(kAttnThreads)
-    attention_backward_dv_kernel(const float* __restrict__ dout, const float* __restrict__ att,
-                                 float* __restrict__ dqkv, Dims d) {
+__global__ void attention_backward_dv_kernel(const float* __restrict__ dout,
+                                             const float* __restrict__ att,
+                                             float* __restrict__ dqkv, Dims d) {
   REMAT_DYNAMIC_SHARED(float, s);  // att[t, t2] for t >= t2, at t - t2
   const i64 c3 = 3 * d.c;
   const i64 items = d.b * d.nh * d.t;

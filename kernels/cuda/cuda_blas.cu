@@ -137,9 +137,8 @@ __global__ void conv_bias_kernel(float* __restrict__ y, const float* __restrict_
 }
 
 // dbias[o] = sum over images and positions of dy[n, o, :], one block per channel.
-__global__ void __launch_bounds__(kThreads)
-    conv_dbias_kernel(const float* __restrict__ dy, float* __restrict__ dbias, i64 n, i64 oc,
-                      i64 p) {
+__global__ void conv_dbias_kernel(const float* __restrict__ dy, float* __restrict__ dbias, i64 n,
+                                  i64 oc, i64 p) {
   __shared__ float scratch[kWarp];
   const i64 count = n * p;
   for (i64 o = blockIdx.x; o < oc; o += gridDim.x) {

@@ -65,10 +65,11 @@ inline void check_launch(const char* kernel) {
 // stream's own workspace (defined in cuda_blas.cu).
 cublasHandle_t blas_handle(cudaStream_t stream);
 
-// Kernels whose shared arrays or block reductions assume a block size declare it with
-// __launch_bounds__, and the build fails where a kernel's registers spill to local memory
-// (-Xptxas -warn-spills in kernels/CMakeLists.txt): the resource gates a GPU would otherwise
-// only show as slowness.
+// A kernel whose shared arrays are sized for its block (column_sum_kernel's tiles) declares
+// that block size with __launch_bounds__; block_reduce serves any multiple of 32 up to 1024
+// threads, so the reductions need none. The build fails where a kernel's registers spill to
+// local memory on any architecture built (-Xptxas -warn-spills, kernels/CMakeLists.txt): the
+// resource gates a GPU would otherwise only show as slowness.
 constexpr int kThreads = 256;  // elementwise and most reduction kernels
 constexpr int kWarp = 32;
 

@@ -45,7 +45,7 @@ bool gpu_available() { return true; }  // the host runs the kernels
 // The __global__ kernels defined in the CUDA sources, by name.
 std::set<std::string> kernels_in_sources() {
   std::set<std::string> names;
-  const std::regex global(R"(__global__\s+void\s+(\w+)\s*\()");
+  const std::regex global(R"(__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\()");
   for (const auto& entry : std::filesystem::directory_iterator(REMAT_CUDA_SOURCE_DIR)) {
     if (entry.path().extension() != ".cu") continue;
     std::ifstream in(entry.path());

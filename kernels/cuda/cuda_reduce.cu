@@ -19,8 +19,7 @@ using detail::grid_for;
 using detail::kThreads;
 using detail::kWarp;
 
-// Threads for a block that owns one row of `cols` values: a multiple of 32, at most 512 (the
-// row kernels' __launch_bounds__).
+// Threads for a block that owns one row of `cols` values: a multiple of 32, at most 512.
 constexpr int kMaxRowThreads = 512;
 int row_threads(i64 cols) {
   const i64 rounded = (cols + kWarp - 1) / kWarp * kWarp;
@@ -101,8 +100,7 @@ struct LayerNormParamTerm {
 // ---- sum ----
 constexpr int kSumThreads = 1024;
 
-__global__ void __launch_bounds__(kSumThreads)
-    sum_kernel(const float* __restrict__ x, float* __restrict__ y, i64 n) {
+__global__ void sum_kernel(const float* __restrict__ x, float* __restrict__ y, i64 n) {
   __shared__ float scratch[kWarp];
   float acc = 0.0f;
   for (i64 i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
@@ -111,11 +109,10 @@ __global__ void __launch_bounds__(kSumThreads)
 }
 
 // ---- LayerNorm, one block per row ----
-__global__ void __launch_bounds__(kMaxRowThreads)
-    layernorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                             const float* __restrict__ b, float* __restrict__ y,
-                             float* __restrict__ mean, float* __restrict__ rstd, i64 rows, i64 c,
-                             float eps) {
+__global__ void layernorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                         const float* __restrict__ b, float* __restrict__ y,
+                                         float* __restrict__ mean, float* __restrict__ rstd,
+                                         i64 rows, i64 c, float eps) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * c;
@@ -141,11 +138,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-__global__ void __launch_bounds__(kMaxRowThreads)
-    layernorm_backward_dx_kernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                 const float* __restrict__ w, const float* __restrict__ mean,
-                                 const float* __restrict__ rstd, float* __restrict__ dx, i64 rows,
-                                 i64 c) {
+__global__ void layernorm_backward_dx_kernel(const float* __restrict__ dy,
+                                             const float* __restrict__ x,
+                                             const float* __restrict__ w,
+                                             const float* __restrict__ mean,
+                                             const float* __restrict__ rstd, float* __restrict__ dx,
+                                             i64 rows, i64 c) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* dyr = dy + r * c;
@@ -171,8 +169,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 }
 
 // ---- Softmax and cross entropy, one block per row ----
-__global__ void __launch_bounds__(kMaxRowThreads)
-    softmax_forward_kernel(const float* __restrict__ x, float* __restrict__ y, i64 rows, i64 cols) {
+__global__ void softmax_forward_kernel(const float* __restrict__ x, float* __restrict__ y, i64 rows,
+                                       i64 cols) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * cols;
@@ -187,9 +185,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-__global__ void __launch_bounds__(kMaxRowThreads)
-    softmax_backward_kernel(const float* __restrict__ y, const float* __restrict__ dy,
-                            float* __restrict__ dx, i64 rows, i64 cols) {
+__global__ void softmax_backward_kernel(const float* __restrict__ y, const float* __restrict__ dy,
+                                        float* __restrict__ dx, i64 rows, i64 cols) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* yr = y + r * cols;
@@ -212,10 +209,9 @@ __device__ float2 row_max_expsum(const float* l, i64 v, float* scratch) {
   return make_float2(mx, block_sum(acc, scratch));
 }
 
-__global__ void __launch_bounds__(kMaxRowThreads)
-    cross_entropy_forward_kernel(const float* __restrict__ logits,
-                                 const std::int32_t* __restrict__ targets,
-                                 float* __restrict__ losses, i64 n, i64 v) {
+__global__ void cross_entropy_forward_kernel(const float* __restrict__ logits,
+                                             const std::int32_t* __restrict__ targets,
+                                             float* __restrict__ losses, i64 n, i64 v) {
   __shared__ float scratch[kWarp];
   for (i64 r = blockIdx.x; r < n; r += gridDim.x) {
     const float* l = logits + r * v;
@@ -224,11 +220,10 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-__global__ void __launch_bounds__(kMaxRowThreads)
-    cross_entropy_backward_kernel(const float* __restrict__ logits,
-                                  const std::int32_t* __restrict__ targets,
-                                  const float* __restrict__ dloss, float scale,
-                                  float* __restrict__ dlogits, i64 n, i64 v) {
+__global__ void cross_entropy_backward_kernel(const float* __restrict__ logits,
+                                              const std::int32_t* __restrict__ targets,
+                                              const float* __restrict__ dloss, float scale,
+                                              float* __restrict__ dlogits, i64 n, i64 v) {
   __shared__ float scratch[kWarp];
   const float g = dloss[0] * scale;
   for (i64 r = blockIdx.x; r < n; r += gridDim.x) {
@@ -245,11 +240,11 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 }
 
 // ---- BatchNorm, one block per channel over its N*HW values ----
-__global__ void __launch_bounds__(kThreads)
-    batchnorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ gamma,
-                             const float* __restrict__ beta, float* __restrict__ y,
-                             float* __restrict__ mean, float* __restrict__ rstd, i64 n, i64 c,
-                             i64 hw, float eps) {
+__global__ void batchnorm_forward_kernel(const float* __restrict__ x,
+                                         const float* __restrict__ gamma,
+                                         const float* __restrict__ beta, float* __restrict__ y,
+                                         float* __restrict__ mean, float* __restrict__ rstd, i64 n,
+                                         i64 c, i64 hw, float eps) {
   __shared__ float scratch[kWarp];
   const i64 count = n * hw;
   for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
@@ -283,12 +278,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
-    batchnorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
-                              const float* __restrict__ gamma, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, float* __restrict__ dx,
-                              float* __restrict__ dgamma, float* __restrict__ dbeta, i64 n, i64 c,
-                              i64 hw) {
+__global__ void batchnorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                          const float* __restrict__ gamma,
+                                          const float* __restrict__ mean,
+                                          const float* __restrict__ rstd, float* __restrict__ dx,
+                                          float* __restrict__ dgamma, float* __restrict__ dbeta,
+                                          i64 n, i64 c, i64 hw) {
   __shared__ float scratch[kWarp];
   const i64 count = n * hw;
   for (i64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
@@ -324,8 +319,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- Pooling ----
 // Global average pooling: one warp per plane.
-__global__ void __launch_bounds__(kThreads)
-    avgpool_forward_kernel(const float* __restrict__ x, float* __restrict__ y, i64 planes, i64 hw) {
+__global__ void avgpool_forward_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                       i64 planes, i64 hw) {
   const int lane = threadIdx.x % kWarp;
   const i64 warps_per_grid = static_cast<i64>(gridDim.x) * (blockDim.x / kWarp);
   for (i64 plane = static_cast<i64>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;

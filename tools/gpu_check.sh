@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# One command that proves the CUDA path on a machine with a GPU, and writes one JSON report.
+#
+#   bash tools/gpu_check.sh [--report FILE] [--quick]
+#
+# With a GPU: builds (default architectures), checks the library carries code for them, runs
+# every CUDA test (none may skip), runs them under compute-sanitizer memcheck and racecheck
+# where it is installed, trains every example on --backend cuda under a budget and compares
+# it bit for bit with the unconstrained run, and runs the GPT-2 124M benchmarks: steps at 0.5
+# and 0.3 of the unconstrained peak, and the largest batch that fits unconstrained against
+# larger batches under that same memory (per-sample time). --quick skips the benchmarks.
+# Without a GPU: says so, runs the host-side tests (the CUDA kernel sources executed on the
+# CPU) and exits 0. The report (default gpu_check.json) lists every step with its status.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+report=gpu_check.json
+quick=0
+while (($#)); do
+  case "$1" in
+    --report) report="$2"; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+jobs=$(nproc 2>/dev/null || echo 2)
+steps=()   # JSON objects, one per step
+failed=0
+# Runs "$@" as step $name, recording its status, time and last output lines.
+step() {
+  local name="$1"; shift
+  local start end out rc
+  start=$(date +%s.%N)
+  out="$("$@" 2>&1)"; rc=$?
+  end=$(date +%s.%N)
+  echo "== $name: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
+  ((rc == 0)) || { failed=1; echo "$out" | tail -20; }
+  steps+=("$(python3 -c 'import json,sys; print(json.dumps({"step":sys.argv[1],"ok":sys.argv[2]=="0","seconds":round(float(sys.argv[4])-float(sys.argv[3]),2),"output_tail":sys.argv[5][-4000:]}))' "$name" "$rc" "$start" "$end" "$out")")
+  return $rc
+}
+write_report() {
+  local gpu="$1"
+  { printf '{"gpu":%s,"ok":%s,"steps":[' "$gpu" "$([ $failed -eq 0 ] && echo true || echo false)"
+    local IFS=,; printf '%s' "${steps[*]}"; printf ']}\n'; } > "$report"
+  echo "gpu_check: report in $report"
+}
+
+bash tools/setup.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+step build cmake --build build -j"$jobs"
+
+gpu_name=""
+if command -v nvidia-smi >/dev/null 2>&1; then gpu_name="$(nvidia-smi -L 2>/dev/null | head -1)"; fi
+if [[ -z "$gpu_name" ]]; then
+  echo "gpu_check: no GPU here (nvidia-smi lists none): running the host-side tests only"
+  step host_kernels build/bin/cuda_kernels_host_test
+  write_report null
+  exit 0   # nothing on a GPU could be checked; the host tests' result is in the report
+fi
+echo "gpu_check: $gpu_name"
+
+if [[ -f build/lib/libremat_kernels_cuda.a ]]; then
+  step cuda_images python3 tools/cuda_images.py build/lib/libremat_kernels_cuda.a
+fi
+no_skips() {  # runs a gtest binary and fails if any test skipped (a GPU must run them all)
+  local out; out="$("$@" 2>&1)"; local rc=$?
+  echo "$out" | tail -5
+  ((rc == 0)) && ! grep -q "SKIPPED" <<<"$out"
+}
+step cuda_kernels no_skips build/bin/cuda_kernels_test
+step host_kernels build/bin/cuda_kernels_host_test
+step cuda_examples no_skips build/bin/examples_test --gtest_filter='*Cuda*'
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 build/bin/cuda_kernels_test
+  step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 build/bin/cuda_kernels_test
+else
+  echo "gpu_check: compute-sanitizer not installed: memcheck and racecheck not run"
+fi
+
+# Every example on the GPU under a budget, bitwise against its unconstrained run.
+bitwise() {  # example, budget fraction, flags...
+  local out; out="$(build/bin/"$1" --backend cuda --json --steps 3 --budget-fraction "$2" "${@:3}")" || return 1
+  echo "$out" | cut -c1-400
+  grep -q '"losses_match_baseline":true' <<<"$out"
+}
+step gpt_cuda_0.5 bitwise gpt_train 0.5
+step mlp_cuda_0.6 bitwise mlp_train 0.6
+step resnet_cuda_0.8 bitwise resnet_train 0.8
+step treelstm_cuda_0.6 bitwise treelstm_train 0.6
+
+if ((quick == 0)); then
+  gpt2=(--layers 12 --channels 768 --heads 12 --vocab 50257 --min-t 1024 --max-t 1024)
+  step gpt2_124m_0.5 bitwise gpt_train 0.5 "${gpt2[@]}" --batch 4
+  step gpt2_124m_0.3 bitwise gpt_train 0.3 "${gpt2[@]}" --batch 4
+  # The largest batch that fits unconstrained, then larger batches under its peak memory.
+  largest_batch() {
+    local b=1 best=0 out
+    while ((b <= 64)); do
+      out="$(build/bin/gpt_train --backend cuda --json --steps 2 "${gpt2[@]}" --batch $b 2>/dev/null)" || break
+      grep -q '"status":"ok"' <<<"$out" || break
+      best=$b; echo "$out" | cut -c1-300; b=$((b * 2))
+    done
+    ((best > 0)) && echo "largest unconstrained batch: $best"
+  }
+  step gpt2_124m_largest_batch largest_batch
+fi
+write_report "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$gpu_name")"
+exit $failed
