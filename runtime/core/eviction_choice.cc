@@ -1,5 +1,6 @@
 // Choosing what to evict: the policy's best victim, or a contiguous window of blocks.
 #include "runtime/core/runtime_impl.h"
+#include "runtime/core/wall_clock.h"
 
 #include <chrono>
 #include <cmath>
@@ -8,15 +9,6 @@
 #include "runtime/alloc/detail/blocks.h"
 
 namespace remat::detail {
-namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-double seconds_since(SteadyClock::time_point start) {
-  return std::chrono::duration<double>(SteadyClock::now() - start).count();
-}
-
-}  // namespace
 
 // With sampling on, a random sqrt(n) subset is scored (DTR's own option), which bounds the
 // cost of one decision at the price of sometimes missing the best victim; otherwise the

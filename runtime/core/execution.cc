@@ -1,6 +1,7 @@
 // Running ops: registering a new op, making its inputs resident (recomputing them), running
 // its kernel.
 #include "runtime/core/runtime_impl.h"
+#include "runtime/core/wall_clock.h"
 
 #include <absl/strings/str_cat.h>
 
@@ -10,15 +11,6 @@
 #include <stdexcept>
 
 namespace remat::detail {
-namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-double seconds_since(SteadyClock::time_point start) {
-  return std::chrono::duration<double>(SteadyClock::now() - start).count();
-}
-
-}  // namespace
 
 std::size_t RuntimeImpl::thrash_limit() const {
   if (options.thrash_limit != 0) return options.thrash_limit;

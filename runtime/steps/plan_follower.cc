@@ -212,9 +212,11 @@ void PlanFollower::settle_before_update(int position) {
   }
 }
 
-void PlanFollower::on_ran(Id op_id) {
+// The op is no longer deferred: its pending reads stop holding its inputs. False if it was not
+// deferred.
+bool PlanFollower::end_deferral(Id op_id) {
   OpRec& op = rt_.ops[op_id];
-  if (!op.deferred) return;
+  if (!op.deferred) return false;
   op.deferred = false;
   for (Id t : op.inputs) {
     const Id s = rt_.tensors[t].storage;
@@ -223,6 +225,11 @@ void PlanFollower::on_ran(Id op_id) {
       sync(s);
     }
   }
+  return true;
+}
+
+void PlanFollower::on_ran(Id op_id) {
+  if (!end_deferral(op_id)) return;
   undeferred_.push_back(op_id);  // its extra reference goes once the request is over
 }
 
@@ -240,17 +247,8 @@ void PlanFollower::abandon() {
 }
 
 bool PlanFollower::cancel_deferral(Id op_id) {
-  OpRec& op = rt_.ops[op_id];
-  if (!op.deferred) return false;
-  op.deferred = false;
-  for (Id t : op.inputs) {
-    const Id s = rt_.tensors[t].storage;
-    if (Hold* h = find_hold(s)) {
-      --h->pending_reads;
-      sync(s);
-    }
-    rt_.release_if_dead(s);
-  }
+  if (!end_deferral(op_id)) return false;
+  for (Id t : rt_.ops[op_id].inputs) rt_.release_if_dead(rt_.tensors[t].storage);
   return true;
 }
 

@@ -49,6 +49,7 @@ class PlanFollower {
     bool plan_spec = false;
   };
   Hold* find_hold(Id s);
+  bool end_deferral(Id op_id);
   void sync(Id s);  // the core's count from the hold; a hold of nothing goes
 
   void run_plan_through(int last, Id called = kNone);
