@@ -165,6 +165,8 @@ int main(int argc, char** argv) {
             {"peak_reserved_bytes", r.peak_reserved_bytes},
             {"peak_allocated_bytes", r.peak_allocated_bytes},
             {"fragmentation", r.fragmentation},
+            {"segment_reserves", r.segment_reserves},
+            {"segment_releases", r.segment_releases},
             {"slowdown", r.slowdown},
             {"evictions", r.evictions},
             {"recomputations", r.recomputations},

@@ -135,6 +135,11 @@ TrainResult train(Model& model, const TrainConfig& config) {
         }
         if (step == config.record_step) result.recorded = std::move(recorded);
       }
+      if (step == 0) {
+        const MemoryStats m = rt.memory().stats();
+        result.first_step_segment_reserves = m.segment_reserves;
+        result.first_step_segment_releases = m.segment_releases;
+      }
       result.losses.push_back(loss_value);
       result.items += model.items(step, config.seed);
       if (config.progress) {
@@ -281,6 +286,10 @@ int run_main(int argc, char** argv, Model& model) {
     j["forward_activation_bytes"] = r.forward_activation_bytes;
     j["compute_overhead"] = r.stats.compute_overhead();
     j["evictions"] = r.stats.evictions;
+    j["segment_reserves"] = r.stats.memory.segment_reserves;
+    j["segment_releases"] = r.stats.memory.segment_releases;
+    j["first_step_segment_reserves"] = r.first_step_segment_reserves;
+    j["first_step_segment_releases"] = r.first_step_segment_releases;
     j["recomputations"] = r.stats.recomputations;
     j["search_seconds"] = r.stats.search_seconds;
     j["wall_seconds"] = r.wall_seconds;

@@ -86,6 +86,9 @@ struct TrainResult {
   std::size_t budget = SIZE_MAX;
   std::size_t peak_reserved = 0;
   std::size_t peak_allocated = 0;
+  // Segment reserves and releases of the memory resource in the first step (the rest are in
+  // stats.memory): after it, a training loop should be reusing what it reserved.
+  std::size_t first_step_segment_reserves = 0, first_step_segment_releases = 0;
   std::size_t param_bytes = 0;               // parameters + optimizer state + buffers
   std::size_t forward_activation_bytes = 0;  // most bytes of non-pinned tensors after a forward
   double items = 0;

@@ -25,6 +25,10 @@ struct MemoryStats {
   std::size_t active_blocks = 0;  // live allocations
   std::size_t peak_active_blocks = 0;
   std::size_t segments = 0;
+  // Reservations from the segment source and returns to it (on CUDA: cudaMalloc and cudaFree,
+  // each a stall of the device), the expandable arena's growth and shrinking included.
+  std::size_t segment_reserves = 0;
+  std::size_t segment_releases = 0;
   std::size_t allocations = 0;  // allocate calls served
   std::size_t retries = 0;      // times the resource had to release caches or reclaim
   std::size_t reclaims = 0;     // reclaim requests sent to the reclaimer

@@ -55,6 +55,8 @@ struct ReplayResult {
   double wall_seconds = 0;       // wall time of the whole replay
   double simulated_seconds = 0;  // simulated time of the replay (its kernels' time)
   double fragmentation = 0;
+  std::size_t segment_reserves = 0;  // MemoryStats::segment_reserves
+  std::size_t segment_releases = 0;
   double overhead = 0;  // recomputed cost over base cost (slowdown - 1 when all ran)
   std::size_t hint_evictions = 0;
   std::size_t deferred_ops = 0;  // ops a followed plan ran after later ones

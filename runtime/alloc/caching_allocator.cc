@@ -220,6 +220,7 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
     return nullptr;
   }
   refused_ = 0;
+  ++stats_.segment_reserves;
   auto* seg = new Segment();
   seg->serial = next_serial_++;
   seg->address = reinterpret_cast<std::uintptr_t>(p);
@@ -249,6 +250,7 @@ void CachingAllocator::release_cached() {
     pools_->free_set(s->small).erase(b);
     pools_->delete_block(b);
     source_->release(reinterpret_cast<void*>(s->address), s->size);
+    ++stats_.segment_releases;
     stats_.reserved -= s->size;
     delete s;
     return true;
@@ -310,6 +312,7 @@ Block* CachingAllocator::grow_arena(std::size_t size) {
     tail = b;
   }
   arena_->size += grow;
+  ++stats_.segment_reserves;
   stats_.reserved += grow;
   stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
   return tail;
@@ -320,6 +323,7 @@ void CachingAllocator::shrink_arena() {
   Block* tail = arena_->last;
   pools_->free_large.erase(tail);
   arena_->size -= tail->size;
+  ++stats_.segment_releases;
   stats_.reserved -= tail->size;
   arena_->last = tail->prev;
   if (tail->prev != nullptr)

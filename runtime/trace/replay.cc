@@ -136,6 +136,8 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   r.peak_reserved_bytes = s.memory.peak_reserved;
   r.peak_allocated_bytes = s.memory.peak_allocated;
   r.fragmentation = s.memory.fragmentation();
+  r.segment_reserves = s.memory.segment_reserves;
+  r.segment_releases = s.memory.segment_releases;
   r.evictions = s.evictions;
   r.recomputations = s.recomputations;
   r.search_seconds = s.search_seconds;
