@@ -119,6 +119,18 @@ inline OpPtr add_inplace() {
       numel_cost);
 }
 
+// w += x, in place on pinned tensors (an optimizer step's shape).
+inline OpPtr add_into_first() {
+  return make_op(
+      "add_into_first", [](SpecList) { return Outputs{}; },
+      [](const KernelContext& k) {
+        float* w = k.output<float>(0);
+        const float* x = k.input<float>(1);
+        for (std::int64_t i = 0; i < k.input_spec(0).numel(); ++i) w[i] += x[i];
+      },
+      [](SpecList in) { return double(in[0].numel()); });
+}
+
 }  // namespace remat::testing
 
 #endif  // REMAT_TESTS_TEST_OPS_H_
