@@ -6,10 +6,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <numeric>
+#include <string>
 #include <vector>
 
 #include "kernels/philox.h"
 #include "remat/op.h"
+#include "remat/runtime.h"
 
 namespace remat::testing {
 
@@ -129,6 +132,29 @@ inline OpPtr add_into_first() {
         for (std::int64_t i = 0; i < k.input_spec(0).numel(); ++i) w[i] += x[i];
       },
       [](SpecList in) { return double(in[0].numel()); });
+}
+
+// 1, 2, 3, ... (from `start`), n values.
+inline std::vector<float> iota(std::int64_t n, float start = 1.0f) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// The tensor's values, read back (recomputed if it was evicted).
+inline std::vector<float> read(Runtime& rt, const Tensor& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.spec().numel()));
+  rt.read(t, out.data());
+  return out;
+}
+
+// Logical accounting under `budget`, as the DTR simulator counts memory.
+inline RuntimeOptions logical(std::size_t budget, const std::string& policy = "dtr") {
+  RuntimeOptions o;
+  o.accounting = Accounting::kLogical;
+  o.budget = budget;
+  o.policy = policy;
+  return o;
 }
 
 }  // namespace remat::testing

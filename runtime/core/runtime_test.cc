@@ -13,27 +13,10 @@ namespace remat {
 namespace {
 
 using testing::add_into_first;
+using testing::iota;
+using testing::logical;
+using testing::read;
 using testing::vec;
-
-std::vector<float> iota(std::int64_t n, float start = 1.0f) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  std::iota(v.begin(), v.end(), start);
-  return v;
-}
-
-std::vector<float> read(Runtime& rt, const Tensor& t) {
-  std::vector<float> out(static_cast<std::size_t>(t.spec().numel()));
-  rt.read(t, out.data());
-  return out;
-}
-
-RuntimeOptions logical(std::size_t budget, const std::string& policy = "dtr") {
-  RuntimeOptions o;
-  o.accounting = Accounting::kLogical;
-  o.budget = budget;
-  o.policy = policy;
-  return o;
-}
 
 TEST(RuntimeTest, RunsOpsAndReadsResults) {
   Runtime rt;

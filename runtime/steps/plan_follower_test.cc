@@ -11,13 +11,8 @@
 namespace remat {
 namespace {
 
+using testing::read;
 using testing::vec;
-
-std::vector<float> read(Runtime& rt, const Tensor& t) {
-  std::vector<float> out(static_cast<std::size_t>(t.spec().numel()));
-  rt.read(t, out.data());
-  return out;
-}
 
 // The program calls a (0), b (1), c (2); c reads only a. A plan that computes c before b
 // defers b when the program calls it: b holds no memory until the cursor reaches it after c,

@@ -12,21 +12,9 @@ namespace remat {
 namespace {
 
 using testing::add_into_first;
+using testing::iota;
+using testing::logical;
 using testing::vec;
-
-std::vector<float> iota(std::int64_t n, float start = 1.0f) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  std::iota(v.begin(), v.end(), start);
-  return v;
-}
-
-RuntimeOptions logical(std::size_t budget, const std::string& policy = "dtr") {
-  RuntimeOptions o;
-  o.accounting = Accounting::kLogical;
-  o.budget = budget;
-  o.policy = policy;
-  return o;
-}
 
 // A recorded step shows the freeze: the update's node reads what it froze, so that a plan of
 // the step has it resident there (the program cannot free it before the update).
