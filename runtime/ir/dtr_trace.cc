@@ -264,14 +264,16 @@ json memory_line(const std::string& name, std::uint64_t bytes) {
 
 }  // namespace
 
-absl::Status write_dtr_trace(const DtrTrace& trace, std::ostream& out) {
+namespace {
+
+// Checks a trace before anything is written, so that a bad trace writes nothing.
+absl::Status check_writable(const DtrTrace& trace) {
   const auto& names = trace.handle_names;
   auto bad = [&](std::size_t i) {
     return absl::InvalidArgumentError(absl::StrCat("trace '", trace.name, "' instruction ", i,
                                                    ": a handle index past the ", names.size(),
                                                    " handle names"));
   };
-  // Checked first, so that a bad trace writes nothing.
   for (std::size_t i = 0; i < trace.instructions.size(); ++i) {
     const DtrInstruction& in = trace.instructions[i];
     for (auto* list : {&in.args, &in.results})
@@ -286,55 +288,70 @@ absl::Status write_dtr_trace(const DtrTrace& trace, std::ostream& out) {
                                                      ": ", in.results.size(), " results but ",
                                                      in.bytes.size(), " sizes"));
   }
+  return absl::OkStatus();
+}
+
+// A CALL or MUTATE line, then a MEMORY and an ALIAS line per result.
+void write_call(const DtrInstruction& in, const std::vector<std::string>& names,
+                std::ostream& out) {
   auto handles = [&](const std::vector<std::uint32_t>& ids) {
     json a = json::array();
     for (std::uint32_t h : ids) a.push_back(names[h]);
     return a;
   };
-  out << json{{"INSTRUCTION", "ANNOTATE"}, {"ANNOTATION", "START"}}.dump() << "\n";
-  for (const DtrInstruction& in : trace.instructions) {
-    switch (in.kind) {
-      case Kind::kConstant:
-        out << json{{"INSTRUCTION", "CONSTANT"}, {"NAME", names[in.results[0]]}}.dump() << "\n";
-        out << memory_line(names[in.results[0]], in.bytes[0]).dump() << "\n";
-        break;
-      case Kind::kCall:
-      case Kind::kMutate: {
-        json j{{"NAME", in.op}, {"ARGS", handles(in.args)}, {"TIME", std::to_string(in.time_ns)}};
-        if (in.kind == Kind::kCall) {
-          j["INSTRUCTION"] = "CALL";
-          j["RESULT"] = handles(in.results);
-        } else {
-          j["INSTRUCTION"] = "MUTATE";
-          j["MUTATE"] = in.mutate;
-        }
-        out << j.dump() << "\n";
-        for (std::size_t k = 0; k < in.results.size(); ++k) {
-          const std::string& name = names[in.results[k]];
-          out << memory_line(name, in.bytes[k]).dump() << "\n";
-          const int alias = k < in.alias.size() ? in.alias[k] : -1;
-          out << json{{"INSTRUCTION", "ALIAS"}, {"NAME", name}, {"ALIAS", std::to_string(alias)}}
-                     .dump()
-              << "\n";
-        }
-        break;
-      }
-      case Kind::kCopy:
-      case Kind::kCopyFrom:
-        out << json{{"INSTRUCTION", in.kind == Kind::kCopy ? "COPY" : "COPY_FROM"},
-                    {"DST", names[in.dst]},
-                    {"SRC", names[in.src]}}
-                   .dump()
-            << "\n";
-        break;
-      case Kind::kRelease:
-        out << json{{"INSTRUCTION", "RELEASE"}, {"NAME", names[in.dst]}}.dump() << "\n";
-        break;
-      case Kind::kBackward:
-        out << json{{"INSTRUCTION", "ANNOTATE"}, {"ANNOTATION", "BACKWARD"}}.dump() << "\n";
-        break;
-    }
+  json j{{"NAME", in.op}, {"ARGS", handles(in.args)}, {"TIME", std::to_string(in.time_ns)}};
+  if (in.kind == Kind::kCall) {
+    j["INSTRUCTION"] = "CALL";
+    j["RESULT"] = handles(in.results);
+  } else {
+    j["INSTRUCTION"] = "MUTATE";
+    j["MUTATE"] = in.mutate;
   }
+  out << j.dump() << "\n";
+  for (std::size_t k = 0; k < in.results.size(); ++k) {
+    const std::string& name = names[in.results[k]];
+    out << memory_line(name, in.bytes[k]).dump() << "\n";
+    const int alias = k < in.alias.size() ? in.alias[k] : -1;
+    out << json{{"INSTRUCTION", "ALIAS"}, {"NAME", name}, {"ALIAS", std::to_string(alias)}}.dump()
+        << "\n";
+  }
+}
+
+void write_instruction(const DtrInstruction& in, const std::vector<std::string>& names,
+                       std::ostream& out) {
+  switch (in.kind) {
+    case Kind::kConstant:
+      out << json{{"INSTRUCTION", "CONSTANT"}, {"NAME", names[in.results[0]]}}.dump() << "\n";
+      out << memory_line(names[in.results[0]], in.bytes[0]).dump() << "\n";
+      break;
+    case Kind::kCall:
+    case Kind::kMutate:
+      write_call(in, names, out);
+      break;
+    case Kind::kCopy:
+    case Kind::kCopyFrom:
+      out << json{{"INSTRUCTION", in.kind == Kind::kCopy ? "COPY" : "COPY_FROM"},
+                  {"DST", names[in.dst]},
+                  {"SRC", names[in.src]}}
+                 .dump()
+          << "\n";
+      break;
+    case Kind::kRelease:
+      out << json{{"INSTRUCTION", "RELEASE"}, {"NAME", names[in.dst]}}.dump() << "\n";
+      break;
+    case Kind::kBackward:
+      out << json{{"INSTRUCTION", "ANNOTATE"}, {"ANNOTATION", "BACKWARD"}}.dump() << "\n";
+      break;
+  }
+}
+
+}  // namespace
+
+absl::Status write_dtr_trace(const DtrTrace& trace, std::ostream& out) {
+  if (absl::Status st = check_writable(trace); !st.ok()) return st;
+  out << json{{"INSTRUCTION", "ANNOTATE"}, {"ANNOTATION", "START"}}.dump() << "\n";
+  for (const DtrInstruction& in : trace.instructions)
+    write_instruction(in, trace.handle_names, out);
   if (!out) return absl::DataLossError(absl::StrCat("trace '", trace.name, "': write failed"));
   return absl::OkStatus();
 }

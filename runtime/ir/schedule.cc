@@ -30,6 +30,58 @@ std::vector<int64_t> Profile(const Graph& g, const std::vector<int>& order,
 
 }  // namespace
 
+namespace {
+
+// The step where the backward region begins: the first backward step that is not an input or
+// a tangent; -1 where there is none.
+int first_backward_step(const Graph& g, const Schedule& s) {
+  for (size_t j = 0; j < s.order.size(); ++j) {
+    const Node& node = g.nodes[s.order[j]];
+    if (node.phase == Phase::kBackward && node.kind != NodeKind::kTangent &&
+        node.kind != NodeKind::kInput)
+      return static_cast<int>(j);
+  }
+  return -1;
+}
+
+// Bytes of forward values the backward keeps (SimResult::saved_bytes). With the planner's
+// partition (Schedule::backward_start), the forward values first made before it and read
+// after it. Without one, the forward pass ends with the first instance of the last forward
+// node listed before the first backward step; forward values made by then (first instances,
+// not recomputations) and read after it are what the backward keeps.
+int64_t saved_bytes(const Graph& g, const Schedule& s, const std::vector<int>& last_read) {
+  int64_t saved = 0;
+  std::vector<char> seen(g.size(), 0);
+  if (s.backward_start && *s.backward_start >= 0 &&
+      *s.backward_start <= static_cast<int>(s.order.size())) {
+    for (int j = 0; j < *s.backward_start; ++j) {
+      int v = s.order[j];
+      if (seen[v]++) continue;
+      if (g.nodes[v].phase == Phase::kForward && last_read[j] >= *s.backward_start)
+        saved += g.nodes[v].bytes;
+    }
+    return saved;
+  }
+  const int first_bwd = first_backward_step(g, s);
+  if (first_bwd < 0) return 0;
+  std::vector<int> first_instances;
+  int boundary = 0;
+  for (int j = 0; j < first_bwd; ++j) {
+    int v = s.order[j];
+    if (seen[v]) continue;
+    seen[v] = 1;
+    if (g.nodes[v].phase == Phase::kForward) {
+      first_instances.push_back(j);
+      boundary = j + 1;
+    }
+  }
+  for (int j : first_instances)
+    if (last_read[j] >= boundary) saved += g.nodes[s.order[j]].bytes;
+  return saved;
+}
+
+}  // namespace
+
 SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> budget_bytes) {
   SimResult r;
   r.base_cost = g.total_cost();
@@ -52,44 +104,7 @@ SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
   }
   r.recomputations = static_cast<int>(s.order.size()) - g.size();
   r.overhead = r.base_cost > 0 ? r.cost / r.base_cost - 1.0 : 0.0;
-  // The forward pass ends with the first instance of the last forward node listed before
-  // the first backward step; forward values made by then (first instances, not
-  // recomputations) and read after it are what the backward keeps.
-  int first_bwd = -1;
-  for (size_t j = 0; j < s.order.size(); ++j) {
-    const Node& node = g.nodes[s.order[j]];
-    if (node.phase == Phase::kBackward && node.kind != NodeKind::kTangent &&
-        node.kind != NodeKind::kInput) {
-      first_bwd = static_cast<int>(j);
-      break;
-    }
-  }
-  if (s.backward_start && *s.backward_start >= 0 &&
-      *s.backward_start <= static_cast<int>(s.order.size())) {
-    std::vector<char> seen(g.size(), 0);
-    for (int j = 0; j < *s.backward_start; ++j) {
-      int v = s.order[j];
-      if (seen[v]++) continue;
-      if (g.nodes[v].phase == Phase::kForward && last_read[j] >= *s.backward_start)
-        r.saved_bytes += g.nodes[v].bytes;
-    }
-  } else if (first_bwd >= 0) {
-    std::vector<char> seen(g.size(), 0);
-    std::vector<int> first_instances;
-    int boundary = 0;
-    for (int j = 0; j < first_bwd; ++j) {
-      int v = s.order[j];
-      if (seen[v]) continue;
-      seen[v] = 1;
-      if (g.nodes[v].phase == Phase::kForward) {
-        first_instances.push_back(j);
-        boundary = j + 1;
-      }
-    }
-    for (int j : first_instances) {
-      if (last_read[j] >= boundary) r.saved_bytes += g.nodes[s.order[j]].bytes;
-    }
-  }
+  r.saved_bytes = saved_bytes(g, s, last_read);
   r.valid = true;
   if (budget_bytes && r.peak_bytes > *budget_bytes) {
     r.valid = false;
