@@ -13,6 +13,7 @@
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -50,7 +51,8 @@ class ScratchCache {
   }
 
   char* allocate(std::ptrdiff_t n) {
-    const std::size_t bytes = static_cast<std::size_t>(n);
+    // At least a byte: every block needs an address of its own (cudaMalloc(0) gives null).
+    const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(n), 1);
     auto it = free_.lower_bound(bytes);
     char* p = nullptr;
     std::size_t have = bytes;
@@ -89,10 +91,11 @@ ScratchCache& scratch_for(cudaStream_t stream) {
 __global__ void embedding_dwte_groups_kernel(const float* __restrict__ dout,
                                              const std::int32_t* __restrict__ sorted_ids,
                                              const std::int32_t* __restrict__ positions,
-                                             float* __restrict__ dwte, i64 tokens, i64 c) {
+                                             float* __restrict__ dwte, i64 tokens, i64 c, i64 v) {
   for (i64 i = blockIdx.x; i < tokens; i += gridDim.x) {
     const std::int32_t id = sorted_ids[i];
     if (i > 0 && sorted_ids[i - 1] == id) continue;  // not a head
+    if (id < 0 || id >= v) continue;                 // no row to write: ignored, not corrupting
     i64 end = i + 1;
     while (end < tokens && sorted_ids[end] == id) ++end;
     for (i64 j = threadIdx.x; j < c; j += blockDim.x) {
@@ -145,7 +148,7 @@ void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte,
           reinterpret_cast<std::int32_t*>(cache.allocate(static_cast<std::ptrdiff_t>(bytes)));
       sort_positions_by_id(idx, ids, positions, tokens, cache, stream);
       REMAT_LAUNCH(embedding_dwte_groups_kernel, grid_blocks(tokens), kThreads, 0, stream)
-      (dout, ids, positions, dwte, tokens, c);
+      (dout, ids, positions, dwte, tokens, c, v);
       check_launch("embedding_dwte_groups_kernel");
       // Stream-ordered: the next user of these blocks runs after this kernel on this stream.
       cache.deallocate(reinterpret_cast<char*>(positions), bytes);

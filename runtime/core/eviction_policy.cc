@@ -199,6 +199,7 @@ class NeighbourhoodPolicy final : public PolicyBase {
     const double k = v_.cost_of(s) / bytes(s);
     return weighted_ ? k * weight(s) : k;
   }
+  bool uses_hints() const override { return weighted_; }
   void set_weight(Id s, float w) override {
     if (!weighted_) return;
     if (s >= weights_.size()) weights_.resize(s + 1, 1.0f);

@@ -63,8 +63,10 @@ class EvictionPolicy {
   virtual void on_evicted(Id /*storage*/) {}
   virtual void on_resident(Id /*storage*/) {}
   virtual void on_destroyed(Id /*storage*/) {}
-  // A factor on the storage's score from a static plan's hints (Note [Hinted eviction]);
-  // only the `hinted` policy weighs, the others ignore it.
+  // Whether the policy acts on a static plan's hints: a step given hints under such a policy
+  // is a hinted step (runtime/steps/step.cc); under any other the hints are ignored.
+  virtual bool uses_hints() const { return false; }
+  // A factor on the storage's score from a static plan's hints (Note [Hinted eviction]).
   virtual void set_weight(Id /*storage*/, float /*weight*/) {}
 };
 

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "remat/runtime.h"
@@ -17,10 +18,11 @@ using testing::vec;
 // The program calls a (0), b (1), c (2); c reads only a. A plan that computes c before b
 // defers b when the program calls it: b holds no memory until the cursor reaches it after c,
 // the recorded order of runs is the plan's, and every value is the one an unplanned run gives.
-std::vector<std::vector<float>> run(bool planned, RuntimeStats* stats, std::vector<int>* order) {
+std::vector<std::vector<float>> run(bool planned, RuntimeStats* stats, std::vector<int>* order,
+                                    const std::string& policy = "hinted") {
   RuntimeOptions o;
   o.accounting = Accounting::kLogical;
-  o.policy = "hinted";
+  o.policy = policy;
   Runtime rt(o);
   std::vector<float> init(64);
   std::iota(init.begin(), init.end(), 1.0f);
@@ -44,7 +46,7 @@ std::vector<std::vector<float>> run(bool planned, RuntimeStats* stats, std::vect
   RecordedStep step = rt.end_step();
   *stats = rt.stats();
   *order = step.executed;
-  if (planned) {
+  if (planned && policy == "hinted") {
     EXPECT_FALSE(b_resident_when_called) << "b should wait for the plan";
   }
   return {read(rt, a), read(rt, b), read(rt, c)};
@@ -61,6 +63,17 @@ TEST(PlanFollowerTest, DefersAnOpTheScheduleRunsLaterAndKeepsEveryValue) {
   EXPECT_EQ(plain_stats.deferred_ops, 0u);
   EXPECT_EQ(planned_stats.deferred_ops, 1u);
   EXPECT_EQ(planned_stats.hint_mismatches, 0u);
+}
+
+// Only a policy that acts on hints (`hinted`) makes a hinted step: under `dtr` the same hints
+// are ignored, and the ops run where the program calls them.
+TEST(PlanFollowerTest, OtherPoliciesIgnoreHints) {
+  RuntimeStats stats;
+  std::vector<int> order;
+  run(true, &stats, &order, "dtr");
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(stats.deferred_ops, 0u);
+  EXPECT_EQ(stats.hint_evictions, 0u);
 }
 
 // A hint naming another op means the plan no longer describes the step: the cursor stops,

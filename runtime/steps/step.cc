@@ -44,10 +44,11 @@ std::uint64_t hash_spec(std::uint64_t h, const TensorSpec& spec) {
 
 }  // namespace
 
-// Hints make a hinted step: the runtime follows the plan's schedule where they carry one and
-// evicts what the plan frees; their weights act through the policies that weigh (`hinted`).
+// Hints make a hinted step where the policy acts on them (`hinted`): the runtime follows the
+// plan's schedule where they carry one, evicts what the plan frees, and the policy weighs its
+// scores by them. Other policies ignore hints.
 Step::Step(RuntimeImpl& rt, StepOptions options, std::uint32_t stamp)
-    : rt_(rt), stamp_(stamp), hints_(std::move(options.hints)) {
+    : rt_(rt), stamp_(stamp), hints_(rt.policy->uses_hints() ? std::move(options.hints) : nullptr) {
   if (options.record) recorder_ = std::make_unique<StepRecorder>(rt, *this, options.name);
   if (hints_ != nullptr && !hints_->schedule.empty())
     follower_ = std::make_unique<PlanFollower>(rt, *this);
@@ -250,12 +251,8 @@ RecordedStep Runtime::end_step() {
     }
   }
   impl_->free_lingering();
-  RecordedStep out;
-  if (step != nullptr) {
-    out = step->result();
-    impl_->step.reset();
-  }
-  return out;
+  const std::unique_ptr<detail::StepHooks> done = std::move(impl_->step);  // gone, whatever
+  return step != nullptr ? step->result() : RecordedStep{};
 }
 
 }  // namespace remat

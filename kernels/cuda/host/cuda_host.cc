@@ -291,13 +291,27 @@ void set_grid_stride_cap(std::int64_t blocks) { stride_cap = std::max<std::int64
 
 void sync_threads() { block_state->engine->wait(-1); }
 
-// A warp intrinsic called by a lane outside its mask is undefined on a GPU: reported here.
+// A warp intrinsic called by a lane outside its mask, or naming lanes the warp does not have,
+// is undefined on a GPU: reported here. The host serves only masks of the whole warp (its
+// exchange waits for every lane), which is all the sources use; a narrower mask is reported
+// rather than left to hang.
 void check_mask(std::uint32_t mask, const char* what) {
   const unsigned lane = lane_id();
-  if ((mask >> lane & 1u) != 0) return;
-  std::fprintf(stderr, "remat host CUDA: lane %u calls %s with mask 0x%08x, which leaves it out\n",
-               lane, what, mask);
-  std::abort();
+  const unsigned lanes = block_state->warp_lanes(warp_id());
+  const std::uint32_t live = lanes >= 32 ? 0xffffffffu : (1u << lanes) - 1u;
+  if ((mask >> lane & 1u) == 0) {
+    std::fprintf(stderr,
+                 "remat host CUDA: lane %u calls %s with mask 0x%08x, which leaves it out\n", lane,
+                 what, mask);
+    std::abort();
+  }
+  if ((mask & live) != live || (mask & ~live) != 0) {
+    std::fprintf(stderr,
+                 "remat host CUDA: %s with mask 0x%08x in a warp of %u lanes: host execution "
+                 "serves whole-warp masks only\n",
+                 what, mask, lanes);
+    std::abort();
+  }
 }
 
 std::uint32_t warp_shuffle_xor(std::uint32_t mask, std::uint32_t value, int lane_mask) {
