@@ -45,12 +45,6 @@ std::string SharedFile(const std::string& relative) {
   return std::filesystem::is_regular_file(p, ec) ? p.string() : std::string();
 }
 
-std::vector<float> Iota(std::size_t n, float start = 0.0f) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
-  return v;
-}
-
 // The op of op.h's example, which tensor.h's example runs.
 remat::OpPtr Relu() {
   return remat::make_op(
@@ -120,6 +114,26 @@ remat::Graph LinearGraph(int n) {
 
 // A recorded training-like step on `rt`: a forward chain of `n` ops over a parameter, then a
 // backward chain that reads the forward values in reverse. Returns the value read back.
+float RunStep(remat::Runtime& rt, const remat::Tensor& w, const remat::Tensor& x, int n);
+
+// The value RunStep computes with no budget and no hints, and the peak allocated bytes.
+struct Unconstrained {
+  float value = 0;
+  std::size_t peak = 0;
+};
+Unconstrained RunUnconstrained(const std::vector<float>& wv, const std::vector<float>& xv, int n,
+                               remat::Accounting accounting) {
+  remat::Runtime plain({.backend = remat::Backend::kCpu, .accounting = accounting});
+  remat::Tensor w = plain.constant(remat::testing::vec(64), wv.data());
+  remat::Tensor x = plain.constant(remat::testing::vec(64), xv.data());
+  plain.begin_step();
+  Unconstrained u;
+  u.value = RunStep(plain, w, x, n);
+  plain.end_step();
+  u.peak = plain.stats().memory.peak_allocated;
+  return u;
+}
+
 float RunStep(remat::Runtime& rt, const remat::Tensor& w, const remat::Tensor& x, int n) {
   const remat::OpPtr f = remat::testing::affine(0.5f, 1.0f);
   const remat::OpPtr c = remat::testing::combine();
@@ -191,7 +205,7 @@ TEST(HeaderExamples, Errors) {
     for (int i = 0; i < 16; ++i) v[static_cast<std::size_t>(i * 16 + i)] = 1.0f;
     return v;
   }();
-  const std::vector<float> values = Iota(16 * 16);
+  const std::vector<float> values = remat::testing::iota(16 * 16, 0.0f);
   remat::Tensor a = rt.constant({{16, 16}}, values.data());  // pinned: 2 x 1 KiB of 3 KiB
   remat::Tensor b = rt.constant({{16, 16}}, ident.data());
   remat::Tensor keep = rt.constant({{16, 16}}, values.data());  // leaves no room for a result
@@ -242,7 +256,8 @@ TEST(HeaderExamples, Graph) {
 
 TEST(HeaderExamples, GraphTransforms) {
   remat::Runtime rt({.backend = remat::Backend::kCpu, .accounting = remat::Accounting::kLogical});
-  const std::vector<float> wv = Iota(64, 0.25f), xv = Iota(64, -3.0f);
+  const std::vector<float> wv = remat::testing::iota(64, 0.25f),
+                           xv = remat::testing::iota(64, -3.0f);
   remat::Tensor w = rt.constant(remat::testing::vec(64), wv.data());
   remat::Tensor x = rt.constant(remat::testing::vec(64), xv.data());
   remat::StepOptions so;
@@ -268,17 +283,10 @@ TEST(HeaderExamples, GraphTransforms) {
 
 TEST(HeaderExamples, Hints) {
   const int64_t batch = 4, seq_len = 64;
-  const std::vector<float> wv = Iota(64, 0.25f), xv = Iota(64, -3.0f);
+  const std::vector<float> wv = remat::testing::iota(64, 0.25f),
+                           xv = remat::testing::iota(64, -3.0f);
   // The value the step computes, with no budget and no hints.
-  float expected = 0;
-  {
-    remat::Runtime plain({.backend = remat::Backend::kCpu});
-    remat::Tensor w = plain.constant(remat::testing::vec(64), wv.data());
-    remat::Tensor x = plain.constant(remat::testing::vec(64), xv.data());
-    plain.begin_step();
-    expected = RunStep(plain, w, x, 8);
-    plain.end_step();
-  }
+  const float expected = RunUnconstrained(wv, xv, 8, remat::Accounting::kAllocator).value;
   remat::Runtime rt({.backend = remat::Backend::kCpu,
                      .accounting = remat::Accounting::kLogical,
                      .policy = "hinted"});
@@ -340,14 +348,7 @@ TEST(HeaderExamples, MemoryResource) {
 }
 
 TEST(HeaderExamples, Op) {
-  auto relu = remat::make_op(
-      "relu", [](remat::SpecList in) { return remat::Outputs{{in[0]}}; },  // same shape as input
-      [](const remat::KernelContext& k) {
-        auto* x = k.input<float>(0);
-        auto* y = k.output<float>(0);
-        for (int64_t i = 0; i < k.input_spec(0).numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
-      },
-      [](remat::SpecList in) { return double(in[0].numel()); });  // declared cost
+  const auto relu = Relu();  // op.h's example
   const remat::TensorSpec spec{{2, 3}, remat::DType::kF32};
   EXPECT_EQ(relu->name, "relu");
   EXPECT_EQ(relu->infer(remat::SpecList(&spec, 1)).at(0).spec, spec);
@@ -417,7 +418,7 @@ TEST(HeaderExamples, Runtime) {
   constexpr int n = 64;
   std::vector<float> weights(n * n, 0.0f);  // a cyclic shift of the columns
   for (int i = 0; i < n; ++i) weights[static_cast<std::size_t>(i * n + (i + 1) % n)] = 1.0f;
-  const std::vector<float> xv = Iota(n * n);
+  const std::vector<float> xv = remat::testing::iota(n * n, 0.0f);
   const remat::OpPtr matmul = Matmul();
   remat::Tensor x = rt.constant({{n, n}}, xv.data());
   remat::Tensor w = rt.constant({{n, n}}, weights.data());  // pinned
@@ -508,20 +509,12 @@ TEST(HeaderExamples, StaticReplay) {
 }
 
 TEST(HeaderExamples, StepPlanner) {
-  const std::vector<float> wv = Iota(64, 0.25f), xv = Iota(64, -3.0f);
+  const std::vector<float> wv = remat::testing::iota(64, 0.25f),
+                           xv = remat::testing::iota(64, -3.0f);
   // The value the step computes and its peak, with no budget.
-  float expected = 0;
-  std::size_t peak = 0;
-  {
-    remat::Runtime plain(
-        {.backend = remat::Backend::kCpu, .accounting = remat::Accounting::kLogical});
-    remat::Tensor w = plain.constant(remat::testing::vec(64), wv.data());
-    remat::Tensor x = plain.constant(remat::testing::vec(64), xv.data());
-    plain.begin_step();
-    expected = RunStep(plain, w, x, 8);
-    plain.end_step();
-    peak = plain.stats().memory.peak_allocated;
-  }
+  const Unconstrained plain = RunUnconstrained(wv, xv, 8, remat::Accounting::kLogical);
+  const float expected = plain.value;
+  const std::size_t peak = plain.peak;
   // Under two thirds of that peak, counted as the planners count it.
   const std::size_t budget = peak * 2 / 3;
   remat::Runtime rt({.backend = remat::Backend::kCpu,
