@@ -13,7 +13,7 @@
 #include "examples/mlp_model.h"
 #include "examples/resnet_model.h"
 #include "examples/treelstm_model.h"
-#include "remat/segment_source.h"
+#include "remat/cuda_api.h"
 
 namespace remat::examples {
 namespace {

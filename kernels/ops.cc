@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #ifdef REMAT_HAVE_CUDA
@@ -22,34 +25,43 @@ namespace {
 
 using i64 = std::int64_t;
 
-// Every raw kernel the ops call, so that one op body serves both backends.
+// Every raw kernel the ops call, so that one op body serves both backends. On CUDA the
+// kernels take the stream last; the GEMM family also takes the runtime's cuBLAS workspace,
+// and embedding_backward its scratch memory (see kernels/cuda/cuda_kernels.h).
 // clang-format off
 #define REMAT_KERNEL_LIST(X)                                                                    \
-  X(gemm) X(bias_add) X(bias_grad) X(add) X(mul) X(scale) X(gelu_forward) X(gelu_backward)      \
+  X(bias_add) X(bias_grad) X(add) X(mul) X(scale) X(gelu_forward) X(gelu_backward)              \
   X(relu_forward) X(relu_backward) X(sigmoid_forward) X(sigmoid_backward) X(tanh_forward)       \
   X(tanh_backward) X(sum) X(layernorm_forward) X(layernorm_backward) X(softmax_forward)         \
   X(softmax_backward) X(attention_forward) X(attention_backward) X(embedding_forward)          \
-  X(embedding_backward) X(cross_entropy_forward) X(cross_entropy_backward) X(dropout_forward)  \
-  X(dropout_backward) X(conv2d_forward) X(conv2d_backward) X(batchnorm_forward)                \
-  X(batchnorm_backward) X(batchnorm_running_update) X(maxpool2d_forward) X(maxpool2d_backward) \
-  X(avgpool_forward) X(avgpool_backward) X(adamw_update) X(fill_zero) X(copy_bytes)
+  X(cross_entropy_forward) X(cross_entropy_backward) X(dropout_forward)                        \
+  X(dropout_backward) X(batchnorm_forward) X(batchnorm_backward) X(batchnorm_running_update)   \
+  X(maxpool2d_forward) X(maxpool2d_backward) X(avgpool_forward) X(avgpool_backward)            \
+  X(adamw_update) X(fill_zero) X(copy_bytes)
+#define REMAT_BLAS_KERNEL_LIST(X) X(gemm) X(conv2d_forward) X(conv2d_backward)
+#define REMAT_SCRATCH_KERNEL_LIST(X) X(embedding_backward)
 // clang-format on
 
 struct CpuBackend {
-  void* stream;
 #define REMAT_FORWARD(f)                    \
   template <class... A>                     \
   void f(A&&... a) const {                  \
     kernels::cpu::f(std::forward<A>(a)...); \
   }
   REMAT_KERNEL_LIST(REMAT_FORWARD)
+  REMAT_BLAS_KERNEL_LIST(REMAT_FORWARD)
+  REMAT_SCRATCH_KERNEL_LIST(REMAT_FORWARD)
 #undef REMAT_FORWARD
 };
 
 #ifdef REMAT_HAVE_CUDA
 struct CudaBackend {
-  void* stream;
-  cudaStream_t s() const { return static_cast<cudaStream_t>(stream); }
+  const KernelContext* k;
+  cudaStream_t s() const { return k->stream; }  // CudaStream is cudaStream_t
+  // The runtime's workspace, pinned under its budget: cuBLAS then allocates nothing of its
+  // own that the budget cannot see.
+  kernels::cuda::BlasWorkspace ws() const { return {k->workspace, k->workspace_bytes}; }
+  kernels::cuda::Scratch scratch() const { return {k->scratch_fn, k->scratch_self}; }
 #define REMAT_FORWARD(f)                          \
   template <class... A>                           \
   void f(A&&... a) const {                        \
@@ -57,26 +69,68 @@ struct CudaBackend {
   }
   REMAT_KERNEL_LIST(REMAT_FORWARD)
 #undef REMAT_FORWARD
+#define REMAT_FORWARD(f)                                \
+  template <class... A>                                 \
+  void f(A&&... a) const {                              \
+    kernels::cuda::f(std::forward<A>(a)..., s(), ws()); \
+  }
+  REMAT_BLAS_KERNEL_LIST(REMAT_FORWARD)
+#undef REMAT_FORWARD
+#define REMAT_FORWARD(f)                                     \
+  template <class... A>                                      \
+  void f(A&&... a) const {                                   \
+    kernels::cuda::f(std::forward<A>(a)..., s(), scratch()); \
+  }
+  REMAT_SCRATCH_KERNEL_LIST(REMAT_FORWARD)
+#undef REMAT_FORWARD
 };
 #endif
 
-// Builds an OpDef whose kernels run `body(backend, ctx)` with the CPU or the CUDA backend.
+// Builds an OpDef whose kernels run `body(backend, ctx)` with the CPU or the CUDA backend, and
+// that declares `work`. Its `cost` is that work priced on the CPU roofline: the figures these
+// ops declared before they declared work, for whoever reads `cost` rather than `work`.
 template <class Body>
 OpPtr define(std::string name, std::function<Outputs(SpecList)> infer,
-             std::function<double(SpecList)> cost, Body body, bool random = false) {
+             std::function<OpWork(SpecList)> work, Body body, bool random = false) {
   auto op = std::make_shared<OpDef>();
   op->name = std::move(name);
   op->infer = std::move(infer);
-  op->cost = std::move(cost);
-  op->kernel = [body](const KernelContext& k) { body(CpuBackend{k.stream}, k); };
+  op->cost = [work](SpecList in) { return Roofline::cpu().price(work(in)); };
+  op->work = std::move(work);
+  op->kernel = [body](const KernelContext& k) { body(CpuBackend{}, k); };
 #ifdef REMAT_HAVE_CUDA
-  op->cuda_kernel = [body](const KernelContext& k) { body(CudaBackend{k.stream}, k); };
+  op->cuda_kernel = [body](const KernelContext& k) { body(CudaBackend{&k}, k); };
 #endif
   op->random = random;
   // A dropout call draws one Philox block per four elements; 2^32 blocks per call keeps the
   // streams of different calls apart for tensors of up to 2^34 elements.
   if (random) op->rng_counters = std::uint64_t{1} << 32;
   return op;
+}
+
+// The observer of set_op_observer, and the calls into the runtime that tell it.
+thread_local OpObserver op_observer;
+void observe(const OpPtr& op, std::span<const Tensor> inputs) {
+  if (!op_observer) return;
+  std::vector<TensorSpec> specs;
+  specs.reserve(inputs.size());
+  for (const Tensor& t : inputs) specs.push_back(t.spec());
+  op_observer(*op, specs);
+}
+std::vector<Tensor> run(Runtime& rt, const OpPtr& op, std::span<const Tensor> inputs) {
+  observe(op, inputs);
+  return rt.call(op, inputs);
+}
+std::vector<Tensor> run(Runtime& rt, const OpPtr& op, std::initializer_list<Tensor> inputs) {
+  return run(rt, op, std::span<const Tensor>(inputs.begin(), inputs.size()));
+}
+Tensor run1(Runtime& rt, const OpPtr& op, std::initializer_list<Tensor> inputs) {
+  return run(rt, op, inputs).at(0);
+}
+void run_update(Runtime& rt, const OpPtr& op, std::initializer_list<Tensor> args,
+                std::initializer_list<int> mutated) {
+  observe(op, std::span<const Tensor>(args.begin(), args.size()));
+  rt.update(op, args, mutated);
 }
 
 TensorSpec f32(std::vector<i64> shape) { return TensorSpec{std::move(shape), DType::kF32}; }
@@ -107,8 +161,8 @@ void require_f32(const std::string& op, SpecList in, std::initializer_list<int> 
 }
 
 // An elementwise op with one output shaped like input 0 and `arity` inputs of that shape.
-double elementwise_cost(SpecList in) {
-  return estimate_ns(static_cast<double>(in[0].numel()), fbytes(in) + in[0].bytes());
+OpWork elementwise_work(SpecList in) {
+  return {static_cast<double>(in[0].numel()), fbytes(in) + static_cast<double>(in[0].bytes())};
 }
 Outputs same_as_first(const std::string& name, SpecList in) {
   for (std::size_t i = 0; i < in.size(); ++i) {
@@ -127,9 +181,7 @@ const OpPtr& cached(Make make) {
 
 }  // namespace
 
-double estimate_ns(double flops, double bytes) {
-  return std::max(flops / CostModel::kFlopsPerNs, bytes / CostModel::kBytesPerNs) + 1.0;
-}
+void set_op_observer(OpObserver observer) { op_observer = std::move(observer); }
 
 // ---------------------------------------------------------------------------------------
 // GEMM family
@@ -168,7 +220,7 @@ Tensor matmul(Runtime& rt, const Tensor& a, const Tensor& b, bool trans_a, bool 
         },
         [=](SpecList in) {
           const GemmDims d = gemm_dims(name, in, ta, tb);
-          return estimate_ns(2.0 * d.m * d.n * d.k, fbytes(in) + 4.0 * d.m * d.n);
+          return OpWork{2.0 * d.m * d.n * d.k, fbytes(in) + 4.0 * d.m * d.n};
         },
         [=](auto be, const KernelContext& k) {
           const TensorSpec& as = k.input_spec(0);
@@ -182,7 +234,7 @@ Tensor matmul(Runtime& rt, const Tensor& a, const Tensor& b, bool trans_a, bool 
   };
   static const OpPtr table[2][2] = {{make(false, false), make(false, true)},
                                     {make(true, false), make(true, true)}};
-  return rt.call1(table[trans_a][trans_b], {a, b});
+  return run1(rt, table[trans_a][trans_b], {a, b});
 }
 
 Tensor linear(Runtime& rt, const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -195,7 +247,7 @@ Tensor linear(Runtime& rt, const Tensor& x, const Tensor& w, const Tensor& b) {
       },
       [](SpecList in) {
         const GemmDims d = gemm_dims("linear", in, false, true);
-        return estimate_ns(2.0 * d.m * d.n * d.k, fbytes(in) + 4.0 * d.m * d.n);
+        return OpWork{2.0 * d.m * d.n * d.k, fbytes(in) + 4.0 * d.m * d.n};
       },
       [](auto be, const KernelContext& k) {
         const i64 m = rows(k.input_spec(0)), kk = last(k.input_spec(0));
@@ -206,7 +258,7 @@ Tensor linear(Runtime& rt, const Tensor& x, const Tensor& w, const Tensor& b) {
         be.bias_add(y, k.input<float>(2), y, m, n);
       });
   if (!b.defined()) return matmul(rt, x, w, false, true);
-  return rt.call1(with_bias, {x, w, b});
+  return run1(rt, with_bias, {x, w, b});
 }
 
 Tensor bias_add(Runtime& rt, const Tensor& x, const Tensor& b) {
@@ -218,13 +270,13 @@ Tensor bias_add(Runtime& rt, const Tensor& x, const Tensor& b) {
           require(in[1].numel() == last(in[0]), "bias_add", in, "bias size must equal last dim");
           return Outputs{{in[0]}};
         },
-        elementwise_cost,
+        elementwise_work,
         [](auto be, const KernelContext& k) {
           be.bias_add(k.input<float>(0), k.input<float>(1), k.output<float>(0),
                       rows(k.input_spec(0)), last(k.input_spec(0)));
         });
   });
-  return rt.call1(op, {x, b});
+  return run1(rt, op, {x, b});
 }
 
 Tensor bias_grad(Runtime& rt, const Tensor& dy) {
@@ -235,13 +287,13 @@ Tensor bias_grad(Runtime& rt, const Tensor& dy) {
           require_f32("bias_grad", in, {0});
           return Outputs{{f32({last(in[0])})}};
         },
-        elementwise_cost,
+        elementwise_work,
         [](auto be, const KernelContext& k) {
           be.bias_grad(k.input<float>(0), k.output<float>(0), rows(k.input_spec(0)),
                        last(k.input_spec(0)));
         });
   });
-  return rt.call1(op, {dy});
+  return run1(rt, op, {dy});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -251,7 +303,7 @@ namespace {
 template <class Fn>
 OpPtr elementwise(const std::string& name, Fn fn) {
   return define(
-      name, [name](SpecList in) { return same_as_first(name, in); }, elementwise_cost, fn);
+      name, [name](SpecList in) { return same_as_first(name, in); }, elementwise_work, fn);
 }
 }  // namespace
 
@@ -262,7 +314,7 @@ OpPtr elementwise(const std::string& name, Fn fn) {
         be.kernel(k.input<float>(0), k.output<float>(0), k.input_spec(0).numel()); \
       });                                                                          \
     });                                                                            \
-    return rt.call1(op, {x});                                                      \
+    return run1(rt, op, {x});                                                      \
   }
 #define REMAT_BINARY(fname, kernel)                                         \
   Tensor fname(Runtime& rt, const Tensor& a, const Tensor& b) {             \
@@ -272,7 +324,7 @@ OpPtr elementwise(const std::string& name, Fn fn) {
                   k.input_spec(0).numel());                                 \
       });                                                                   \
     });                                                                     \
-    return rt.call1(op, {a, b});                                            \
+    return run1(rt, op, {a, b});                                            \
   }
 REMAT_UNARY(gelu, gelu_forward)
 REMAT_UNARY(relu, relu_forward)
@@ -291,7 +343,7 @@ Tensor scale(Runtime& rt, const Tensor& x, float s) {
   auto op = elementwise("scale", [s](auto be, const KernelContext& k) {
     be.scale(k.input<float>(0), s, k.output<float>(0), k.input_spec(0).numel());
   });
-  return rt.call1(op, {x});
+  return run1(rt, op, {x});
 }
 
 Tensor sum(Runtime& rt, const Tensor& x) {
@@ -302,22 +354,24 @@ Tensor sum(Runtime& rt, const Tensor& x) {
           require_f32("sum", in, {0});
           return Outputs{{f32({1})}};
         },
-        elementwise_cost,
+        elementwise_work,
         [](auto be, const KernelContext& k) {
           be.sum(k.input<float>(0), k.output<float>(0), k.input_spec(0).numel());
         });
   });
-  return rt.call1(op, {x});
+  return run1(rt, op, {x});
 }
 
 Tensor zeros(Runtime& rt, const TensorSpec& spec) {
   auto op = define(
       "zeros", [spec](SpecList) { return Outputs{{spec}}; },
-      [spec](SpecList) { return estimate_ns(0, static_cast<double>(spec.bytes())); },
+      [spec](SpecList) {
+        return OpWork{0, static_cast<double>(spec.bytes())};
+      },
       [](auto be, const KernelContext& k) {
         be.fill_zero(k.output<void>(0), k.output_spec(0).bytes());
       });
-  return rt.call(op, std::span<const Tensor>{}).at(0);
+  return run(rt, op, std::span<const Tensor>{}).at(0);
 }
 
 Tensor softmax(Runtime& rt, const Tensor& x) {
@@ -327,7 +381,7 @@ Tensor softmax(Runtime& rt, const Tensor& x) {
                          last(k.input_spec(0)));
     });
   });
-  return rt.call1(op, {x});
+  return run1(rt, op, {x});
 }
 
 Tensor softmax_backward(Runtime& rt, const Tensor& y, const Tensor& dy) {
@@ -337,7 +391,7 @@ Tensor softmax_backward(Runtime& rt, const Tensor& y, const Tensor& dy) {
                           rows(k.input_spec(0)), last(k.input_spec(0)));
     });
   });
-  return rt.call1(op, {y, dy});
+  return run1(rt, op, {y, dy});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -356,8 +410,10 @@ Tensor narrow(Runtime& rt, const Tensor& x, i64 offset, std::vector<i64> shape) 
             absl::StrCat("elements [", offset, ", ", offset + out.numel(), ") lie outside"));
     return Outputs{OutputSpec(out, 0, static_cast<std::size_t>(offset) * dtype_size(in[0].dtype))};
   };
+  // A view launches nothing and moves no bytes, so it declares a token cost and no work: a
+  // roofline would charge it a kernel launch (4 us on the GPU's) that it never makes.
   op->cost = [](SpecList) { return 1.0; };
-  return rt.call1(op, {x});
+  return run1(rt, op, {x});
 }
 
 Tensor concat(Runtime& rt, const std::vector<Tensor>& parts) {
@@ -377,7 +433,9 @@ Tensor concat(Runtime& rt, const std::vector<Tensor>& parts) {
           }
           return Outputs{{out}};
         },
-        [](SpecList in) { return estimate_ns(0, 2 * fbytes(in)); },
+        [](SpecList in) {
+          return OpWork{0, 2 * fbytes(in)};
+        },
         [](auto be, const KernelContext& k) {
           char* dst = k.output<char>(0);
           for (std::size_t i = 0; i < k.inputs.size(); ++i) {
@@ -387,7 +445,7 @@ Tensor concat(Runtime& rt, const std::vector<Tensor>& parts) {
           }
         });
   });
-  return rt.call(op, std::span<const Tensor>(parts)).at(0);
+  return run(rt, op, std::span<const Tensor>(parts)).at(0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -403,13 +461,15 @@ LayerNormOut layernorm(Runtime& rt, const Tensor& x, const Tensor& w, const Tens
         std::vector<i64> stat(in[0].shape.begin(), in[0].shape.end() - 1);
         return Outputs{{in[0]}, {f32(stat)}, {f32(stat)}};
       },
-      [](SpecList in) { return estimate_ns(8.0 * in[0].numel(), 2 * fbytes(in)); },
+      [](SpecList in) {
+        return OpWork{8.0 * in[0].numel(), 2 * fbytes(in)};
+      },
       [eps](auto be, const KernelContext& k) {
         be.layernorm_forward(k.input<float>(0), k.input<float>(1), k.input<float>(2),
                              k.output<float>(0), k.output<float>(1), k.output<float>(2),
                              rows(k.input_spec(0)), last(k.input_spec(0)), eps);
       });
-  auto out = rt.call(op, {x, w, b});
+  auto out = run(rt, op, {x, w, b});
   return {out[0], out[1], out[2]};
 }
 
@@ -423,7 +483,9 @@ LayerNormGrads layernorm_backward(Runtime& rt, const Tensor& dy, const Tensor& x
           require(in[0] == in[1], "layernorm_backward", in, "dy and x must have one shape");
           return Outputs{{in[1]}, {in[2]}, {in[2]}};
         },
-        [](SpecList in) { return estimate_ns(12.0 * in[0].numel(), 2 * fbytes(in)); },
+        [](SpecList in) {
+          return OpWork{12.0 * in[0].numel(), 2 * fbytes(in)};
+        },
         [](auto be, const KernelContext& k) {
           be.layernorm_backward(k.input<float>(0), k.input<float>(1), k.input<float>(2),
                                 k.input<float>(3), k.input<float>(4), k.output<float>(0),
@@ -431,7 +493,7 @@ LayerNormGrads layernorm_backward(Runtime& rt, const Tensor& dy, const Tensor& x
                                 last(k.input_spec(1)));
         });
   });
-  auto out = rt.call(op, {dy, x, w, mean, rstd});
+  auto out = run(rt, op, {dy, x, w, mean, rstd});
   return {out[0], out[1], out[2]};
 }
 
@@ -447,14 +509,16 @@ BatchNormOut batchnorm(Runtime& rt, const Tensor& x, const Tensor& gamma, const 
                 "gamma and beta must have C elements");
         return Outputs{{in[0]}, {f32({c})}, {f32({c})}};
       },
-      [](SpecList in) { return estimate_ns(8.0 * in[0].numel(), 3 * fbytes(in)); },
+      [](SpecList in) {
+        return OpWork{8.0 * in[0].numel(), 3 * fbytes(in)};
+      },
       [eps](auto be, const KernelContext& k) {
         const auto& s = k.input_spec(0).shape;
         be.batchnorm_forward(k.input<float>(0), k.input<float>(1), k.input<float>(2),
                              k.output<float>(0), k.output<float>(1), k.output<float>(2), s[0], s[1],
                              s[2] * s[3], eps);
       });
-  auto out = rt.call(op, {x, gamma, beta});
+  auto out = run(rt, op, {x, gamma, beta});
   return {out[0], out[1], out[2]};
 }
 
@@ -469,7 +533,9 @@ BatchNormGrads batchnorm_backward(Runtime& rt, const Tensor& dy, const Tensor& x
                   "dy and x must be one (N, C, H, W) shape");
           return Outputs{{in[1]}, {in[2]}, {in[2]}};
         },
-        [](SpecList in) { return estimate_ns(12.0 * in[0].numel(), 3 * fbytes(in)); },
+        [](SpecList in) {
+          return OpWork{12.0 * in[0].numel(), 3 * fbytes(in)};
+        },
         [](auto be, const KernelContext& k) {
           const auto& s = k.input_spec(1).shape;
           be.batchnorm_backward(k.input<float>(0), k.input<float>(1), k.input<float>(2),
@@ -477,7 +543,7 @@ BatchNormGrads batchnorm_backward(Runtime& rt, const Tensor& dy, const Tensor& x
                                 k.output<float>(1), k.output<float>(2), s[0], s[1], s[2] * s[3]);
         });
   });
-  auto out = rt.call(op, {dy, x, gamma, mean, rstd});
+  auto out = run(rt, op, {dy, x, gamma, mean, rstd});
   return {out[0], out[1], out[2]};
 }
 
@@ -486,13 +552,15 @@ void batchnorm_running_update(Runtime& rt, const Tensor& running_mean, const Ten
                               float eps) {
   auto op = define(
       "batchnorm_running_update", [](SpecList) { return Outputs{}; },
-      [](SpecList in) { return estimate_ns(4.0 * in[0].numel(), fbytes(in)); },
+      [](SpecList in) {
+        return OpWork{4.0 * in[0].numel(), fbytes(in)};
+      },
       [count, momentum, eps](auto be, const KernelContext& k) {
         be.batchnorm_running_update(k.output<float>(0), k.output<float>(1), k.input<float>(2),
                                     k.input<float>(3), k.input_spec(0).numel(), count, momentum,
                                     eps);
       });
-  rt.update(op, {running_mean, running_var, mean, rstd}, {0, 1});
+  run_update(rt, op, {running_mean, running_var, mean, rstd}, {0, 1});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -511,15 +579,15 @@ AttentionOut attention(Runtime& rt, const Tensor& qkv, i64 heads) {
       [heads](SpecList in) {
         const auto& s = in[0].shape;
         const double b = s[0], t = s[1], c = s[2] / 3;
-        return estimate_ns(2.0 * b * t * t * c + 5.0 * b * heads * t * t,
-                           fbytes(in) + 4.0 * (b * t * c + b * heads * t * t));
+        return OpWork{2.0 * b * t * t * c + 5.0 * b * heads * t * t,
+                      fbytes(in) + 4.0 * (b * t * c + b * heads * t * t)};
       },
       [heads](auto be, const KernelContext& k) {
         const auto& s = k.input_spec(0).shape;
         be.attention_forward(k.input<float>(0), k.output<float>(0), k.output<float>(1), s[0], s[1],
                              s[2] / 3, heads);
       });
-  auto out = rt.call(op, {qkv});
+  auto out = run(rt, op, {qkv});
   return {out[0], out[1]};
 }
 
@@ -534,14 +602,14 @@ Tensor attention_backward(Runtime& rt, const Tensor& dout, const Tensor& qkv, co
       [heads](SpecList in) {
         const auto& s = in[1].shape;
         const double b = s[0], t = s[1], c = s[2] / 3;
-        return estimate_ns(4.0 * b * t * t * c + 8.0 * b * heads * t * t, 2 * fbytes(in));
+        return OpWork{4.0 * b * t * t * c + 8.0 * b * heads * t * t, 2 * fbytes(in)};
       },
       [heads](auto be, const KernelContext& k) {
         const auto& s = k.input_spec(1).shape;
         be.attention_backward(k.input<float>(0), k.input<float>(1), k.input<float>(2),
                               k.output<float>(0), s[0], s[1], s[2] / 3, heads);
       });
-  return rt.call1(op, {dout, qkv, att});
+  return run1(rt, op, {dout, qkv, att});
 }
 
 Tensor embedding(Runtime& rt, const Tensor& idx, const Tensor& wte, const Tensor& wpe) {
@@ -560,7 +628,7 @@ Tensor embedding(Runtime& rt, const Tensor& idx, const Tensor& wte, const Tensor
       },
       [](SpecList in) {
         const double n = static_cast<double>(in[0].numel()) * in[1].shape[1];
-        return estimate_ns(n, 12.0 * n);
+        return OpWork{n, 12.0 * n};
       },
       [pos](auto be, const KernelContext& k) {
         const auto& s = k.input_spec(0).shape;
@@ -568,8 +636,8 @@ Tensor embedding(Runtime& rt, const Tensor& idx, const Tensor& wte, const Tensor
                              pos ? k.input<float>(2) : nullptr, k.output<float>(0), s[0], s[1],
                              k.input_spec(1).shape[1]);
       });
-  if (pos) return rt.call1(op, {idx, wte, wpe});
-  return rt.call1(op, {idx, wte});
+  if (pos) return run1(rt, op, {idx, wte, wpe});
+  return run1(rt, op, {idx, wte});
 }
 
 EmbeddingGrads embedding_backward(Runtime& rt, const Tensor& dout, const Tensor& idx,
@@ -584,7 +652,7 @@ EmbeddingGrads embedding_backward(Runtime& rt, const Tensor& dout, const Tensor&
         return o;
       },
       [wte](SpecList in) {
-        return estimate_ns(static_cast<double>(in[0].numel()), fbytes(in) + 2.0 * wte.bytes());
+        return OpWork{static_cast<double>(in[0].numel()), fbytes(in) + 2.0 * wte.bytes()};
       },
       [pos](auto be, const KernelContext& k) {
         const auto& s = k.input_spec(1).shape;  // (B, T)
@@ -598,7 +666,7 @@ EmbeddingGrads embedding_backward(Runtime& rt, const Tensor& dout, const Tensor&
         be.embedding_backward(k.input<float>(0), k.input<std::int32_t>(1), k.output<float>(0), dwpe,
                               s[0], s[1], c, v);
       });
-  auto out = rt.call(op, {dout, idx});
+  auto out = run(rt, op, {dout, idx});
   return {out[0], pos ? out[1] : Tensor()};
 }
 
@@ -612,26 +680,30 @@ Tensor cross_entropy(Runtime& rt, const Tensor& logits, const Tensor& targets) {
                   "cross_entropy", in, "needs f32 logits (N, V) and int32 targets (N)");
           return Outputs{{f32({rows(in[0])})}};
         },
-        [](SpecList in) { return estimate_ns(4.0 * in[0].numel(), fbytes(in)); },
+        [](SpecList in) {
+          return OpWork{4.0 * in[0].numel(), fbytes(in)};
+        },
         [](auto be, const KernelContext& k) {
           be.cross_entropy_forward(k.input<float>(0), k.input<std::int32_t>(1), k.output<float>(0),
                                    rows(k.input_spec(0)), last(k.input_spec(0)));
         });
   });
-  return rt.call1(op, {logits, targets});
+  return run1(rt, op, {logits, targets});
 }
 
 Tensor cross_entropy_backward(Runtime& rt, const Tensor& logits, const Tensor& targets,
                               const Tensor& dloss, float scale) {
   auto op = define(
       "cross_entropy_backward", [](SpecList in) { return Outputs{{in[0]}}; },
-      [](SpecList in) { return estimate_ns(5.0 * in[0].numel(), 2 * fbytes(in)); },
+      [](SpecList in) {
+        return OpWork{5.0 * in[0].numel(), 2 * fbytes(in)};
+      },
       [scale](auto be, const KernelContext& k) {
         be.cross_entropy_backward(k.input<float>(0), k.input<std::int32_t>(1), k.input<float>(2),
                                   scale, k.output<float>(0), rows(k.input_spec(0)),
                                   last(k.input_spec(0)));
       });
-  return rt.call1(op, {logits, targets, dloss});
+  return run1(rt, op, {logits, targets, dloss});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -644,25 +716,29 @@ DropoutOut dropout(Runtime& rt, const Tensor& x, float p) {
         require_f32("dropout", in, {0});
         return Outputs{{in[0]}, {TensorSpec{in[0].shape, DType::kU8}}};
       },
-      [](SpecList in) { return estimate_ns(10.0 * in[0].numel(), 2.25 * in[0].bytes()); },
+      [](SpecList in) {
+        return OpWork{10.0 * in[0].numel(), 2.25 * in[0].bytes()};
+      },
       [p](auto be, const KernelContext& k) {
         be.dropout_forward(k.input<float>(0), k.output<float>(0), k.output<std::uint8_t>(1),
                            k.input_spec(0).numel(), p, k.rng.seed, k.rng.offset);
       },
       /*random=*/true);
-  auto out = rt.call(op, {x});
+  auto out = run(rt, op, {x});
   return {out[0], out[1]};
 }
 
 Tensor dropout_backward(Runtime& rt, const Tensor& dy, const Tensor& mask, float p) {
   auto op = define(
       "dropout_backward", [](SpecList in) { return Outputs{{in[0]}}; },
-      [](SpecList in) { return estimate_ns(static_cast<double>(in[0].numel()), fbytes(in) * 1.5); },
+      [](SpecList in) {
+        return OpWork{static_cast<double>(in[0].numel()), fbytes(in) * 1.5};
+      },
       [p](auto be, const KernelContext& k) {
         be.dropout_backward(k.input<float>(0), k.input<std::uint8_t>(1), k.output<float>(0),
                             k.input_spec(0).numel(), p);
       });
-  return rt.call1(op, {dy, mask});
+  return run1(rt, op, {dy, mask});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -700,7 +776,7 @@ Tensor conv2d(Runtime& rt, const Tensor& x, const Tensor& w, const Tensor& b, i6
       },
       [=](SpecList in) {
         const ConvDims d = conv_dims("conv2d", in, 0, 1, stride, pad);
-        return estimate_ns(conv_flops(d), fbytes(in) + 4.0 * d.n * d.oc * d.oh * d.ow);
+        return OpWork{conv_flops(d), fbytes(in) + 4.0 * d.n * d.oc * d.oh * d.ow};
       },
       [=](auto be, const KernelContext& k) {
         const auto& xs = k.input_spec(0).shape;
@@ -709,8 +785,8 @@ Tensor conv2d(Runtime& rt, const Tensor& x, const Tensor& w, const Tensor& b, i6
                           k.output<float>(0), k.output<float>(1), xs[0], xs[1], xs[2], xs[3], ws[0],
                           ws[2], ws[3], stride, pad);
       });
-  if (bias) return rt.call(op, {x, w, b}).at(0);
-  return rt.call(op, {x, w}).at(0);
+  if (bias) return run(rt, op, {x, w, b}).at(0);
+  return run(rt, op, {x, w}).at(0);
 }
 
 Conv2dGrads conv2d_backward(Runtime& rt, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -728,7 +804,7 @@ Conv2dGrads conv2d_backward(Runtime& rt, const Tensor& dy, const Tensor& x, cons
       },
       [=](SpecList in) {
         const ConvDims d = conv_dims("conv2d_backward", in, 1, 2, stride, pad);
-        return estimate_ns((need_dx ? 2 : 1) * conv_flops(d), 2 * fbytes(in));
+        return OpWork{(need_dx ? 2 : 1) * conv_flops(d), 2 * fbytes(in)};
       },
       [=](auto be, const KernelContext& k) {
         const auto& xs = k.input_spec(1).shape;
@@ -741,7 +817,7 @@ Conv2dGrads conv2d_backward(Runtime& rt, const Tensor& dy, const Tensor& x, cons
         be.conv2d_backward(k.input<float>(0), k.input<float>(1), k.input<float>(2), dx, dw, db,
                            cols, xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], stride, pad);
       });
-  auto out = rt.call(op, {dy, x, w});
+  auto out = run(rt, op, {dy, x, w});
   Conv2dGrads g;
   std::size_t o = 0;
   if (need_dx) g.dx = out[o++];
@@ -762,15 +838,15 @@ MaxPoolOut maxpool2d(Runtime& rt, const Tensor& x, i64 kernel, i64 s) {
         return Outputs{{f32(o)}, {TensorSpec{o, DType::kI32}}};
       },
       [=](SpecList in) {
-        return estimate_ns(static_cast<double>(in[0].numel()) * kernel * kernel / (s * s),
-                           1.5 * fbytes(in));
+        return OpWork{static_cast<double>(in[0].numel()) * kernel * kernel / (s * s),
+                      1.5 * fbytes(in)};
       },
       [=](auto be, const KernelContext& k) {
         const auto& xs = k.input_spec(0).shape;
         be.maxpool2d_forward(k.input<float>(0), k.output<float>(0), k.output<std::int32_t>(1),
                              xs[0], xs[1], xs[2], xs[3], kernel, s);
       });
-  auto out = rt.call(op, {x});
+  auto out = run(rt, op, {x});
   return {out[0], out[1]};
 }
 
@@ -779,14 +855,14 @@ Tensor maxpool2d_backward(Runtime& rt, const Tensor& dy, const Tensor& argmax, c
   auto op = define(
       "maxpool2d_backward", [x](SpecList) { return Outputs{{x}}; },
       [x](SpecList in) {
-        return estimate_ns(static_cast<double>(x.numel()), fbytes(in) + x.bytes());
+        return OpWork{static_cast<double>(x.numel()), fbytes(in) + x.bytes()};
       },
       [=](auto be, const KernelContext& k) {
         const auto& xs = x.shape;
         be.maxpool2d_backward(k.input<float>(0), k.input<std::int32_t>(1), k.output<float>(0),
                               xs[0], xs[1], xs[2], xs[3], kernel, s);
       });
-  return rt.call1(op, {dy, argmax});
+  return run1(rt, op, {dy, argmax});
 }
 
 Tensor avgpool(Runtime& rt, const Tensor& x) {
@@ -798,24 +874,26 @@ Tensor avgpool(Runtime& rt, const Tensor& x) {
                   "needs x (N, C, H, W)");
           return Outputs{{f32({in[0].shape[0], in[0].shape[1]})}};
         },
-        elementwise_cost,
+        elementwise_work,
         [](auto be, const KernelContext& k) {
           const auto& xs = k.input_spec(0).shape;
           be.avgpool_forward(k.input<float>(0), k.output<float>(0), xs[0], xs[1], xs[2] * xs[3]);
         });
   });
-  return rt.call1(op, {x});
+  return run1(rt, op, {x});
 }
 
 Tensor avgpool_backward(Runtime& rt, const Tensor& dy, const TensorSpec& x) {
   auto op = define(
       "avgpool_backward", [x](SpecList) { return Outputs{{x}}; },
-      [x](SpecList) { return estimate_ns(static_cast<double>(x.numel()), 1.25 * x.bytes()); },
+      [x](SpecList) {
+        return OpWork{static_cast<double>(x.numel()), 1.25 * x.bytes()};
+      },
       [x](auto be, const KernelContext& k) {
         be.avgpool_backward(k.input<float>(0), k.output<float>(0), x.shape[0], x.shape[1],
                             x.shape[2] * x.shape[3]);
       });
-  return rt.call1(op, {dy});
+  return run1(rt, op, {dy});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -830,13 +908,15 @@ void adamw(Runtime& rt, const Tensor& param, const Tensor& m, const Tensor& v, c
           require(in[i].numel() == in[0].numel(), "adamw", in, "param, m, v, grad must agree");
         return Outputs{};
       },
-      [](SpecList in) { return estimate_ns(10.0 * in[0].numel(), 7.0 * in[0].bytes()); },
+      [](SpecList in) {
+        return OpWork{10.0 * in[0].numel(), 7.0 * in[0].bytes()};
+      },
       [hp, t](auto be, const KernelContext& k) {
         be.adamw_update(k.output<float>(0), k.output<float>(1), k.output<float>(2),
                         k.input<float>(3), k.input_spec(0).numel(), hp.lr, hp.beta1, hp.beta2,
                         hp.eps, hp.weight_decay, t);
       });
-  rt.update(op, {param, m, v, grad}, {0, 1, 2});
+  run_update(rt, op, {param, m, v, grad}, {0, 1, 2});
 }
 
 }  // namespace remat::ops

@@ -1,6 +1,9 @@
 // The op library: forward and backward float32 ops for training loops that run through the
-// runtime, each an OpDef with an output-shape function, a cost estimate and a CPU and a CUDA
-// kernel (kernels/cpu, kernels/cuda). Every function runs its op at once through `rt` and
+// runtime, each an OpDef with an output-shape function, its work (arithmetic and memory
+// traffic, `OpDef::work`, which the runtime prices with its roofline) and a CPU and a CUDA
+// kernel (kernels/cpu, kernels/cuda). `OpDef::cost` is set too, to the work's price on
+// `Roofline::cpu()`, for readers of `cost` that have no roofline of their own; views, which
+// run nothing, declare only a token cost. Every function runs its op at once through `rt` and
 // returns the outputs, which the runtime may evict and recompute.
 //
 //   remat::Runtime rt({.budget = size_t{256} << 20});
@@ -15,20 +18,12 @@
 #define REMAT_KERNELS_OPS_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "remat/runtime.h"
 
 namespace remat::ops {
-
-// The cost the runtime is given for an op, in estimated nanoseconds: the larger of its
-// arithmetic at `kFlopsPerNs` and its memory traffic at `kBytesPerNs` (a 2-core CPU's
-// figures; only the ratios between ops steer eviction).
-struct CostModel {
-  static constexpr double kFlopsPerNs = 20.0;
-  static constexpr double kBytesPerNs = 10.0;
-};
-double estimate_ns(double flops, double bytes);
 
 // y = x w^T (+ b): x (.., C), w (OC, C), b (OC) or undefined.
 Tensor linear(Runtime& rt, const Tensor& x, const Tensor& w, const Tensor& b = {});
@@ -145,6 +140,13 @@ struct AdamW {
 // One AdamW step (t >= 1) on pinned param, m and v, in place (Runtime::update).
 void adamw(Runtime& rt, const Tensor& param, const Tensor& m, const Tensor& v, const Tensor& grad,
            const AdamW& hp, int t);
+
+// For tests and tools: called on this thread with every op the functions above hand the
+// runtime, and its input specs, just before the runtime runs it, so that what the op declares
+// (outputs, work, cost) can be checked without going through the runtime's pricing. An empty
+// function stops it.
+using OpObserver = std::function<void(const OpDef& op, SpecList inputs)>;
+void set_op_observer(OpObserver observer);
 
 }  // namespace remat::ops
 

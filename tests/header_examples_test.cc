@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "remat/caching_allocator.h"
+#include "remat/cuda_api.h"
 #include "remat/dtr_trace.h"
 #include "remat/errors.h"
 #include "remat/graph.h"
@@ -34,6 +35,7 @@
 #include "remat/step_planner.h"
 #include "remat/tensor.h"
 #include "remat/timeline.h"
+#include "runtime/cuda/simulated_cuda.h"
 #include "tests/test_ops.h"
 
 namespace {
@@ -173,6 +175,20 @@ TEST(HeaderExamples, CachingAllocator) {
   void* q = unbounded.allocate(4096);
   EXPECT_EQ(unbounded.stats().reserved, size_t{2} << 20);
   unbounded.deallocate(q, 4096);
+}
+
+// cuda_api.h's example, with the simulated device standing in for the CUDA runtime.
+TEST(HeaderExamples, CudaApi) {
+  std::shared_ptr<remat::CudaApi> api =
+      std::make_shared<remat::SimulatedCuda>(remat::SimulatedCudaOptions{.devices = 2});
+  ASSERT_TRUE(remat::cuda_device_available(api.get()));
+  remat::CudaStream my_stream = nullptr;
+  api->stream_create(&my_stream);
+  remat::Runtime rt({.backend = remat::Backend::kCuda,
+                     .budget = std::size_t{8} << 30,
+                     .cuda = {.device = 1, .stream = my_stream, .api = api}});
+  EXPECT_EQ(rt.stream(), my_stream);
+  EXPECT_EQ(rt.options().cuda.device, 1);
 }
 
 TEST(HeaderExamples, DtrTrace) {

@@ -8,9 +8,10 @@
 # where it is installed, trains every example on --backend cuda under a budget and compares
 # it bit for bit with the unconstrained run, and runs the GPT-2 124M benchmarks: steps at 0.5
 # and 0.3 of the unconstrained peak, and the largest batch that fits unconstrained against
-# larger batches under that same memory (per-sample time). --quick skips the benchmarks.
-# Without a GPU: says so, runs the host-side tests (the CUDA kernel sources executed on the
-# CPU) and exits 0. The report (default gpu_check.json) lists every step with its status.
+# larger batches under that same memory (per-sample time, tools/batch_scaling.py, at most
+# 1.3x). --quick skips the benchmarks. Without a GPU: says so, runs the host-side tests (the
+# CUDA kernel sources executed on the CPU, the CUDA backend on a simulated device) and exits
+# 0. The report (default gpu_check.json) lists every step with its status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 report=gpu_check.json
@@ -19,7 +20,7 @@ while (($#)); do
   case "$1" in
     --report) report="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,11 +50,22 @@ bash tools/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 step build cmake --build build -j"$jobs"
 
+# The CUDA path without a GPU: the kernel sources executed on the host, and the runtime's
+# CUDA backend (streams, events, errors, virtual memory) on a simulated device.
+host_side_tests() {
+  step host_kernels build/bin/cuda_kernels_host_test
+  step simulated_device build/bin/simulated_cuda_test
+  step cuda_segment_sources build/bin/cuda_segment_source_test
+  step stream_order build/bin/stream_order_test
+  step batch_scaling_cpu python3 tools/batch_scaling.py --batch 2 --factors 2 --steps 2 \
+    --limit 100 -- --backend cpu --layers 2 --channels 64
+}
+
 gpu_name=""
 if command -v nvidia-smi >/dev/null 2>&1; then gpu_name="$(nvidia-smi -L 2>/dev/null | head -1)"; fi
 if [[ -z "$gpu_name" ]]; then
   echo "gpu_check: no GPU here (nvidia-smi lists none): running the host-side tests only"
-  step host_kernels build/bin/cuda_kernels_host_test
+  host_side_tests
   write_report null
   exit 0   # nothing on a GPU could be checked; the host tests' result is in the report
 fi
@@ -68,7 +80,7 @@ no_skips() {  # runs a gtest binary and fails if any test skipped (a GPU must ru
   ((rc == 0)) && ! grep -q "SKIPPED" <<<"$out"
 }
 step cuda_kernels no_skips build/bin/cuda_kernels_test
-step host_kernels build/bin/cuda_kernels_host_test
+host_side_tests
 step cuda_examples no_skips build/bin/examples_test --gtest_filter='*Cuda*'
 if command -v compute-sanitizer >/dev/null 2>&1; then
   step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 build/bin/cuda_kernels_test
@@ -100,9 +112,14 @@ if ((quick == 0)); then
       grep -q '"status":"ok"' <<<"$out" || break
       best=$b; echo "$out" | cut -c1-300; b=$((b * 2))
     done
-    ((best > 0)) && echo "largest unconstrained batch: $best"
+    ((best > 0)) && echo "largest unconstrained batch: $best" && echo "$best" > build/largest_batch
   }
   step gpt2_124m_largest_batch largest_batch
+  # Twice that batch under its peak memory, at no more than 1.3x its per-sample time.
+  if [[ -s build/largest_batch ]]; then
+    step gpt2_124m_batch_scaling python3 tools/batch_scaling.py --batch "$(cat build/largest_batch)" \
+      --factors 2,4 --steps 3 --limit 1.3 -- --backend cuda "${gpt2[@]}"
+  fi
 fi
 write_report "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$gpu_name")"
 exit $failed

@@ -12,8 +12,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "remat/cuda_api.h"
 #include "remat/errors.h"
-#include "remat/segment_source.h"
 #include "remat/static_replay.h"
 #include "remat/step_planner.h"
 

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include "remat/cuda_api.h"
 #include "remat/memory_resource.h"
 #include "remat/segment_source.h"
 
@@ -58,6 +60,7 @@ struct BlockLayout;
 class BlockPool;
 class AllocatorBlocks;
 class AllocatorHooks;
+struct StreamUses;
 }  // namespace detail
 
 class CachingAllocator final : public MemoryResource {
@@ -74,6 +77,18 @@ class CachingAllocator final : public MemoryResource {
 
   // Returns every cached segment that holds no allocation to the source.
   void release_cached();
+
+  // Stream-ordered reuse on a CUDA device (Note [Stream-ordered reuse]): every block is
+  // allocated on `stream`, and one that `record_stream` marked as used by other streams is
+  // reused only once the work those streams had enqueued when it was freed has completed
+  // (the allocator records an event on each). Without it (host memory, simulated addresses)
+  // a freed block is reused at once. `api` must outlive the allocator.
+  void use_stream(CudaApi* api, CudaStream stream);
+  // Marks the live allocation at `p` as used by work on `stream` too. Throws
+  // std::invalid_argument where `p` is no live allocation of this allocator.
+  void record_stream(const void* p, CudaStream stream);
+  // Waits for every block whose reuse waits on other streams, and frees them.
+  void synchronize_pending();
   // Largest free block, in either pool.
   std::size_t largest_free_block() const;
   // The size of segment a request of `bytes` (rounded) would reserve.
@@ -102,6 +117,7 @@ class CachingAllocator final : public MemoryResource {
   // may serve a rounded request of `size` (Note [Whole segments for large tensors]).
   bool fits(bool whole, std::size_t have, std::size_t size) const;
   detail::Block* reserve_segment(std::size_t size);
+  void* reserve_backed(std::size_t bytes);
   detail::Block* grow_arena(std::size_t size);
   std::size_t arena_room() const;  // bytes the arena may still grow by, within the budget
   void shrink_arena();
@@ -109,6 +125,11 @@ class CachingAllocator final : public MemoryResource {
   bool one_pool() const;
   detail::Block* try_serve(std::size_t size);
   void free_block(detail::Block* block);
+  void finish_free(detail::Block* block);
+  // Frees the blocks whose events have completed; with `wait`, waits for all of them first.
+  void process_pending(bool wait);
+  CudaEvent take_event();
+  detail::Block* reclaim_pending(std::size_t size);
   [[noreturn]] void throw_oom(std::size_t size);
 
   std::unique_ptr<SegmentSource> source_;
@@ -118,6 +139,10 @@ class CachingAllocator final : public MemoryResource {
   MemoryStats stats_;
   std::size_t refused_ = 0;  // bytes of the last reservation the source refused in this request
   std::uint64_t next_serial_ = 1;  // of the next segment reserved
+  // Note [Stream-ordered reuse].
+  CudaApi* cuda_ = nullptr;
+  CudaStream stream_ = nullptr;
+  std::unique_ptr<detail::StreamUses> stream_uses_;
 };
 
 }  // namespace remat

@@ -58,6 +58,33 @@ class ThrashError : public std::runtime_error {
   std::size_t recomputations_;
 };
 
+// A CUDA call failed with something other than out-of-memory: a kernel that faulted (the
+// error is sticky: the context is unusable and every later call fails too), an invalid
+// argument, a driver problem. It is raised as it is and never turned into eviction.
+class CudaError : public std::runtime_error {
+ public:
+  // `call` is the CUDA call ("cudaMalloc", "kernel launch"), `op` the op being run ("" outside
+  // an op), `device` the device index the runtime was using.
+  CudaError(std::string call, int code, std::string cuda_message, std::string op = "",
+            int device = -1);
+  const std::string& call() const { return call_; }
+  int code() const { return code_; }
+  const std::string& cuda_message() const { return cuda_message_; }
+  const std::string& op() const { return op_; }
+  int device() const { return device_; }
+  // The same error, naming the op it happened in.
+  CudaError in_op(const std::string& op) const {
+    return CudaError(call_, code_, cuda_message_, op, device_);
+  }
+
+ private:
+  std::string call_;
+  int code_;
+  std::string cuda_message_;
+  std::string op_;
+  int device_;
+};
+
 }  // namespace remat
 
 #endif  // REMAT_ERRORS_H_

@@ -36,6 +36,12 @@ struct MemoryStats {
   // Reservations the segment source refused although the budget had room for them (on CUDA:
   // cudaMalloc failed below the budget, because the device has less free memory than that).
   std::size_t source_refusals = 0;
+  // Frees whose reuse waited on other streams' work (Note [Stream-ordered reuse] in
+  // caching_allocator.cc): all of them, those still waiting, and the times the allocator
+  // had to block on such work because it needed the memory.
+  std::size_t deferred_frees = 0;
+  std::size_t pending_frees = 0;
+  std::size_t stream_waits = 0;
   // 1 - peak allocated / peak reserved: the share of the peak reservation that never held data.
   double fragmentation() const {
     return peak_reserved == 0

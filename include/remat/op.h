@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/cuda_api.h"
 #include "remat/tensor.h"
 
 namespace remat {
@@ -54,8 +55,20 @@ struct KernelContext {
   std::span<void* const> outputs;  // null for alias outputs
   std::span<const TensorSpec* const> output_specs;
   RngState rng;
-  bool recompute = false;  // true when this run recomputes an evicted result
-  void* stream = nullptr;  // the runtime's cudaStream_t on the CUDA backend
+  bool recompute = false;       // true when this run recomputes an evicted result
+  CudaStream stream = nullptr;  // the runtime's stream on the CUDA backend
+  // CUDA backend: device memory the runtime keeps for the op library's own use (cuBLAS's
+  // workspace), allocated once under the budget and pinned; null elsewhere.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  // Temporary memory for this kernel, from the runtime's allocator and so under its budget
+  // (it may evict tensors to make room, and throws OutOfMemoryError where it cannot); given
+  // back when the kernel returns, in stream order. Null where the runtime offers none.
+  void* (*scratch_fn)(void* self, std::size_t bytes) = nullptr;
+  void* scratch_self = nullptr;
+  void* scratch(std::size_t bytes) const {
+    return scratch_fn == nullptr ? nullptr : scratch_fn(scratch_self, bytes);
+  }
 
   template <typename T>
   const T* input(std::size_t i) const {
@@ -69,6 +82,31 @@ struct KernelContext {
   const TensorSpec& output_spec(std::size_t i) const { return *output_specs[i]; }
 };
 
+// What an op does, for a cost model to price: arithmetic and memory traffic.
+struct OpWork {
+  double flops = 0;
+  double bytes = 0;
+};
+
+// A roofline: an op takes the longer of its arithmetic and its memory traffic, plus a fixed
+// launch overhead, in nanoseconds. Only the ratios between ops steer eviction, so what
+// matters is a machine's balance (flops per byte). The runtime prices ops that declare their
+// work (`OpDef::work`) with RuntimeOptions::roofline, or with the backend's default.
+struct Roofline {
+  double flops_per_ns = 20.0;  // a 2-core CPU with OpenBLAS
+  double bytes_per_ns = 10.0;
+  double launch_ns = 1.0;
+  // Defaults per machine: a 2-core CPU (2 flops per byte), and an H100's FP32 peak over its
+  // HBM3 bandwidth (about 60 TFLOP/s, 3.35 TB/s: 18 flops per byte, 4 us a launch).
+  static constexpr Roofline cpu() { return {20.0, 10.0, 1.0}; }
+  static constexpr Roofline gpu() { return {60'000.0, 3'350.0, 4'000.0}; }
+  double price(const OpWork& w) const {
+    const double compute = w.flops / flops_per_ns;
+    const double memory = w.bytes / bytes_per_ns;
+    return (compute > memory ? compute : memory) + launch_ns;
+  }
+};
+
 struct OpDef {
   std::string name;
   std::function<Outputs(SpecList)> infer;            // output specs from input specs
@@ -76,7 +114,10 @@ struct OpDef {
   // The kernel the CUDA backend runs (device pointers, launched on `KernelContext::stream`);
   // an op with a host kernel but no CUDA kernel cannot run there.
   std::function<void(const KernelContext&)> cuda_kernel;
-  std::function<double(SpecList)> cost;  // empty: measured on first run (ns)
+  std::function<double(SpecList)> cost;  // empty: priced from `work`, or measured (ns)
+  // Arithmetic and traffic, priced by the runtime's roofline; used instead of `cost` when
+  // set, so that one op library serves machines of different balance.
+  std::function<OpWork(SpecList)> work;
   bool random = false;
   std::uint64_t rng_counters = 1;  // counters one call may consume (random ops)
 };

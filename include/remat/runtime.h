@@ -21,11 +21,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "remat/caching_allocator.h"
+#include "remat/cuda_api.h"
 #include "remat/dtr_trace.h"
 #include "remat/errors.h"
 #include "remat/graph.h"
@@ -45,6 +47,34 @@ enum class Backend : std::uint8_t {
 enum class Accounting : std::uint8_t {
   kAllocator,  // every tensor goes through the caching allocator; the budget caps reserved bytes
   kLogical,    // memory is the sum of live tensor sizes, as the DTR simulator counts it
+};
+
+// The CUDA backend's settings (docs/architecture.md, "The CUDA backend").
+struct CudaOptions {
+  // The device the runtime uses. It is made current around the runtime's own calls and the
+  // caller's current device is restored after them.
+  int device = 0;
+  // The stream every kernel, copy and allocation of the runtime is ordered on. Null: the
+  // runtime creates a stream of its own (blocking: ordered with the legacy default stream)
+  // and destroys it at the end. A stream given here must outlive the runtime.
+  CudaStream stream = nullptr;
+  // Synchronize after every kernel and raise a failing kernel's error naming its op (also
+  // turned on by the environment variable REMAT_CUDA_LAUNCH_BLOCKING=1). Slow: for debugging.
+  bool sync_after_launch = false;
+  // Bytes of device memory kept for cuBLAS's workspace, allocated at start-up under the
+  // budget and pinned; 0 picks cuBLAS's own default (32 MiB from sm_90 on, 4 MiB before).
+  std::size_t blas_workspace_bytes = 0;
+  // The CUDA calls go through this (tests give a simulated device); null: the CUDA runtime.
+  std::shared_ptr<CudaApi> api = nullptr;
+};
+
+// What the CUDA backend measured at start-up (zero on other backends).
+struct CudaStartup {
+  std::size_t device_total_bytes = 0;
+  // In use on the device when the runtime started, by the CUDA context, module images and
+  // other processes: memory outside the budget, which the budget does not cap.
+  std::size_t outside_bytes = 0;
+  std::size_t workspace_bytes = 0;  // allocated under the budget, pinned
 };
 
 struct RuntimeOptions {
@@ -72,8 +102,13 @@ struct RuntimeOptions {
   // it) for write_chrome_trace. Costs a few bytes per event; off by default.
   bool record_timeline = false;
   // Allocator settings; the budget field is replaced by `budget`. The expandable arena is
-  // opt-in: pooled segments did better on the recorded steps.
+  // opt-in: pooled segments did better on the recorded steps. On CUDA it is built on the
+  // virtual memory API where the device supports it.
   CachingAllocatorOptions allocator = {};
+  // Prices ops that declare their work (OpDef::work); unset: Roofline::gpu() on the CUDA
+  // backend, Roofline::cpu() elsewhere.
+  std::optional<Roofline> roofline = std::nullopt;
+  CudaOptions cuda = {};
 };
 
 std::vector<std::string> eviction_policy_names();
@@ -98,6 +133,7 @@ struct RuntimeStats {
   std::size_t live_tensors = 0;    // tensor records alive (held or kept for lineage)
   std::size_t resident_bytes = 0;  // bytes of resident storages
   std::size_t peak_resident_bytes = 0;
+  CudaStartup cuda;
   // Recomputed cost over base cost.
   double compute_overhead() const { return base_cost > 0 ? recompute_cost / base_cost : 0.0; }
 };
@@ -177,7 +213,10 @@ class Runtime {
   }
 
   // Makes the tensor resident (recomputing it if needed) and returns its data. The pointer
-  // is valid until the next call into the runtime. On the CUDA backend it is device memory.
+  // is valid until the next call into the runtime: any later call may evict the tensor and
+  // reuse its memory. On the CUDA backend it is device memory, and "valid" is in stream
+  // order: work enqueued on the runtime's stream before that next call may use it; work on
+  // another stream may use it only if `record_stream` says so (Note [Stream-ordered reuse]).
   const void* data(const Tensor& t);
   template <typename T>
   const T* data(const Tensor& t) {
@@ -185,6 +224,15 @@ class Runtime {
   }
   // Copies the tensor's bytes to host memory at `dst`.
   void read(const Tensor& t, void* dst);
+  // CUDA backend: says that work on `stream` (a user kernel, a copy, a collective) uses the
+  // memory of `t`, which must be resident (just after data()). When the runtime frees or
+  // evicts it, the memory is reused only once the work `stream` had enqueued by then has
+  // completed. No-op on the other backends (their kernels run synchronously); throws
+  // std::invalid_argument for an undefined or released tensor, or one from another runtime,
+  // and std::logic_error for one that is not resident.
+  void record_stream(const Tensor& t, CudaStream stream);
+  // The stream the runtime orders its work on (CUDA backend; null elsewhere).
+  CudaStream stream() const;
   // Makes the tensor resident without reading it (used at the end of a replayed step).
   void materialize(const Tensor& t);
   // Evicts the tensor's storage now if it is evictable; returns whether it did.

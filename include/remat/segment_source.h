@@ -26,6 +26,12 @@ class SegmentSource {
   // True where a reservation costs nothing until its pages are used, so that an allocator can
   // reserve a large range once and count only the part it hands out (expandable arena).
   virtual bool lazily_committed() const { return false; }
+  // For a lazily committed reservation at `base`: makes its first `bytes` usable, backing or
+  // unbacking what lies beyond the prefix it had (CUDA's virtual memory maps and unmaps
+  // physical pages there; host and simulated memory need nothing). Returns false where the
+  // device refused the memory. `bytes` is a multiple of `commit_granularity()`.
+  virtual bool commit_prefix(void* /*base*/, std::size_t /*bytes*/) { return true; }
+  virtual std::size_t commit_granularity() const { return 1; }
 };
 
 // Host memory, 256-byte aligned (the alignment cudaMalloc gives).
@@ -55,15 +61,8 @@ class SimulatedSegmentSource final : public SegmentSource {
   std::uintptr_t next_ = std::uintptr_t{1} << 40;
 };
 
-// Device memory from cudaMalloc. Available when remat was built with CUDA (REMAT_HAVE_CUDA);
-// elsewhere `make_cuda_segment_source` returns nullptr.
-std::unique_ptr<SegmentSource> make_cuda_segment_source(int device = 0);
-// True when a CUDA device can be used (any CUDA error, e.g. no driver, counts as none).
-bool cuda_device_available();
-// Stream-ordered copies between host and device memory (`stream` is a cudaStream_t; the copy
-// to the host waits for the stream). Throw std::runtime_error when CUDA is absent or fails.
-void cuda_copy_to_device(void* dst, const void* src, std::size_t bytes, void* stream);
-void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream);
+// Device memory (cudaMalloc, or CUDA virtual memory for expandable segments) is in
+// runtime/cuda/cuda_segment_source.h.
 
 }  // namespace remat
 

@@ -12,9 +12,11 @@ namespace detail {
 namespace {
 
 // The cuBLAS state of one host thread: per device, a handle (FP32 math, no atomics) and, per
-// stream it has run on, a workspace of its own. cuBLAS is bitwise reproducible run to run only
-// when concurrent streams do not share a workspace, hence one per stream. Workspaces live
-// until the thread exits.
+// stream it has run on without a workspace of the caller's, a workspace of its own. cuBLAS is
+// bitwise reproducible run to run only when concurrent streams do not share a workspace, hence
+// one per stream. Workspaces live until the thread exits; they are allocated only for streams
+// whose callers lend none, so a runtime that lends its own never gets memory outside its
+// budget here.
 class BlasThreadState {
  public:
   BlasThreadState() = default;
@@ -31,7 +33,7 @@ class BlasThreadState {
     }
   }
 
-  cublasHandle_t bind(cudaStream_t stream) {
+  cublasHandle_t bind(cudaStream_t stream, BlasWorkspace lent) {
     int device = 0;
     REMAT_CUDA_CHECK(cudaGetDevice(&device));
     Device& d = devices_[device];
@@ -48,8 +50,13 @@ class BlasThreadState {
       // The sizes cuBLAS recommends: 32 MiB from Hopper on, 4 MiB before.
       d.workspace_bytes = (major >= 9 ? 32u : 4u) << 20;
     }
-    // cublasSetStream also resets the workspace to the library's shared pool; set ours after.
+    // cublasSetStream also resets the workspace to the library's shared pool; set ours after,
+    // on every call, since the handle is shared by every stream and caller of this thread.
     REMAT_CUBLAS_CHECK(cublasSetStream(d.handle, stream));
+    if (lent.ptr != nullptr) {
+      REMAT_CUBLAS_CHECK(cublasSetWorkspace(d.handle, lent.ptr, lent.bytes));
+      return d.handle;
+    }
     auto it = d.workspaces.find(stream);
     if (it == d.workspaces.end()) {
       void* ws = nullptr;
@@ -154,7 +161,9 @@ __global__ void conv_dbias_kernel(const float* __restrict__ dy, float* __restric
 
 }  // namespace
 
-cublasHandle_t blas_handle(cudaStream_t stream) { return blas_state.bind(stream); }
+cublasHandle_t blas_handle(cudaStream_t stream, BlasWorkspace workspace) {
+  return blas_state.bind(stream, workspace);
+}
 
 }  // namespace detail
 
@@ -163,7 +172,7 @@ using detail::grid_for;
 using detail::kThreads;
 
 void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a,
-          const float* b, float beta, float* c, cudaStream_t stream) {
+          const float* b, float beta, float* c, cudaStream_t stream, BlasWorkspace workspace) {
   if (m <= 0 || n <= 0) return;
   const int mi = detail::checked_int(m, "m");
   const int ni = detail::checked_int(n, "n");
@@ -181,7 +190,7 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
   const int ki = detail::checked_int(k, "k");
   // Row-major C (M x N) is column-major C^T (N x M) = op(B)^T op(A)^T, where a row-major
   // matrix read column-major is its transpose: so B comes first, and each keeps its op.
-  cublasHandle_t handle = detail::blas_handle(stream);
+  cublasHandle_t handle = detail::blas_handle(stream, workspace);
   REMAT_CUBLAS_CHECK(cublasSgemm(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, ni, mi, ki, &alpha, b,
                                  trans_b ? ki : ni, a, trans_a ? mi : ki, &beta, c, ni));
@@ -189,7 +198,7 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
 
 void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols, i64 n,
                     i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, BlasWorkspace workspace) {
   const i64 oh = detail::out_dim(h, pad, kh, stride);
   const i64 ow = detail::out_dim(wd, pad, kw, stride);
   const i64 p = oh * ow;
@@ -203,7 +212,7 @@ void conv2d_forward(const float* x, const float* w, const float* bias, float* y,
       (x + ni * ic * h * wd, cols, h, wd, kh, kw, stride, pad, oh, ow, kdim * p);
       check_launch("im2col_kernel");
     }
-    gemm(false, false, oc, p, kdim, 1.0f, w, cols, 0.0f, y + ni * oc * p, stream);
+    gemm(false, false, oc, p, kdim, 1.0f, w, cols, 0.0f, y + ni * oc * p, stream, workspace);
   }
   if (bias != nullptr) {
     REMAT_LAUNCH(detail::conv_bias_kernel, grid_for(n * oc * p), kThreads, 0, stream)
@@ -214,7 +223,7 @@ void conv2d_forward(const float* x, const float* w, const float* bias, float* y,
 
 void conv2d_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
                      float* dbias, float* cols, i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh,
-                     i64 kw, i64 stride, i64 pad, cudaStream_t stream) {
+                     i64 kw, i64 stride, i64 pad, cudaStream_t stream, BlasWorkspace workspace) {
   const i64 oh = detail::out_dim(h, pad, kh, stride);
   const i64 ow = detail::out_dim(wd, pad, kw, stride);
   const i64 p = oh * ow;
@@ -241,10 +250,10 @@ void conv2d_backward(const float* dy, const float* x, const float* w, float* dx,
     }
     // dw (+)= dy_i (OC x P) @ cols_i^T (P x K): overwritten by the first image, then
     // accumulated image by image in order.
-    gemm(false, true, oc, kdim, p, 1.0f, dyi, cols, ni == 0 ? 0.0f : 1.0f, dw, stream);
+    gemm(false, true, oc, kdim, p, 1.0f, dyi, cols, ni == 0 ? 0.0f : 1.0f, dw, stream, workspace);
     if (dx != nullptr && image > 0) {
       // dcols = w^T (K x OC) @ dy_i (OC x P), gathered back into dx_i by col2im.
-      gemm(true, false, kdim, p, oc, 1.0f, w, dyi, 0.0f, cols, stream);
+      gemm(true, false, kdim, p, oc, 1.0f, w, dyi, 0.0f, cols, stream, workspace);
       REMAT_LAUNCH(detail::col2im_kernel, grid_for(image), kThreads, 0, stream)
       (cols, dx + ni * image, h, wd, kh, kw, stride, pad, oh, ow, image);
       check_launch("col2im_kernel");

@@ -61,9 +61,10 @@ inline void check_launch(const char* kernel) {
 #define REMAT_CUDA_CHECK(expr) ::remat::kernels::cuda::detail::check_cuda((expr), #expr)
 #define REMAT_CUBLAS_CHECK(expr) ::remat::kernels::cuda::detail::check_cublas((expr), #expr)
 
-// The cuBLAS handle of this thread and the current device, bound to `stream` and to that
-// stream's own workspace (defined in cuda_blas.cu).
-cublasHandle_t blas_handle(cudaStream_t stream);
+// The cuBLAS handle of this thread and the current device, bound to `stream` and to
+// `workspace` where it is given, else to that stream's own workspace (defined in
+// cuda_blas.cu).
+cublasHandle_t blas_handle(cudaStream_t stream, BlasWorkspace workspace);
 
 // A kernel whose shared arrays are sized for its block (column_sum_kernel's tiles) declares
 // that block size with __launch_bounds__; block_reduce serves any multiple of 32 up to 1024

@@ -8,8 +8,9 @@
 // that sums its group's dout rows per channel, from zero and in that order, as the CPU kernel
 // adds them. So the result is bitwise the CPU kernel's, and the same on every run. Rows no
 // token uses are zeroed first (the V*C term). The sort's keys, positions and Thrust's own
-// temporary storage come from a cache kept per stream, as cuBLAS's workspace is: memory the
-// runtime's budget does not count yet.
+// temporary storage come from the caller's scratch where it lends memory (the runtime's, under
+// its budget, taken back when the op's kernel returns); otherwise from a cache kept per
+// stream, as cuBLAS's own workspaces are: memory outside any budget.
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 
@@ -86,6 +87,58 @@ ScratchCache& scratch_for(cudaStream_t stream) {
   return *cache;
 }
 
+// The temporary memory of one embedding_backward call, as Thrust's allocator interface: the
+// caller's scratch first, the stream's cache where the scratch gives nothing. Scratch blocks
+// are not handed back one by one (the lender takes them all back after the call, in stream
+// order, which is also when the cache's blocks may be reused); cache blocks go back to the
+// cache when Thrust frees them or, for those still held, when this object dies.
+class SortMemory {
+ public:
+  using value_type = char;
+  SortMemory(Scratch scratch, cudaStream_t stream) : scratch_(scratch), stream_(stream) {}
+  SortMemory(const SortMemory&) = delete;
+  SortMemory& operator=(const SortMemory&) = delete;
+  ~SortMemory() {
+    for (auto& [p, bytes] : from_cache_) cache().deallocate(p, bytes);
+  }
+
+  char* allocate(std::ptrdiff_t n) {
+    // At least a byte: a zero-byte request still gets an address of its own.
+    const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(n), 1);
+    if (char* p = from_scratch(bytes); p != nullptr) return p;
+    char* p = cache().allocate(static_cast<std::ptrdiff_t>(bytes));
+    from_cache_.emplace(p, bytes);
+    return p;
+  }
+  void deallocate(char* p, std::size_t) {
+    auto it = from_cache_.find(p);
+    if (it == from_cache_.end()) return;  // the scratch's: taken back after the call
+    cache().deallocate(p, it->second);
+    from_cache_.erase(it);
+  }
+
+ private:
+  // Thrust's temporary storage and the int32 arrays want cudaMalloc's alignment; memory from
+  // a lender that does not give it is asked for again with room to align.
+  static constexpr std::uintptr_t kAlign = 256;
+  char* from_scratch(std::size_t bytes) const {
+    if (scratch_.fn == nullptr) return nullptr;
+    void* p = scratch_.get(bytes);
+    if (p == nullptr || reinterpret_cast<std::uintptr_t>(p) % kAlign == 0)
+      return static_cast<char*>(p);
+    p = scratch_.get(bytes + kAlign - 1);
+    if (p == nullptr) return nullptr;
+    const std::uintptr_t aligned =
+        (reinterpret_cast<std::uintptr_t>(p) + kAlign - 1) & ~(kAlign - 1);
+    return static_cast<char*>(p) + (aligned - reinterpret_cast<std::uintptr_t>(p));
+  }
+  ScratchCache& cache() const { return scratch_for(stream_); }
+
+  Scratch scratch_;
+  cudaStream_t stream_;
+  std::unordered_map<char*, std::size_t> from_cache_;
+};
+
 // A block per sorted position: those that start a group of equal ids (heads) sum the group's
 // dout rows, one channel per thread; the others have nothing to do.
 __global__ void embedding_dwte_groups_kernel(const float* __restrict__ dout,
@@ -119,13 +172,13 @@ __global__ void embedding_dwpe_kernel(const float* __restrict__ dout, float* __r
 // Sorts the token positions by id, stably: `ids` and `positions` (each `tokens` long) come back
 // grouped by id, positions increasing within each group.
 void sort_positions_by_id(const std::int32_t* idx, std::int32_t* ids, std::int32_t* positions,
-                          i64 tokens, ScratchCache& cache, cudaStream_t stream) {
+                          i64 tokens, SortMemory& memory, cudaStream_t stream) {
   REMAT_CUDA_CHECK(cudaMemcpyAsync(ids, idx, static_cast<std::size_t>(tokens) * sizeof(*ids),
                                    cudaMemcpyDeviceToDevice, stream));
 #ifdef REMAT_CUDA_HOST_EXECUTION
-  const auto policy = thrust::cpp::par(cache);
+  const auto policy = thrust::cpp::par(memory);
 #else
-  const auto policy = thrust::cuda::par(cache).on(stream);
+  const auto policy = thrust::cuda::par(memory).on(stream);
 #endif
   thrust::sequence(policy, positions, positions + tokens);
   thrust::stable_sort_by_key(policy, ids, ids + tokens, positions);
@@ -134,25 +187,24 @@ void sort_positions_by_id(const std::int32_t* idx, std::int32_t* ids, std::int32
 }  // namespace
 
 void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe, i64 b,
-                        i64 t, i64 c, i64 v, cudaStream_t stream) {
+                        i64 t, i64 c, i64 v, cudaStream_t stream, Scratch scratch) {
   if (c <= 0) return;
   const i64 tokens = std::max<i64>(b * t, 0);
   if (v > 0) {
     fill_zero(dwte, static_cast<std::size_t>(v * c) * sizeof(float), stream);
     if (tokens > 0) {
-      ScratchCache& cache = scratch_for(stream);
-      const std::size_t bytes = static_cast<std::size_t>(tokens) * sizeof(std::int32_t);
-      auto* ids =
-          reinterpret_cast<std::int32_t*>(cache.allocate(static_cast<std::ptrdiff_t>(bytes)));
-      auto* positions =
-          reinterpret_cast<std::int32_t*>(cache.allocate(static_cast<std::ptrdiff_t>(bytes)));
-      sort_positions_by_id(idx, ids, positions, tokens, cache, stream);
+      SortMemory memory(scratch, stream);
+      const auto bytes =
+          static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tokens) * sizeof(std::int32_t));
+      auto* ids = reinterpret_cast<std::int32_t*>(memory.allocate(bytes));
+      auto* positions = reinterpret_cast<std::int32_t*>(memory.allocate(bytes));
+      sort_positions_by_id(idx, ids, positions, tokens, memory, stream);
       REMAT_LAUNCH(embedding_dwte_groups_kernel, grid_blocks(tokens), kThreads, 0, stream)
       (dout, ids, positions, dwte, tokens, c, v);
       check_launch("embedding_dwte_groups_kernel");
-      // Stream-ordered: the next user of these blocks runs after this kernel on this stream.
-      cache.deallocate(reinterpret_cast<char*>(positions), bytes);
-      cache.deallocate(reinterpret_cast<char*>(ids), bytes);
+      // Stream-ordered: the next user of this memory (the cache's next request, or the
+      // lender's) runs after this kernel on this stream. `memory` gives its cache blocks back
+      // as it goes out of scope.
     }
   }
   if (dwpe != nullptr && t > 0) {

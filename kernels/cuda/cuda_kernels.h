@@ -10,13 +10,24 @@
 //  - Outputs never alias inputs.
 //
 // GEMM (and the convolutions built on it) goes through cuBLAS: one handle per host thread and
-// device, created on first use, with FP32 math (no TF32) and atomics disallowed, plus one
-// workspace per stream it has been used on (allocated on that stream's first GEMM, kept until
-// the thread exits), as cuBLAS needs for run-to-run reproducibility across streams.
+// device, created on first use, with FP32 math (no TF32) and atomics disallowed. Its workspace
+// is the caller's where one is given (`BlasWorkspace`: the runtime passes the one it keeps
+// under its budget, KernelContext::workspace); otherwise one per stream it has been used on,
+// cudaMalloc'd on that stream's first GEMM and kept until the thread exits, outside any
+// budget. A stream's GEMMs thus never share a workspace with another stream's (a lent one is
+// lent to one stream at a time), as cuBLAS needs for run-to-run reproducibility.
+//
+// Embedding backward needs temporary device memory for its sort. A caller that can lend it
+// passes a `Scratch` (the runtime passes KernelContext::scratch, memory under its budget);
+// otherwise, or where the scratch gives none, it comes from a cache kept per stream and
+// thread, cudaMalloc'd and outside any budget.
+//
 // Failures (a CUDA or cuBLAS status, a launch error) throw std::runtime_error naming the call.
 //
 //   float *a, *b, *c;  // device buffers of M*K, K*N and M*N floats
 //   remat::kernels::cuda::gemm(false, false, M, N, K, 1.0f, a, b, 0.0f, c, stream);
+//   remat::kernels::cuda::gemm(false, false, M, N, K, 1.0f, a, b, 0.0f, c, stream,
+//                              {workspace, workspace_bytes});  // cuBLAS uses this memory
 #ifndef REMAT_KERNELS_CUDA_CUDA_KERNELS_H_
 #define REMAT_KERNELS_CUDA_CUDA_KERNELS_H_
 
@@ -29,11 +40,34 @@ namespace remat::kernels::cuda {
 
 using i64 = std::int64_t;
 
+// Device memory for cuBLAS's workspace, lent by the caller for the call and the work it
+// queues: on the current device, aligned to 256 bytes (cuBLAS refuses less), and used by no
+// other stream meanwhile (cuBLAS's reproducibility needs a workspace per stream). cuBLAS
+// picks only algorithms that fit in `bytes`; 32 MiB from Hopper on and 4 MiB before are its
+// recommendations. A null `ptr` means none is given.
+struct BlasWorkspace {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+};
+
+// Temporary device memory a kernel may ask for: `fn(self, bytes)` returns memory the kernel
+// may use until its entry point returns, and so may the work it queued on its stream by then
+// (the lender reuses it only in stream order), or null where it has none to give. It may
+// throw (the runtime's OutOfMemoryError), which the kernel lets through. Nothing is handed
+// back piecemeal: the lender takes all of it back after the call. The same shape as
+// KernelContext::scratch_fn and scratch_self (remat/op.h), so the runtime's passes straight in.
+struct Scratch {
+  void* (*fn)(void* self, std::size_t bytes) = nullptr;
+  void* self = nullptr;
+  void* get(std::size_t bytes) const { return fn == nullptr ? nullptr : fn(self, bytes); }
+};
+
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major. op(A) is M x K: A is stored M x K,
 // or K x M when trans_a. op(B) is K x N: B is stored K x N, or N x K when trans_b.
 // With beta == 0, C is not read. M, N, K must fit in an int.
+// `workspace`: cuBLAS's workspace for this call (see BlasWorkspace); none: the stream's own.
 void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const float* a,
-          const float* b, float beta, float* c, cudaStream_t stream);
+          const float* b, float beta, float* c, cudaStream_t stream, BlasWorkspace workspace = {});
 
 // y[r, c] = x[r, c] + bias[c]
 void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols, cudaStream_t stream);
@@ -90,9 +124,11 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
 void embedding_forward(const std::int32_t* idx, const float* wte, const float* wpe, float* out,
                        i64 b, i64 t, i64 c, cudaStream_t stream);
 // dwte (V, C) = scatter-sum of dout rows by token id (rows added in increasing (b, t) order);
-// dwpe (T, C) = sum over b (skipped when dwpe is null). Both overwritten.
+// dwpe (T, C) = sum over b (skipped when dwpe is null). Both overwritten. The sort by id takes
+// about 8*B*T bytes of temporary memory plus Thrust's own, from `scratch` where it gives them
+// (Note [Embedding backward by sorting] in cuda_embedding.cu).
 void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte, float* dwpe, i64 b,
-                        i64 t, i64 c, i64 v, cudaStream_t stream);
+                        i64 t, i64 c, i64 v, cudaStream_t stream, Scratch scratch = {});
 
 // losses[i] = -log softmax(logits[i, :])[targets[i]], for N rows of V logits.
 void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses, i64 n,
@@ -112,14 +148,16 @@ void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 
 
 // 2-D convolution, NCHW, weight (OC, IC, KH, KW), optional bias (OC) (null: none), square
 // stride and zero padding; OH = (H + 2 pad - KH) / stride + 1, likewise OW. im2col + cuBLAS
-// GEMM, one image at a time: `cols` is device scratch of IC*KH*KW*OH*OW floats.
+// GEMM, one image at a time: `cols` is device scratch of IC*KH*KW*OH*OW floats. `workspace`
+// as for gemm.
 void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols, i64 n,
                     i64 ic, i64 h, i64 wd, i64 oc, i64 kh, i64 kw, i64 stride, i64 pad,
-                    cudaStream_t stream);
+                    cudaStream_t stream, BlasWorkspace workspace = {});
 // dx, dw, dbias (when not null) overwritten; dx may be null (the first layer needs none).
 void conv2d_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
                      float* dbias, float* cols, i64 n, i64 ic, i64 h, i64 wd, i64 oc, i64 kh,
-                     i64 kw, i64 stride, i64 pad, cudaStream_t stream);
+                     i64 kw, i64 stride, i64 pad, cudaStream_t stream,
+                     BlasWorkspace workspace = {});
 
 // Batch norm in training mode over NCHW (statistics per channel over N*H*W, biased variance):
 // y = (x - mean) * rstd * gamma + beta, mean/rstd (C) saved.

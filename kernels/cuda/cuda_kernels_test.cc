@@ -6,8 +6,10 @@
 // device is usable, and as cuda_kernels_host_test, where the same CUDA sources run on the
 // host (kernels/cuda/host) and nothing skips.
 #include "kernels/cuda/cuda_kernels.h"
-#ifndef REMAT_CUDA_HOST_EXECUTION
-#include "remat/segment_source.h"
+#ifdef REMAT_CUDA_HOST_EXECUTION
+#include <cublas_v2.h>  // the host shim's: what cublasSetWorkspace was given
+#else
+#include "remat/cuda_api.h"
 #endif
 
 #include <cuda_runtime.h>
@@ -23,12 +25,14 @@
 #include <fstream>
 #include <initializer_list>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -287,6 +291,45 @@ TEST_F(CudaKernelsTest, GemmEmptyInnerDimension) {
   }
 }
 
+// A GEMM lent a workspace gives cuBLAS that memory rather than the stream's own (on the host,
+// the shim records what cublasSetWorkspace was given), and computes the same product; one
+// lent none falls back to the stream's own workspace. The convolutions pass theirs on.
+TEST_F(CudaKernelsTest, GemmUsesTheWorkspaceItIsGiven) {
+  const i64 m = 33, n = 17, k = 40;
+  const auto a = random(m * k), b = random(k * n);
+  std::vector<float> want(sz(m * n));
+  cpu::gemm(false, true, m, n, k, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  FBuf da(a), db(b), dc(sz(m * n));
+  DeviceMem workspace(std::size_t{1} << 20);
+  const gpu::BlasWorkspace lent{workspace.raw(), workspace.bytes()};
+  run_twice({&dc}, [&] {
+    gpu::gemm(false, true, m, n, k, 1.0f, da.get(), db.get(), 0.0f, dc.get(), stream_, lent);
+  });
+  EXPECT_TRUE(all_near(dc.download(), want, 1e-4f));
+#ifdef REMAT_CUDA_HOST_EXECUTION
+  const remat_cuda_host::BlasWorkspaceCall given = remat_cuda_host::last_blas_workspace();
+  EXPECT_EQ(given.ptr, workspace.raw());
+  EXPECT_EQ(given.bytes, workspace.bytes());
+
+  gpu::gemm(false, true, m, n, k, 1.0f, da.get(), db.get(), 0.0f, dc.get(), stream_);
+  const remat_cuda_host::BlasWorkspaceCall own = remat_cuda_host::last_blas_workspace();
+  EXPECT_EQ(own.calls, given.calls + 1);
+  EXPECT_NE(own.ptr, nullptr);
+  EXPECT_NE(own.ptr, workspace.raw()) << "a GEMM lent nothing must use the stream's own";
+
+  const i64 cn = 1, ic = 2, h = 5, wd = 5, oc = 3, kh = 3, kw = 3;
+  FBuf x(random(cn * ic * h * wd)), w(random(oc * ic * kh * kw)), y(sz(cn * oc * h * wd)),
+      cols(sz(ic * kh * kw * h * wd)), dx(x.size()), dw(w.size());
+  gpu::conv2d_forward(x.get(), w.get(), nullptr, y.get(), cols.get(), cn, ic, h, wd, oc, kh, kw, 1,
+                      1, stream_, lent);
+  EXPECT_EQ(remat_cuda_host::last_blas_workspace().ptr, workspace.raw()) << "conv2d_forward";
+  gpu::gemm(false, true, m, n, k, 1.0f, da.get(), db.get(), 0.0f, dc.get(), stream_);
+  gpu::conv2d_backward(y.get(), x.get(), w.get(), dx.get(), dw.get(), nullptr, cols.get(), cn, ic,
+                       h, wd, oc, kh, kw, 1, 1, stream_, lent);
+  EXPECT_EQ(remat_cuda_host::last_blas_workspace().ptr, workspace.raw()) << "conv2d_backward";
+#endif
+}
+
 TEST_F(CudaKernelsTest, BiasAddAndGrad) {
   for (i64 rows : {1, 67, 300}) {
     const i64 cols = 45;
@@ -476,6 +519,75 @@ TEST_F(CudaKernelsTest, Embedding) {
     EXPECT_TRUE(all_equal(ddwte.download(), dwte));
     if (with_wpe) {
       EXPECT_TRUE(all_near(ddwpe.download(), dwpe, 1e-5f));
+    }
+  }
+}
+
+// A lender of scratch memory for the tests, as the runtime's KernelContext::scratch is one:
+// device memory handed out on request and taken back, all of it, when the lender goes (after
+// the call that asked and a synchronisation). `misalign` shifts what it returns by that many
+// bytes, `refuse` makes it give nothing.
+class ScratchLender {
+ public:
+  explicit ScratchLender(std::size_t misalign = 0, bool refuse = false)
+      : misalign_(misalign), refuse_(refuse) {}
+  gpu::Scratch scratch() { return {&ScratchLender::lend, this}; }
+  const std::vector<std::size_t>& requests() const { return requests_; }
+  std::size_t lent_blocks() const { return blocks_.size(); }
+
+ private:
+  static void* lend(void* self, std::size_t bytes) {
+    auto* lender = static_cast<ScratchLender*>(self);
+    lender->requests_.push_back(bytes);
+    if (lender->refuse_) return nullptr;
+    lender->blocks_.push_back(std::make_unique<DeviceMem>(bytes + lender->misalign_));
+    return static_cast<char*>(lender->blocks_.back()->raw()) + lender->misalign_;
+  }
+
+  std::size_t misalign_;
+  bool refuse_;
+  std::vector<std::size_t> requests_;
+  std::vector<std::unique_ptr<DeviceMem>> blocks_;
+};
+
+// Embedding backward takes its sort's memory from the scratch it is lent (the token ids and
+// positions, 4 bytes a token each, and Thrust's own), and gives the CPU kernel's bits whether
+// the lender gives memory, gives misaligned memory (asked again with room to align), or
+// gives nothing (the stream's cache serves).
+TEST_F(CudaKernelsTest, EmbeddingBackwardTakesTheScratchItIsLent) {
+  const i64 b = 3, t = 50, c = 40, v = 23;
+  const auto idx = random_ints(b * t, 0, static_cast<std::int32_t>(v - 1));
+  const auto dout = random(b * t * c);
+  std::vector<float> dwte(sz(v * c));
+  cpu::embedding_backward(dout.data(), idx.data(), dwte.data(), nullptr, b, t, c, v);
+  FBuf ddout(dout), ddwte(sz(v * c));
+  IBuf didx(idx);
+  const std::size_t per_array = sz(b * t) * sizeof(std::int32_t);
+  struct Case {
+    const char* name;
+    std::size_t misalign;
+    bool refuse;
+  };
+  for (const Case& k : {Case{"lends", 0, false}, Case{"lends misaligned", 4, false},
+                        Case{"lends nothing", 0, true}}) {
+    SCOPED_TRACE(k.name);
+    ScratchLender lender(k.misalign, k.refuse);
+    ddwte.poison(0xFF, stream_);
+    gpu::embedding_backward(ddout.get(), didx.get(), ddwte.get(), nullptr, b, t, c, v, stream_,
+                            lender.scratch());
+    sync();
+    EXPECT_TRUE(all_equal(ddwte.download(), dwte));
+    // The ids and the positions first: asked for once each where the memory is aligned, and
+    // again with room to align where it is not.
+    const std::vector<std::size_t>& asked = lender.requests();
+    const std::size_t tries = k.misalign == 0 ? 1 : 2;
+    ASSERT_GE(asked.size(), 2 * tries);
+    EXPECT_EQ(asked[0], per_array);
+    EXPECT_EQ(asked[tries], per_array);
+    if (k.refuse) {
+      EXPECT_EQ(lender.lent_blocks(), 0u);
+    } else {
+      EXPECT_EQ(lender.lent_blocks(), asked.size());
     }
   }
 }

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <optional>
+#include <string>
 
 #include "remat/errors.h"
 #include "runtime/alloc/detail/blocks.h"
@@ -81,6 +83,28 @@ class BlockPool {
   std::vector<Block*> spare_blocks_;
 };
 
+// Note [Stream-ordered reuse]
+// A CUDA allocation is made on a stream, and freeing it only means the host has no more use
+// for it: kernels enqueued earlier may still read or write it. Reusing the block for later
+// work on the same stream is safe, since that work is ordered after them. Work on another
+// stream is not ordered, so a block that other streams used (`record_stream`, as PyTorch's
+// `Tensor.record_stream`) is not freed when the runtime frees it: the allocator records an
+// event on each of those streams and keeps the block, still allocated, in `pending` until
+// every event has completed. Pending blocks are polled (never waited for) at the start of
+// each allocation; a request that nothing cached can serve waits for them before it gives
+// cached segments back or asks the runtime to evict, since waiting for a side stream is
+// cheaper than recomputing. Errors from the event calls are raised as CudaError.
+struct PendingFree {
+  Block* block;
+  std::vector<CudaEvent> events;
+};
+struct StreamUses {
+  absl::flat_hash_map<std::uintptr_t, std::vector<CudaStream>> by_block;  // live blocks
+  std::vector<PendingFree> pending;
+  std::vector<CudaEvent> spare_events;
+  std::optional<CudaError> error;  // from a free, raised by the next allocation
+};
+
 }  // namespace detail
 
 using detail::Block;
@@ -91,6 +115,11 @@ using detail::SegmentView;
 
 namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+std::size_t round_down(std::size_t n, std::size_t to) { return n / to * to; }
+
+void check(const CudaResult& r, const char* call) {
+  if (!r.ok()) throw CudaError(call, r.code, r.message);
+}
 }  // namespace
 
 CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source,
@@ -98,8 +127,78 @@ CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source,
     : source_(std::move(source)), options_(options), pools_(new detail::BlockPool()) {}
 
 CachingAllocator::~CachingAllocator() {
-  for (Segment* s : pools_->segments)
-    source_->release(reinterpret_cast<void*>(s->address), s->capacity);
+  // Pending blocks' memory goes back with its segment; the device must be done with it.
+  // Nothing may throw here: errors are dropped (a sticky error has been raised already).
+  if (stream_uses_ != nullptr) {
+    for (auto& p : stream_uses_->pending)
+      for (CudaEvent e : p.events) {
+        cuda_->event_synchronize(e);
+        cuda_->event_destroy(e);
+      }
+    for (CudaEvent e : stream_uses_->spare_events) cuda_->event_destroy(e);
+  }
+  for (Segment* s : pools_->segments) {
+    try {
+      source_->release(reinterpret_cast<void*>(s->address), s->capacity);
+    } catch (...) {
+    }
+  }
+}
+
+void CachingAllocator::use_stream(CudaApi* api, CudaStream stream) {
+  cuda_ = api;
+  stream_ = stream;
+  if (stream_uses_ == nullptr) stream_uses_ = std::make_unique<detail::StreamUses>();
+}
+
+void CachingAllocator::record_stream(const void* p, CudaStream stream) {
+  if (pools_->live_block(p) == nullptr)
+    throw std::invalid_argument("remat: record_stream of a pointer that is no live allocation");
+  if (cuda_ == nullptr || stream == stream_) return;  // stream order covers its own stream
+  auto& streams = stream_uses_->by_block[reinterpret_cast<std::uintptr_t>(p)];
+  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+}
+
+CudaEvent CachingAllocator::take_event() {
+  auto& spare = stream_uses_->spare_events;
+  if (!spare.empty()) {
+    CudaEvent e = spare.back();
+    spare.pop_back();
+    return e;
+  }
+  CudaEvent e = nullptr;
+  check(cuda_->event_create(&e, /*timing=*/false), "cudaEventCreate");
+  return e;
+}
+
+void CachingAllocator::process_pending(bool wait) {
+  auto& pending = stream_uses_->pending;
+  std::erase_if(pending, [&](detail::PendingFree& p) {
+    for (CudaEvent e : p.events) {
+      CudaResult r = cuda_->event_query(e);
+      if (r.status == CudaStatus::kNotReady && wait) {
+        ++stats_.stream_waits;
+        r = cuda_->event_synchronize(e);
+      }
+      if (r.status == CudaStatus::kNotReady) return false;
+      check(r, wait ? "cudaEventSynchronize" : "cudaEventQuery");
+    }
+    for (CudaEvent e : p.events) stream_uses_->spare_events.push_back(e);
+    finish_free(p.block);
+    return true;
+  });
+  stats_.pending_frees = pending.size();
+}
+
+// Waits for pending frees and serves the request from what they give back.
+Block* CachingAllocator::reclaim_pending(std::size_t size) {
+  if (stream_uses_ == nullptr || stream_uses_->pending.empty()) return nullptr;
+  process_pending(/*wait=*/true);
+  return try_serve(size);
+}
+
+void CachingAllocator::synchronize_pending() {
+  if (stream_uses_ != nullptr) process_pending(/*wait=*/true);
 }
 
 std::size_t CachingAllocator::rounded_size(std::size_t bytes) const {
@@ -208,12 +307,16 @@ Block* CachingAllocator::find_free(std::size_t size) {
 // tight budget is a hard cap, so it wins over PyTorch's segment-size heuristics).
 Block* CachingAllocator::reserve_segment(std::size_t size) {
   const bool small = small_pool(size);
-  std::size_t want = std::max(segment_size_for(size), size);
+  // A source that backs memory in granules (CUDA's virtual memory) gets whole granules, so
+  // that what is counted is what the device holds.
+  const std::size_t granule = source_->commit_granularity();
+  const std::size_t bare = round_up(size, granule);
+  std::size_t want = round_up(std::max(segment_size_for(size), size), granule);
   const std::size_t room = unreserved();
-  if (want > room) want = size;
+  if (want > room) want = bare;
   if (want > room) return nullptr;
-  void* p = source_->reserve(want);
-  if (p == nullptr && want > size) p = source_->reserve(want = size);  // the bare request may fit
+  void* p = reserve_backed(want);
+  if (p == nullptr && want > bare) p = reserve_backed(want = bare);  // the bare request may fit
   if (p == nullptr) {
     ++stats_.source_refusals;
     refused_ = want;
@@ -240,21 +343,44 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
   return b;
 }
 
+// A reservation with memory behind it: a lazily committed source (CUDA's virtual memory)
+// backs it explicitly; null where the source refuses either step.
+void* CachingAllocator::reserve_backed(std::size_t bytes) {
+  void* p = source_->reserve(bytes);
+  if (p == nullptr || !source_->lazily_committed() || source_->commit_prefix(p, bytes)) return p;
+  source_->release(p, bytes);
+  return nullptr;
+}
+
 void CachingAllocator::release_cached() {
   shrink_arena();
   auto& segs = pools_->segments;
-  std::erase_if(segs, [&](Segment* s) {
-    if (s->live_blocks != 0 || s == arena_) return false;
-    Block* b = s->first;
-    assert(b->next == nullptr && b->size == s->size);
-    pools_->free_set(s->small).erase(b);
-    pools_->delete_block(b);
-    source_->release(reinterpret_cast<void*>(s->address), s->size);
-    ++stats_.segment_releases;
-    stats_.reserved -= s->size;
-    delete s;
-    return true;
-  });
+  // Compacts in place; a source that throws (a failing cudaFree) leaves its segment, and
+  // every one not yet looked at, as they were.
+  std::size_t kept = 0, i = 0;
+  try {
+    for (; i < segs.size(); ++i) {
+      Segment* s = segs[i];
+      if (s->live_blocks != 0 || s == arena_) {
+        segs[kept++] = s;
+        continue;
+      }
+      source_->release(reinterpret_cast<void*>(s->address), s->size);
+      Block* b = s->first;
+      assert(b->next == nullptr && b->size == s->size);
+      pools_->free_set(s->small).erase(b);
+      pools_->delete_block(b);
+      ++stats_.segment_releases;
+      stats_.reserved -= s->size;
+      delete s;
+    }
+  } catch (...) {
+    for (; i < segs.size(); ++i) segs[kept++] = segs[i];
+    segs.resize(kept);
+    stats_.segments = segs.size();
+    throw;
+  }
+  segs.resize(kept);
   stats_.segments = segs.size();
 }
 
@@ -292,10 +418,19 @@ Block* CachingAllocator::grow_arena(std::size_t size) {
   }
   Block* tail = arena_->last;
   const bool tail_free = tail != nullptr && !tail->allocated;
-  const std::size_t need = tail_free ? size - std::min(size, tail->size) : size;
-  const std::size_t limit = arena_room();
+  // A source that backs the range in granules (CUDA's virtual memory) grows it by whole
+  // granules, within the budget: the arena's reserved size stays a multiple of them.
+  const std::size_t granule = source_->commit_granularity();
+  const std::size_t need = round_up(tail_free ? size - std::min(size, tail->size) : size, granule);
+  const std::size_t limit = round_down(arena_room(), granule);
   if (need > limit) return nullptr;
-  const std::size_t grow = std::max(need, std::min(round_up(need, options_.arena_step), limit));
+  const std::size_t step = round_up(options_.arena_step, granule);
+  const std::size_t grow = std::max(need, std::min(round_up(need, step), limit));
+  if (!source_->commit_prefix(reinterpret_cast<void*>(arena_->address), arena_->size + grow)) {
+    ++stats_.source_refusals;
+    refused_ = grow;
+    return nullptr;
+  }
   if (tail_free) {
     pools_->free_large.erase(tail);
     tail->size += grow;
@@ -321,10 +456,25 @@ Block* CachingAllocator::grow_arena(std::size_t size) {
 void CachingAllocator::shrink_arena() {
   if (arena_ == nullptr || arena_->last == nullptr || arena_->last->allocated) return;
   Block* tail = arena_->last;
+  // Only whole granules go back; a free tail shorter than one stays reserved.
+  const std::size_t granule = source_->commit_granularity();
+  const std::size_t keep = arena_->size - tail->size;
+  const std::size_t new_size = round_up(keep, granule);
+  const std::size_t give = arena_->size - new_size;
+  if (give == 0) return;
+  // Unmapping does not wait for the device, as cudaFree does: kernels enqueued before the
+  // tail was freed may still use it.
+  if (cuda_ != nullptr) check(cuda_->stream_synchronize(stream_), "cudaStreamSynchronize");
+  source_->commit_prefix(reinterpret_cast<void*>(arena_->address), new_size);
   pools_->free_large.erase(tail);
-  arena_->size -= tail->size;
+  arena_->size = new_size;
   ++stats_.segment_releases;
-  stats_.reserved -= tail->size;
+  stats_.reserved -= give;
+  if (give < tail->size) {
+    tail->size -= give;
+    pools_->free_large.insert(tail);
+    return;
+  }
   arena_->last = tail->prev;
   if (tail->prev != nullptr)
     tail->prev->next = nullptr;
@@ -355,7 +505,16 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
     if (Block* grown = grow_arena(size)) return grown;
     return reserve_segment(size);
   };
+  if (stream_uses_ != nullptr) {
+    if (stream_uses_->error) {
+      const CudaError e = *stream_uses_->error;
+      stream_uses_->error.reset();
+      throw e;
+    }
+    if (!stream_uses_->pending.empty()) process_pending(false);
+  }
   Block* b = try_serve(size);
+  if (b == nullptr) b = reclaim_pending(size);
   if (b == nullptr) {
     ++stats_.retries;
     b = after_release();
@@ -365,6 +524,7 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
     ++stats_.reclaims;
     if (!reclaimer()->reclaim(size)) throw_oom(size);
     b = try_serve(size);
+    if (b == nullptr) b = reclaim_pending(size);
     if (b == nullptr) b = after_release();
   }
   // Split off the tail when it is big enough to be useful to its pool.
@@ -404,6 +564,32 @@ void CachingAllocator::do_deallocate(void* p, std::size_t /*bytes*/) {
   if (it == pools_->live.end()) return;
   Block* b = it->second;
   pools_->live.erase(it);
+  if (stream_uses_ != nullptr && !stream_uses_->by_block.empty()) {
+    auto uses = stream_uses_->by_block.find(b->address);
+    if (uses != stream_uses_->by_block.end()) {
+      detail::PendingFree pending{b, {}};
+      try {
+        for (CudaStream s : uses->second) {
+          pending.events.push_back(take_event());
+          check(cuda_->event_record(pending.events.back(), s), "cudaEventRecord");
+        }
+      } catch (const CudaError& e) {
+        // A free cannot fail; the block stays pending and the next allocation reports it.
+        if (!stream_uses_->error) stream_uses_->error = e;
+      }
+      stream_uses_->by_block.erase(uses);
+      b->tag = kNoTag;  // no tensor's any more: the runtime may not evict it
+      stream_uses_->pending.push_back(std::move(pending));
+      ++stats_.deferred_frees;
+      stats_.pending_frees = stream_uses_->pending.size();
+      return;
+    }
+  }
+  finish_free(b);
+}
+
+// The block's memory is free for any later work on the allocator's stream.
+void CachingAllocator::finish_free(Block* b) {
   stats_.allocated -= b->size;
   stats_.requested -= b->requested;
   --stats_.active_blocks;

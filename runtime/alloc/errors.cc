@@ -29,4 +29,16 @@ ThrashError::ThrashError(const std::string& op, std::size_t recomputations, std:
                                       limit, "); the budget is too small to make progress")),
       recomputations_(recomputations) {}
 
+CudaError::CudaError(std::string call, int code, std::string cuda_message, std::string op,
+                     int device)
+    : std::runtime_error(absl::StrCat("remat: CUDA error", op.empty() ? "" : " in op '", op,
+                                      op.empty() ? "" : "'",
+                                      device < 0 ? "" : absl::StrCat(" on device ", device), ": ",
+                                      call, " returned ", code, " (", cuda_message, ")")),
+      call_(std::move(call)),
+      code_(code),
+      cuda_message_(std::move(cuda_message)),
+      op_(std::move(op)),
+      device_(device) {}
+
 }  // namespace remat

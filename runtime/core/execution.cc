@@ -127,13 +127,18 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     throw;
   }
   OpRec& op = ops[op_id];
-  op.cost = run_op(op, m.ptrs, rerun);
-  if (clock > options.clock_limit) {
-    ++stats.thrashes;
-    throw ThrashError(absl::StrCat("remat: simulated time passed the clock limit of ",
-                                   options.clock_limit, " while running op '", current_op, "' (",
-                                   stats.recomputations, " recomputations so far)"),
-                      stats.recomputations);
+  try {
+    op.cost = run_op(op, m.ptrs, rerun);
+    if (clock > options.clock_limit) {
+      ++stats.thrashes;
+      throw ThrashError(absl::StrCat("remat: simulated time passed the clock limit of ",
+                                     options.clock_limit, " while running op '", current_op, "' (",
+                                     stats.recomputations, " recomputations so far)"),
+                        stats.recomputations);
+    }
+  } catch (...) {
+    release_outputs(m);  // what the failed run wrote is not kept
+    throw;
   }
   if (rerun) {
     ++stats.recomputations;
@@ -207,9 +212,9 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
     out_specs.resize(n);
     for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
     ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, op.rng, rerun, stream};
-    // Host time of an asynchronous CUDA launch says nothing; CUDA ops declare their cost.
-    measure = !rerun && options.backend == Backend::kCpu &&
-              (options.measure_costs || (!op.op->cost && op.cost < 0));
+    // First runs are timed where asked, or where the op declares no cost: on the host by
+    // the clock, on CUDA by events around the kernel (Note [Kernel checks and timing]).
+    measure = !rerun && (options.measure_costs || op.cost < 0);
   }
   std::size_t bytes = 0;
   if (options.record_timeline) {
@@ -220,13 +225,58 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
                 rerun ? TimelineEvent::Kind::kRecompute : TimelineEvent::Kind::kCompute, bytes);
 }
 
-double RuntimeImpl::launch(const OpDef& op, const KernelContext& ctx, double cost, bool measure,
+namespace {
+// Memory a kernel asked for through KernelContext::scratch, given back when it returns (or
+// throws). On CUDA a later kernel that gets the same block is ordered after this one on the
+// runtime's stream, so giving it back at once is safe (Note [Stream-ordered reuse]).
+class KernelScratch {
+ public:
+  explicit KernelScratch(MemoryResource& memory) : memory_(memory) {}
+  ~KernelScratch() {
+    for (auto [p, b] : blocks_) memory_.deallocate(p, b);
+  }
+  KernelScratch(const KernelScratch&) = delete;
+  KernelScratch& operator=(const KernelScratch&) = delete;
+  static void* allocate(void* self, std::size_t bytes) {
+    auto* s = static_cast<KernelScratch*>(self);
+    void* p = s->memory_.allocate(bytes);
+    s->blocks_.emplace_back(p, bytes);
+    return p;
+  }
+
+ private:
+  MemoryResource& memory_;
+  std::vector<std::pair<void*, std::size_t>> blocks_;
+};
+}  // namespace
+
+// Note [Kernel checks and timing]
+// On CUDA a kernel launch returns before the kernel has run, so a faulting kernel is only
+// known from a later call, and host time says nothing of the kernel's. After each launch the
+// runtime asks for the launch error (a bad configuration, a missing kernel image) and raises
+// it as CudaError naming the op; with sync_after_launch (REMAT_CUDA_LAUNCH_BLOCKING=1) it also
+// waits for the kernel, so that a fault is raised naming the op that caused it. First runs
+// that are measured are timed with events on the stream, which waits for the kernel: once
+// per op, then the measured cost is reused by every recomputation.
+double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool measure,
                            TimelineEvent::Kind kind, std::size_t bytes) {
   const auto& kernel = kernel_of(op);
   if (runs_kernels && kernel) {
-    const auto start = SteadyClock::now();
-    kernel(ctx);
-    if (measure) cost = seconds_since(start) * 1e9;
+    KernelScratch scratch(*memory);
+    ctx.workspace = workspace;
+    ctx.workspace_bytes = workspace_bytes;
+    ctx.scratch_fn = &KernelScratch::allocate;
+    ctx.scratch_self = &scratch;
+    if (cuda != nullptr) {
+      if (measure) cuda->start_timing();
+      kernel(ctx);
+      cuda->check_launch(op.name);
+      if (measure) cost = cuda->stop_timing_ns();
+    } else {
+      const auto start = SteadyClock::now();
+      kernel(ctx);
+      if (measure) cost = seconds_since(start) * 1e9;
+    }
   }
   if (cost < 0) cost = 0;
   if (options.record_timeline) {
@@ -415,8 +465,8 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
   }
   stats.pinned_bytes += spec.bytes();
   if (data != nullptr && runs_kernels && spec.bytes() > 0) {
-    if (options.backend == Backend::kCuda) {
-      cuda_copy_to_device(storages[s].ptr, data, spec.bytes(), stream);
+    if (cuda != nullptr) {
+      cuda->upload(storages[s].ptr, data, spec.bytes());
     } else {
       std::memcpy(storages[s].ptr, data, spec.bytes());
     }

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "remat/segment_source.h"
 #include "runtime/core/runtime_impl.h"
 
 namespace remat {
@@ -22,6 +21,12 @@ std::vector<detail::Id> ids_of(std::span<const Tensor> tensors, const Runtime* r
   }
   return ids;
 }
+detail::Id id_of(const Tensor& t, const Runtime* rt, const char* what) {
+  if (!t.defined() || t.runtime() != rt)
+    throw std::invalid_argument(
+        absl::StrCat("remat: ", what, " of a tensor that is undefined or from another runtime"));
+  return t.id();
+}
 }  // namespace
 
 std::vector<std::string> eviction_policy_names() { return detail::policy_names(); }
@@ -30,7 +35,12 @@ Runtime::Runtime(RuntimeOptions options)
     : impl_(std::make_unique<detail::RuntimeImpl>(std::move(options))) {}
 Runtime::~Runtime() = default;
 
+// Every member that may reach the device runs with the runtime's device current, and leaves
+// the caller's current device as it found it (CudaOptions::device).
+using DeviceScope = detail::CudaDevice::Scope;
+
 Tensor Runtime::constant(const TensorSpec& spec, const void* data) {
+  DeviceScope scope(impl_->cuda.get());
   return Tensor(this, impl_->new_constant(spec, data));
 }
 
@@ -39,8 +49,7 @@ std::vector<Tensor> Runtime::call(const OpPtr& op, std::span<const Tensor> input
   specs.reserve(inputs.size());
   for (const Tensor& t : inputs) specs.push_back(t.spec());
   Outputs outputs = op->infer(specs);
-  const double cost = op->cost ? op->cost(specs) : -1.0;
-  return call_with(op, inputs, outputs, cost);
+  return call_with(op, inputs, outputs, impl_->declared_cost(*op, specs));
 }
 
 std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> inputs,
@@ -50,6 +59,7 @@ std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> 
       throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' aliases input ",
                                                o.alias_of, " of ", inputs.size()));
   }
+  DeviceScope scope(impl_->cuda.get());
   std::vector<detail::Id> ids = impl_->run_new(op, ids_of(inputs, this), outputs, cost);
   std::vector<Tensor> result;
   result.reserve(ids.size());
@@ -73,7 +83,7 @@ void Runtime::call_inplace(const OpPtr& op, std::span<Tensor* const> args,
           absl::StrCat("remat: op '", op->name, "' mutates argument ", m, " of ", args.size()));
     outputs.emplace_back(specs[static_cast<std::size_t>(m)]);
   }
-  if (cost < 0 && op->cost) cost = op->cost(specs);
+  if (cost < 0) cost = impl_->declared_cost(*op, specs);
   std::vector<Tensor> fresh = call_with(op, inputs, outputs, cost);
   for (std::size_t i = 0; i < mutated.size(); ++i)
     *args[static_cast<std::size_t>(mutated[i])] = std::move(fresh[i]);
@@ -82,25 +92,43 @@ void Runtime::call_inplace(const OpPtr& op, std::span<Tensor* const> args,
 const void* Runtime::data(const Tensor& t) {
   if (!impl_->runs_kernels)
     throw std::logic_error("remat: tensor data is not readable on the simulated backend");
-  return impl_->data_pointer(t.id());
+  DeviceScope scope(impl_->cuda.get());
+  return impl_->data_pointer(id_of(t, this, "data()"));
 }
 
 void Runtime::read(const Tensor& t, void* dst) {
+  DeviceScope scope(impl_->cuda.get());
   const void* src = data(t);
-  if (impl_->options.backend == Backend::kCuda) {
-    cuda_copy_to_host(dst, src, t.bytes(), impl_->stream);
+  if (impl_->cuda != nullptr) {
+    impl_->cuda->download(dst, src, t.bytes());
   } else {
     std::memcpy(dst, src, t.bytes());
   }
 }
 
+void Runtime::record_stream(const Tensor& t, CudaStream stream) {
+  impl_->record_stream(id_of(t, this, "record_stream"), stream);
+}
+
+CudaStream Runtime::stream() const { return impl_->stream; }
+
 void Runtime::update(const OpPtr& op, std::span<const Tensor> args, std::span<const int> mutated) {
+  DeviceScope scope(impl_->cuda.get());
   impl_->update_pinned(op, ids_of(args, this), mutated);
 }
 
-void Runtime::materialize(const Tensor& t) { impl_->make_resident(t.id()); }
-bool Runtime::evict(const Tensor& t) { return impl_->evict_tensor(t.id()); }
-void Runtime::set_budget(std::size_t budget) { impl_->set_budget(budget); }
+void Runtime::materialize(const Tensor& t) {
+  DeviceScope scope(impl_->cuda.get());
+  impl_->make_resident(id_of(t, this, "materialize"));
+}
+bool Runtime::evict(const Tensor& t) {
+  DeviceScope scope(impl_->cuda.get());
+  return impl_->evict_tensor(id_of(t, this, "evict"));
+}
+void Runtime::set_budget(std::size_t budget) {
+  DeviceScope scope(impl_->cuda.get());
+  impl_->set_budget(budget);
+}
 const Timeline& Runtime::timeline() const { return impl_->timeline; }
 std::size_t Runtime::budget() const { return impl_->options.budget; }
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
@@ -120,7 +148,10 @@ void Runtime::reset_peaks() {
 }
 
 void Runtime::retain(std::uint32_t id) { impl_->retain(id); }
-void Runtime::release(std::uint32_t id) { impl_->release(id); }
+void Runtime::release(std::uint32_t id) {
+  DeviceScope scope(impl_->cuda.get());
+  impl_->release(id);
+}
 const TensorSpec& Runtime::spec_of(std::uint32_t id) const { return impl_->tensors[id].spec; }
 bool Runtime::resident_of(std::uint32_t id) const {
   return impl_->storages[impl_->tensors[id].storage].resident;

@@ -10,22 +10,20 @@
 #include "remat/logical_memory.h"
 #include "remat/segment_source.h"
 #include "runtime/alloc/detail/allocator_hooks.h"
+#include "runtime/cuda/cuda_segment_source.h"
 
 namespace remat::detail {
 namespace {
 
-std::unique_ptr<SegmentSource> make_source(Backend backend) {
-  switch (backend) {
+std::unique_ptr<SegmentSource> make_source(const RuntimeOptions& options, const CudaDevice* cuda) {
+  switch (options.backend) {
     case Backend::kCpu:
       return std::make_unique<HostSegmentSource>();
     case Backend::kSimulated:
       return std::make_unique<SimulatedSegmentSource>();
-    case Backend::kCuda: {
-      auto source = make_cuda_segment_source(0);
-      if (source == nullptr)
-        throw std::runtime_error("remat: the CUDA backend needs a CUDA device");
-      return source;
-    }
+    case Backend::kCuda:
+      return make_cuda_segment_source(cuda->shared_api(), cuda->index(),
+                                      options.allocator.expandable_segments);
   }
   return nullptr;
 }
@@ -34,18 +32,28 @@ std::unique_ptr<SegmentSource> make_source(Backend backend) {
 
 RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
     : options(std::move(opts)), sampler_(options.seed ^ 0x9e3779b97f4a7c15ULL) {
-  if (options.accounting == Accounting::kLogical) {
-    if (options.backend == Backend::kCuda)
+  const bool on_cuda = options.backend == Backend::kCuda;
+  roofline = options.roofline.value_or(on_cuda ? Roofline::gpu() : Roofline::cpu());
+  if (on_cuda) {
+    if (options.accounting == Accounting::kLogical)
       throw std::invalid_argument(
           "remat: logical accounting is for the CPU and simulated backends");
+    cuda = CudaDevice::open(options.cuda.api, options.cuda.device, options.cuda.stream,
+                            options.cuda.sync_after_launch);
+    stream = cuda->stream();
+  }
+  CudaDevice::Scope scope(cuda.get());
+  if (options.accounting == Accounting::kLogical) {
     memory = std::make_unique<LogicalMemory>(options.budget, options.backend == Backend::kCpu);
   } else {
     CachingAllocatorOptions a = options.allocator;
     a.budget = options.budget;
-    auto alloc = std::make_unique<CachingAllocator>(make_source(options.backend), a);
+    auto alloc = std::make_unique<CachingAllocator>(make_source(options, cuda.get()), a);
+    if (on_cuda) alloc->use_stream(&cuda->api(), cuda->stream());
     caching = alloc.get();
     memory = std::move(alloc);
   }
+  if (on_cuda) reserve_workspace();
   memory->set_reclaimer(this);
   timeline.budget = options.budget;
   runs_kernels = options.backend != Backend::kSimulated;
@@ -69,7 +77,57 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
   candidates_->on_move = [this](Id s, Id position) { storages[s].candidate_slot = position; };
 }
 
-RuntimeImpl::~RuntimeImpl() { memory->set_reclaimer(nullptr); }
+// Note [CUDA start-up memory]
+// Every byte the runtime puts on the device is under the budget: cuBLAS's workspace is taken
+// from the allocator at start-up and pinned for the runtime's life (cuBLAS would otherwise
+// cudaMalloc its own, outside any cap, on a GEMM's first run). What the runtime cannot
+// allocate itself, the CUDA context and the kernels' module images, is in use before it
+// starts; cudaMemGetInfo's used bytes at start-up (which also count other processes) are
+// reported as outside the budget (RuntimeStats::cuda).
+void RuntimeImpl::reserve_workspace() {
+  workspace_bytes = options.cuda.blas_workspace_bytes != 0
+                        ? options.cuda.blas_workspace_bytes
+                        : (cuda->major() >= 9 ? std::size_t{32} << 20 : std::size_t{4} << 20);
+  if (memory->rounded_size(workspace_bytes) > options.budget) {
+    throw std::invalid_argument(
+        absl::StrCat("remat: the budget of ", options.budget,
+                     " bytes is smaller than the CUDA start-up overhead: cuBLAS's workspace of ",
+                     workspace_bytes, " bytes (CudaOptions::blas_workspace_bytes sets it)"));
+  }
+  workspace = memory->allocate(workspace_bytes);  // no reclaimer yet: nothing to evict
+  stats.pinned_bytes += workspace_bytes;
+  stats.cuda.device_total_bytes = cuda->total_bytes();
+  stats.cuda.outside_bytes = cuda->total_bytes() - cuda->free_bytes_at_open();
+  stats.cuda.workspace_bytes = workspace_bytes;
+}
+
+RuntimeImpl::~RuntimeImpl() {
+  CudaDevice::Scope scope(cuda.get());
+  memory->set_reclaimer(nullptr);
+  if (cuda != nullptr) {
+    try {
+      cuda->synchronize();  // kernels still running may use what is about to be freed
+    } catch (const CudaError&) {
+    }
+  }
+  if (workspace != nullptr) memory->deallocate(workspace, workspace_bytes);
+  memory.reset();  // under the scope: its segments go back to this device
+}
+
+double RuntimeImpl::declared_cost(const OpDef& op, SpecList specs) const {
+  if (op.work) return roofline.price(op.work(specs));
+  return op.cost ? op.cost(specs) : -1.0;
+}
+
+void RuntimeImpl::record_stream(Id t, CudaStream s) {
+  const Id st = tensors[t].storage;
+  if (!storages[st].resident) {
+    throw std::logic_error(absl::StrCat(
+        "remat: record_stream of a tensor that is not resident (tensor ", t,
+        "); call it right after data(), before any other call that may evict the tensor"));
+  }
+  if (caching != nullptr && cuda != nullptr) caching->record_stream(storages[st].ptr, s);
+}
 
 bool RuntimeImpl::evictable(const StorageRec& r) const {
   return r.resident && !r.pinned && r.locks == 0 &&

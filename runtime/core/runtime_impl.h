@@ -18,6 +18,7 @@
 #include "runtime/core/lineage.h"
 #include "runtime/core/step_hooks.h"
 #include "runtime/core/window_search.h"
+#include "runtime/cuda/cuda_device.h"
 
 namespace remat::detail {
 
@@ -37,6 +38,10 @@ class RuntimeImpl final : public MemoryReclaimer {
   // Note [Updating pinned tensors].
   void update_pinned(const OpPtr& op, const std::vector<Id>& args, std::span<const int> mutated);
   void* data_pointer(Id tensor);
+  void record_stream(Id tensor, CudaStream stream);
+  // The cost an op declares for inputs of `specs`: its work at the roofline, else its cost
+  // function; -1 where it declares neither (measured on its first run).
+  double declared_cost(const OpDef& op, SpecList specs) const;
   bool evict_tensor(Id tensor);
   void set_budget(std::size_t budget);
   void retain(Id tensor);
@@ -61,12 +66,18 @@ class RuntimeImpl final : public MemoryReclaimer {
   SlotMap<TensorRec> tensors;
   SlotMap<OpRec> ops;
   double clock = 0;
+  // The CUDA backend's device (null elsewhere); declared before `memory`, which uses it to
+  // its end.
+  std::unique_ptr<CudaDevice> cuda;
   std::unique_ptr<MemoryResource> memory;
   CachingAllocator* caching = nullptr;  // set in allocator accounting
   std::unique_ptr<EvictionPolicy> policy;
   RuntimeStats stats;
   bool runs_kernels = false;
-  void* stream = nullptr;  // cudaStream_t of the CUDA backend (null: the default stream)
+  CudaStream stream = nullptr;  // the CUDA backend's stream (null elsewhere)
+  Roofline roofline;            // prices ops that declare their work
+  void* workspace = nullptr;    // CUDA: cuBLAS's workspace, pinned under the budget
+  std::size_t workspace_bytes = 0;
   Timeline timeline;
   std::string current_op;           // the op being run or recomputed, for errors
   std::unique_ptr<StepHooks> step;  // the step under way (runtime/steps); null: none
@@ -86,6 +97,8 @@ class RuntimeImpl final : public MemoryReclaimer {
     std::vector<Id> fresh;
     std::vector<std::pair<void*, std::size_t>> scratch;
   };
+
+  void reserve_workspace();  // Note [CUDA start-up memory]
 
   // Residency and candidates (runtime_impl.cc).
   void refresh_candidate(Id s);
@@ -130,7 +143,7 @@ class RuntimeImpl final : public MemoryReclaimer {
                      std::vector<const TensorSpec*>& specs) const;
   // The one place an op's run takes time: runs its kernel where kernels run, measured if
   // asked, and advances the clock by its cost with a timeline event. Returns the cost.
-  double launch(const OpDef& op, const KernelContext& ctx, double cost, bool measure,
+  double launch(const OpDef& op, KernelContext ctx, double cost, bool measure,
                 TimelineEvent::Kind kind, std::size_t bytes);
 
   // Updates of pinned tensors (update.cc).

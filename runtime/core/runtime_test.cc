@@ -203,6 +203,73 @@ TEST(RuntimeTest, InfeasibleBudgetRaisesOutOfMemoryAndRuntimeStaysUsable) {
   EXPECT_EQ(read(rt, z)[100], 2.0f);
 }
 
+// An op asking for `scratch_floats` of scratch memory: y = x + (the scratch's sum, 0).
+OpPtr with_scratch(std::size_t scratch_floats) {
+  return make_op(
+      "with_scratch", [](SpecList in) { return Outputs{{in[0]}}; },
+      [scratch_floats](const KernelContext& k) {
+        auto* tmp = static_cast<float*>(k.scratch(scratch_floats * sizeof(float)));
+        if (tmp == nullptr) throw std::logic_error("no scratch offered");
+        std::fill(tmp, tmp + scratch_floats, 0.0f);
+        for (std::int64_t i = 0; i < k.input_spec(0).numel(); ++i)
+          k.output<float>(0)[i] = k.input<float>(0)[i] + tmp[i % scratch_floats];
+      },
+      testing::numel_cost);
+}
+
+TEST(RuntimeTest, KernelScratchIsUnderTheBudgetAndGivenBack) {
+  Runtime rt({.budget = 8 << 20});
+  auto x = rt.constant(vec(1 << 18), iota(1 << 18).data());  // 1 MiB
+  std::vector<Tensor> held;
+  for (int i = 0; i < 4; ++i) held.push_back(rt.call1(testing::affine(1, 1), {x}));
+  const std::size_t allocated = rt.stats().memory.allocated;
+  // 4 MiB of scratch does not fit beside 5 MiB of tensors in 8: the runtime evicts.
+  auto y = rt.call1(with_scratch(1 << 20), {x});
+  EXPECT_GT(rt.stats().evictions, 0u);
+  EXPECT_GE(rt.stats().memory.peak_allocated, std::size_t{6} << 20);  // x, y and the scratch
+  EXPECT_LE(rt.stats().memory.peak_reserved, std::size_t{8} << 20);
+  EXPECT_EQ(read(rt, y)[5], 6.0f);
+  std::size_t resident = 0;
+  for (const Tensor& t : held) resident += t.resident();
+  EXPECT_EQ(rt.stats().memory.allocated, (2 + resident) << 20) << "the scratch went back";
+  EXPECT_LT(resident, 4u);
+  EXPECT_GT(allocated, rt.stats().memory.allocated - (1 << 20));
+  // More scratch than the budget: out of memory in that op; nothing stays locked after.
+  try {
+    rt.call1(with_scratch(4 << 20), {x});
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.info().op, "with_scratch");
+  }
+  for (const Tensor& t : held) {
+    if (t.resident()) {
+      EXPECT_TRUE(rt.evict(t));
+    }
+  }
+  EXPECT_EQ(read(rt, held[0])[3], 5.0f);
+}
+
+TEST(RuntimeTest, AKernelThatThrowsLeavesNothingLockedOrAllocated) {
+  Runtime rt({.budget = 8 << 20});
+  auto x = rt.constant(vec(1024), iota(1024).data());
+  auto y = rt.call1(testing::affine(2, 0), {x});
+  const std::size_t allocated = rt.stats().memory.allocated;
+  auto bad = make_op(
+      "bad",
+      [](SpecList in) {
+        return Outputs{{in[0]}, {in[0]}};
+      },
+      [](const KernelContext& k) {
+        k.scratch(4096);
+        throw std::runtime_error("kernel failed");
+      },
+      testing::numel_cost);
+  EXPECT_THROW(rt.call(bad, {y}), std::runtime_error);
+  EXPECT_EQ(rt.stats().memory.allocated, allocated);
+  EXPECT_TRUE(rt.evict(y)) << "y is no longer locked";
+  EXPECT_EQ(read(rt, y)[7], 16.0f);
+}
+
 TEST(RuntimeTest, ConstantOverBudgetIsOutOfMemory) {
   Runtime rt(logical(100));
   EXPECT_THROW(rt.constant(vec(100)), OutOfMemoryError);

@@ -94,7 +94,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
     }
     std::vector<TensorSpec> specs;
     for (Id t : args) specs.push_back(tensors[t].spec);
-    cost = op->cost ? op->cost(specs) : 0.0;
+    cost = std::max(declared_cost(*op, specs), 0.0);
     // The kernel's outputs are the mutated arguments' own memory.
     std::vector<const void*> in_ptrs;
     std::vector<const TensorSpec*> in_specs;

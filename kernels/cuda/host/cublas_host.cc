@@ -1,6 +1,8 @@
 // cuBLAS on the host: the calls kernels/cuda/cuda_blas.cu makes, with GEMM by OpenBLAS.
 #include <cblas.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/host/include/cublas_v2.h"
 
 const char* cublasGetStatusName(cublasStatus_t status) {
@@ -18,7 +20,20 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) {
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasSetWorkspace(cublasHandle_t, void*, std::size_t) {
+namespace {
+thread_local remat_cuda_host::BlasWorkspaceCall last_workspace;
+}  // namespace
+
+remat_cuda_host::BlasWorkspaceCall remat_cuda_host::last_blas_workspace() { return last_workspace; }
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, std::size_t bytes) {
+  // cuBLAS refuses a workspace aligned to less than 256 bytes; so does the shim, so that the
+  // host run catches a caller lending one.
+  if (handle == nullptr || reinterpret_cast<std::uintptr_t>(workspace) % 256 != 0)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  last_workspace.ptr = workspace;
+  last_workspace.bytes = bytes;
+  ++last_workspace.calls;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }

@@ -30,4 +30,16 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
                            const float* a, int lda, const float* b, int ldb, const float* beta,
                            float* c, int ldc);
 
+namespace remat_cuda_host {
+// What this thread's last cublasSetWorkspace call was given, and how many it has made: tests
+// check that a GEMM lent a workspace hands cuBLAS that very memory (there is no cuBLAS here
+// to use it).
+struct BlasWorkspaceCall {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  std::size_t calls = 0;
+};
+BlasWorkspaceCall last_blas_workspace();
+}  // namespace remat_cuda_host
+
 #endif  // REMAT_KERNELS_CUDA_HOST_CUBLAS_V2_H_

@@ -1,0 +1,335 @@
+// The CudaApi of a GPU build: each call is the CUDA runtime's (cudart), but for the virtual
+// memory calls, which only the driver API has (Note [Driver entry points]). A build without
+// CUDA has no such API: `cuda_runtime_api()` returns null there.
+#include "remat/cuda_api.h"
+
+#ifdef REMAT_HAVE_CUDA
+#include <cuda.h>          // the driver API's types only: its functions are found at run time
+#include <cudaTypedefs.h>  // the PFN_ signatures of those functions
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#endif
+
+namespace remat {
+
+#ifdef REMAT_HAVE_CUDA
+namespace {
+
+CudaStatus status_of(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return CudaStatus::kOk;
+    case cudaErrorMemoryAllocation:
+      return CudaStatus::kOutOfMemory;
+    case cudaErrorNotReady:
+      return CudaStatus::kNotReady;
+    default:
+      return CudaStatus::kError;
+  }
+}
+
+CudaResult result_of(cudaError_t e) {
+  return {status_of(e), static_cast<int>(e), cudaGetErrorString(e)};
+}
+
+// A failed call also leaves its error as the thread's last error, where the next kernel's
+// launch check (cudaGetLastError) would blame that kernel for it. The caller is told of the
+// error here, so it is cleared; a sticky error cannot be cleared and is still reported by
+// every later call. Not-ready is an answer, not an error.
+CudaResult call_result(cudaError_t e) {
+  if (e != cudaSuccess && e != cudaErrorNotReady) cudaGetLastError();
+  return result_of(e);
+}
+
+cudaMemcpyKind memcpy_kind(CudaCopy kind) {
+  switch (kind) {
+    case CudaCopy::kHostToDevice:
+      return cudaMemcpyHostToDevice;
+    case CudaCopy::kDeviceToHost:
+      return cudaMemcpyDeviceToHost;
+    case CudaCopy::kDeviceToDevice:
+      return cudaMemcpyDeviceToDevice;
+  }
+  return cudaMemcpyDefault;
+}
+
+// Note [Driver entry points]
+// cuMemAddressReserve, cuMemCreate, cuMemMap and the rest exist only in the driver API. Linking
+// libcuda would make the library fail to load on machines without a driver (where it must
+// still run on the host), so the functions are asked of the runtime instead, once, on first
+// use, by the ABI version their PFN_ types describe. Where the driver lacks any of them, every
+// virtual-memory call answers "unsupported" and the segment sources fall back to cudaMalloc.
+// The calls assume a context is current: the runtime sets the device (which, since CUDA 12,
+// makes its primary context current) around everything it asks of a CudaApi.
+constexpr unsigned int kDriverAbiVersion = 12000;
+
+struct DriverApi {
+  PFN_cuGetErrorString_v6000 get_error_string = nullptr;
+  PFN_cuDeviceGet_v2000 device_get = nullptr;
+  PFN_cuDeviceGetAttribute_v2000 device_get_attribute = nullptr;
+  PFN_cuMemGetAllocationGranularity_v10020 granularity = nullptr;
+  PFN_cuMemAddressReserve_v10020 address_reserve = nullptr;
+  PFN_cuMemAddressFree_v10020 address_free = nullptr;
+  PFN_cuMemCreate_v10020 create = nullptr;
+  PFN_cuMemRelease_v10020 release = nullptr;
+  PFN_cuMemMap_v10020 map = nullptr;
+  PFN_cuMemSetAccess_v10020 set_access = nullptr;
+  PFN_cuMemUnmap_v10020 unmap = nullptr;
+  bool complete = false;  // every function above was found
+};
+
+template <typename Fn>
+bool find_entry_point(const char* symbol, Fn* fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, kDriverAbiVersion, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || p == nullptr) {
+    return false;
+  }
+  *fn = reinterpret_cast<Fn>(p);
+  return true;
+}
+
+DriverApi find_driver_api() {
+  DriverApi d;
+  // Each lookup runs (no short-circuit) so that the error strings are there even where
+  // virtual memory management is not.
+  bool found = find_entry_point("cuGetErrorString", &d.get_error_string);
+  found &= find_entry_point("cuDeviceGet", &d.device_get);
+  found &= find_entry_point("cuDeviceGetAttribute", &d.device_get_attribute);
+  found &= find_entry_point("cuMemGetAllocationGranularity", &d.granularity);
+  found &= find_entry_point("cuMemAddressReserve", &d.address_reserve);
+  found &= find_entry_point("cuMemAddressFree", &d.address_free);
+  found &= find_entry_point("cuMemCreate", &d.create);
+  found &= find_entry_point("cuMemRelease", &d.release);
+  found &= find_entry_point("cuMemMap", &d.map);
+  found &= find_entry_point("cuMemSetAccess", &d.set_access);
+  found &= find_entry_point("cuMemUnmap", &d.unmap);
+  d.complete = found;
+  return d;
+}
+
+const DriverApi& driver() {
+  static const DriverApi api = find_driver_api();
+  return api;
+}
+
+CudaResult driver_result(CUresult r) {
+  CudaStatus status = CudaStatus::kError;
+  if (r == CUDA_SUCCESS) status = CudaStatus::kOk;
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) status = CudaStatus::kOutOfMemory;
+  if (r == CUDA_ERROR_NOT_READY) status = CudaStatus::kNotReady;
+  const char* message = "CUDA driver error";
+  const char* s = nullptr;
+  if (driver().get_error_string != nullptr && driver().get_error_string(r, &s) == CUDA_SUCCESS &&
+      s != nullptr) {
+    message = s;
+  }
+  return {status, static_cast<int>(r), message};
+}
+
+CudaResult vmm_unsupported(const char* message) {
+  return {CudaStatus::kError, static_cast<int>(CUDA_ERROR_NOT_SUPPORTED), message};
+}
+
+constexpr const char* kNoDriverVmm =
+    "CUDA virtual memory management is unsupported: the driver lacks its entry points";
+
+CUdeviceptr device_ptr(void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+CUmemAllocationProp device_memory(int device) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+class CudaRuntimeApi final : public CudaApi {
+ public:
+  const char* name() const override { return "cuda-runtime"; }
+
+  CudaResult device_count(int* count) override { return call_result(cudaGetDeviceCount(count)); }
+  CudaResult get_device(int* device) override { return call_result(cudaGetDevice(device)); }
+  CudaResult set_device(int device) override { return call_result(cudaSetDevice(device)); }
+  CudaResult mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
+    return call_result(cudaMemGetInfo(free_bytes, total_bytes));
+  }
+  CudaResult compute_capability(int device, int* major, int* minor) override {
+    cudaError_t e = cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, device);
+    return call_result(e);
+  }
+
+  CudaResult malloc(void** p, std::size_t bytes) override {
+    return call_result(cudaMalloc(p, bytes));
+  }
+  CudaResult free(void* p) override { return call_result(cudaFree(p)); }
+  CudaResult malloc_host(void** p, std::size_t bytes) override {
+    return call_result(cudaMallocHost(p, bytes));
+  }
+  CudaResult free_host(void* p) override { return call_result(cudaFreeHost(p)); }
+  CudaResult memcpy_async(void* dst, const void* src, std::size_t bytes, CudaCopy kind,
+                          CudaStream stream) override {
+    return call_result(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), stream));
+  }
+
+  CudaResult stream_create(CudaStream* stream) override {
+    return call_result(cudaStreamCreate(stream));  // blocking: ordered with the legacy stream
+  }
+  CudaResult stream_destroy(CudaStream stream) override {
+    return call_result(cudaStreamDestroy(stream));
+  }
+  CudaResult stream_synchronize(CudaStream stream) override {
+    return call_result(cudaStreamSynchronize(stream));
+  }
+  CudaResult stream_wait_event(CudaStream stream, CudaEvent event) override {
+    return call_result(cudaStreamWaitEvent(stream, event, 0));
+  }
+  CudaResult event_create(CudaEvent* event, bool timing) override {
+    return call_result(timing ? cudaEventCreate(event)
+                              : cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+  }
+  CudaResult event_destroy(CudaEvent event) override {
+    return call_result(cudaEventDestroy(event));
+  }
+  CudaResult event_record(CudaEvent event, CudaStream stream) override {
+    return call_result(cudaEventRecord(event, stream));
+  }
+  CudaResult event_query(CudaEvent event) override { return call_result(cudaEventQuery(event)); }
+  CudaResult event_synchronize(CudaEvent event) override {
+    return call_result(cudaEventSynchronize(event));
+  }
+  CudaResult event_elapsed_ms(float* ms, CudaEvent start, CudaEvent end) override {
+    return call_result(cudaEventElapsedTime(ms, start, end));
+  }
+
+  CudaResult last_launch_error() override { return result_of(cudaGetLastError()); }
+
+  CudaResult vmm_granularity(int device, std::size_t* granularity) override;
+  CudaResult address_reserve(void** p, std::size_t bytes) override;
+  CudaResult address_free(void* p, std::size_t bytes) override;
+  CudaResult map(void* p, std::size_t bytes, int device) override;
+  CudaResult unmap(void* p, std::size_t bytes) override;
+
+ private:
+  // The physical allocation behind each range `map` mapped, by the range's start, for `unmap`
+  // to release. Shared by every thread and device that uses this process-wide instance.
+  struct Mapping {
+    CUmemGenericAllocationHandle handle;
+    std::size_t bytes;
+  };
+  std::mutex mutex_;
+  absl::flat_hash_map<void*, Mapping> mappings_;
+};
+
+CudaResult CudaRuntimeApi::vmm_granularity(int device, std::size_t* granularity) {
+  const DriverApi& d = driver();
+  if (!d.complete) return vmm_unsupported(kNoDriverVmm);
+  CUdevice dev = 0;
+  if (CUresult r = d.device_get(&dev, device); r != CUDA_SUCCESS) return driver_result(r);
+  int supported = 0;
+  if (CUresult r = d.device_get_attribute(
+          &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+      r != CUDA_SUCCESS) {
+    return driver_result(r);
+  }
+  if (supported == 0) {
+    return vmm_unsupported("CUDA virtual memory management is unsupported on this device");
+  }
+  const CUmemAllocationProp prop = device_memory(device);
+  return driver_result(d.granularity(granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+}
+
+CudaResult CudaRuntimeApi::address_reserve(void** p, std::size_t bytes) {
+  const DriverApi& d = driver();
+  if (!d.complete) return vmm_unsupported(kNoDriverVmm);
+  CUdeviceptr address = 0;
+  const CUresult r = d.address_reserve(&address, bytes, /*alignment=*/0, /*addr=*/0, 0);
+  if (r == CUDA_SUCCESS) *p = reinterpret_cast<void*>(address);
+  return driver_result(r);
+}
+
+CudaResult CudaRuntimeApi::address_free(void* p, std::size_t bytes) {
+  const DriverApi& d = driver();
+  if (!d.complete) return vmm_unsupported(kNoDriverVmm);
+  return driver_result(d.address_free(device_ptr(p), bytes));
+}
+
+// One physical allocation per call, so that `unmap` can give back exactly what one `map` took
+// (the driver unmaps only whole mapped ranges): callers unmap exactly the ranges they mapped.
+CudaResult CudaRuntimeApi::map(void* p, std::size_t bytes, int device) {
+  const DriverApi& d = driver();
+  if (!d.complete) return vmm_unsupported(kNoDriverVmm);
+  const CUmemAllocationProp prop = device_memory(device);
+  CUmemGenericAllocationHandle handle = 0;
+  if (CUresult r = d.create(&handle, bytes, &prop, 0); r != CUDA_SUCCESS) {
+    return driver_result(r);
+  }
+  CUresult r = d.map(device_ptr(p), bytes, /*offset=*/0, handle, 0);
+  if (r == CUDA_SUCCESS) {
+    CUmemAccessDesc access = {};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = d.set_access(device_ptr(p), bytes, &access, 1);
+    if (r != CUDA_SUCCESS) d.unmap(device_ptr(p), bytes);
+  }
+  if (r != CUDA_SUCCESS) {
+    d.release(handle);  // nothing maps it: its memory goes back at once
+    return driver_result(r);
+  }
+  std::lock_guard lock(mutex_);
+  mappings_[p] = {handle, bytes};
+  return {};
+}
+
+CudaResult CudaRuntimeApi::unmap(void* p, std::size_t bytes) {
+  const DriverApi& d = driver();
+  if (!d.complete) return vmm_unsupported(kNoDriverVmm);
+  Mapping mapping{};
+  {
+    std::lock_guard lock(mutex_);
+    auto it = mappings_.find(p);
+    if (it == mappings_.end() || it->second.bytes != bytes) {
+      return {CudaStatus::kError, static_cast<int>(CUDA_ERROR_INVALID_VALUE),
+              "unmap of a range that no single map call mapped"};
+    }
+    mapping = it->second;
+  }
+  if (CUresult r = d.unmap(device_ptr(p), bytes); r != CUDA_SUCCESS) return driver_result(r);
+  {
+    std::lock_guard lock(mutex_);
+    mappings_.erase(p);
+  }
+  return driver_result(d.release(mapping.handle));
+}
+
+}  // namespace
+
+std::shared_ptr<CudaApi> cuda_runtime_api() {
+  static const std::shared_ptr<CudaApi> api = std::make_shared<CudaRuntimeApi>();
+  return api;
+}
+#else
+std::shared_ptr<CudaApi> cuda_runtime_api() { return nullptr; }
+#endif
+
+bool cuda_device_available(CudaApi* api) {
+  std::shared_ptr<CudaApi> runtime;
+  if (api == nullptr) {
+    runtime = cuda_runtime_api();
+    api = runtime.get();
+  }
+  if (api == nullptr) return false;
+  int count = 0;
+  // Any error (no driver, a driver older than the toolkit) means no usable device.
+  return api->device_count(&count).ok() && count > 0;
+}
+
+}  // namespace remat

@@ -1,0 +1,573 @@
+// The CUDA backend run on a simulated device (simulated_cuda.h): stream-ordered reuse of
+// memory, the errors CUDA calls can return, the device index, start-up memory, pinned
+// staging, event timing and expandable segments through virtual memory.
+//
+// The simulated device runs a kernel's body when its simulated time is up and reports any
+// two streams that touched the same bytes unordered, so the property tests below check the
+// two things a GPU user needs: no block is handed out while work of another stream that used
+// it can still be pending (no races), and every value is bitwise what an unconstrained run on
+// the CPU computes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "remat/errors.h"
+#include "remat/runtime.h"
+#include "runtime/cuda/simulated_cuda.h"
+#include "tests/test_ops.h"
+
+namespace remat {
+namespace {
+
+using testing::affine;
+using testing::combine;
+using testing::vec;
+
+// `host` with a CUDA kernel that runs its host kernel as a simulated kernel of `ns`
+// nanoseconds on the runtime's stream: enqueued now, its body run when it completes.
+OpPtr on_device(const std::shared_ptr<SimulatedCuda>& sim, const OpPtr& host, double ns) {
+  auto op = std::make_shared<OpDef>(*host);
+  op->cuda_kernel = [sim = sim.get(), kernel = host->kernel, ns](const KernelContext& k) {
+    std::vector<const void*> ins(k.inputs.begin(), k.inputs.end());
+    std::vector<void*> outs(k.outputs.begin(), k.outputs.end());
+    std::vector<TensorSpec> in_specs, out_specs;
+    std::vector<DeviceRange> reads, writes;
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      in_specs.push_back(k.input_spec(i));
+      reads.push_back({ins[i], in_specs.back().bytes()});
+    }
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      out_specs.push_back(k.output_spec(i));
+      if (outs[i] != nullptr) writes.push_back({outs[i], out_specs.back().bytes()});
+    }
+    sim->launch(k.stream, ns, reads, writes,
+                [kernel, ins, outs, in_specs, out_specs, rng = k.rng, rerun = k.recompute] {
+                  std::vector<const TensorSpec*> ip, op;
+                  for (const TensorSpec& s : in_specs) ip.push_back(&s);
+                  for (const TensorSpec& s : out_specs) op.push_back(&s);
+                  KernelContext ctx{ins, ip, outs, op, rng, rerun};
+                  kernel(ctx);
+                });
+  };
+  return op;
+}
+
+RuntimeOptions on_sim(const std::shared_ptr<SimulatedCuda>& sim, std::size_t budget) {
+  RuntimeOptions o;
+  o.backend = Backend::kCuda;
+  o.budget = budget;
+  o.cuda.api = sim;
+  o.cuda.blas_workspace_bytes = 64 << 10;
+  return o;
+}
+
+// A random program over tensors of one size: constants, then ops reading random live
+// tensors; some tensors are read by a long kernel on a side stream, some released.
+struct Instruction {
+  enum Kind { kAffine, kCombine, kSideRead, kRelease } kind;
+  std::size_t a = 0, b = 0;  // operands: positions among the live tensors
+  double ns = 0;
+};
+struct Program {
+  std::int64_t n = 0;
+  int constants = 0;
+  std::vector<Instruction> code;
+};
+
+Program random_program(std::mt19937_64& rng) {
+  Program p;
+  p.n = std::uniform_int_distribution<std::int64_t>(512, 8192)(rng);
+  p.constants = 3;
+  std::uniform_real_distribution<double> u(0, 1);
+  std::size_t live = static_cast<std::size_t>(p.constants);
+  for (int i = 0; i < 70; ++i) {
+    Instruction in;
+    const double r = u(rng);
+    in.kind = r < 0.45   ? Instruction::kAffine
+              : r < 0.75 ? Instruction::kCombine
+              : r < 0.9  ? Instruction::kSideRead
+                         : Instruction::kRelease;
+    if (in.kind == Instruction::kRelease && live <= 4) in.kind = Instruction::kAffine;
+    in.a = std::uniform_int_distribution<std::size_t>(0, live - 1)(rng);
+    in.b = std::uniform_int_distribution<std::size_t>(0, live - 1)(rng);
+    in.ns = in.kind == Instruction::kSideRead
+                ? std::uniform_real_distribution<double>(50e3, 500e3)(rng)
+                : std::uniform_real_distribution<double>(1e3, 20e3)(rng);
+    if (in.kind == Instruction::kAffine || in.kind == Instruction::kCombine) ++live;
+    if (in.kind == Instruction::kRelease) --live;
+    p.code.push_back(in);
+  }
+  return p;
+}
+
+// Runs `p` on `rt` and returns every live tensor's values at the end. With `sim`, ops run as
+// simulated kernels and side reads are enqueued on `side` (recorded unless `skip_record`).
+std::vector<std::vector<float>> run(Runtime& rt, const Program& p,
+                                    const std::shared_ptr<SimulatedCuda>& sim, CudaStream side,
+                                    bool skip_record = false) {
+  std::vector<Tensor> live;
+  for (int c = 0; c < p.constants; ++c)
+    live.push_back(rt.constant(vec(p.n), testing::iota(p.n, 1.0f + c).data()));
+  for (const Instruction& in : p.code) {
+    Tensor& a = live[in.a];
+    Tensor& b = live[in.b];
+    switch (in.kind) {
+      case Instruction::kAffine: {
+        OpPtr op = affine(0.5f, 1.0f + static_cast<float>(in.a % 3));
+        live.push_back(rt.call1(sim ? on_device(sim, op, in.ns) : op, {a}));
+        break;
+      }
+      case Instruction::kCombine: {
+        OpPtr op = combine();
+        live.push_back(rt.call1(sim ? on_device(sim, op, in.ns) : op, {a, b}));
+        break;
+      }
+      case Instruction::kSideRead:
+        if (sim) {
+          // As a CUDA program must: the side stream waits for the runtime's stream, which
+          // may not have written `a` yet, then reads it; record_stream keeps its memory.
+          const void* data = rt.data(a);
+          CudaEvent written = nullptr;
+          sim->event_create(&written, false);
+          sim->event_record(written, rt.stream());
+          sim->stream_wait_event(side, written);
+          sim->event_destroy(written);
+          const DeviceRange r[] = {{data, a.bytes()}};
+          sim->launch(side, in.ns, r, {});
+          if (!skip_record) rt.record_stream(a, side);
+        }
+        break;
+      case Instruction::kRelease:
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(in.a));
+        break;
+    }
+  }
+  std::vector<std::vector<float>> values;
+  for (const Tensor& t : live) values.push_back(testing::read(rt, t));
+  return values;
+}
+
+struct SweepResult {
+  int runs = 0, completed = 0;
+  std::size_t races = 0, invalid = 0, mismatches = 0, over_budget = 0;
+  std::size_t deferred_frees = 0, stream_waits = 0, evictions = 0, side_reads = 0;
+  std::size_t unbacked = 0;  // expandable: reserved bytes the device did not back, or more
+};
+
+// The property: random programs at random budgets, on the simulated device.
+SweepResult sweep(std::uint64_t seed, int trials, bool expandable, bool skip_record) {
+  SweepResult res;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < trials; ++trial) {
+    const Program p = random_program(rng);
+    Runtime reference({.backend = Backend::kCpu});
+    const auto expected = run(reference, p, nullptr, nullptr);
+
+    // The peak without a budget, then a budget between 35% and 90% of it.
+    std::size_t peak = 0;
+    {
+      auto sim = std::make_shared<SimulatedCuda>();
+      RuntimeOptions o = on_sim(sim, SIZE_MAX);
+      o.allocator.expandable_segments = expandable;
+      Runtime rt(o);
+      CudaStream side = nullptr;
+      sim->stream_create(&side);
+      run(rt, p, sim, side);
+      // Unbudgeted, the arena is not used and segments round the peak up: the arena is
+      // measured against what the program really held.
+      peak = expandable ? rt.stats().memory.peak_allocated : rt.stats().memory.peak_reserved;
+    }
+    const double fraction = expandable ? std::uniform_real_distribution<double>(0.6, 1.0)(rng)
+                                       : std::uniform_real_distribution<double>(0.35, 0.9)(rng);
+    auto sim = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.granularity = 64 << 10});
+    RuntimeOptions o = on_sim(sim, static_cast<std::size_t>(fraction * static_cast<double>(peak)));
+    o.allocator.expandable_segments = expandable;
+    o.allocator.arena_step = 128 << 10;
+    ++res.runs;
+    try {
+      Runtime rt(o);
+      CudaStream side = nullptr;
+      sim->stream_create(&side);
+      const auto got = run(rt, p, sim, side, skip_record);
+      ++res.completed;
+      if (got != expected) ++res.mismatches;
+      const RuntimeStats st = rt.stats();
+      if (st.memory.peak_reserved > o.budget) ++res.over_budget;
+      res.deferred_frees += st.memory.deferred_frees;
+      res.stream_waits += st.memory.stream_waits;
+      res.evictions += st.evictions;
+      if (expandable && sim->device_bytes_in_use(0) != st.memory.reserved) ++res.unbacked;
+    } catch (const OutOfMemoryError&) {
+      // Too tight for this program (pinned constants and an op's own operands); counted.
+    }
+    for (const Instruction& in : p.code) res.side_reads += in.kind == Instruction::kSideRead;
+    res.races += sim->races().size();
+    res.invalid += sim->invalid_accesses().size();
+  }
+  return res;
+}
+
+void expect_sound(const SweepResult& r) {
+  EXPECT_EQ(r.races, 0u) << "a block was reused while another stream's work on it was pending";
+  EXPECT_EQ(r.invalid, 0u);
+  EXPECT_EQ(r.mismatches, 0u);
+  EXPECT_EQ(r.over_budget, 0u);
+  EXPECT_EQ(r.unbacked, 0u);
+  // The sweep is only worth something if it exercised what it checks.
+  EXPECT_GE(r.completed * 4, r.runs * 3) << r.completed << " of " << r.runs << " completed";
+  EXPECT_GT(r.evictions, 0u);
+  EXPECT_GT(r.deferred_frees, 0u);
+  EXPECT_GT(r.side_reads, 0u);
+}
+
+TEST(StreamOrder, RandomProgramsNeverReuseMemoryUnderPendingWork) {
+  expect_sound(sweep(/*seed=*/11, /*trials=*/25, /*expandable=*/false, /*skip_record=*/false));
+}
+
+TEST(StreamOrder, RandomProgramsOnExpandableSegments) {
+  expect_sound(sweep(/*seed=*/12, /*trials=*/25, /*expandable=*/true, /*skip_record=*/false));
+}
+
+// The oracle sees what record_stream prevents: without it, memory a side stream still reads
+// is reused by the runtime's stream.
+TEST(StreamOrder, WithoutRecordStreamTheSimulatorSeesRaces) {
+  const SweepResult r = sweep(/*seed=*/11, /*trials=*/25, false, /*skip_record=*/true);
+  EXPECT_GT(r.races, 0u);
+  EXPECT_EQ(r.deferred_frees, 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors
+
+// A device with less free memory than the budget (another process holds the rest): its
+// out-of-memory is a refusal, handled by evicting; a request it can never serve is an
+// OutOfMemoryError that says the device refused below the budget; the runtime goes on.
+TEST(CudaErrors, OutOfMemoryFromTheDeviceIsARefusalAndTheRuntimeStaysUsable) {
+  auto sim = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.capacity = 24 << 20});
+  Runtime rt(on_sim(sim, 256 << 20));
+  const OpPtr op = on_device(sim, affine(2, 1), 1000);
+  Tensor x = rt.constant(vec(1 << 18), testing::iota(1 << 18).data());  // 1 MiB
+  std::vector<Tensor> chain{rt.call1(op, {x})};
+  for (int i = 0; i < 60; ++i) chain.push_back(rt.call1(op, {chain.back()}));
+  EXPECT_GT(rt.stats().memory.source_refusals, 0u);
+  EXPECT_GT(rt.stats().evictions, 0u) << "the refusals were met by evicting";
+  try {
+    rt.constant(vec(16 << 20), nullptr);  // 64 MiB: under the budget, over the device
+    FAIL() << "expected the device's refusal";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_GT(e.info().source_refused, 0u) << e.what();
+    EXPECT_EQ(e.info().source, "cuda");
+  }
+  // Still usable, and still exact: the first link recomputed from the constant.
+  EXPECT_EQ(testing::read(rt, chain[0])[0], 1.0f * 2 + 1);
+  Tensor z = rt.call1(op, {chain[0]});
+  EXPECT_EQ(testing::read(rt, z)[0], (1.0f * 2 + 1) * 2 + 1);
+  EXPECT_TRUE(sim->races().empty());
+}
+
+TEST(CudaErrors, AnyOtherMallocErrorIsACudaErrorNotAnEviction) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  Runtime rt(on_sim(sim, 256 << 20));
+  Tensor x = rt.constant(vec(1024), testing::iota(1024).data());
+  sim->inject(SimulatedCall::kMalloc, SimulatedCuda::illegal_address());
+  try {
+    rt.constant(vec(16 << 20), nullptr);  // 64 MiB: needs a new segment
+    FAIL() << "expected a CUDA error";
+  } catch (const CudaError& e) {
+    EXPECT_EQ(e.call(), "cudaMalloc");
+    EXPECT_EQ(e.code(), 700);
+    EXPECT_NE(std::string(e.what()).find("illegal memory access"), std::string::npos);
+  }
+  EXPECT_EQ(rt.stats().evictions, 0u);
+  EXPECT_EQ(rt.stats().memory.source_refusals, 0u);
+}
+
+TEST(CudaErrors, AStickyKernelFaultNamesTheOp) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  Runtime rt(on_sim(sim, 64 << 20));
+  Tensor x = rt.constant(vec(1024), testing::iota(1024).data());
+  auto boom = std::make_shared<OpDef>(*on_device(sim, affine(1, 0), 1000));
+  boom->name = "boom";
+  sim->inject_sticky_fault();
+  try {
+    rt.call1(boom, {x});
+    FAIL() << "expected a CUDA error";
+  } catch (const CudaError& e) {
+    EXPECT_EQ(e.op(), "boom");
+    EXPECT_EQ(e.code(), 700);
+    EXPECT_EQ(e.device(), 0);
+  }
+  EXPECT_EQ(rt.stats().evictions, 0u);
+  // The fault is sticky: the next call fails as a CUDA error too, never as out-of-memory.
+  EXPECT_THROW(rt.call1(on_device(sim, affine(1, 0), 1000), {x}), CudaError);
+}
+
+// A kernel that faults while it runs is only seen by a later call; synchronizing after each
+// launch names it.
+TEST(CudaErrors, SyncAfterLaunchNamesTheFailingOp) {
+  for (bool from_environment : {false, true}) {
+    auto sim = std::make_shared<SimulatedCuda>();
+    RuntimeOptions o = on_sim(sim, 64 << 20);
+    if (from_environment) {
+      setenv("REMAT_CUDA_LAUNCH_BLOCKING", "1", 1);
+    } else {
+      o.cuda.sync_after_launch = true;
+    }
+    Runtime rt(o);
+    unsetenv("REMAT_CUDA_LAUNCH_BLOCKING");
+    Tensor x = rt.constant(vec(1024), testing::iota(1024).data());
+    Tensor y = rt.call1(on_device(sim, affine(1, 0), 1000), {x});
+    auto bad = std::make_shared<OpDef>(*on_device(sim, affine(1, 0), 1000));
+    bad->name = "faulting_kernel";
+    sim->inject(SimulatedCall::kStreamSynchronize, SimulatedCuda::illegal_address());
+    try {
+      rt.call1(bad, {y});
+      FAIL() << "expected a CUDA error";
+    } catch (const CudaError& e) {
+      EXPECT_EQ(e.op(), "faulting_kernel");
+      EXPECT_EQ(e.call(), "cudaStreamSynchronize");
+    }
+  }
+}
+
+TEST(CudaErrors, FailingFreeIsACudaError) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  Runtime rt(on_sim(sim, 256 << 20));
+  {
+    Tensor big = rt.constant(vec(16 << 20), nullptr);  // a segment of its own
+  }
+  sim->inject(SimulatedCall::kFree, SimulatedCuda::invalid_value());
+  try {
+    rt.set_budget(1 << 20);  // gives cached segments back
+    FAIL() << "expected a CUDA error";
+  } catch (const CudaError& e) {
+    EXPECT_EQ(e.call(), "cudaFree");
+  }
+}
+
+TEST(CudaErrors, FailingEventRecordIsReportedByTheNextAllocation) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  Runtime rt(on_sim(sim, 64 << 20));
+  CudaStream side = nullptr;
+  sim->stream_create(&side);
+  const OpPtr op = on_device(sim, affine(2, 0), 1000);
+  Tensor x = rt.constant(vec(1024), testing::iota(1024).data());
+  Tensor y = rt.call1(op, {x});
+  rt.data(y);
+  rt.record_stream(y, side);
+  sim->inject(SimulatedCall::kEventRecord, SimulatedCuda::invalid_value());
+  y.reset();  // a free cannot throw; the error waits for the next allocation
+  try {
+    rt.call1(op, {x});
+    FAIL() << "expected a CUDA error";
+  } catch (const CudaError& e) {
+    EXPECT_EQ(e.call(), "cudaEventRecord");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad input
+
+TEST(CudaInput, RecordStreamNeedsALiveResidentTensorOfThisRuntime) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  Runtime rt(on_sim(sim, 64 << 20));
+  Runtime other(on_sim(sim, 64 << 20));
+  CudaStream side = nullptr;
+  sim->stream_create(&side);
+  Tensor x = rt.constant(vec(1024), testing::iota(1024).data());
+  Tensor y = rt.call1(on_device(sim, affine(2, 0), 1000), {x});
+  Tensor foreign = other.constant(vec(4), nullptr);
+  EXPECT_THROW(rt.record_stream(Tensor(), side), std::invalid_argument);
+  EXPECT_THROW(rt.record_stream(foreign, side), std::invalid_argument);
+  ASSERT_TRUE(rt.evict(y));
+  EXPECT_THROW(rt.record_stream(y, side), std::logic_error);
+  rt.data(y);
+  EXPECT_NO_THROW(rt.record_stream(y, side));
+}
+
+TEST(CudaInput, ADeviceThatDoesNotExistIsNamed) {
+  auto sim = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.devices = 2});
+  RuntimeOptions o = on_sim(sim, 64 << 20);
+  o.cuda.device = 3;
+  try {
+    Runtime rt(o);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("device 3 does not exist (2 devices"), std::string::npos)
+        << e.what();
+  }
+  o.cuda.device = -1;
+  EXPECT_THROW(Runtime{o}, std::invalid_argument);
+}
+
+TEST(CudaInput, ABudgetBelowTheStartUpOverheadIsNamed) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  RuntimeOptions o = on_sim(sim, 1 << 20);
+  o.cuda.blas_workspace_bytes = 0;  // cuBLAS's default: 32 MiB on sm_90
+  try {
+    Runtime rt(o);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("smaller than the CUDA start-up overhead"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(sim->live_allocations(), 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Devices, start-up memory, staging, timing
+
+TEST(CudaDevice, TheCallersDeviceIsRestoredAndMemoryGoesToTheRuntimes) {
+  auto sim = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.devices = 2});
+  sim->set_device(1);
+  RuntimeOptions o = on_sim(sim, 64 << 20);
+  o.cuda.device = 0;
+  {
+    Runtime rt(o);
+    int current = -1;
+    sim->get_device(&current);
+    EXPECT_EQ(current, 1);
+    Tensor x = rt.constant(vec(4096), testing::iota(4096).data());
+    Tensor y = rt.call1(on_device(sim, affine(2, 0), 1000), {x});
+    sim->get_device(&current);
+    EXPECT_EQ(current, 1);
+    EXPECT_EQ(testing::read(rt, y)[1], 4.0f);
+    sim->get_device(&current);
+    EXPECT_EQ(current, 1);
+    EXPECT_GT(sim->device_bytes_in_use(0), 0u);
+    EXPECT_EQ(sim->device_bytes_in_use(1), 0u);
+  }
+  EXPECT_EQ(sim->device_bytes_in_use(0), 0u);  // everything given back, to device 0
+  int current = -1;
+  sim->get_device(&current);
+  EXPECT_EQ(current, 1);
+}
+
+TEST(CudaDevice, StartUpMemoryIsMeasuredAndTheWorkspaceIsUnderTheBudget) {
+  auto sim = std::make_shared<SimulatedCuda>(
+      SimulatedCudaOptions{.capacity = std::size_t{1} << 30, .context_bytes = 300 << 20});
+  RuntimeOptions o = on_sim(sim, 128 << 20);
+  o.cuda.blas_workspace_bytes = 0;
+  Runtime rt(o);
+  const RuntimeStats st = rt.stats();
+  EXPECT_EQ(st.cuda.device_total_bytes, std::size_t{1} << 30);
+  EXPECT_EQ(st.cuda.outside_bytes, std::size_t{300} << 20);
+  EXPECT_EQ(st.cuda.workspace_bytes, std::size_t{32} << 20);
+  EXPECT_GE(st.memory.allocated, std::size_t{32} << 20);
+  EXPECT_LE(st.memory.reserved, o.budget);
+
+  // Kernels see it.
+  void* seen = nullptr;
+  std::size_t seen_bytes = 0;
+  auto probe = std::make_shared<OpDef>(*on_device(sim, affine(1, 0), 100));
+  auto inner = probe->cuda_kernel;
+  probe->cuda_kernel = [&, inner](const KernelContext& k) {
+    seen = k.workspace;
+    seen_bytes = k.workspace_bytes;
+    inner(k);
+  };
+  Tensor x = rt.constant(vec(16), testing::iota(16).data());
+  rt.call1(probe, {x});
+  EXPECT_NE(seen, nullptr);
+  EXPECT_EQ(seen_bytes, std::size_t{32} << 20);
+
+  auto older = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.major = 8});
+  RuntimeOptions oa = on_sim(older, 128 << 20);
+  oa.cuda.blas_workspace_bytes = 0;
+  EXPECT_EQ(Runtime(oa).stats().cuda.workspace_bytes, std::size_t{4} << 20);
+}
+
+// Uploads return before the copy is done, through two pinned buffers; a buffer filled again
+// before its copy completed would upload the wrong bytes (the simulator copies at completion).
+TEST(CudaDevice, UploadsThroughPinnedStagingKeepEveryByte) {
+  auto sim = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.copy_bytes_per_ns = 0.5});
+  Runtime rt(on_sim(sim, 256 << 20));
+  std::vector<Tensor> ts;
+  std::vector<std::vector<float>> want;
+  for (int i = 0; i < 12; ++i) {
+    const std::int64_t n = (std::int64_t{1} << 18) * (1 + i % 5);  // 1-5 MiB: chunks and tails
+    std::vector<float> buffer = testing::iota(n, static_cast<float>(i * 1000));
+    ts.push_back(rt.constant(vec(n), buffer.data()));
+    want.push_back(buffer);
+    std::fill(buffer.begin(), buffer.end(), -1.0f);  // the caller reuses its buffer at once
+  }
+  EXPECT_GT(sim->calls(SimulatedCall::kMemcpy), 12u);
+  EXPECT_LT(sim->calls(SimulatedCall::kStreamSynchronize), 3u) << "uploads should not wait";
+  for (std::size_t i = 0; i < ts.size(); ++i) EXPECT_EQ(testing::read(rt, ts[i]), want[i]);
+  EXPECT_TRUE(sim->races().empty());
+}
+
+TEST(CudaDevice, FirstRunsAreTimedWithEvents) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  RuntimeOptions o = on_sim(sim, 64 << 20);
+  o.measure_costs = true;
+  Runtime rt(o);
+  Tensor x = rt.constant(vec(64), testing::iota(64).data());
+  const double before = rt.clock();
+  rt.call1(on_device(sim, affine(1, 0), 123456), {x});
+  EXPECT_NEAR(rt.clock() - before, 123456, 1);
+}
+
+TEST(CudaDevice, DeclaredWorkIsPricedByTheGpuRoofline) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  auto op = std::make_shared<OpDef>(*on_device(sim, affine(1, 0), 100));
+  op->cost = nullptr;
+  op->work = [](SpecList in) { return OpWork{0, static_cast<double>(in[0].bytes()) * 2}; };
+  const Roofline gpu = Roofline::gpu();
+  {
+    Runtime rt(on_sim(sim, 64 << 20));
+    Tensor x = rt.constant(vec(1 << 20), nullptr);
+    rt.call1(op, {x});
+    EXPECT_DOUBLE_EQ(rt.clock(), gpu.price({0, 8.0 * (1 << 20)}));
+  }
+  RuntimeOptions o = on_sim(sim, 64 << 20);
+  o.roofline = Roofline{1, 1, 0};
+  Runtime rt(o);
+  Tensor x = rt.constant(vec(1 << 20), nullptr);
+  rt.call1(op, {x});
+  EXPECT_DOUBLE_EQ(rt.clock(), 8.0 * (1 << 20));
+}
+
+TEST(CudaDevice, ExpandableSegmentsUseVirtualMemory) {
+  auto sim = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.granularity = 1 << 20});
+  RuntimeOptions o = on_sim(sim, 32 << 20);
+  o.allocator.expandable_segments = true;
+  Runtime rt(o);
+  EXPECT_STREQ(static_cast<CachingAllocator&>(rt.memory()).source().name(), "cuda-vmm");
+  const OpPtr op = on_device(sim, affine(2, 0), 1000);
+  Tensor x = rt.constant(vec(1 << 18), testing::iota(1 << 18).data());
+  std::vector<Tensor> keep;
+  for (int i = 0; i < 40; ++i) keep.push_back(rt.call1(op, {i == 0 ? x : keep.back()}));
+  const RuntimeStats st = rt.stats();
+  EXPECT_GT(st.evictions, 0u);
+  EXPECT_LE(st.memory.peak_reserved, o.budget);
+  EXPECT_EQ(sim->device_bytes_in_use(0), st.memory.reserved);
+  EXPECT_EQ(sim->live_allocations(), 0u) << "nothing came from cudaMalloc";
+  EXPECT_EQ(testing::read(rt, keep.back())[0], static_cast<float>(std::int64_t{1} << 40));
+}
+
+// Unmapping does not wait for the device as cudaFree does: the arena's tail, freed while the
+// kernel that wrote it is still running, is given back only after it has completed.
+TEST(CudaDevice, ShrinkingTheArenaWaitsForPendingKernels) {
+  auto sim = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.granularity = 1 << 20});
+  RuntimeOptions o = on_sim(sim, 64 << 20);
+  o.allocator.expandable_segments = true;
+  Runtime rt(o);
+  Tensor x = rt.constant(vec(1 << 18), testing::iota(1 << 18).data());
+  Tensor y = rt.call1(on_device(sim, affine(2, 0), 1e9), {x});  // a second of kernel
+  const std::size_t reserved = rt.stats().memory.reserved;
+  y.reset();               // freed in stream order: the kernel still writes it
+  rt.set_budget(2 << 20);  // below what is reserved: the arena's free tail goes back
+  EXPECT_LT(rt.stats().memory.reserved, reserved);
+  EXPECT_EQ(sim->device_bytes_in_use(0), rt.stats().memory.reserved);
+  sim->synchronize_all();
+  EXPECT_TRUE(sim->invalid_accesses().empty()) << sim->invalid_accesses()[0].what;
+}
+
+}  // namespace
+}  // namespace remat
