@@ -70,6 +70,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
   options.seed = config.seed;
   options.measure_costs = config.measure_costs;
   options.clock_limit = config.clock_limit;
+  options.cuda = config.cuda;
   const bool runs = config.backend != Backend::kSimulated;
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -173,6 +174,15 @@ TrainResult train(Model& model, const TrainConfig& config) {
 
 Comparison train_with_baseline(Model& model, const TrainConfig& config) {
   Comparison c;
+  if (!config.baseline) {
+    if (config.budget_fraction > 0) {
+      c.run.status = "error";
+      c.run.error = "--budget-fraction needs the baseline run (give --budget BYTES instead)";
+      return c;
+    }
+    c.run = train(model, config);
+    return c;
+  }
   TrainConfig base = config;
   base.budget = SIZE_MAX;
   base.progress = false;
@@ -199,17 +209,25 @@ absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
     if (const auto eq = key.find('='); eq != std::string::npos) {
       value = key.substr(eq + 1);
       key = key.substr(0, eq);
-    } else if (key != "json" && key != "help") {
+    } else if (key != "json" && key != "help" && key != "sync-after-launch") {
       if (i + 1 >= argc) return absl::InvalidArgumentError("--" + key + " needs a value");
       value = argv[++i];
     }
     auto bad = [&] { return absl::InvalidArgumentError("bad value for --" + key + ": " + value); };
     if (key == "json") {
       json = true;
+    } else if (key == "sync-after-launch") {
+      config.cuda.sync_after_launch = true;
+    } else if (key == "cuda-device") {
+      if (!absl::SimpleAtoi(value, &config.cuda.device) || config.cuda.device < 0) return bad();
+    } else if (key == "baseline") {
+      if (value != "yes" && value != "no") return bad();
+      config.baseline = value == "yes";
     } else if (key == "help") {
       return absl::InvalidArgumentError(
-          "flags: --backend cpu|cuda|sim --budget BYTES | --budget-fraction F --policy P "
-          "--steps N --seed S --lr X --planners a,b (policy hinted) --json, and model flags "
+          "flags: --backend cpu|cuda|sim --budget BYTES | --budget-fraction F --baseline yes|no "
+          "--policy P --steps N --seed S --lr X --planners a,b (policy hinted) --costs "
+          "measured|estimated --cuda-device N --sync-after-launch --json, and model flags "
           "--name value");
     } else if (key == "backend") {
       if (value == "cpu")
@@ -281,11 +299,18 @@ int run_main(int argc, char** argv, Model& model) {
     j["budget_bytes"] = r.budget == SIZE_MAX ? nlohmann::json() : nlohmann::json(r.budget);
     j["peak_reserved_bytes"] = r.peak_reserved;
     j["peak_allocated_bytes"] = r.peak_allocated;
-    j["baseline_peak_bytes"] = c.baseline.peak_reserved;
+    j["baseline_peak_bytes"] =
+        config.baseline ? nlohmann::json(c.baseline.peak_reserved) : nlohmann::json();
     j["param_and_state_bytes"] = r.param_bytes;
     j["forward_activation_bytes"] = r.forward_activation_bytes;
     j["compute_overhead"] = r.stats.compute_overhead();
     j["evictions"] = r.stats.evictions;
+    j["deferred_frees"] = r.stats.memory.deferred_frees;
+    if (config.backend == Backend::kCuda) {
+      j["cuda_device_total_bytes"] = r.stats.cuda.device_total_bytes;
+      j["cuda_outside_budget_bytes"] = r.stats.cuda.outside_bytes;
+      j["cuda_workspace_bytes"] = r.stats.cuda.workspace_bytes;
+    }
     j["segment_reserves"] = r.stats.memory.segment_reserves;
     j["segment_releases"] = r.stats.memory.segment_releases;
     j["first_step_segment_reserves"] = r.first_step_segment_reserves;
@@ -293,7 +318,8 @@ int run_main(int argc, char** argv, Model& model) {
     j["recomputations"] = r.stats.recomputations;
     j["search_seconds"] = r.stats.search_seconds;
     j["wall_seconds"] = r.wall_seconds;
-    j["baseline_wall_seconds"] = c.baseline.wall_seconds;
+    j["baseline_wall_seconds"] =
+        config.baseline ? nlohmann::json(c.baseline.wall_seconds) : nlohmann::json();
     j["items"] = r.items;
     if (config.policy == "hinted") {
       j["plans_made"] = r.plans_made;
@@ -306,7 +332,9 @@ int run_main(int argc, char** argv, Model& model) {
     bool same = r.losses.size() == c.baseline.losses.size();
     for (std::size_t i = 0; same && i < r.losses.size(); ++i)
       same = std::memcmp(&r.losses[i], &c.baseline.losses[i], sizeof(float)) == 0;
-    j["losses_match_baseline"] = same && r.final_state == c.baseline.final_state;
+    j["losses_match_baseline"] =
+        config.baseline ? nlohmann::json(same && r.final_state == c.baseline.final_state)
+                        : nlohmann::json();
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%s: status %s, %zu steps, final loss %.6f\n", model.name().c_str(),

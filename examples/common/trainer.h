@@ -5,8 +5,9 @@
 //   int main(int argc, char** argv) { return remat::examples::run_main(argc, argv, my_model); }
 //
 // Flags: --backend cpu|cuda|sim, --budget BYTES | --budget-fraction F (of the unconstrained
-// peak, measured first in the same process), --policy P, --steps N, --seed S, --json, and
-// --name=value model flags (e.g. --layers 4).
+// peak, measured first in the same process), --baseline yes|no, --policy P, --steps N,
+// --seed S, --cuda-device N, --sync-after-launch, --json, and --name=value model flags
+// (e.g. --layers 4).
 #ifndef REMAT_EXAMPLES_COMMON_TRAINER_H_
 #define REMAT_EXAMPLES_COMMON_TRAINER_H_
 
@@ -75,6 +76,10 @@ struct TrainConfig {
   // take its hints, at their own shape or, through Note [Hints by position], at others.
   std::vector<std::string> planners = StepPlanOptions().planners;
   std::shared_ptr<PlanCache> plan_cache;  // null: one per run
+  // Run the unconstrained baseline first (--baseline no skips it: a batch that only fits
+  // under the budget cannot run unconstrained on a real device).
+  bool baseline = true;
+  CudaOptions cuda;  // --cuda-device N, --sync-after-launch
 };
 
 struct TrainResult {
