@@ -11,6 +11,7 @@
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "remat/cuda_api.h"
 #include "remat/errors.h"
@@ -71,10 +72,13 @@ TrainResult train(Model& model, const TrainConfig& config) {
   options.measure_costs = config.measure_costs;
   options.clock_limit = config.clock_limit;
   options.cuda = config.cuda;
+  options.allocator.expandable_segments = config.expandable_segments;
   const bool runs = config.backend != Backend::kSimulated;
   const auto start = std::chrono::steady_clock::now();
+  // Outside the try: an out-of-memory or thrashing run still reports what it did so far.
+  std::optional<Runtime> runtime;
   try {
-    Runtime rt(options);
+    Runtime& rt = runtime.emplace(options);
     std::vector<Param> params;
     for (const HostTensor& h : model.init_params(config.seed)) {
       Param p;
@@ -93,6 +97,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
     std::shared_ptr<PlanCache> cache =
         config.plan_cache != nullptr ? config.plan_cache : std::make_shared<PlanCache>();
     for (int step = 0; step < config.steps; ++step) {
+      const auto step_start = std::chrono::steady_clock::now();
       float loss_value = std::numeric_limits<float>::quiet_NaN();
       StepOptions step_options;
       step_options.name = absl::StrCat(model.name(), "_step", step);
@@ -142,6 +147,8 @@ TrainResult train(Model& model, const TrainConfig& config) {
         result.first_step_segment_releases = m.segment_releases;
       }
       result.losses.push_back(loss_value);
+      result.step_seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
       result.items += model.items(step, config.seed);
       if (config.progress) {
         std::fprintf(stderr, "\r%s step %d/%d loss %.4f evictions %zu", model.name().c_str(),
@@ -154,7 +161,6 @@ TrainResult train(Model& model, const TrainConfig& config) {
       for (const Param& p : params) result.final_state.push_back(read_floats(rt, p.value));
       for (const Tensor& b : buffers) result.final_state.push_back(read_floats(rt, b));
     }
-    result.stats = rt.stats();
   } catch (const OutOfMemoryError& e) {
     result.status = "oom";
     result.error = e.what();
@@ -165,6 +171,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
     result.status = "error";
     result.error = e.what();
   }
+  if (runtime.has_value()) result.stats = runtime->stats();
   result.peak_reserved = result.stats.memory.peak_reserved;
   result.peak_allocated = result.stats.memory.peak_allocated;
   result.wall_seconds =
@@ -200,6 +207,25 @@ Comparison train_with_baseline(Model& model, const TrainConfig& config) {
   return c;
 }
 
+namespace {
+constexpr const char* kHelp =
+    "usage: EXAMPLE [flags] [--MODEL_FLAG value ...]\n"
+    "  --backend cpu|cuda|sim     where kernels run (default cpu)\n"
+    "  --budget BYTES             hard cap on reserved bytes (default: none)\n"
+    "  --budget-fraction F        in (0, 1]: F x the unconstrained run's peak reserved bytes\n"
+    "  --baseline yes|no          run the unconstrained baseline first (default yes)\n"
+    "  --policy P                 eviction policy (default dtr; see remat-replay --policy list)\n"
+    "  --planners a,b             planners that seed --policy hinted\n"
+    "  --steps N --seed S --lr X  training (defaults 10, 1, 1e-3)\n"
+    "  --costs measured|estimated op costs: timed first runs (default) or declared work\n"
+    "  --expandable-segments      one arena instead of pooled segments\n"
+    "  --cuda-device N            CUDA device (default 0)\n"
+    "  --sync-after-launch        synchronize after each CUDA kernel (debugging)\n"
+    "  --json                     one JSON object on stdout\n"
+    "  --help                     this text\n"
+    "Model flags (e.g. --layers 4) are listed in the example's source.\n";
+}  // namespace
+
 absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
                          std::map<std::string, std::string>& model_flags) {
   for (int i = 1; i < argc; ++i) {
@@ -209,13 +235,16 @@ absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
     if (const auto eq = key.find('='); eq != std::string::npos) {
       value = key.substr(eq + 1);
       key = key.substr(0, eq);
-    } else if (key != "json" && key != "help" && key != "sync-after-launch") {
+    } else if (key != "json" && key != "help" && key != "sync-after-launch" &&
+               key != "expandable-segments") {
       if (i + 1 >= argc) return absl::InvalidArgumentError("--" + key + " needs a value");
       value = argv[++i];
     }
     auto bad = [&] { return absl::InvalidArgumentError("bad value for --" + key + ": " + value); };
     if (key == "json") {
       json = true;
+    } else if (key == "expandable-segments") {
+      config.expandable_segments = true;
     } else if (key == "sync-after-launch") {
       config.cuda.sync_after_launch = true;
     } else if (key == "cuda-device") {
@@ -224,11 +253,7 @@ absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
       if (value != "yes" && value != "no") return bad();
       config.baseline = value == "yes";
     } else if (key == "help") {
-      return absl::InvalidArgumentError(
-          "flags: --backend cpu|cuda|sim --budget BYTES | --budget-fraction F --baseline yes|no "
-          "--policy P --steps N --seed S --lr X --planners a,b (policy hinted) --costs "
-          "measured|estimated --cuda-device N --sync-after-launch --json, and model flags "
-          "--name value");
+      return absl::CancelledError(kHelp);  // not an error: run_main prints it and exits 0
     } else if (key == "backend") {
       if (value == "cpu")
         config.backend = Backend::kCpu;
@@ -272,6 +297,10 @@ int run_main(int argc, char** argv, Model& model) {
   bool json = false;
   std::map<std::string, std::string> model_flags;
   absl::Status st = parse_flags(argc, argv, config, json, model_flags);
+  if (absl::IsCancelled(st)) {
+    std::cout << model.name() << ": " << st.message();
+    return 0;
+  }
   if (st.ok()) st = model.configure(model_flags);
   if (!st.ok()) {
     std::cerr << model.name() << ": " << st.message() << "\n";
@@ -318,6 +347,7 @@ int run_main(int argc, char** argv, Model& model) {
     j["recomputations"] = r.stats.recomputations;
     j["search_seconds"] = r.stats.search_seconds;
     j["wall_seconds"] = r.wall_seconds;
+    j["step_seconds"] = r.step_seconds;
     j["baseline_wall_seconds"] =
         config.baseline ? nlohmann::json(c.baseline.wall_seconds) : nlohmann::json();
     j["items"] = r.items;

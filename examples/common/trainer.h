@@ -79,7 +79,8 @@ struct TrainConfig {
   // Run the unconstrained baseline first (--baseline no skips it: a batch that only fits
   // under the budget cannot run unconstrained on a real device).
   bool baseline = true;
-  CudaOptions cuda;  // --cuda-device N, --sync-after-launch
+  CudaOptions cuda;                  // --cuda-device N, --sync-after-launch
+  bool expandable_segments = false;  // --expandable-segments: one arena (Note [Expandable arena])
 };
 
 struct TrainResult {
@@ -98,6 +99,7 @@ struct TrainResult {
   std::size_t forward_activation_bytes = 0;  // most bytes of non-pinned tensors after a forward
   double items = 0;
   double wall_seconds = 0;
+  std::vector<double> step_seconds;      // wall time of each step that completed
   std::optional<RecordedStep> recorded;  // TrainConfig::record_step
   // Policy `hinted`: plans made, steps that ran a plan made at their own shape, and steps
   // that ran one made at another shape.
