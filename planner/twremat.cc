@@ -11,6 +11,12 @@
 //    order: for each component, Solve(ancestors of s in that component), then compute s
 //    (and hold it). Then Solve(C_i) for every component with S held. Values not read any
 //    more die by the simulator's accounting, so memory is O(width * log n) values.
+//    The recursion recomputes far more than the schedule keeps (PruneUnreadInstances drops
+//    instances nothing reads): on dense graphs (DenseNet blocks, treewidth ~50) it made
+//    millions of steps for a few thousand nodes, nearly all dropped. So calls whose every
+//    instance would be dropped are skipped, and calls on already computed sets, which
+//    recur by the thousand, replay the order they made the first time; the pruned
+//    schedule is the same.
 // 3. Recursion limit k: at depth k a set is computed in topological order without further
 //    recursion (k trades memory for schedule length). With a budget, the recursion stops
 //    where the plain computation of the set (plus what enclosing levels hold) already fits;
@@ -23,8 +29,9 @@
 #include <cmath>
 #include <queue>
 #include <tuple>
-#include <unordered_set>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "internal.h"
 #include "remat/schedule.h"
@@ -99,7 +106,7 @@ class FillGraph {
     }
   }
 
-  std::vector<std::unordered_set<int>> adj_;
+  std::vector<absl::flat_hash_set<int>> adj_;
   std::vector<char> touched_;
   std::vector<int> touched_list_;
 };
@@ -134,19 +141,24 @@ class TwRemat {
   int width() const { return width_; }
 
   // Produces an order. depth_limit < 0: unlimited; budget: effective budget for the
-  // "plain computation fits" stop rule (kNoBudget: never stop early).
-  std::vector<int> Run(int depth_limit, int64_t budget, double balance = 0.5, bool early = true) {
+  // "plain computation fits" stop rule (kNoBudget: never stop early). shortcuts: skip and
+  // replay calls (see Solve); without, the order is the plain recursion's, which prunes to
+  // the same schedule (tests compare the two).
+  std::vector<int> Run(int depth_limit, int64_t budget, double balance = 0.5, bool early = true,
+                       bool shortcuts = true) {
     depth_limit_ = depth_limit;
+    shortcuts_ = shortcuts;
     balance_ = balance;
     early_components_ = early;
     budget_ = budget;
     order_.clear();
+    memo_.clear();
     emitted_.assign(n_, 0);
     held_bytes_ = 0;
     std::vector<int> all;
     for (int v = 0; v < n_; ++v)
       if (core_[v]) all.push_back(v);
-    Solve(all, 0);
+    Solve(all, {}, 0);
     for (int v = 0; v < n_; ++v) {
       if (!emitted_[v]) {
         order_.push_back(v);
@@ -372,18 +384,90 @@ class TwRemat {
     return base + peak;
   }
 
-  void EmitAll(const std::vector<int>& U) {
-    for (int u : U) Emit(u);
+  bool AllEmitted(const std::vector<int>& U) const {
+    return std::all_of(U.begin(), U.end(), [&](int u) { return emitted_[u]; });
   }
 
-  void Solve(const std::vector<int>& U, int depth) {
+  // Computes U (ascending ids) in order, less the nodes whose instance here nobody reads:
+  // those that are not in need, were emitted before and feed no node computed here.
+  void EmitNeeded(const std::vector<int>& U, const std::vector<int>& need) {
+    if (!shortcuts_) {
+      for (int u : U) Emit(u);
+      return;
+    }
+    int in_u = NewStamp();
+    for (int u : U) stamp_[u] = in_u;
+    int wanted = NewStamp();
+    for (int x : need) want_[x] = wanted;
+    for (size_t i = U.size(); i-- > 0;) {
+      int x = U[i];
+      if (want_[x] != wanted && emitted_[x]) continue;
+      want_[x] = wanted;
+      for (int u : g_.nodes[x].inputs)
+        if (stamp_[u] == in_u) want_[u] = wanted;
+    }
+    for (int u : U)
+      if (want_[u] == wanted) Emit(u);
+  }
+
+  // Kumar et al.'s Solve(U), less the instances no later step can read: need holds the
+  // nodes of U that the steps after this call read (before computing them again).
+  //
+  // A call only matters for the instances the final schedule keeps: those a later step
+  // reads (nodes of need) and first instances. Without either, every instance it would make
+  // is one PruneUnreadInstances drops, and the call is skipped. Once every node of U has
+  // been computed, a call changes nothing but the order it appends, which then depends only
+  // on (U, need, depth, held bytes): the recursion meets the same sets over and over (on
+  // dense graphs, thousands of distinct calls make millions of steps), so that order is
+  // recorded the first time and copied after.
+  void Solve(const std::vector<int>& U, const std::vector<int>& need, int depth) {
     if (U.empty()) return;
+    if (!shortcuts_) {
+      SolveOnce(U, need, depth);
+      return;
+    }
+    const bool replayable = AllEmitted(U);
+    if (replayable && need.empty()) return;
+    if (!replayable || U.size() <= 2) {
+      SolveOnce(U, need, depth);
+      return;
+    }
+    std::vector<int64_t> key = MemoKey(U, need, depth);
+    if (auto it = memo_.find(key); it != memo_.end()) {
+      Replay(it->second);
+      return;
+    }
+    const size_t begin = order_.size();
+    SolveOnce(U, need, depth);
+    memo_.emplace(std::move(key), std::make_pair(begin, order_.size()));
+  }
+
+  std::vector<int64_t> MemoKey(const std::vector<int>& U, const std::vector<int>& need,
+                               int depth) const {
+    std::vector<int64_t> key(U.begin(), U.end());
+    key.push_back(-1);
+    key.insert(key.end(), need.begin(), need.end());
+    // Depth matters only under a recursion limit, held bytes only under a budget.
+    key.push_back(depth_limit_ >= 0 ? depth : -1);
+    key.push_back(budget_ != kNoBudget ? held_bytes_ : -1);
+    return key;
+  }
+
+  // Appends order_[span.first, span.second) again.
+  void Replay(std::pair<size_t, size_t> span) {
+    const size_t size = order_.size() + (span.second - span.first);
+    // Grow geometrically: an exact reserve per replay would copy the order every time.
+    if (size > order_.capacity()) order_.reserve(std::max(size, 2 * order_.capacity()));
+    for (size_t i = span.first; i < span.second; ++i) order_.push_back(order_[i]);
+  }
+
+  void SolveOnce(const std::vector<int>& U, const std::vector<int>& need, int depth) {
     if (U.size() <= 2 || (depth_limit_ >= 0 && depth >= depth_limit_)) {
-      EmitAll(U);
+      EmitNeeded(U, need);
       return;
     }
     if (budget_ != kNoBudget && held_bytes_ + PlainPeak(U) <= budget_) {
-      EmitAll(U);
+      EmitNeeded(U, need);
       return;
     }
     std::vector<int> S = Separator(U);
@@ -393,14 +477,16 @@ class TwRemat {
     for (int s : S) stamp2_[s] = in_s;
     std::vector<std::vector<int>> comps = ComponentsApart(U, in_u, in_s);
     if (comps.size() == 1 && comps[0].size() == U.size()) {  // no separation possible
-      EmitAll(U);
+      EmitNeeded(U, need);
       return;
     }
     for (auto& c : comps) std::sort(c.begin(), c.end());
     std::vector<std::vector<std::vector<int>>> anc =
         AncestorsByComponent(S, comps.size(), in_u, in_s);
     std::vector<std::vector<int>> at = ComponentSlots(S, comps, in_s);
-    SolveAroundSeparator(S, comps, anc, at, depth);
+    std::vector<Step> steps = StepsAroundSeparator(S, comps, anc, at);
+    std::vector<std::vector<int>> needs = StepNeeds(steps, S, need);
+    RunSteps(steps, needs, S, depth);
   }
 
   // Connected components of U \ S (U stamped in_u in stamp_, S stamped in_s in stamp2_);
@@ -474,19 +560,67 @@ class TwRemat {
     return at;
   }
 
+  // One step of Solve(U) around its separator S: a sub-solve of part of U \ S (the
+  // ancestors of S[sep] in one component when sep >= 0, else a whole component), or, when
+  // part is null, computing and holding S[sep].
+  struct Step {
+    const std::vector<int>* part;
+    int sep;
+  };
+
   // For each separator node in order: solve its ancestors in each component, compute and
   // hold it, then solve the components that became ready.
-  void SolveAroundSeparator(const std::vector<int>& S, const std::vector<std::vector<int>>& comps,
-                            const std::vector<std::vector<std::vector<int>>>& anc,
-                            const std::vector<std::vector<int>>& at, int depth) {
-    int64_t held_here = 0;
-    for (int c : at[0]) Solve(comps[c], depth + 1);
+  static std::vector<Step> StepsAroundSeparator(
+      const std::vector<int>& S, const std::vector<std::vector<int>>& comps,
+      const std::vector<std::vector<std::vector<int>>>& anc,
+      const std::vector<std::vector<int>>& at) {
+    std::vector<Step> steps;
+    for (int c : at[0]) steps.push_back({&comps[c], -1});
     for (size_t k = 0; k < S.size(); ++k) {
-      for (const auto& p : anc[k]) Solve(p, depth + 1);
-      Emit(S[k]);
-      held_bytes_ += g_.nodes[S[k]].bytes;
-      held_here += g_.nodes[S[k]].bytes;
-      for (int c : at[k + 1]) Solve(comps[c], depth + 1);
+      const int sep = static_cast<int>(k);
+      for (const auto& p : anc[k]) steps.push_back({&p, sep});
+      steps.push_back({nullptr, sep});
+      for (int c : at[k + 1]) steps.push_back({&comps[c], -1});
+    }
+    return steps;
+  }
+
+  // What each sub-solve must leave computed. Sub-solves read nothing of U \ S outside their
+  // own part (ancestor parts are closed under ancestors, components are not adjacent), so
+  // an instance made in one is read only by the separator node it prepares (its inputs) or,
+  // when no later step recomputes it, by the steps after Solve(U) (need).
+  std::vector<std::vector<int>> StepNeeds(const std::vector<Step>& steps, const std::vector<int>& S,
+                                          const std::vector<int>& need) {
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (steps[i].part)
+        for (int x : *steps[i].part) last_step_[x] = static_cast<int>(i);
+    int needed = NewStamp();
+    for (int x : need) want_[x] = needed;
+    std::vector<std::vector<int>> needs(steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (!steps[i].part) continue;
+      int read = NewStamp();
+      if (steps[i].sep >= 0)
+        for (int u : g_.nodes[S[steps[i].sep]].inputs) visit_[u] = read;
+      for (int x : *steps[i].part)
+        if (visit_[x] == read || (want_[x] == needed && last_step_[x] == static_cast<int>(i)))
+          needs[i].push_back(x);
+    }
+    return needs;
+  }
+
+  void RunSteps(const std::vector<Step>& steps, const std::vector<std::vector<int>>& needs,
+                const std::vector<int>& S, int depth) {
+    int64_t held_here = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].part) {
+        Solve(*steps[i].part, needs[i], depth + 1);
+        continue;
+      }
+      int s = S[steps[i].sep];
+      Emit(s);
+      held_bytes_ += g_.nodes[s].bytes;
+      held_here += g_.nodes[s].bytes;
     }
     held_bytes_ -= held_here;
   }
@@ -500,6 +634,7 @@ class TwRemat {
   int width_ = 0;
   std::vector<int> stamp_, stamp2_, comp_;
   std::vector<int> visit_ = std::vector<int>(n_, 0), sidx_ = std::vector<int>(n_, 0);
+  std::vector<int> want_ = std::vector<int>(n_, 0), last_step_ = std::vector<int>(n_, 0);
   int stamp_counter_ = 0;
   std::vector<std::vector<int>> users_;
   // Per run.
@@ -508,8 +643,11 @@ class TwRemat {
   int64_t held_bytes_ = 0;
   double balance_ = 0.5;
   bool early_components_ = true;
+  bool shortcuts_ = true;
   std::vector<int> order_;
   std::vector<char> emitted_;
+  // Solve calls on computed sets: key (see MemoKey) -> the span of order_ they appended.
+  absl::flat_hash_map<std::vector<int64_t>, std::pair<size_t, size_t>> memo_;
 };
 
 }  // namespace
@@ -608,6 +746,11 @@ RawPlan BudgetedPlan(const Graph& g, TwRemat& tw, int k, int64_t budget, const D
 }
 
 }  // namespace
+
+std::vector<int> TwRematOrderForTest(const Graph& g, int k, int64_t budget, double balance,
+                                     bool early, bool shortcuts) {
+  return PruneUnreadInstances(g, TwRemat(g).Run(k, budget, balance, early, shortcuts));
+}
 
 absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
   Deadline deadline(opt.time_limit_seconds);

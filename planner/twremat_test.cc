@@ -9,6 +9,12 @@
 #include "runtime/ir/test_graphs.h"
 
 namespace remat {
+namespace internal {
+// Defined in twremat.cc (internal.h is another change's): one twremat run, pruned; with
+// shortcuts off, the plain recursion that the shortcuts must not change.
+std::vector<int> TwRematOrderForTest(const Graph& g, int k, int64_t budget, double balance,
+                                     bool early, bool shortcuts);
+}  // namespace internal
 namespace {
 
 const char* kSharedGraphs[] = {"rlg_n100",  "rlg_n250",       "cm_vgg16", "cm_mobilenet",
@@ -119,6 +125,64 @@ TEST(Twremat, BudgetStopsRecursionEarly) {
   EXPECT_LE(loose.sim.peak_bytes, full * 6 / 10);
   // A loose budget needs fewer recomputations than minimising memory.
   EXPECT_LT(loose.sim.recomputations, deep.sim.recomputations);
+}
+
+// A small DenseNet-like graph: 1 to 3 blocks of 1 to 5 layers, each reading all earlier ones.
+Graph RandomDenseNet(std::mt19937_64& rng, uint64_t seed) {
+  std::vector<int> blocks(1 + rng() % 3);
+  for (int& b : blocks) b = 1 + static_cast<int>(rng() % 5);
+  return testing::DenseNetGraph(blocks, seed);
+}
+
+// Skipping calls whose instances are all pruned and replaying calls on computed sets are
+// pure speed-ups: the schedule is the plain recursion's, pruned, under every setting.
+TEST(Twremat, ShortcutsGiveThePlainRecursionsSchedule) {
+  std::mt19937_64 rng(22);
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    Graph g = seed % 3 == 0   ? testing::RandomDag(25, 0.4, 9, seed)
+              : seed % 3 == 1 ? RandomDenseNet(rng, seed)
+                              : testing::RandomTrainingGraph(30, seed);
+    const int64_t full = testing::NoRematPeak(g);
+    for (int k : {-1, 2}) {
+      for (int64_t budget :
+           {internal::kNoBudget, full * (3 + static_cast<int64_t>(rng() % 7)) / 10}) {
+        for (double balance : {0.5, 0.8}) {
+          for (bool early : {true, false}) {
+            EXPECT_EQ(internal::TwRematOrderForTest(g, k, budget, balance, early, true),
+                      internal::TwRematOrderForTest(g, k, budget, balance, early, false))
+                << g.name << " k=" << k << " budget=" << budget << " balance=" << balance
+                << " early=" << early;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Twremat, PlansForDenseGraphsAreValidAndWithinBudget) {
+  std::mt19937_64 rng(121);
+  int below_full = 0;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    Graph g = RandomDenseNet(rng, seed);
+    const int64_t full = testing::NoRematPeak(g);
+    Plan p = Twremat(g, std::nullopt);
+    ASSERT_TRUE(p.feasible) << g.name << ": " << p.reason;
+    SimResult again = simulate(g, p.schedule);
+    ASSERT_TRUE(again.valid) << g.name << ": " << again.error;
+    EXPECT_LE(again.peak_bytes, full) << g.name;
+    const int64_t budget = full * (3 + static_cast<int64_t>(rng() % 8)) / 10;
+    Plan b = Twremat(g, budget);
+    if (!b.feasible) {  // over budget, or a budget below what any schedule needs
+      if (!b.schedule.order.empty()) {
+        EXPECT_TRUE(simulate(g, b.schedule).valid) << g.name;
+      }
+      continue;
+    }
+    EXPECT_TRUE(simulate(g, b.schedule, budget).valid) << g.name << " budget " << budget;
+    EXPECT_LE(b.sim.peak_bytes, budget) << g.name;
+    if (budget < full) ++below_full;
+  }
+  EXPECT_GT(below_full, 5);  // it fits budgets below the no-remat peak
 }
 
 TEST(Prune, DropsUnreadInstancesOnly) {

@@ -1,14 +1,17 @@
 // Planner time against graph size: random layered graphs (after Gagrani et al. 2022,
 // App. A: layers of random width, each node reading random nodes of the previous layers,
-// random sizes and costs) with a mirrored backward pass, 100 to 20,000 nodes.
+// random sizes and costs) with a mirrored backward pass, 100 to 20,000 nodes; and twremat
+// on DenseNet-like graphs, whose dense skip connections make wide tree decompositions.
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <string>
+#include <vector>
 
 #include "remat/graph.h"
 #include "remat/planner.h"
 #include "remat/schedule.h"
+#include "runtime/ir/test_graphs.h"
 
 namespace {
 
@@ -61,8 +64,8 @@ remat::Graph RandomLayered(int n_forward, uint64_t seed) {
   return g;
 }
 
-void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
-  remat::Graph g = RandomLayered(static_cast<int>(state.range(0)) / 2, 42);
+// Plans g with algo at fraction of its no-remat peak (1: no budget) and reports the plan.
+void RunPlanner(benchmark::State& state, const char* algo, const remat::Graph& g, double fraction) {
   remat::Schedule s{g.name, {}};
   for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
   int64_t peak = remat::simulate(g, s).peak_bytes;
@@ -84,6 +87,18 @@ void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
   state.counters["peak_fraction"] = peak_fraction;
 }
 
+void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
+  RunPlanner(state, algo, RandomLayered(static_cast<int>(state.range(0)) / 2, 42), fraction);
+}
+
+// DenseNet-like graphs (each layer reads every earlier layer of its block), by DenseNet
+// depth: 121 (blocks 6, 12, 24, 16: 2,418 nodes) and 169 (6, 12, 32, 32: 4,186 nodes).
+void BM_TwRematDense(benchmark::State& state, double fraction) {
+  const std::vector<int> blocks =
+      state.range(0) == 121 ? std::vector<int>{6, 12, 24, 16} : std::vector<int>{6, 12, 32, 32};
+  RunPlanner(state, "twremat", remat::testing::DenseNetGraph(blocks, 1), fraction);
+}
+
 #define SIZES \
   ->Arg(100)->Arg(1000)->Arg(4000)->Arg(20000)->Unit(benchmark::kMillisecond)->Iterations(1)
 BENCHMARK_CAPTURE(BM_Planner, noremat, "noremat", 1.0) SIZES;
@@ -93,6 +108,9 @@ BENCHMARK_CAPTURE(BM_Planner, rotor_0_7, "rotor", 0.7) SIZES;
 BENCHMARK_CAPTURE(BM_Planner, greedy_0_8, "greedy", 0.8) SIZES;
 BENCHMARK_CAPTURE(BM_Planner, twremat_min, "twremat", 1.0) SIZES;
 BENCHMARK_CAPTURE(BM_Planner, twremat_0_5, "twremat", 0.5) SIZES;
+#define DEPTHS ->Arg(121)->Arg(169)->Unit(benchmark::kMillisecond)->Iterations(1)
+BENCHMARK_CAPTURE(BM_TwRematDense, min, 1.0) DEPTHS;
+BENCHMARK_CAPTURE(BM_TwRematDense, 0_5, 0.5) DEPTHS;
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 #include "runtime/ir/test_graphs.h"
 
+#include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "remat/schedule.h"
@@ -71,6 +73,188 @@ Graph RandomTrainingGraph(int n, uint64_t seed) {
     g.nodes.push_back(MakeNode(id, b(rng), c(rng), in, Phase::kBackward));
   }
   return g;
+}
+
+namespace {
+
+// Builds DenseNetGraph: the forward pass op by op, remembering what each op's backward
+// reads, then the backward pass in reverse with gradients accumulated as autograd does
+// (a value read by several ops gets one add per extra gradient contribution).
+class DenseNetBuilder {
+ public:
+  explicit DenseNetBuilder(uint64_t seed) : rng_(seed) {}
+
+  Graph Build(const std::vector<int>& block_layers) {
+    g_.name = "densenet";
+    for (int l : block_layers) g_.name += "_" + std::to_string(l);
+    Forward(block_layers);
+    Backward();
+    return std::move(g_);
+  }
+
+ private:
+  enum class Op { kCat, kBatchNorm, kRelu, kConv, kPool, kLinear, kLoss };
+  struct FwdOp {
+    int id;
+    Op op;
+    std::vector<int> inputs;  // values (compute nodes or the data input)
+    int param;                // parameter node or -1
+  };
+  struct Value {
+    int id;
+    int channels;
+    int spatial;  // height * width
+  };
+
+  static constexpr int kBatch = 8, kGrowth = 32;
+
+  int64_t Bytes(int channels, int spatial) const {
+    return static_cast<int64_t>(4) * kBatch * channels * spatial;
+  }
+  double Jitter() { return std::uniform_real_distribution<double>(0.8, 1.25)(rng_); }
+
+  int Add(const std::string& op, NodeKind kind, Phase ph, int64_t bytes, double cost,
+          std::vector<int> inputs) {
+    Node n = MakeNode(g_.size(), std::max<int64_t>(1, std::llround(bytes * Jitter())),
+                      kind == NodeKind::kCompute ? cost * Jitter() : 0, std::move(inputs), ph);
+    n.op = op;
+    n.kind = kind;
+    g_.nodes.push_back(n);
+    return n.id;
+  }
+  int Param(int64_t bytes) {
+    return Add("placeholder", NodeKind::kInput, Phase::kForward, bytes, 0, {});
+  }
+  // A forward op: records what its backward needs.
+  Value Fwd(Op op, const std::string& name, std::vector<int> in, int param, int channels,
+            int spatial, double cost) {
+    int id = Add(name, NodeKind::kCompute, Phase::kForward, Bytes(channels, spatial), cost, in);
+    if (param >= 0) g_.nodes[id].inputs.push_back(param);
+    fwd_.push_back({id, op, std::move(in), param});
+    return {id, channels, spatial};
+  }
+  Value Elementwise(Op op, const std::string& name, Value x, int param = -1) {
+    return Fwd(op, name, {x.id}, param, x.channels, x.spatial,
+               static_cast<double>(Bytes(x.channels, x.spatial)) / 100);
+  }
+  Value BnRelu(Value x) {
+    int p = Param(Bytes(2 * x.channels, 1) / kBatch);
+    return Elementwise(Op::kRelu, "aten.relu",
+                       Elementwise(Op::kBatchNorm, "aten.native_batch_norm", x, p));
+  }
+  Value Conv(Value x, int out_channels, int kernel, int stride) {
+    int w = Param(Bytes(x.channels * out_channels * kernel * kernel, 1) / kBatch);
+    int spatial = x.spatial / (stride * stride);
+    double flops = 2.0 * kBatch * spatial * x.channels * out_channels * kernel * kernel;
+    return Fwd(Op::kConv, "aten.convolution", {x.id}, w, out_channels, spatial, flops / 1e5);
+  }
+  Value Cat(const std::vector<Value>& xs) {
+    std::vector<int> ids;
+    int channels = 0;
+    for (const Value& x : xs) {
+      ids.push_back(x.id);
+      channels += x.channels;
+    }
+    return Fwd(Op::kCat, "aten.cat", ids, -1, channels, xs[0].spatial,
+               static_cast<double>(Bytes(channels, xs[0].spatial)) / 100);
+  }
+  Value Pool(Value x, int stride) {
+    return Fwd(Op::kPool, "aten.avg_pool2d", {x.id}, -1, x.channels, x.spatial / (stride * stride),
+               static_cast<double>(Bytes(x.channels, x.spatial)) / 100);
+  }
+
+  // Every layer of a dense block reads the concatenation of all earlier outputs.
+  Value DenseBlock(Value x, int layers) {
+    std::vector<Value> features = {x};
+    for (int l = 0; l < layers; ++l) {
+      Value h = Conv(BnRelu(Cat(features)), 4 * kGrowth, 1, 1);
+      features.push_back(Conv(BnRelu(h), kGrowth, 3, 1));
+    }
+    return Cat(features);
+  }
+
+  void Forward(const std::vector<int>& block_layers) {
+    Value x{Add("placeholder", NodeKind::kInput, Phase::kForward, Bytes(3, 128 * 128), 0, {}), 3,
+            128 * 128};
+    x = Pool(BnRelu(Conv(x, 2 * kGrowth, 7, 2)), 2);
+    for (size_t b = 0; b < block_layers.size(); ++b) {
+      x = DenseBlock(x, block_layers[b]);
+      if (b + 1 < block_layers.size()) x = Pool(Conv(BnRelu(x), x.channels / 2, 1, 1), 2);
+    }
+    x = Pool(BnRelu(x), static_cast<int>(std::lround(std::sqrt(x.spatial))));
+    int w = Param(Bytes(x.channels * 1000, 1) / kBatch);
+    x = Fwd(Op::kLinear, "aten.addmm", {x.id}, w, 1000, 1, 2.0 * kBatch * x.channels * 1000 / 1e5);
+    int labels = Add("placeholder", NodeKind::kInput, Phase::kForward, 8 * kBatch, 0, {});
+    Value loss = Fwd(Op::kLoss, "aten.nll_loss_forward", {x.id}, labels, 1, 1, 100);
+    g_.outputs.push_back(loss.id);
+  }
+
+  // Adds a gradient contribution to value v (nothing for inputs).
+  void Contribute(int v, int grad) {
+    if (g_.nodes[v].kind != NodeKind::kCompute) return;
+    auto [it, fresh] = grad_.try_emplace(v, grad);
+    if (!fresh) it->second = Grad("aten.add", v, {it->second, grad});
+  }
+  int Grad(const std::string& op, int v, std::vector<int> in, double cost_factor = 1) {
+    const Node& f = g_.nodes[v];
+    return Add(op, NodeKind::kCompute, Phase::kBackward, f.bytes,
+               std::max(f.cost, static_cast<double>(f.bytes) / 100) * cost_factor, std::move(in));
+  }
+
+  void Backward() {
+    int tangent = Add("placeholder", NodeKind::kTangent, Phase::kBackward, 4, 0, {});
+    grad_[fwd_.back().id] = tangent;
+    for (auto it = fwd_.rbegin(); it != fwd_.rend(); ++it) {
+      auto found = grad_.find(it->id);
+      if (found == grad_.end()) continue;  // nothing reads it
+      int dy = found->second;
+      if (it->op == Op::kCat) {
+        for (int x : it->inputs)  // each input's share of the gradient is a slice of it
+          Contribute(
+              x, Add("aten.slice", NodeKind::kView, Phase::kBackward, g_.nodes[x].bytes, 0, {dy}));
+        continue;
+      }
+      int x = it->inputs[0];
+      std::vector<int> reads = {dy, it->op == Op::kRelu ? it->id : x};
+      if (it->param >= 0) reads.push_back(it->param);
+      if (it->param >= 0 && it->op != Op::kLoss)  // the parameter's gradient: an output
+        Add("aten.param_backward", NodeKind::kCompute, Phase::kBackward, g_.nodes[it->param].bytes,
+            g_.nodes[it->id].cost, reads);
+      if (g_.nodes[x].kind == NodeKind::kCompute)
+        Contribute(x, Grad(BackwardName(it->op), x, reads, it->op == Op::kConv ? 1.0 : 0.5));
+    }
+  }
+
+  static const char* BackwardName(Op op) {
+    switch (op) {
+      case Op::kBatchNorm:
+        return "aten.native_batch_norm_backward";
+      case Op::kRelu:
+        return "aten.threshold_backward";
+      case Op::kConv:
+        return "aten.convolution_backward";
+      case Op::kPool:
+        return "aten.avg_pool2d_backward";
+      case Op::kLinear:
+        return "aten.mm";
+      case Op::kLoss:
+        return "aten.nll_loss_backward";
+      case Op::kCat:
+        break;
+    }
+    return "aten.slice";
+  }
+
+  std::mt19937_64 rng_;
+  Graph g_;
+  std::vector<FwdOp> fwd_;
+  std::map<int, int> grad_;  // forward value -> its gradient accumulated so far
+};
+
+}  // namespace
+
+Graph DenseNetGraph(const std::vector<int>& block_layers, uint64_t seed) {
+  return DenseNetBuilder(seed).Build(block_layers);
 }
 
 int64_t NoRematPeak(const Graph& g) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "remat/graph.h"
 
@@ -19,6 +20,14 @@ Graph RandomDag(int n, double p, int max_bytes, uint64_t seed);
 // A random graph with a forward chain of n nodes mirrored by a backward chain (like a
 // training step), random sizes and costs.
 Graph RandomTrainingGraph(int n, uint64_t seed);
+// A DenseNet-like training graph (Huang et al. 2017), shaped like an AOTAutograd joint graph:
+// dense blocks of block_layers[b] layers (BN, ReLU, 1x1 conv, BN, ReLU, 3x3 conv), each layer
+// reading the concatenation of the block input and every earlier layer's output; transitions
+// between blocks; then the backward pass autograd records, where each concatenation's
+// gradient is sliced and accumulated into the gradients of all the layers it read. Parameters
+// are inputs, the loss gradient a tangent. {6, 12, 24, 16} is DenseNet-121's shape (2,418
+// nodes), {6, 12, 32, 32} DenseNet-169's (4,186). seed jitters bytes and costs.
+Graph DenseNetGraph(const std::vector<int>& block_layers, uint64_t seed);
 int64_t NoRematPeak(const Graph& g);
 
 }  // namespace remat::testing
