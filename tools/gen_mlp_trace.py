@@ -79,9 +79,10 @@ def main():
         release(gb)
         (gx,) = call("mm", [gz, weights[i]], [act], gemm_ns)
         release(gz)
+        # acts[i + 1] went at the iteration before (as its acts[i]); releasing it again would
+        # be a double release, which the parser rejects.
         if i > 0:
             release(acts[i])
-        release(acts[i + 1]) if i + 1 < L else None
         g = gx
     release(g)
     print("\n".join(out))

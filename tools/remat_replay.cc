@@ -7,7 +7,9 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_split.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -106,9 +108,7 @@ bool parse(int argc, char** argv, Args& a, std::string& err) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   Args a;
   std::string err;
   if (!parse(argc, argv, a, err)) return usage(err.c_str());
@@ -187,4 +187,19 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+// A bad trace is a Status from the parser (exit 1); anything that still escapes is reported
+// on one line with exit 2 rather than left to std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::fprintf(stderr, "remat-replay: error: %s\n", what.c_str());
+    return 2;
+  }
 }

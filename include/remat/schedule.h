@@ -52,7 +52,9 @@ struct SimResult {
 SimResult simulate(const Graph& g, const Schedule& s,
                    std::optional<int64_t> budget_bytes = std::nullopt);
 
+// Errors name the problem (and the step); read_schedule_file puts the path before them.
 absl::StatusOr<Schedule> parse_schedule(std::string_view json_text);
+absl::StatusOr<Schedule> read_schedule_file(const std::string& path);
 std::string write_schedule(const Schedule& s);
 
 }  // namespace remat

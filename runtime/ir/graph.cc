@@ -1,27 +1,53 @@
 // Reading, writing and validating remat-graph-v1.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "remat/graph.h"
+#include "runtime/ir/json_error.h"
 
 namespace remat {
 namespace {
 
 using json = nlohmann::json;
 
+// A name as an error shows it: escaped and cut short, so that the message stays one line.
+std::string ShownName(std::string_view name) {
+  constexpr size_t kShown = 64;
+  const absl::string_view head(name.data(), std::min(name.size(), kShown));
+  return absl::StrCat(absl::CHexEscape(head), name.size() > kShown ? "..." : "");
+}
+
 std::string NodeLabel(const json& node, size_t index) {
   std::string label = absl::StrCat("node ", index);
   if (node.is_object() && node.contains("name") && node["name"].is_string()) {
-    absl::StrAppend(&label, " ('", node["name"].get<std::string>(), "')");
+    absl::StrAppend(&label, " ('", ShownName(node["name"].get_ref<const std::string&>()), "')");
   }
   return label;
 }
 
-std::string NodeLabel(const Node& n) { return absl::StrCat("node ", n.id, " ('", n.name, "')"); }
+std::string NodeLabel(const Node& n) {
+  return absl::StrCat("node ", n.id, " ('", ShownName(n.name), "')");
+}
+
+// A JSON integer as int64, or nothing where it is not an integer or lies outside int64
+// (nlohmann keeps integers above INT64_MAX unsigned; get<int64_t> would wrap them).
+std::optional<int64_t> AsInt64(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return std::nullopt;
+}
 
 // Reads a non-negative integer that fits int64 from a JSON number.
 absl::StatusOr<int64_t> ReadSize(const json& v, const std::string& what) {
@@ -158,18 +184,12 @@ absl::Status CheckAcyclic(const Graph& g) {
   return absl::OkStatus();
 }
 
-// Parses the text, with the position of the first error when it is not JSON.
+// Parses the text, with the position of the first error when it is not JSON (a number beyond
+// a double among them: nlohmann reports that as out_of_range, not as a parse error).
 absl::StatusOr<json> ParseJson(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
-    // Re-parse with exceptions to get the position of the error.
-    try {
-      json again = json::parse(text.begin(), text.end());
-      (void)again;
-    } catch (const json::parse_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("bad JSON: ", e.what()));
-    }
-    return absl::InvalidArgumentError("bad JSON");
+    return absl::InvalidArgumentError(absl::StrCat("bad JSON: ", ir_internal::json_error(text)));
   }
   return doc;
 }
@@ -197,10 +217,11 @@ absl::Status ParseNodeIdentity(const json& jn, size_t i, const std::string& wher
   if (!jn.contains("id") || !jn["id"].is_number_integer()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": 'id' is missing or not an integer"));
   }
-  int64_t id = jn["id"].get<int64_t>();
-  if (id != static_cast<int64_t>(i)) {
+  const std::optional<int64_t> id = AsInt64(jn["id"]);
+  if (!id) return absl::InvalidArgumentError(absl::StrCat(where, ": 'id' is out of range"));
+  if (*id != static_cast<int64_t>(i)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, " has id ", id, "; nodes[i].id must equal i"));
+        absl::StrCat(where, " has id ", *id, "; nodes[i].id must equal i"));
   }
   node->id = static_cast<int>(i);
   auto nm = ReadString(jn, "name", where, false);
@@ -264,11 +285,11 @@ absl::Status ParseNodeFigures(const json& jn, size_t num_nodes, const std::strin
       if (!u.is_number_integer()) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": an input id is not an integer"));
       }
-      int64_t uid = u.get<int64_t>();
-      if (uid < 0 || uid >= static_cast<int64_t>(num_nodes)) {
-        return absl::InvalidArgumentError(absl::StrCat(where, " reads unknown node id ", uid));
+      const std::optional<int64_t> uid = AsInt64(u);
+      if (!uid || *uid < 0 || *uid >= static_cast<int64_t>(num_nodes)) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " reads unknown node id ", u.dump()));
       }
-      node->inputs.push_back(static_cast<int>(uid));
+      node->inputs.push_back(static_cast<int>(*uid));
     }
   }
   return absl::OkStatus();
@@ -280,7 +301,10 @@ absl::Status ParseNodeAnnotations(const json& jn, const std::string& where, Node
     if (!jn["group"].is_number_integer()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": 'group' is not an integer"));
     }
-    node->group = jn["group"].get<int64_t>();
+    node->group = AsInt64(jn["group"]);
+    if (!node->group) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": 'group' is out of range"));
+    }
   }
   if (jn.contains("recomputable")) {
     if (!jn["recomputable"].is_boolean()) {
@@ -329,31 +353,47 @@ absl::Status ParseOutputs(const json& doc, Graph* g) {
     if (!o.is_number_integer()) {
       return absl::InvalidArgumentError("graph: an output id is not an integer");
     }
-    int64_t oid = o.get<int64_t>();
-    if (oid < 0 || oid >= g->size()) {
-      return absl::InvalidArgumentError(absl::StrCat("graph: output id ", oid, " names no node"));
+    const std::optional<int64_t> oid = AsInt64(o);
+    if (!oid || *oid < 0 || *oid >= g->size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("graph: output id ", o.dump(), " names no node"));
     }
-    g->outputs.push_back(static_cast<int>(oid));
+    g->outputs.push_back(static_cast<int>(*oid));
   }
   return absl::OkStatus();
 }
 
-// The peer figures are informational: fields of the wrong type are skipped, not rejected.
+// A byte count among the peer figures: a whole number in int64 (an integral float too), or
+// nothing. Converting any other double to int64 would be undefined.
+std::optional<int64_t> PeerBytes(const json& v) {
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!(d >= -9.2e18 && d <= 9.2e18) || d != std::floor(d)) return std::nullopt;
+    return static_cast<int64_t>(d);
+  }
+  return AsInt64(v);
+}
+
+// The peer figures are informational: fields of the wrong type (or out of range) are skipped,
+// not rejected.
 void ParsePeer(const json& doc, Graph* g) {
   if (!doc.contains("peer") || !doc["peer"].is_object()) return;
   const json& p = doc["peer"];
-  if (p.contains("pytorch_mincut_saved_bytes") && p["pytorch_mincut_saved_bytes"].is_number()) {
-    g->peer.pytorch_mincut_saved_bytes = p["pytorch_mincut_saved_bytes"].get<int64_t>();
+  if (p.contains("pytorch_mincut_saved_bytes")) {
+    g->peer.pytorch_mincut_saved_bytes = PeerBytes(p["pytorch_mincut_saved_bytes"]);
   }
-  if (p.contains("pytorch_default_saved_bytes") && p["pytorch_default_saved_bytes"].is_number()) {
-    g->peer.pytorch_default_saved_bytes = p["pytorch_default_saved_bytes"].get<int64_t>();
+  if (p.contains("pytorch_default_saved_bytes")) {
+    g->peer.pytorch_default_saved_bytes = PeerBytes(p["pytorch_default_saved_bytes"]);
   }
   if (p.contains("pytorch_mincut_seconds") && p["pytorch_mincut_seconds"].is_number()) {
     g->peer.pytorch_mincut_seconds = p["pytorch_mincut_seconds"].get<double>();
   }
   if (p.contains("pytorch_mincut_saved") && p["pytorch_mincut_saved"].is_array()) {
     for (const json& s : p["pytorch_mincut_saved"]) {
-      if (s.is_number_integer()) g->peer.pytorch_mincut_saved.push_back(s.get<int>());
+      const std::optional<int64_t> id = AsInt64(s);
+      if (id && *id >= 0 && *id <= std::numeric_limits<int>::max()) {
+        g->peer.pytorch_mincut_saved.push_back(static_cast<int>(*id));
+      }
     }
   }
 }
@@ -393,6 +433,18 @@ absl::Status validate_graph(const Graph& g) {
         return absl::InvalidArgumentError(
             absl::StrCat(NodeLabel(node), " reads node ", u,
                          ", which is not listed before it (nodes must be in topological order)"));
+      }
+    }
+  }
+  // The members of a group are the outputs of one operator, made together: one cannot be an
+  // input of another (a planner would have to run the operator before itself).
+  for (const Node& node : g.nodes) {
+    if (!node.group) continue;
+    for (int u : node.inputs) {
+      if (g.nodes[u].group == node.group) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(NodeLabel(node), " reads ", NodeLabel(g.nodes[u]), " of its own group ",
+                         *node.group, " (the outputs of one operator cannot read each other)"));
       }
     }
   }

@@ -1,4 +1,5 @@
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -161,6 +162,74 @@ TEST(GraphIo, RejectsBadFieldTypesNamingTheNode) {
   j = SmallGraph();
   j["nodes"] = 3;
   EXPECT_THAT(ErrorOf(j), HasSubstr("nodes"));
+}
+
+// Issue 23: remat-plan and remat-compare aborted on this (nlohmann reports a number beyond a
+// double as out_of_range, which escaped parse_graph).
+TEST(GraphIo, RejectsANumberBeyondADoubleWithItsPosition) {
+  std::string text = SmallGraph().dump();
+  const std::size_t at = text.find("\"bytes\":8");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 9, "\"bytes\":1e309");
+  absl::StatusOr<Graph> g;
+  ASSERT_NO_THROW(g = parse_graph(text));
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(),
+              HasSubstr("bad JSON: number overflow parsing '1e309' at line 1"));
+  const std::string path = ::testing::TempDir() + "/graph_test_1e309.json";
+  std::ofstream(path) << text;
+  ASSERT_NO_THROW(g = read_graph_file(path));
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr(path + ": bad JSON: number overflow"));
+}
+
+// Issue 23: accepted silently before. The outputs of one operator are made together.
+TEST(GraphIo, RejectsAGroupMemberReadingAnotherMember) {
+  json j = SmallGraph();
+  j["nodes"][1]["group"] = 2;  // node 2 ('t', group 2) reads node 1
+  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t') reads node 1 ('relu') of its own group 2"));
+  Graph g = *parse_graph(SmallGraph().dump());
+  g.nodes[1].group = 2;
+  EXPECT_FALSE(validate_graph(g).ok());
+  g.nodes[1].group = 3;  // members of different groups may read each other
+  EXPECT_TRUE(validate_graph(g).ok());
+}
+
+// Integers past int64 are kept unsigned by nlohmann; read as int64 they wrapped to -1.
+TEST(GraphIo, RejectsIntegersOutOfRangeNamingThem) {
+  json j = SmallGraph();
+  j["nodes"][2]["id"] = 18446744073709551615ULL;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t'): 'id' is out of range"));
+  j = SmallGraph();
+  j["nodes"][2]["inputs"] = {18446744073709551615ULL};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t') reads unknown node id 18446744073709551615"));
+  j = SmallGraph();
+  j["nodes"][2]["group"] = 18446744073709551615ULL;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t'): 'group' is out of range"));
+  j = SmallGraph();
+  j["outputs"] = {9223372036854775808ULL};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("output id 9223372036854775808 names no node"));
+}
+
+// The peer figures are informational, but a double out of int64's range was converted to
+// int64 anyway (undefined behaviour): now it is skipped like a field of the wrong type.
+TEST(GraphIo, SkipsPeerFiguresOutOfRange) {
+  json j = SmallGraph();
+  j["peer"] = {{"pytorch_mincut_saved_bytes", 1e300},
+               {"pytorch_default_saved_bytes", 1024.0},
+               {"pytorch_mincut_saved", {1, 18446744073709551615ULL, -4}}};
+  auto g = parse_graph(j.dump());
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE(g->peer.pytorch_mincut_saved_bytes.has_value());
+  EXPECT_EQ(g->peer.pytorch_default_saved_bytes, 1024);
+  EXPECT_EQ(g->peer.pytorch_mincut_saved, (std::vector<int>{1}));
+}
+
+TEST(GraphIo, ErrorsStayOnOneLine) {
+  json j = SmallGraph();
+  j["nodes"][1]["name"] = "two\nlines";
+  j["nodes"][1]["kind"] = "banana";
+  EXPECT_THAT(ErrorOf(j), HasSubstr("node 1 ('two\\nlines'): unknown kind"));
 }
 
 TEST(GraphIo, ValidateGraphChecksGraphsBuiltInCode) {

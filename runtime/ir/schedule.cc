@@ -1,5 +1,7 @@
 // The exact schedule simulator (docs/formats.md's accounting) and remat-schedule-v1 I/O.
+#include <cstdint>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -7,6 +9,7 @@
 #include "nlohmann/json.hpp"
 #include "remat/schedule.h"
 #include "runtime/ir/instances.h"
+#include "runtime/ir/json_error.h"
 
 namespace remat {
 namespace {
@@ -121,10 +124,31 @@ std::vector<int64_t> memory_profile(const Graph& g, const std::vector<int>& orde
   return Profile(g, order, in.last_read);
 }
 
+namespace {
+
+// A JSON integer in [min, INT32_MAX], or nothing. nlohmann keeps an integer above INT64_MAX
+// unsigned, so it is compared as such rather than read through int64 (where it would wrap).
+std::optional<int> IntIn(const nlohmann::json& v, int64_t min) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > INT32_MAX || static_cast<int64_t>(u) < min) return std::nullopt;
+    return static_cast<int>(u);
+  }
+  if (!v.is_number_integer()) return std::nullopt;
+  const int64_t i = v.get<int64_t>();
+  if (i < min || i > INT32_MAX) return std::nullopt;
+  return static_cast<int>(i);
+}
+
+}  // namespace
+
 absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
   using json = nlohmann::json;
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
-  if (doc.is_discarded()) return absl::InvalidArgumentError("schedule: bad JSON");
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule: bad JSON: ", ir_internal::json_error(text)));
+  }
   if (!doc.is_object() || !doc.contains("format") || doc["format"] != "remat-schedule-v1") {
     return absl::InvalidArgumentError("schedule: field 'format' is not \"remat-schedule-v1\"");
   }
@@ -138,19 +162,29 @@ absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
     return absl::InvalidArgumentError("schedule: 'order' is missing or not an array");
   }
   if (doc.contains("backward_start")) {
-    if (!doc["backward_start"].is_number_integer()) {
-      return absl::InvalidArgumentError("schedule: 'backward_start' is not an integer");
-    }
-    s.backward_start = doc["backward_start"].get<int>();
+    std::optional<int> b = IntIn(doc["backward_start"], INT32_MIN);
+    if (!b) return absl::InvalidArgumentError("schedule: 'backward_start' is not an int");
+    s.backward_start = *b;
   }
   for (size_t j = 0; j < doc["order"].size(); ++j) {
-    const json& v = doc["order"][j];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1LL << 31) - 1) {
+    std::optional<int> v = IntIn(doc["order"][j], 0);
+    if (!v) {
       return absl::InvalidArgumentError(
           absl::StrCat("schedule: step ", j, " is not a valid node id"));
     }
-    s.order.push_back(v.get<int>());
+    s.order.push_back(*v);
   }
+  return s;
+}
+
+absl::StatusOr<Schedule> read_schedule_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open schedule file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<Schedule> s = parse_schedule(ss.str());
+  if (!s.ok())
+    return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
   return s;
 }
 

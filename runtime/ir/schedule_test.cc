@@ -1,3 +1,4 @@
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -116,6 +117,32 @@ TEST(ScheduleIo, RoundTripsAndRejectsBadInput) {
   auto bad = parse_schedule(R"({"format":"remat-schedule-v1","graph":"g","order":[0,-3]})");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("step 1"));
+}
+
+TEST(ScheduleIo, RejectsNumbersOutOfRange) {
+  auto s = parse_schedule(R"({"format":"remat-schedule-v1","order":[0,1e309]})");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("schedule: bad JSON: number overflow parsing '1e309' at line 1"));
+  s = parse_schedule(R"({"format":"remat-schedule-v1","order":[0,18446744073709551615]})");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("step 1 is not a valid node id"));
+  // get<int> wrapped this to 0, a valid step.
+  s = parse_schedule(R"({"format":"remat-schedule-v1","order":[0],"backward_start":4294967296})");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("'backward_start' is not an int"));
+  s = parse_schedule(R"({"format":"remat-schedule-v1","order":[0],"backward_start":2})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->backward_start, 2);
+}
+
+TEST(ScheduleIo, FileErrorsNameThePath) {
+  const std::string path = ::testing::TempDir() + "/schedule_test_bad.json";
+  std::ofstream(path) << R"({"format":"remat-schedule-v1","order":[0,-3]})";
+  auto s = read_schedule_file(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), path + ": schedule: step 1 is not a valid node id");
+  EXPECT_EQ(read_schedule_file("/nonexistent/s.json").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -69,6 +69,39 @@ TEST(ReplayTest, TightBudgetRecomputesAndCountsTime) {
   EXPECT_EQ(replay(t, o).status, "oom");
 }
 
+// The largest sizes and times a trace may hold replay as well: the parser's limits leave the
+// runtime's sums (live bytes, the allocator's rounding, the clock) inside their types.
+// Issue 23: a MEMORY of 2^63 aborted in the runtime, and a TIME sum past 2^64 wrapped and
+// replayed as "thrash" at budget 1.0; those are now parse errors (dtr_trace_test).
+TEST(ReplayTest, TheLargestLegalSizesAndTimesReplay) {
+  std::istringstream in(R"({"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}
+{"INSTRUCTION":"CONSTANT","NAME":"x"}
+{"INSTRUCTION":"MEMORY","MEMORY":"2305843009213693952","NAME":"x"}
+{"ARGS":["x"],"INSTRUCTION":"CALL","NAME":"f","RESULT":["a","v"],"TIME":"18446744073709551000"}
+{"INSTRUCTION":"MEMORY","MEMORY":"2305843009213693952","NAME":"a"}
+{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"a"}
+{"INSTRUCTION":"MEMORY","MEMORY":"0","NAME":"v"}
+{"ALIAS":"0","INSTRUCTION":"ALIAS","NAME":"v"}
+{"INSTRUCTION":"RELEASE","NAME":"x"}
+{"ARGS":["a"],"INSTRUCTION":"CALL","NAME":"g","RESULT":[],"TIME":"615"}
+)");
+  absl::StatusOr<DtrTrace> t = parse_dtr_trace(in, "large");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->total_time_ns, UINT64_MAX);
+  const ReplayBaseline b = replay_baseline(*t);
+  EXPECT_EQ(b.logical_peak_bytes, std::size_t{1} << 62);
+  for (Accounting acc : {Accounting::kLogical, Accounting::kAllocator}) {
+    ReplayOptions o;
+    o.accounting = acc;
+    o.budget = acc == Accounting::kLogical ? b.logical_peak_bytes : b.reserved_peak_bytes;
+    const ReplayResult r = replay(*t, o);
+    EXPECT_EQ(r.status, "ok") << r.error;
+    EXPECT_DOUBLE_EQ(r.slowdown, 1.0);
+    o.budget /= 2;
+    EXPECT_EQ(replay(*t, o).status, "oom");
+  }
+}
+
 // ---- the recorded steps in ../shared ----
 
 std::filesystem::path shared_trace(const std::string& name) {

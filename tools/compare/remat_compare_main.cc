@@ -80,7 +80,9 @@ absl::StatusOr<remat::Graph> load_program(const std::string& input, const std::s
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// Bad inputs are Status errors (exit 1); anything that still escapes is one line and exit 2,
+// not std::terminate.
+int main(int argc, char** argv) try {
   std::string input, example, out_dir = "compare-out", timelines = "0.5", graph_out;
   std::map<std::string, std::string> model_flags;
   remat::compare::CompareOptions opt;
@@ -178,4 +180,7 @@ int main(int argc, char** argv) {
               << (opt.timeline_dir.empty() ? "" : " and timelines") << "\n";
   }
   return 0;
+} catch (const std::exception& e) {
+  std::cerr << "remat-compare: error: " << e.what() << "\n";
+  return 2;
 }
