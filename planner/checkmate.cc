@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,8 @@ struct CheckmateModel {
   std::vector<std::vector<int>> users;
   std::vector<std::vector<int>> deps;     // distinct inputs
   std::vector<std::vector<int>> R, S, U;  // columns of R[t][i], S[t][i], U[t][k]
+  // FREE[t][i][k]: per (t, k), the (i, column) pairs.
+  std::vector<std::vector<std::vector<std::pair<int, int>>>> F;
   Milp milp;
 
   // S[t][i], or -1 where the model has no such variable: nothing is resident on entry to
@@ -92,16 +95,20 @@ std::vector<std::vector<int>> DistinctInputs(const Graph& g) {
 }
 
 // R, S and U; the FREE variables are added with the memory rows that read them.
-void AddStageVariables(double budget, CheckmateModel* cm) {
+void AddStageVariables(double budget, const KeptBound& kept, CheckmateModel* cm) {
   const int n = cm->n;
   const Graph& g = *cm->g;
+  // Rockmate's blocks recompute only forward values, and only in the backward section.
+  auto barred = [&](int t, int i) {
+    return kept.boundary >= 1 && kept.backward_only && (t < kept.boundary || i >= kept.boundary);
+  };
   cm->R.assign(n, {});
   cm->S.assign(n + 1, {});
   cm->U.assign(n, {});
   for (int t = 0; t < n; ++t) {
     cm->R[t].assign(t + 1, -1);
     for (int i = 0; i <= t; ++i) {
-      double hi = (i < t && !g.nodes[i].can_recompute()) ? 0.0 : 1.0;
+      double hi = (i < t && (!g.nodes[i].can_recompute() || barred(t, i))) ? 0.0 : 1.0;
       double lo = (i == t) ? 1.0 : 0.0;
       cm->R[t][i] = cm->milp.AddVar(g.nodes[i].cost, lo, hi, true);
     }
@@ -147,6 +154,7 @@ Terms AddFreeVariables(int t, int k, CheckmateModel* cm) {
   Terms frees;
   for (int i : cand) {
     int f = cm->milp.AddVar(0.0, 0.0, 1.0, true);
+    cm->F[t][k].push_back({i, f});
     // hazards = (1 - R[t][k]) + S[t+1][i] + sum_{j in users(i), k < j <= t} R[t][j]
     Terms hz = {{R[t][k], -1.0}};
     double max_h = 1.0;
@@ -180,6 +188,7 @@ void AddMemoryRows(int t, CheckmateModel* cm) {
   const auto& R = cm->R;
   const auto& U = cm->U;
   const double scale = cm->scale;
+  cm->F[t].assign(t + 1, {});
   {
     Terms terms = {{U[t][0], 1.0}, {R[t][0], -scale * cm->bytes(0)}};
     for (int i = 0; i < t; ++i) {
@@ -197,17 +206,32 @@ void AddMemoryRows(int t, CheckmateModel* cm) {
   }
 }
 
-void BuildCheckmateModel(const Graph& g, double budget, CheckmateModel* cm) {
+// Rockmate's bound on what a block keeps from its forward to its backward: the bytes of the
+// nodes below `boundary` resident on entry to stage `boundary`.
+void AddKeptRow(const KeptBound& kept, CheckmateModel* cm) {
+  if (kept.boundary < 1 || kept.boundary >= cm->n) return;
+  Terms terms;
+  for (int i = 0; i < kept.boundary; ++i) {
+    if (cm->s(kept.boundary, i) >= 0 && cm->bytes(i) > 0)
+      terms.push_back({cm->s(kept.boundary, i), cm->scale * cm->bytes(i)});
+  }
+  if (!terms.empty())
+    cm->milp.AddRow(terms, -kInf, cm->scale * static_cast<double>(kept.max_bytes));
+}
+
+void BuildCheckmateModel(const Graph& g, double budget, const KeptBound& kept, CheckmateModel* cm) {
   cm->g = &g;
   cm->n = g.size();
   cm->scale = MemoryScale(g);
   cm->users = g.users();
   cm->deps = DistinctInputs(g);
-  AddStageVariables(budget, cm);
+  AddStageVariables(budget, kept, cm);
+  cm->F.assign(cm->n, {});
   for (int t = 0; t < cm->n; ++t) {
     AddDependencyRows(t, cm);
     AddMemoryRows(t, cm);
   }
+  AddKeptRow(kept, cm);
 }
 
 // The constraint matrix in the column-major arrays that CBC loads.
@@ -232,8 +256,74 @@ ColumnMajor ToColumnMajor(const Milp& m) {
   return a;
 }
 
+// The order's steps by stage (stage t ends with the first computation of t), each
+// stage's recomputations in id order as the model runs them; empty when first
+// computations are not in id order.
+std::vector<std::vector<int>> Stages(int n, const std::vector<int>& order) {
+  std::vector<std::vector<int>> stages(n);
+  std::vector<char> seen(n, 0);
+  int t = 0;
+  for (int v : order) {
+    if (v < 0 || v >= n || t >= n) return {};
+    if (!seen[v] && v != t) return {};
+    stages[t].push_back(v);
+    if (!seen[v]) {
+      seen[v] = 1;
+      std::sort(stages[t].begin(), stages[t].end());
+      stages[t].erase(std::unique(stages[t].begin(), stages[t].end()), stages[t].end());
+      ++t;
+    }
+  }
+  return t == n ? stages : std::vector<std::vector<int>>{};
+}
+
+// Note [Checkmate's MIP start]
+// CBC's heuristics can take many seconds to find any solution of a block's MILP while a
+// cheap planner already has a good one. A start is given as every integer column's value:
+// R from the stages, S[t][i] when the newest instance of i made before stage t is read in
+// stage t or later, FREE[t][i][k] exactly when the model's hazards are all zero. CBC
+// checks it and ignores it when it breaks a row (the budget, say).
+std::vector<std::pair<int, double>> MipStart(const CheckmateModel& cm,
+                                             const std::vector<int>& order) {
+  const int n = cm.n;
+  const std::vector<std::vector<int>> stages = Stages(n, order);
+  if (stages.empty()) return {};
+  std::vector<int> flat, stage_of;
+  for (int t = 0; t < n; ++t)
+    for (int v : stages[t]) flat.push_back(v), stage_of.push_back(t);
+  std::vector<int> latest(n, -1), last_read_stage(flat.size(), -1);
+  std::vector<std::vector<char>> live_in(n + 1, std::vector<char>(n, 0));  // S values
+  for (size_t j = 0; j < flat.size(); ++j) {
+    for (int u : cm.deps[flat[j]]) {
+      if (latest[u] < 0) return {};
+      last_read_stage[latest[u]] = stage_of[j];
+    }
+    latest[flat[j]] = static_cast<int>(j);
+  }
+  for (size_t j = 0; j < flat.size(); ++j)
+    for (int t = stage_of[j] + 1; t <= last_read_stage[j]; ++t) live_in[t][flat[j]] = 1;
+  std::vector<std::pair<int, double>> start;
+  std::vector<char> in_stage(n, 0);
+  for (int t = 0; t < n; ++t) {
+    for (int v : stages[t]) in_stage[v] = 1;
+    for (int i = 0; i <= t; ++i) start.push_back({cm.R[t][i], in_stage[i] ? 1.0 : 0.0});
+    for (int i = 0; i < t; ++i)
+      if (cm.s(t, i) >= 0) start.push_back({cm.s(t, i), live_in[t][i] ? 1.0 : 0.0});
+    for (int k = 0; k <= t; ++k) {
+      for (auto [i, col] : cm.F[t][k]) {
+        bool free = in_stage[k] && !(cm.s(t + 1, i) >= 0 && live_in[t + 1][i]);
+        for (int j : cm.users[i]) free = free && !(j > k && j <= t && in_stage[j]);
+        start.push_back({col, free ? 1.0 : 0.0});
+      }
+    }
+    for (int v : stages[t]) in_stage[v] = 0;
+  }
+  return start;
+}
+
 // The child's reply: [status, optimal, order...]; status 0 ok, 1 infeasible, 2 none.
-std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const PlanOptions& opt) {
+std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const PlanOptions& opt,
+                        const std::vector<int>& start_order) {
   const Milp& m = cm.milp;
   const int ncols = static_cast<int>(m.obj.size());
   Cbc_Model* model = Cbc_newModel();
@@ -248,6 +338,14 @@ std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const Pl
   Cbc_setParameter(model, "sec", secs.c_str());
   Cbc_setParameter(model, "log", opt.verbose ? "1" : "0");
   Cbc_setAllowableGap(model, 1e-7);
+  if (!start_order.empty()) {
+    const auto start = MipStart(cm, start_order);
+    std::vector<int> cols;
+    std::vector<double> vals;
+    for (auto [c, v] : start) cols.push_back(c), vals.push_back(v);
+    if (!cols.empty())
+      Cbc_setMIPStartI(model, static_cast<int>(cols.size()), cols.data(), vals.data());
+  }
   Cbc_solve(model);
   const double* sol = Cbc_bestSolution(model);
   if (sol != nullptr && (Cbc_numberSavedSolutions(model) > 0 || Cbc_isProvenOptimal(model))) {
@@ -308,15 +406,17 @@ struct SolveResult {
 // CBC's time limit is checked during branch and bound only; the root LP of a large model
 // can run far past it. The solve therefore runs in a child process that is killed a little
 // after the limit; the child sends back its status and order.
-absl::StatusOr<SolveResult> SolveWithCbc(const CheckmateModel& cm, const PlanOptions& opt) {
+absl::StatusOr<SolveResult> SolveWithCbc(const CheckmateModel& cm, const PlanOptions& opt,
+                                         const std::vector<int>& start_order) {
   const ColumnMajor a = ToColumnMajor(cm.milp);
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("checkmate: pipe() failed");
+  fflush(nullptr);  // a child that flushes must not repeat what the parent buffered
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError("checkmate: fork() failed");
   if (pid == 0) {
     close(fds[0]);
-    WriteAll(fds[1], RunCbc(cm, a, opt));
+    WriteAll(fds[1], RunCbc(cm, a, opt, start_order));
     close(fds[1]);
     _exit(0);
   }
@@ -346,6 +446,11 @@ void DecodeSchedule(const SolveResult& r, const PlanOptions& opt, RawPlan* plan)
 }  // namespace
 
 absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
+  return PlanCheckmateKept(g, opt, KeptBound{});
+}
+
+absl::StatusOr<RawPlan> PlanCheckmateKept(const Graph& g, const PlanOptions& opt,
+                                          const KeptBound& kept) {
   RawPlan plan;
   plan.note = TooLargeNote(g);
   if (!plan.note.empty()) return plan;
@@ -354,8 +459,8 @@ absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
   const double budget =
       opt.budget_bytes ? static_cast<double>(*opt.budget_bytes) : static_cast<double>(total_bytes);
   CheckmateModel cm;
-  BuildCheckmateModel(g, budget, &cm);
-  absl::StatusOr<SolveResult> solved = SolveWithCbc(cm, opt);
+  BuildCheckmateModel(g, budget, kept, &cm);
+  absl::StatusOr<SolveResult> solved = SolveWithCbc(cm, opt, kept.start);
   if (!solved.ok()) return solved.status();
   DecodeSchedule(*solved, opt, &plan);
   return plan;

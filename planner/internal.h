@@ -36,6 +36,7 @@ struct RawPlan {
   bool optimal = false;  // proven optimal (solvers)
   std::string note;      // reason when no order could be produced, or a remark
   std::optional<int> backward_start;
+  std::string details;  // a JSON object with planner-specific figures, or empty
 };
 
 constexpr int64_t kNoBudget = std::numeric_limits<int64_t>::max();
@@ -89,6 +90,21 @@ absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt);
+
+// Checkmate with Rockmate's second budget: at most max_bytes of the nodes below `boundary`
+// resident on entry to stage `boundary` (a block's forward values kept for its backward).
+// boundary < 1 leaves it out.
+struct KeptBound {
+  int boundary = -1;
+  int64_t max_bytes = 0;
+  // Recomputation only of nodes below `boundary`, only in stages from `boundary` on.
+  bool backward_only = false;
+  // A schedule to start CBC from (first computations in id order), or empty.
+  std::vector<int> start;
+};
+absl::StatusOr<RawPlan> PlanCheckmateKept(const Graph& g, const PlanOptions& opt,
+                                          const KeptBound& kept);
 
 // Greedy eviction with a scoring rule; exposed for `best` and tests.
 struct GreedyParams {

@@ -19,15 +19,11 @@ struct Entry {
 absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& opt);
 
 const Entry kPlanners[] = {
-    {"noremat", internal::PlanNoRemat},
-    {"chen", internal::PlanChen},
-    {"greedy", internal::PlanGreedy},
-    {"mincut", internal::PlanMincut},
-    {"rotor", internal::PlanRotor},
-    {"checkmate", internal::PlanCheckmate},
-    {"twremat", internal::PlanTwRemat},
-    {"moccasin", internal::PlanMoccasin},
-    {"best", PlanBest},
+    {"noremat", internal::PlanNoRemat},   {"chen", internal::PlanChen},
+    {"greedy", internal::PlanGreedy},     {"mincut", internal::PlanMincut},
+    {"rotor", internal::PlanRotor},       {"checkmate", internal::PlanCheckmate},
+    {"twremat", internal::PlanTwRemat},   {"moccasin", internal::PlanMoccasin},
+    {"rockmate", internal::PlanRockmate}, {"best", PlanBest},
 };
 
 // Runs the other planners within the time limit and keeps the cheapest plan that fits.
@@ -76,6 +72,10 @@ class BestSearch {
       if (g_.size() > 120) return false;
       o->time_limit_seconds = std::max(0.5, deadline_.Left() * 0.4);
     }
+    if (name == "rockmate") {
+      // Its block MILPs use what they are given; leave most of the time to the others.
+      o->time_limit_seconds = std::max(0.5, deadline_.Left() * 0.3);
+    }
     if (name == "moccasin") {
       // The CP model has O(n^2) slots: graphs up to a few hundred nodes, with a share of
       // the time left for the randomised repair below.
@@ -87,8 +87,8 @@ class BestSearch {
 
   // Cheap planners first, then the solvers with what is left.
   void RunPlanners() {
-    const char* order[] = {"noremat", "greedy",  "chen",      "mincut",
-                           "rotor",   "twremat", "checkmate", "moccasin"};
+    const char* order[] = {"noremat", "greedy",   "chen",      "mincut",  "rotor",
+                           "twremat", "rockmate", "checkmate", "moccasin"};
     for (const char* name : order) {
       if (deadline_.Expired()) break;
       if (Unbeatable()) break;
@@ -195,6 +195,7 @@ absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const Pl
   plan.schedule.order = std::move(raw->order);
   plan.schedule.backward_start = raw->backward_start;
   plan.optimal = raw->optimal;
+  plan.details = std::move(raw->details);
   if (plan.schedule.order.empty()) {
     plan.feasible = false;
     plan.reason = raw->note.empty() ? "the planner found no schedule" : raw->note;

@@ -127,6 +127,7 @@ void PrintJson(const remat::Graph& g, const remat::Plan& plan, std::optional<int
   j["solve_seconds"] = plan.solve_seconds;
   j["saved_bytes"] = have ? nlohmann::json(r.saved_bytes) : nlohmann::json(nullptr);
   j["optimal"] = plan.optimal;
+  if (!plan.details.empty()) j["details"] = nlohmann::json::parse(plan.details, nullptr, false);
   std::cout << j.dump() << "\n";
 }
 
@@ -145,7 +146,9 @@ void PrintText(const remat::Graph& g, const remat::Plan& plan, std::optional<int
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// Bad inputs are Status errors (exit 1); anything that still escapes is one line and exit 2,
+// not std::terminate.
+int main(int argc, char** argv) try {
   Flags f;
   if (std::optional<int> status = ParseFlags(argc, argv, &f)) return *status;
   auto g = remat::read_graph_file(f.graph_path);
@@ -173,4 +176,7 @@ int main(int argc, char** argv) {
   else
     PrintText(*g, *plan, budget);
   return 0;
+} catch (const std::exception& e) {
+  std::cerr << "remat-plan: error: " << e.what() << "\n";
+  return 2;
 }

@@ -45,6 +45,9 @@ struct Plan {
   std::optional<int64_t> budget_bytes;
   double solve_seconds = 0.0;
   bool optimal = false;  // proven optimal by a solver
+  // A JSON object of planner-specific figures, or empty (rockmate: its blocks, kinds,
+  // strategies and where the time went; remat-plan --json prints it as "details").
+  std::string details;
 };
 
 std::vector<std::string> planner_names();
