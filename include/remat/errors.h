@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "remat/cuda_api.h"
+
 namespace remat {
 
 // What an out-of-memory error knows about the state it failed in.
@@ -75,6 +77,11 @@ class CudaError : public std::runtime_error {
   // The same error, naming the op it happened in.
   CudaError in_op(const std::string& op) const {
     return CudaError(call_, code_, cuda_message_, op, device_);
+  }
+  // Raises `r` as a CudaError of `call` where the call failed; nothing where it succeeded.
+  static void check(const CudaResult& r, const char* call, int device = -1,
+                    const std::string& op = "") {
+    if (!r.ok()) throw CudaError(call, r.code, r.message, op, device);
   }
 
  private:

@@ -116,10 +116,6 @@ using detail::SegmentView;
 namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 std::size_t round_down(std::size_t n, std::size_t to) { return n / to * to; }
-
-void check(const CudaResult& r, const char* call) {
-  if (!r.ok()) throw CudaError(call, r.code, r.message);
-}
 }  // namespace
 
 CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source,
@@ -167,7 +163,7 @@ CudaEvent CachingAllocator::take_event() {
     return e;
   }
   CudaEvent e = nullptr;
-  check(cuda_->event_create(&e, /*timing=*/false), "cudaEventCreate");
+  CudaError::check(cuda_->event_create(&e, /*timing=*/false), "cudaEventCreate");
   return e;
 }
 
@@ -181,7 +177,7 @@ void CachingAllocator::process_pending(bool wait) {
         r = cuda_->event_synchronize(e);
       }
       if (r.status == CudaStatus::kNotReady) return false;
-      check(r, wait ? "cudaEventSynchronize" : "cudaEventQuery");
+      CudaError::check(r, wait ? "cudaEventSynchronize" : "cudaEventQuery");
     }
     for (CudaEvent e : p.events) stream_uses_->spare_events.push_back(e);
     finish_free(p.block);
@@ -464,7 +460,8 @@ void CachingAllocator::shrink_arena() {
   if (give == 0) return;
   // Unmapping does not wait for the device, as cudaFree does: kernels enqueued before the
   // tail was freed may still use it.
-  if (cuda_ != nullptr) check(cuda_->stream_synchronize(stream_), "cudaStreamSynchronize");
+  if (cuda_ != nullptr)
+    CudaError::check(cuda_->stream_synchronize(stream_), "cudaStreamSynchronize");
   source_->commit_prefix(reinterpret_cast<void*>(arena_->address), new_size);
   pools_->free_large.erase(tail);
   arena_->size = new_size;
@@ -571,7 +568,7 @@ void CachingAllocator::do_deallocate(void* p, std::size_t /*bytes*/) {
       try {
         for (CudaStream s : uses->second) {
           pending.events.push_back(take_event());
-          check(cuda_->event_record(pending.events.back(), s), "cudaEventRecord");
+          CudaError::check(cuda_->event_record(pending.events.back(), s), "cudaEventRecord");
         }
       } catch (const CudaError& e) {
         // A free cannot fail; the block stays pending and the next allocation reports it.

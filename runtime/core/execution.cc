@@ -211,7 +211,7 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
     kernel_inputs(op.inputs, in_ptrs, in_specs);
     out_specs.resize(n);
     for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
-    ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, op.rng, rerun, stream};
+    ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, op.rng, rerun};
     // First runs are timed where asked, or where the op declares no cost: on the host by
     // the clock, on CUDA by events around the kernel (Note [Kernel checks and timing]).
     measure = !rerun && (options.measure_costs || op.cost < 0);
@@ -263,6 +263,7 @@ double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool
   const auto& kernel = kernel_of(op);
   if (runs_kernels && kernel) {
     KernelScratch scratch(*memory);
+    ctx.stream = cuda != nullptr ? cuda->stream() : nullptr;
     ctx.workspace = workspace;
     ctx.workspace_bytes = workspace_bytes;
     ctx.scratch_fn = &KernelScratch::allocate;

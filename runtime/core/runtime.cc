@@ -110,7 +110,9 @@ void Runtime::record_stream(const Tensor& t, CudaStream stream) {
   impl_->record_stream(id_of(t, this, "record_stream"), stream);
 }
 
-CudaStream Runtime::stream() const { return impl_->stream; }
+CudaStream Runtime::stream() const {
+  return impl_->cuda != nullptr ? impl_->cuda->stream() : nullptr;
+}
 
 void Runtime::update(const OpPtr& op, std::span<const Tensor> args, std::span<const int> mutated) {
   DeviceScope scope(impl_->cuda.get());

@@ -40,7 +40,6 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
           "remat: logical accounting is for the CPU and simulated backends");
     cuda = CudaDevice::open(options.cuda.api, options.cuda.device, options.cuda.stream,
                             options.cuda.sync_after_launch);
-    stream = cuda->stream();
   }
   CudaDevice::Scope scope(cuda.get());
   if (options.accounting == Accounting::kLogical) {

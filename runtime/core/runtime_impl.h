@@ -74,9 +74,8 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::unique_ptr<EvictionPolicy> policy;
   RuntimeStats stats;
   bool runs_kernels = false;
-  CudaStream stream = nullptr;  // the CUDA backend's stream (null elsewhere)
-  Roofline roofline;            // prices ops that declare their work
-  void* workspace = nullptr;    // CUDA: cuBLAS's workspace, pinned under the budget
+  Roofline roofline;          // prices ops that declare their work
+  void* workspace = nullptr;  // CUDA: cuBLAS's workspace, pinned under the budget
   std::size_t workspace_bytes = 0;
   Timeline timeline;
   std::string current_op;           // the op being run or recomputed, for errors

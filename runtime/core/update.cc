@@ -107,7 +107,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
         outs.push_back(const_cast<void*>(in_ptrs[static_cast<std::size_t>(m)]));
         out_specs.push_back(in_specs[static_cast<std::size_t>(m)]);
       }
-      ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, RngState{}, false, stream};
+      ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, RngState{}, false};
     }
     cost = launch(*op, ctx, cost, /*measure=*/false, TimelineEvent::Kind::kCompute, 0);
   } catch (...) {

@@ -78,7 +78,7 @@ CudaDevice::Scope::~Scope() noexcept {
 }
 
 void CudaDevice::check(const CudaResult& r, const char* call, const std::string& op) const {
-  if (!r.ok()) throw CudaError(call, r.code, r.message, op, index_);
+  CudaError::check(r, call, index_, op);
 }
 
 void CudaDevice::check_launch(const std::string& op) const {

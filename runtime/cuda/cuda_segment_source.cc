@@ -24,13 +24,13 @@ void* CudaSegmentSource::reserve(std::size_t bytes) {
   // A zero-byte cudaMalloc gives no address; one byte gives a distinct one, as the host does.
   const CudaResult r = api_->malloc(&p, bytes == 0 ? 1 : bytes);
   if (r.status == CudaStatus::kOutOfMemory) return nullptr;
-  if (!r.ok()) throw CudaError("cudaMalloc", r.code, r.message, "", device_);
+  CudaError::check(r, "cudaMalloc", device_);
   return p;
 }
 
 void CudaSegmentSource::release(void* p, std::size_t /*bytes*/) {
   const CudaResult r = api_->free(p);
-  if (!r.ok()) throw CudaError("cudaFree", r.code, r.message, "", device_);
+  CudaError::check(r, "cudaFree", device_);
 }
 
 // Note [Expandable segments through virtual memory]
@@ -55,7 +55,7 @@ void* CudaVirtualSegmentSource::reserve(std::size_t bytes) {
   void* p = nullptr;
   const CudaResult r = api_->address_reserve(&p, granules * granularity_);
   if (r.status == CudaStatus::kOutOfMemory) return nullptr;
-  if (!r.ok()) throw CudaError("cuMemAddressReserve", r.code, r.message, "", device_);
+  CudaError::check(r, "cuMemAddressReserve", device_);
   reservations_[p] = {.granules = granules, .mapped = 0};
   return p;
 }
@@ -64,7 +64,7 @@ void CudaVirtualSegmentSource::release(void* p, std::size_t /*bytes*/) {
   Reservation& r = find(p);
   shrink(p, r, 0);
   const CudaResult freed = api_->address_free(p, r.granules * granularity_);
-  if (!freed.ok()) throw CudaError("cuMemAddressFree", freed.code, freed.message, "", device_);
+  CudaError::check(freed, "cuMemAddressFree", device_);
   reservations_.erase(p);
 }
 
@@ -99,7 +99,7 @@ bool CudaVirtualSegmentSource::grow(void* base, Reservation& r, std::size_t targ
       shrink(base, r, before);
       return false;
     }
-    if (!m.ok()) throw CudaError("cuMemMap", m.code, m.message, "", device_);
+    CudaError::check(m, "cuMemMap", device_);
     ++r.mapped;
   }
   return true;
@@ -108,7 +108,7 @@ bool CudaVirtualSegmentSource::grow(void* base, Reservation& r, std::size_t targ
 void CudaVirtualSegmentSource::shrink(void* base, Reservation& r, std::size_t target) {
   while (r.mapped > target) {
     const CudaResult u = api_->unmap(granule(base, r.mapped - 1), granularity_);
-    if (!u.ok()) throw CudaError("cuMemUnmap", u.code, u.message, "", device_);
+    CudaError::check(u, "cuMemUnmap", device_);
     --r.mapped;
   }
 }

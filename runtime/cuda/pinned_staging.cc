@@ -6,11 +6,6 @@
 #include "remat/errors.h"
 
 namespace remat::detail {
-namespace {
-void check(const CudaResult& r, const char* call) {
-  if (!r.ok()) throw CudaError(call, r.code, r.message);
-}
-}  // namespace
 
 // Note [Pinned staging]
 // A copy from pageable host memory makes the CUDA driver stage it itself and, for the
@@ -39,11 +34,11 @@ PinnedStaging::Buffer& PinnedStaging::next_buffer() {
   Buffer& b = buffers_[turn_];
   turn_ = (turn_ + 1) % buffers_.size();
   if (b.host == nullptr) {
-    check(api_.malloc_host(&b.host, chunk_), "cudaMallocHost");
-    check(api_.event_create(&b.done, /*timing=*/false), "cudaEventCreate");
+    CudaError::check(api_.malloc_host(&b.host, chunk_), "cudaMallocHost");
+    CudaError::check(api_.event_create(&b.done, /*timing=*/false), "cudaEventCreate");
   }
   if (b.in_flight) {
-    check(api_.event_synchronize(b.done), "cudaEventSynchronize");
+    CudaError::check(api_.event_synchronize(b.done), "cudaEventSynchronize");
     b.in_flight = false;
   }
   return b;
@@ -54,10 +49,10 @@ void PinnedStaging::upload(void* dst, const void* src, std::size_t bytes) {
     const std::size_t n = std::min(chunk_, bytes - at);
     Buffer& b = next_buffer();
     std::memcpy(b.host, static_cast<const char*>(src) + at, n);
-    check(api_.memcpy_async(static_cast<char*>(dst) + at, b.host, n, CudaCopy::kHostToDevice,
-                            stream_),
-          "cudaMemcpyAsync");
-    check(api_.event_record(b.done, stream_), "cudaEventRecord");
+    CudaError::check(api_.memcpy_async(static_cast<char*>(dst) + at, b.host, n,
+                                       CudaCopy::kHostToDevice, stream_),
+                     "cudaMemcpyAsync");
+    CudaError::check(api_.event_record(b.done, stream_), "cudaEventRecord");
     b.in_flight = true;
   }
 }
@@ -66,11 +61,11 @@ void PinnedStaging::download(void* dst, const void* src, std::size_t bytes) {
   for (std::size_t at = 0; at < bytes; at += chunk_) {
     const std::size_t n = std::min(chunk_, bytes - at);
     Buffer& b = next_buffer();
-    check(api_.memcpy_async(b.host, static_cast<const char*>(src) + at, n, CudaCopy::kDeviceToHost,
-                            stream_),
-          "cudaMemcpyAsync");
-    check(api_.event_record(b.done, stream_), "cudaEventRecord");
-    check(api_.event_synchronize(b.done), "cudaEventSynchronize");
+    CudaError::check(api_.memcpy_async(b.host, static_cast<const char*>(src) + at, n,
+                                       CudaCopy::kDeviceToHost, stream_),
+                     "cudaMemcpyAsync");
+    CudaError::check(api_.event_record(b.done, stream_), "cudaEventRecord");
+    CudaError::check(api_.event_synchronize(b.done), "cudaEventSynchronize");
     std::memcpy(static_cast<char*>(dst) + at, b.host, n);
   }
 }
