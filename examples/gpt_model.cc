@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "examples/common/flags.h"
 #include "examples/common/random.h"
 
 namespace remat::examples {
@@ -44,18 +43,18 @@ std::vector<std::int32_t> generated_text(std::uint64_t seed, std::uint64_t offse
   return out;
 }
 
-absl::Status GptModel::configure(const std::map<std::string, std::string>& flags) {
-  FlagReader f(flags);
-  f.read<std::int64_t>("layers", c_.layers, 1);
-  f.read<std::int64_t>("channels", c_.channels, 1);
-  f.read<std::int64_t>("heads", c_.heads, 1);
-  f.read<std::int64_t>("vocab", c_.vocab, 2);
-  f.read<std::int64_t>("batch", c_.batch, 1);
-  f.read<std::int64_t>("min-t", c_.min_t, 1);
-  f.read<std::int64_t>("max-t", c_.max_t, 1);
-  f.read<float>("dropout", c_.dropout, 0.0f);
-  absl::Status st = f.finish();
-  if (!st.ok()) return st;
+void GptModel::add_flags(cli::FlagSet& flags) {
+  flags.add("layers", &c_.layers, "transformer blocks", 1);
+  flags.add("channels", &c_.channels, "embedding width (a multiple of --heads)", 1);
+  flags.add("heads", &c_.heads, "attention heads", 1);
+  flags.add("vocab", &c_.vocab, "vocabulary size (the text is bytes)", 2);
+  flags.add("batch", &c_.batch, "sequences per step", 1);
+  flags.add("min-t", &c_.min_t, "shortest sequence a step draws", 1);
+  flags.add("max-t", &c_.max_t, "longest sequence a step draws", 1);
+  flags.add("dropout", &c_.dropout, "dropout probability, below 1", 0.0f);
+}
+
+absl::Status GptModel::check_flags() const {
   if (c_.channels % c_.heads != 0)
     return absl::InvalidArgumentError("--channels must be a multiple of --heads");
   if (c_.min_t > c_.max_t) return absl::InvalidArgumentError("--min-t must be at most --max-t");

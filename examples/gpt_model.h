@@ -19,7 +19,8 @@ class GptModel final : public Model {
  public:
   explicit GptModel(GptConfig c = {}) : c_(c) {}
   std::string name() const override { return "gpt_train"; }
-  absl::Status configure(const std::map<std::string, std::string>& flags) override;
+  void add_flags(cli::FlagSet& flags) override;
+  absl::Status check_flags() const override;
   std::vector<HostTensor> init_params(std::uint64_t seed) const override;
   ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,
                const std::vector<Tensor>& buffers, int step, std::uint64_t seed) override;

@@ -2,19 +2,16 @@
 
 #include <cmath>
 
-#include "examples/common/flags.h"
 #include "examples/common/random.h"
 
 namespace remat::examples {
 
-absl::Status MlpModel::configure(const std::map<std::string, std::string>& flags) {
-  FlagReader f(flags);
-  f.read<std::int64_t>("batch", c_.batch, 1);
-  f.read<std::int64_t>("in", c_.in, 1);
-  f.read<std::int64_t>("hidden", c_.hidden, 1);
-  f.read<std::int64_t>("layers", c_.layers, 1);
-  f.read<std::int64_t>("classes", c_.classes, 2);
-  return f.finish();
+void MlpModel::add_flags(cli::FlagSet& flags) {
+  flags.add("batch", &c_.batch, "examples per step", 1);
+  flags.add("in", &c_.in, "input features", 1);
+  flags.add("hidden", &c_.hidden, "width of the hidden layers", 1);
+  flags.add("layers", &c_.layers, "hidden layers", 1);
+  flags.add("classes", &c_.classes, "output classes", 2);
 }
 
 std::vector<HostTensor> MlpModel::init_params(std::uint64_t seed) const {

@@ -15,7 +15,7 @@ class MlpModel final : public Model {
  public:
   explicit MlpModel(MlpConfig c = {}) : c_(c) {}
   std::string name() const override { return "mlp_train"; }
-  absl::Status configure(const std::map<std::string, std::string>& flags) override;
+  void add_flags(cli::FlagSet& flags) override;
   std::vector<HostTensor> init_params(std::uint64_t seed) const override;
   ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,
                const std::vector<Tensor>& buffers, int step, std::uint64_t seed) override;

@@ -2,19 +2,16 @@
 
 #include <cmath>
 
-#include "examples/common/flags.h"
 #include "examples/common/random.h"
 
 namespace remat::examples {
 
-absl::Status ResnetModel::configure(const std::map<std::string, std::string>& flags) {
-  FlagReader f(flags);
-  f.read<std::int64_t>("batch", c_.batch, 2);
-  f.read<std::int64_t>("blocks", c_.blocks, 1);
-  f.read<std::int64_t>("width", c_.width, 1);
-  f.read<std::int64_t>("image", c_.image, 8);
-  f.read<std::int64_t>("classes", c_.classes, 2);
-  return f.finish();
+void ResnetModel::add_flags(cli::FlagSet& flags) {
+  flags.add("batch", &c_.batch, "images per step (at least 2, for batch norm)", 2);
+  flags.add("blocks", &c_.blocks, "residual blocks per stage (three stages)", 1);
+  flags.add("width", &c_.width, "channels of the first stage (doubling per stage)", 1);
+  flags.add("image", &c_.image, "image height and width", 8);
+  flags.add("classes", &c_.classes, "output classes", 2);
 }
 
 // The conv layers in order: the stem, then per block its two 3x3 convs and, for the first

@@ -17,7 +17,7 @@ class ResnetModel final : public Model {
  public:
   explicit ResnetModel(ResnetConfig c = {}) : c_(c) {}
   std::string name() const override { return "resnet_train"; }
-  absl::Status configure(const std::map<std::string, std::string>& flags) override;
+  void add_flags(cli::FlagSet& flags) override;
   std::vector<HostTensor> init_params(std::uint64_t seed) const override;
   std::vector<HostTensor> init_buffers() const override;
   ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,

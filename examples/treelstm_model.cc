@@ -2,23 +2,23 @@
 
 #include <cmath>
 
-#include "examples/common/flags.h"
 #include "examples/common/random.h"
 
 namespace remat::examples {
 
-absl::Status TreeLstmModel::configure(const std::map<std::string, std::string>& flags) {
-  FlagReader f(flags);
-  f.read<std::int64_t>("trees", c_.trees, 1);
-  f.read<std::int64_t>("hidden", c_.hidden, 1);
-  f.read<std::int64_t>("vocab", c_.vocab, 2);
-  f.read<std::int64_t>("classes", c_.classes, 2);
-  f.read<std::int64_t>("min-leaves", c_.min_leaves, 1);
-  f.read<std::int64_t>("max-leaves", c_.max_leaves, 1);
-  absl::Status st = f.finish();
-  if (st.ok() && c_.min_leaves > c_.max_leaves)
+void TreeLstmModel::add_flags(cli::FlagSet& flags) {
+  flags.add("trees", &c_.trees, "trees per step", 1);
+  flags.add("hidden", &c_.hidden, "hidden state width", 1);
+  flags.add("vocab", &c_.vocab, "vocabulary size", 2);
+  flags.add("classes", &c_.classes, "output classes", 2);
+  flags.add("min-leaves", &c_.min_leaves, "fewest leaves a tree draws", 1);
+  flags.add("max-leaves", &c_.max_leaves, "most leaves a tree draws", 1);
+}
+
+absl::Status TreeLstmModel::check_flags() const {
+  if (c_.min_leaves > c_.max_leaves)
     return absl::InvalidArgumentError("--min-leaves must be at most --max-leaves");
-  return st;
+  return absl::OkStatus();
 }
 
 std::vector<HostTensor> TreeLstmModel::init_params(std::uint64_t seed) const {

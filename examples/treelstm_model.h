@@ -17,7 +17,8 @@ class TreeLstmModel final : public Model {
  public:
   explicit TreeLstmModel(TreeLstmConfig c = {}) : c_(c) {}
   std::string name() const override { return "treelstm_train"; }
-  absl::Status configure(const std::map<std::string, std::string>& flags) override;
+  void add_flags(cli::FlagSet& flags) override;
+  absl::Status check_flags() const override;
   std::vector<HostTensor> init_params(std::uint64_t seed) const override;
   ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,
                const std::vector<Tensor>& buffers, int step, std::uint64_t seed) override;

@@ -1,4 +1,5 @@
 // remat-plan: plans a rematerialization schedule for a remat-graph-v1 file.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -6,94 +7,20 @@
 #include <optional>
 #include <string>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "remat/graph.h"
 #include "remat/planner.h"
 #include "remat/schedule.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
-int Usage(const std::string& msg) {
-  if (!msg.empty()) std::cerr << "remat-plan: " << msg << "\n";
-  std::cerr << "usage: remat-plan GRAPH.json --algo A [--budget BYTES | --budget-fraction F]\n"
-               "                  [--time-limit S] [--schedule-out FILE] [--k K] [--json]\n"
-               "algorithms: "
-            << absl::StrJoin(remat::planner_names(), ", ") << "\n";
-  return 2;
-}
-
-struct Flags {
-  std::string graph_path, algo, schedule_out;
-  std::optional<int64_t> budget;
-  std::optional<double> fraction;
-  double time_limit = 60;
-  bool as_json = false;
-  int k = -1;
-};
-
-bool TakesValue(const std::string& a) {
-  return a == "--algo" || a == "--budget" || a == "--budget-fraction" || a == "--time-limit" ||
-         a == "--schedule-out" || a == "--k";
-}
-
-// Stores the value v of flag a; returns what is wrong with it, or "" when it is accepted.
-std::string SetFlagValue(const std::string& a, const std::string& v, Flags* f) {
-  if (a == "--algo")
-    f->algo = v;
-  else if (a == "--schedule-out")
-    f->schedule_out = v;
-  else if (a == "--budget") {
-    int64_t b;
-    if (!absl::SimpleAtoi(v, &b) || b < 0) return "--budget wants a non-negative integer of bytes";
-    f->budget = b;
-  } else if (a == "--budget-fraction") {
-    double x;
-    if (!absl::SimpleAtod(v, &x) || !(x > 0) || !std::isfinite(x))
-      return "--budget-fraction wants a positive number";
-    f->fraction = x;
-  } else if (a == "--time-limit") {
-    if (!absl::SimpleAtod(v, &f->time_limit) || !(f->time_limit > 0))
-      return "--time-limit wants seconds > 0";
-  } else if (a == "--k") {
-    if (!absl::SimpleAtoi(v, &f->k)) return "--k wants an integer";
-  }
-  return "";
-}
-
-// Reads the command line into *f; returns the exit status when the program stops here
-// (help, or a usage error).
-std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--json") {
-      f->as_json = true;
-      continue;
-    }
-    if (a == "--help" || a == "-h") return Usage("");
-    if (TakesValue(a)) {
-      if (i + 1 >= argc) return Usage(a + " needs a value");
-      std::string error = SetFlagValue(a, argv[++i], f);
-      if (!error.empty()) return Usage(error);
-      continue;
-    }
-    if (!a.empty() && a[0] == '-') return Usage("unknown flag " + a);
-    if (!f->graph_path.empty()) return Usage("more than one graph given");
-    f->graph_path = a;
-  }
-  if (f->graph_path.empty()) return Usage("no graph given");
-  if (f->algo.empty()) return Usage("--algo is required");
-  if (f->budget && f->fraction) return Usage("give --budget or --budget-fraction, not both");
-  return std::nullopt;
-}
-
-// The budget as a fraction of the peak of the file order without recomputation.
-int64_t FractionOfPeak(const remat::Graph& g, double fraction) {
+// The baseline of --budget-fraction: the peak of the file order without recomputation, the
+// accounting of ../shared/graphs/FORMAT.md (remat-compare measures the same).
+std::uint64_t BaselinePeak(const remat::Graph& g) {
   remat::Schedule s{g.name, {}};
   for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
-  remat::SimResult base = remat::simulate(g, s);
-  return static_cast<int64_t>(std::floor(fraction * static_cast<double>(base.peak_bytes)));
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, remat::simulate(g, s).peak_bytes));
 }
 
 bool WriteSchedule(const std::string& path, const remat::Schedule& schedule) {
@@ -146,37 +73,63 @@ void PrintText(const remat::Graph& g, const remat::Plan& plan, std::optional<int
 
 }  // namespace
 
-// Bad inputs are Status errors (exit 1); anything that still escapes is one line and exit 2,
-// not std::terminate.
+// Exit codes (tools/cli/exit_code.h): 0 a plan within the budget, 1 none found, 2 a bad flag
+// or input; anything that still escapes is one line and exit 2, not std::terminate.
 int main(int argc, char** argv) try {
-  Flags f;
-  if (std::optional<int> status = ParseFlags(argc, argv, &f)) return *status;
-  auto g = remat::read_graph_file(f.graph_path);
+  namespace cli = remat::cli;
+  std::string graph_path, algo, schedule_out;
+  double time_limit = 60;
+  int k = -1;
+  bool json = false;
+  cli::BudgetFlags budget_flags;
+  cli::FlagSet flags("remat-plan", "GRAPH.json --algo A [--budget B | --budget-fraction F] [flags]",
+                     "Plans a rematerialization schedule for a remat-graph-v1 file and checks it "
+                     "with the simulator.\nExit status: 0 a plan within the budget, 1 no plan "
+                     "within it, 2 a bad flag or input.");
+  flags.add_positional("GRAPH.json", &graph_path, "the graph (remat-graph-v1)");
+  flags.add_choice("algo", &algo, remat::planner_names(), "the planner (required)");
+  flags.add_budget(&budget_flags,
+                   "the peak of the file order without recomputation (FORMAT.md's accounting)");
+  flags.add("time-limit", &time_limit, "seconds the planner may take", 0.001);
+  flags.add("schedule-out", &schedule_out, "write the schedule (remat-schedule-v1) to this file");
+  flags.add("k", &k, "twremat: the tree decomposition's width bound; -1 lets twremat choose");
+  flags.add_switch("json", &json, "one JSON object instead of text");
+  if (std::optional<int> code = flags.parse(argc, const_cast<const char* const*>(argv)))
+    return *code;
+  if (graph_path.empty()) {
+    std::cerr << "remat-plan: no graph given (remat-plan --help lists the flags)\n";
+    return cli::kExitError;
+  }
+  if (algo.empty()) {
+    std::cerr << "remat-plan: --algo is required (remat-plan --help lists the flags)\n";
+    return cli::kExitError;
+  }
+  auto g = remat::read_graph_file(graph_path);
   if (!g.ok()) {
     std::cerr << "remat-plan: " << g.status().message() << "\n";
-    return 1;
+    return cli::kExitError;
   }
-  std::optional<int64_t> budget = f.budget;
-  if (f.fraction) budget = FractionOfPeak(*g, *f.fraction);
+  std::optional<int64_t> budget;
+  if (budget_flags.given()) budget = static_cast<int64_t>(*budget_flags.resolve(BaselinePeak(*g)));
   remat::PlanOptions opt;
   opt.budget_bytes = budget;
-  opt.time_limit_seconds = f.time_limit;
-  opt.twremat_k = f.k;
+  opt.time_limit_seconds = time_limit;
+  opt.twremat_k = k;
   opt.verbose = std::getenv("REMAT_VERBOSE") != nullptr;
-  auto plan = remat::run_planner(f.algo, *g, opt);
+  auto plan = remat::run_planner(algo, *g, opt);
   if (!plan.ok()) {
     std::cerr << "remat-plan: " << plan.status().message() << "\n";
-    return 1;
+    return cli::kExitError;
   }
-  if (!f.schedule_out.empty() && !plan->schedule.order.empty() &&
-      !WriteSchedule(f.schedule_out, plan->schedule))
-    return 1;
-  if (f.as_json)
+  if (!schedule_out.empty() && !plan->schedule.order.empty() &&
+      !WriteSchedule(schedule_out, plan->schedule))
+    return cli::kExitError;
+  if (json)
     PrintJson(*g, *plan, budget);
   else
     PrintText(*g, *plan, budget);
-  return 0;
+  return plan->feasible ? cli::kExitOk : cli::kExitInfeasible;
 } catch (const std::exception& e) {
   std::cerr << "remat-plan: error: " << e.what() << "\n";
-  return 2;
+  return remat::cli::kExitError;
 }

@@ -1,6 +1,7 @@
 // The command-line tools on the bad inputs of issue 23: each used to end in std::terminate
-// (exit 134) or to run on nonsense. Now each exits with an error code and one line on stderr
-// that names the file, the line (or node) and the problem.
+// (exit 134) or to run on nonsense. Now each exits with kExitError and one line on stderr
+// that names the file, the line (or node) and the problem. Also the flags every tool shares
+// (tools/cli): --help and --version, the budget rules and the exit codes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -10,6 +11,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "tools/cli/exit_code.h"
 
 namespace {
 
@@ -18,22 +22,29 @@ using ::testing::HasSubstr;
 
 struct ToolRun {
   int exit_code = -1;
-  std::string err;
+  std::string err, out;
 };
 
-// Runs `tool args` from the build's bin directory, stderr captured.
-ToolRun RunTool(const std::string& tool, const std::string& args) {
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `tool args` from the build's bin directory, stderr captured (and stdout if asked).
+ToolRun RunTool(const std::string& tool, const std::string& args, bool keep_stdout = false) {
   const fs::path bin = fs::path(REMAT_BIN_DIR) / tool;
   const fs::path err = fs::path(::testing::TempDir()) / (tool + ".stderr");
-  const std::string cmd =
-      bin.string() + " " + args + " > /dev/null 2> " + err.string() + " < /dev/null";
+  const fs::path out = fs::path(::testing::TempDir()) / (tool + ".stdout");
+  const std::string cmd = bin.string() + " " + args + " > " +
+                          (keep_stdout ? out.string() : std::string("/dev/null")) + " 2> " +
+                          err.string() + " < /dev/null";
   const int status = std::system(cmd.c_str());
   ToolRun r;
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  std::ifstream in(err);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
+  r.err = ReadFile(err);
+  if (keep_stdout) r.out = ReadFile(out);
   return r;
 }
 
@@ -43,9 +54,9 @@ std::string Write(const std::string& name, const std::string& text) {
   return p.string();
 }
 
-// A clean failure: exit 1 (a bad input file) and one line on stderr.
+// A clean failure: exit kExitError (a bad input file) and one line on stderr.
 void ExpectCleanFailure(const ToolRun& r, const std::string& fragment) {
-  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.exit_code, remat::cli::kExitError) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr(fragment));
 }
@@ -157,6 +168,101 @@ TEST(CompareCli, BadGraphsAndTraces) {
                          "\n");
   ExpectCleanFailure(RunTool("remat-compare", trace + " --out " + out),
                      trace + ":5: CALL 'f' reads argument 'w', released at line 4");
+}
+
+// A four-node chain: an input and three ops, 100 bytes each.
+std::string ChainGraph() {
+  return Write("chain.json",
+               R"({"format":"remat-graph-v1","name":"chain","nodes":[)"
+               R"({"id":0,"bytes":100,"kind":"input"},{"id":1,"bytes":100,"inputs":[0],"cost":1},)"
+               R"({"id":2,"bytes":100,"inputs":[1],"cost":1},{"id":3,"bytes":100,"inputs":[2],)"
+               R"("cost":1}]})");
+}
+
+// Every tool, with the arguments it needs to get as far as reading its flags.
+struct Tool {
+  const char* name;
+  std::string args;
+};
+std::vector<Tool> Tools() {
+  const std::string graph = std::string(REMAT_SOURCE_DIR) + "/examples/traces/mlp12.log";
+  std::vector<Tool> tools = {{"remat-replay", graph + " --policy dtr"},
+                             {"remat-compare", graph + " --planners chen --policies dtr"},
+                             {"mlp_train", "--steps 1"},
+                             {"gpt_train", "--steps 1"}};
+  if (fs::exists(fs::path(REMAT_BIN_DIR) / "remat-plan"))
+    tools.push_back({"remat-plan", ChainGraph() + " --algo chen"});
+  return tools;
+}
+
+TEST(EveryTool, HelpListsTheFlagsAndExitsZero) {
+  for (const Tool& t : Tools()) {
+    const ToolRun help = RunTool(t.name, "--help", /*keep_stdout=*/true);
+    EXPECT_EQ(help.exit_code, remat::cli::kExitOk) << t.name << ": " << help.err;
+    EXPECT_THAT(help.out, HasSubstr(std::string("usage: ") + t.name)) << t.name;
+    EXPECT_THAT(help.out, HasSubstr("--version")) << t.name;
+    EXPECT_THAT(help.out, HasSubstr("(default ")) << t.name;
+    const ToolRun version = RunTool(t.name, "--version", true);
+    EXPECT_EQ(version.exit_code, remat::cli::kExitOk) << t.name;
+    EXPECT_THAT(version.out, HasSubstr("(remat) ")) << t.name;
+  }
+}
+
+TEST(EveryTool, OneBudgetRule) {
+  for (const Tool& t : Tools()) {
+    const bool compare = std::string(t.name) == "remat-compare";
+    for (const char* bad : {"1e30", "inf", "nan", "1.5", "0", "-0.5", "half"}) {
+      const std::string flag = compare ? " --budgets " : " --budget-fraction ";
+      const ToolRun r = RunTool(t.name, t.args + flag + bad);
+      EXPECT_EQ(r.exit_code, remat::cli::kExitError) << t.name << " " << bad;
+      EXPECT_THAT(r.err, HasSubstr("wants a number in (0, 1]")) << t.name << " " << bad;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    }
+    if (compare) continue;
+    for (const char* bad : {"1e30", "-1", "12.5", "5XB", "inf"}) {
+      const ToolRun r = RunTool(t.name, t.args + " --budget " + bad);
+      EXPECT_EQ(r.exit_code, remat::cli::kExitError) << t.name << " " << bad;
+      EXPECT_THAT(r.err, HasSubstr("is not a budget")) << t.name << " " << bad;
+    }
+    const ToolRun both = RunTool(t.name, t.args + " --budget 1GiB --budget-fraction 0.5");
+    EXPECT_EQ(both.exit_code, remat::cli::kExitError) << t.name;
+    EXPECT_THAT(both.err, HasSubstr("not both")) << t.name;
+    const ToolRun unknown = RunTool(t.name, t.args + " --nope 3");
+    EXPECT_EQ(unknown.exit_code, remat::cli::kExitError) << t.name;
+    EXPECT_THAT(unknown.err, HasSubstr("unrecognised option '--nope'")) << t.name;
+  }
+}
+
+TEST(ExitCodes, PlanSaysFeasibleOrNot) {
+  if (!fs::exists(fs::path(REMAT_BIN_DIR) / "remat-plan")) GTEST_SKIP() << "no remat-plan";
+  const std::string graph = ChainGraph();
+  EXPECT_EQ(RunTool("remat-plan", graph + " --algo chen --budget-fraction 1").exit_code,
+            remat::cli::kExitOk);
+  EXPECT_EQ(RunTool("remat-plan", graph + " --algo chen --budget 1").exit_code,
+            remat::cli::kExitInfeasible);
+}
+
+TEST(ExitCodes, ReplaySaysWhetherEveryRunFit) {
+  const std::string trace = std::string(REMAT_SOURCE_DIR) + "/examples/traces/mlp12.log";
+  EXPECT_EQ(RunTool("remat-replay", trace + " --policy dtr --budget-fraction 1").exit_code,
+            remat::cli::kExitOk);
+  // At 0.1 the step cannot fit: exit 1, and the row has no slowdown (its time is not a step's).
+  const ToolRun r = RunTool("remat-replay", trace + " --policy dtr --budget-fraction 0.1 --json",
+                            /*keep_stdout=*/true);
+  EXPECT_EQ(r.exit_code, remat::cli::kExitInfeasible) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(R"("slowdown":null)"));
+  EXPECT_THAT(r.out, HasSubstr(R"("status":"oom")"));
+}
+
+TEST(CompareCli, UnknownPoliciesAndAFileForOut) {
+  const std::string trace = std::string(REMAT_SOURCE_DIR) + "/examples/traces/mlp12.log";
+  const ToolRun policy = RunTool("remat-compare", trace + " --policies dtr,nope");
+  EXPECT_EQ(policy.exit_code, remat::cli::kExitError);
+  EXPECT_THAT(policy.err, HasSubstr("unknown policy 'nope' in --policies"));
+  const std::string file = Write("not_a_dir", "x");
+  const ToolRun out = RunTool("remat-compare", trace + " --out " + file);
+  EXPECT_EQ(out.exit_code, remat::cli::kExitError);
+  EXPECT_THAT(out.err, HasSubstr("exists and is not a directory"));
 }
 
 }  // namespace

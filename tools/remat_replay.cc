@@ -4,7 +4,7 @@
 //   remat-replay TRACE.log --policy dtr --budget-fraction 0.5
 //   remat-replay TRACE.log --policy all --sweep --json --accounting allocator
 //   remat-replay --policy list
-#include <absl/strings/numbers.h>
+#include <absl/strings/str_format.h>
 #include <absl/strings/str_split.h>
 
 #include <algorithm>
@@ -16,126 +16,93 @@
 #include <vector>
 
 #include "remat/replay.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
-int usage(const char* why) {
-  if (why != nullptr) std::fprintf(stderr, "remat-replay: %s\n", why);
-  std::fprintf(stderr,
-               "usage: remat-replay TRACE.log --policy P|all|list (--budget BYTES | "
-               "--budget-fraction F | --sweep)\n"
-               "                    [--accounting logical|allocator] [--json] [--sample]\n"
-               "                    [--min-evictable BYTES] [--no-window] [--expandable]\n"
-               "                    [--slowdown-cap X]\n");
-  return 2;
-}
-
 struct Args {
-  std::string trace;
+  std::string trace, policy;
   std::vector<std::string> policies;
-  bool list = false;
-  long long budget = -1;
-  std::vector<double> fractions;
-  bool json = false;
+  remat::cli::BudgetFlags budget;
+  bool sweep = false, json = false, no_window = false;
+  std::string accounting = "logical";
+  std::uint64_t min_evictable = 0;
   remat::ReplayOptions replay;
 };
 
-bool parse(int argc, char** argv, Args& a, std::string& err) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      if (i + 1 >= argc) {
-        err = std::string(flag) + " needs a value";
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    if (arg == "--policy") {
-      const char* v = value("--policy");
-      if (v == nullptr) return false;
-      if (std::string(v) == "list")
-        a.list = true;
-      else if (std::string(v) == "all")
-        a.policies = remat::eviction_policy_names();
-      else
-        a.policies = absl::StrSplit(v, ',');
-    } else if (arg == "--budget") {
-      const char* v = value("--budget");
-      if (v == nullptr) return false;
-      if (!absl::SimpleAtoi(v, &a.budget) || a.budget < 0) return err = "bad --budget", false;
-    } else if (arg == "--budget-fraction") {
-      const char* v = value("--budget-fraction");
-      double f;
-      if (v == nullptr) return false;
-      if (!absl::SimpleAtod(v, &f) || !(f > 0)) return err = "bad --budget-fraction", false;
-      a.fractions = {f};
-    } else if (arg == "--sweep") {
-      a.fractions.clear();
-      for (int k = 10; k >= 1; --k) a.fractions.push_back(k / 10.0);
-    } else if (arg == "--json") {
-      a.json = true;
-    } else if (arg == "--sample") {
-      a.replay.sample_candidates = true;
-    } else if (arg == "--no-window") {
-      a.replay.contiguous_eviction = false;
-    } else if (arg == "--expandable") {
-      a.replay.expandable_segments = true;
-    } else if (arg == "--accounting") {
-      const char* v = value("--accounting");
-      if (v == nullptr) return false;
-      if (std::string(v) == "logical")
-        a.replay.accounting = remat::Accounting::kLogical;
-      else if (std::string(v) == "allocator")
-        a.replay.accounting = remat::Accounting::kAllocator;
-      else
-        return err = "--accounting is logical or allocator", false;
-    } else if (arg == "--min-evictable") {
-      const char* v = value("--min-evictable");
-      if (v == nullptr || !absl::SimpleAtoi(v, &a.replay.min_evictable_bytes))
-        return err = "bad --min-evictable", false;
-    } else if (arg == "--slowdown-cap") {
-      const char* v = value("--slowdown-cap");
-      if (v == nullptr || !absl::SimpleAtod(v, &a.replay.slowdown_cap))
-        return err = "bad --slowdown-cap", false;
-    } else if (!arg.empty() && arg[0] == '-') {
-      return err = "unknown flag " + arg, false;
-    } else if (a.trace.empty()) {
-      a.trace = arg;
-    } else {
-      return err = "more than one trace given", false;
-    }
-  }
-  return true;
+void DeclareFlags(remat::cli::FlagSet& flags, Args& a) {
+  flags.add_positional("TRACE.log", &a.trace, "the recorded step (DTR log format)");
+  flags.add("policy", &a.policy,
+            "eviction policies, comma-separated, or all, or list (prints their names)");
+  flags.add_budget(&a.budget,
+                   "the trace's peak of live bytes when nothing is evicted (logical accounting)");
+  flags.add_switch("sweep", &a.sweep, "budgets 1.0, 0.9, ..., 0.1 of that peak");
+  flags.add_choice("accounting", &a.accounting, {"logical", "allocator"},
+                   "what the budget caps: the sum of live tensor bytes, or the allocator's "
+                   "reserved bytes");
+  flags.add_switch("json", &a.json, "one JSON object per run instead of a table");
+  flags.add_switch("sample", &a.replay.sample_candidates,
+                   "score a random sample of candidates rather than all of them");
+  flags.add_switch("no-window", &a.no_window, "evict single tensors, not contiguous windows");
+  flags.add_switch("expandable", &a.replay.expandable_segments,
+                   "one expandable arena instead of segments");
+  flags.add("min-evictable", &a.min_evictable, "never evict tensors smaller than this (bytes)");
+  flags.add("slowdown-cap", &a.replay.slowdown_cap,
+            "a run whose slowdown passes this is stopped as thrashing", 1.0);
 }
 
 int run(int argc, char** argv) {
+  namespace cli = remat::cli;
   Args a;
-  std::string err;
-  if (!parse(argc, argv, a, err)) return usage(err.c_str());
-  if (a.list) {
+  cli::FlagSet flags("remat-replay",
+                     "TRACE.log --policy P (--budget B | --budget-fraction F | --sweep) [flags]",
+                     "Replays a recorded training step under a memory budget on the simulated "
+                     "backend, one result per run.\nExit status: 0 every run fit its budget, 1 "
+                     "some run ran out of memory or thrashed, 2 a bad flag or input.");
+  DeclareFlags(flags, a);
+  if (std::optional<int> code = flags.parse(argc, const_cast<const char* const*>(argv)))
+    return *code;
+  auto usage = [](const std::string& why) {
+    std::fprintf(stderr, "remat-replay: %s (remat-replay --help lists the flags)\n", why.c_str());
+    return cli::kExitError;
+  };
+  if (a.policy == "list") {
     for (const std::string& p : remat::eviction_policy_names()) std::printf("%s\n", p.c_str());
-    return 0;
+    return cli::kExitOk;
   }
+  a.policies = a.policy == "all"
+                   ? remat::eviction_policy_names()
+                   : std::vector<std::string>(absl::StrSplit(a.policy, ',', absl::SkipEmpty()));
+  a.replay.contiguous_eviction = !a.no_window;
+  a.replay.min_evictable_bytes = static_cast<std::size_t>(a.min_evictable);
+  a.replay.accounting =
+      a.accounting == "logical" ? remat::Accounting::kLogical : remat::Accounting::kAllocator;
   if (a.trace.empty()) return usage("no trace given");
   if (a.policies.empty()) return usage("no --policy given");
   for (const std::string& p : a.policies) {
     bool known = false;
     for (const std::string& n : remat::eviction_policy_names()) known |= n == p;
-    if (!known) return usage(("unknown policy '" + p + "' (--policy list shows them)").c_str());
+    if (!known) return usage("unknown policy '" + p + "' (--policy list shows them)");
   }
-  if (a.budget < 0 && a.fractions.empty())
-    return usage("give --budget, --budget-fraction or --sweep");
+  if (a.budget.given() == a.sweep) return usage("give one of --budget, --budget-fraction, --sweep");
 
   auto trace = remat::read_dtr_trace_file(a.trace);
   if (!trace.ok()) {
     std::fprintf(stderr, "remat-replay: %s\n", std::string(trace.status().message()).c_str());
-    return 1;
+    return cli::kExitError;
   }
   const remat::ReplayBaseline base = remat::replay_baseline(*trace);
   std::vector<std::size_t> budgets;
-  if (a.budget >= 0) budgets.push_back(static_cast<std::size_t>(a.budget));
-  for (double f : a.fractions)
+  std::vector<double> fractions;
+  if (a.sweep)
+    for (int k = 10; k >= 1; --k) fractions.push_back(k / 10.0);
+  else if (a.budget.fraction)
+    fractions.push_back(*a.budget.fraction);
+  else
+    budgets.push_back(static_cast<std::size_t>(*a.budget.bytes));
+  for (double f : fractions)
     budgets.push_back(static_cast<std::size_t>(f * static_cast<double>(base.logical_peak_bytes)));
+  bool all_fit = true;
 
   if (!a.json) {
     std::printf("%-12s %-10s %-9s %14s %14s %14s %8s %9s %9s %9s %8s\n", "trace", "policy",
@@ -167,7 +134,8 @@ int run(int argc, char** argv) {
             {"fragmentation", r.fragmentation},
             {"segment_reserves", r.segment_reserves},
             {"segment_releases", r.segment_releases},
-            {"slowdown", r.slowdown},
+            // A run that stopped early has no slowdown: its time so far is not a step's.
+            {"slowdown", r.status == "ok" ? nlohmann::json(r.slowdown) : nlohmann::json()},
             {"evictions", r.evictions},
             {"recomputations", r.recomputations},
             {"search_seconds", r.search_seconds},
@@ -178,20 +146,23 @@ int run(int argc, char** argv) {
         if (!r.error.empty()) j["error"] = r.error;
         std::cout << j.dump() << "\n";
       } else {
-        std::printf("%-12s %-10s %-9s %14zu %14zu %14zu %8.2f %9.3f %9zu %9zu %8.4f\n",
+        const std::string slowdown =
+            r.status == "ok" ? absl::StrFormat("%.3f", r.slowdown) : std::string("-");
+        std::printf("%-12s %-10s %-9s %14zu %14zu %14zu %8.2f %9s %9zu %9zu %8.4f\n",
                     trace->name.c_str(), policy.c_str(), r.status.c_str(), budget,
-                    r.peak_reserved_bytes, r.peak_allocated_bytes, fraction, r.slowdown,
+                    r.peak_reserved_bytes, r.peak_allocated_bytes, fraction, slowdown.c_str(),
                     r.evictions, r.recomputations, r.search_seconds);
       }
+      all_fit &= r.status == "ok";
       std::fflush(stdout);
     }
   }
-  return 0;
+  return all_fit ? cli::kExitOk : cli::kExitInfeasible;
 }
 
 }  // namespace
 
-// A bad trace is a Status from the parser (exit 1); anything that still escapes is reported
+// A bad trace is a Status from the parser (exit 2); anything that still escapes is reported
 // on one line with exit 2 rather than left to std::terminate.
 int main(int argc, char** argv) {
   try {
@@ -200,6 +171,6 @@ int main(int argc, char** argv) {
     std::string what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
     std::fprintf(stderr, "remat-replay: error: %s\n", what.c_str());
-    return 2;
+    return remat::cli::kExitError;
   }
 }

@@ -207,108 +207,64 @@ Comparison train_with_baseline(Model& model, const TrainConfig& config) {
   return c;
 }
 
-namespace {
-constexpr const char* kHelp =
-    "usage: EXAMPLE [flags] [--MODEL_FLAG value ...]\n"
-    "  --backend cpu|cuda|sim     where kernels run (default cpu)\n"
-    "  --budget BYTES             hard cap on reserved bytes (default: none)\n"
-    "  --budget-fraction F        in (0, 1]: F x the unconstrained run's peak reserved bytes\n"
-    "  --baseline yes|no          run the unconstrained baseline first (default yes)\n"
-    "  --policy P                 eviction policy (default dtr; see remat-replay --policy list)\n"
-    "  --planners a,b             planners that seed --policy hinted\n"
-    "  --steps N --seed S --lr X  training (defaults 10, 1, 1e-3)\n"
-    "  --costs measured|estimated op costs: timed first runs (default) or declared work\n"
-    "  --expandable-segments      one arena instead of pooled segments\n"
-    "  --cuda-device N            CUDA device (default 0)\n"
-    "  --sync-after-launch        synchronize after each CUDA kernel (debugging)\n"
-    "  --json                     one JSON object on stdout\n"
-    "  --help                     this text\n"
-    "Model flags (e.g. --layers 4) are listed in the example's source.\n";
-}  // namespace
+void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
+  flags.add_choice("backend", &f.backend, {"cpu", "cuda", "sim"}, "where the kernels run");
+  flags.add_budget(&f.budget,
+                   "the unconstrained run's peak reserved bytes (measured first, in the same "
+                   "process)");
+  flags.add_choice("baseline", &f.baseline, {"yes", "no"},
+                   "run the unconstrained baseline first (a budget fraction needs it)");
+  flags.add("policy", &config.policy,
+            "eviction policy (remat-replay --policy list names them; hinted: plan-seeded)");
+  flags.add_list("planners", &config.planners, "the planners that seed --policy hinted");
+  flags.add("steps", &config.steps, "training steps", 0);
+  flags.add("seed", &config.seed, "seed of the parameters, the data and the dropout masks");
+  flags.add("lr", &config.adamw.lr, "AdamW learning rate", 0.0f);
+  flags.add_choice("costs", &f.costs, {"estimated", "measured"},
+                   "op costs the eviction policy weighs: estimated from each op's declared work "
+                   "(the same on every run) or measured by timing first runs (vary run to run)");
+  flags.add_switch("expandable-segments", &config.expandable_segments,
+                   "one expandable arena instead of pooled segments");
+  flags.add("cuda-device", &config.cuda.device, "CUDA device", 0);
+  flags.add_switch("sync-after-launch", &config.cuda.sync_after_launch,
+                   "synchronize after each CUDA kernel, naming the op that failed (debugging)");
+  flags.add_switch("json", &f.json, "one JSON object on stdout");
+}
 
-absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
-                         std::map<std::string, std::string>& model_flags) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0) return absl::InvalidArgumentError("unexpected argument " + arg);
-    std::string key = arg.substr(2), value;
-    if (const auto eq = key.find('='); eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else if (key != "json" && key != "help" && key != "sync-after-launch" &&
-               key != "expandable-segments") {
-      if (i + 1 >= argc) return absl::InvalidArgumentError("--" + key + " needs a value");
-      value = argv[++i];
-    }
-    auto bad = [&] { return absl::InvalidArgumentError("bad value for --" + key + ": " + value); };
-    if (key == "json") {
-      json = true;
-    } else if (key == "expandable-segments") {
-      config.expandable_segments = true;
-    } else if (key == "sync-after-launch") {
-      config.cuda.sync_after_launch = true;
-    } else if (key == "cuda-device") {
-      if (!absl::SimpleAtoi(value, &config.cuda.device) || config.cuda.device < 0) return bad();
-    } else if (key == "baseline") {
-      if (value != "yes" && value != "no") return bad();
-      config.baseline = value == "yes";
-    } else if (key == "help") {
-      return absl::CancelledError(kHelp);  // not an error: run_main prints it and exits 0
-    } else if (key == "backend") {
-      if (value == "cpu")
-        config.backend = Backend::kCpu;
-      else if (value == "cuda")
-        config.backend = Backend::kCuda;
-      else if (value == "sim")
-        config.backend = Backend::kSimulated;
-      else
-        return bad();
-    } else if (key == "budget") {
-      std::uint64_t b = 0;
-      if (!absl::SimpleAtoi(value, &b)) return bad();
-      config.budget = b;
-    } else if (key == "budget-fraction") {
-      if (!absl::SimpleAtod(value, &config.budget_fraction) || config.budget_fraction <= 0 ||
-          config.budget_fraction > 1)
-        return bad();
-    } else if (key == "costs") {
-      if (value != "measured" && value != "estimated") return bad();
-      config.measure_costs = value == "measured";
-    } else if (key == "policy") {
-      config.policy = value;
-    } else if (key == "planners") {
-      config.planners = absl::StrSplit(value, ',', absl::SkipEmpty());
-      if (config.planners.empty()) return bad();
-    } else if (key == "steps") {
-      if (!absl::SimpleAtoi(value, &config.steps) || config.steps < 0) return bad();
-    } else if (key == "seed") {
-      if (!absl::SimpleAtoi(value, &config.seed)) return bad();
-    } else if (key == "lr") {
-      if (!absl::SimpleAtof(value, &config.adamw.lr)) return bad();
-    } else {
-      model_flags[key] = value;
-    }
-  }
-  return absl::OkStatus();
+void apply_train_flags(const TrainFlags& f, TrainConfig& config) {
+  config.backend = f.backend == "cuda"  ? Backend::kCuda
+                   : f.backend == "sim" ? Backend::kSimulated
+                                        : Backend::kCpu;
+  if (f.budget.bytes) config.budget = static_cast<std::size_t>(*f.budget.bytes);
+  if (f.budget.fraction) config.budget_fraction = *f.budget.fraction;
+  config.baseline = f.baseline == "yes";
+  config.measure_costs = f.costs == "measured";
 }
 
 int run_main(int argc, char** argv, Model& model) {
   TrainConfig config;
-  bool json = false;
-  std::map<std::string, std::string> model_flags;
-  absl::Status st = parse_flags(argc, argv, config, json, model_flags);
-  if (absl::IsCancelled(st)) {
-    std::cout << model.name() << ": " << st.message();
-    return 0;
-  }
-  if (st.ok()) st = model.configure(model_flags);
-  if (!st.ok()) {
+  TrainFlags tf;
+  cli::FlagSet flags(model.name(), "[flags]",
+                     "Trains the example through remat: unconstrained first, then under the "
+                     "budget, and reports both (the losses match bit for bit).\nExit status: "
+                     "0 the run fit its budget, 1 out of memory or thrashing, 2 a bad flag.");
+  add_train_flags(flags, config, tf);
+  model.add_flags(flags);
+  if (std::optional<int> code = flags.parse(argc, const_cast<const char* const*>(argv)))
+    return *code;
+  apply_train_flags(tf, config);
+  const bool json = tf.json;
+  if (absl::Status st = model.check_flags(); !st.ok()) {
     std::cerr << model.name() << ": " << st.message() << "\n";
-    return 2;
+    return cli::kExitError;
+  }
+  if (config.budget_fraction > 0 && !config.baseline) {
+    std::cerr << model.name() << ": --budget-fraction needs the baseline run (--baseline yes)\n";
+    return cli::kExitError;
   }
   if (config.backend == Backend::kCuda && !cuda_device_available()) {
     std::cerr << model.name() << ": --backend cuda needs a CUDA device, and none is usable\n";
-    return 2;
+    return cli::kExitError;
   }
   config.progress = !json && isatty(STDERR_FILENO);
   Comparison c = train_with_baseline(model, config);
@@ -320,6 +276,7 @@ int run_main(int argc, char** argv, Model& model) {
     j["policy"] = config.policy;
     j["steps"] = config.steps;
     j["seed"] = config.seed;
+    j["costs"] = config.measure_costs ? "measured" : "estimated";
     j["status"] = r.status;
     if (!r.error.empty()) j["error"] = r.error;
     nlohmann::json losses = nlohmann::json::array();
@@ -380,7 +337,7 @@ int run_main(int argc, char** argv, Model& model) {
         c.baseline.wall_seconds);
     if (!r.error.empty()) std::printf("  %s\n", r.error.c_str());
   }
-  return r.status == "ok" ? 0 : 1;
+  return r.status == "ok" ? cli::kExitOk : cli::kExitInfeasible;
 }
 
 }  // namespace remat::examples

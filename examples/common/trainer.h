@@ -4,10 +4,10 @@
 //   class MyModel : public remat::examples::Model { ... };
 //   int main(int argc, char** argv) { return remat::examples::run_main(argc, argv, my_model); }
 //
-// Flags: --backend cpu|cuda|sim, --budget BYTES | --budget-fraction F (of the unconstrained
-// peak, measured first in the same process), --baseline yes|no, --policy P, --steps N,
-// --seed S, --cuda-device N, --sync-after-launch, --json, and --name=value model flags
-// (e.g. --layers 4).
+// Flags (EXAMPLE --help lists them with their defaults): --backend, --budget BYTES |
+// --budget-fraction F (of the unconstrained run's peak reserved bytes, measured first in the
+// same process), --policy, --steps, --seed, --costs, --json, ..., and the model's own
+// (--layers 4).
 #ifndef REMAT_EXAMPLES_COMMON_TRAINER_H_
 #define REMAT_EXAMPLES_COMMON_TRAINER_H_
 
@@ -27,6 +27,7 @@
 #include "remat/plan_cache.h"
 #include "remat/runtime.h"
 #include "remat/step_planner.h"
+#include "tools/cli/flags.h"
 
 namespace remat::examples {
 
@@ -43,8 +44,10 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual std::string name() const = 0;
-  // Reads model flags (--layers etc.); unknown keys are an error.
-  virtual absl::Status configure(const std::map<std::string, std::string>& flags) = 0;
+  // Declares the model's flags (--layers etc.), bound to its configuration.
+  virtual void add_flags(cli::FlagSet& flags) = 0;
+  // Checks the flags together once they are read (--channels a multiple of --heads).
+  virtual absl::Status check_flags() const { return absl::OkStatus(); }
   virtual std::vector<HostTensor> init_params(std::uint64_t seed) const = 0;
   virtual std::vector<HostTensor> init_buffers() const { return {}; }
   // Builds step `step`'s inputs in `rt` and runs the forward pass on the tape; returns the
@@ -66,8 +69,11 @@ struct TrainConfig {
   int steps = 10;
   std::uint64_t seed = 1;
   ops::AdamW adamw = {.lr = 1e-3f, .weight_decay = 0.0f};
-  bool progress = false;          // a progress line on stderr
-  bool measure_costs = true;      // CPU: op costs from timing first runs (--costs measured)
+  bool progress = false;  // a progress line on stderr
+  // Op costs from timing first runs (--costs measured) rather than each op's declared work
+  // priced by the roofline (the default): measured costs make eviction order, and whether a
+  // tight budget fits, vary from run to run.
+  bool measure_costs = false;
   double clock_limit = INFINITY;  // runtime clock (summed op costs) past which a run thrashes
   int record_step = -1;           // >= 0: record that step (TrainResult::recorded)
   // Policy `hinted`: the first step of a shape with no usable plan in the cache is recorded
@@ -118,10 +124,18 @@ struct Comparison {
 // or config.budget when no fraction is given).
 Comparison train_with_baseline(Model& model, const TrainConfig& config);
 
-// Parses the common flags into `config` and the rest into `model_flags`.
-absl::Status parse_flags(int argc, char** argv, TrainConfig& config, bool& json,
-                         std::map<std::string, std::string>& model_flags);
+// The common flags that do not map one to one onto TrainConfig.
+struct TrainFlags {
+  std::string backend = "cpu", baseline = "yes", costs = "estimated";
+  cli::BudgetFlags budget;
+  bool json = false;
+};
+// Declares the flags every example takes (--backend, --budget, --steps, ...).
+void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& extra);
+// Moves what add_train_flags read into `config`.
+void apply_train_flags(const TrainFlags& extra, TrainConfig& config);
 
+// The examples' main: the common flags and the model's, a baseline and a budgeted run.
 int run_main(int argc, char** argv, Model& model);
 
 }  // namespace remat::examples

@@ -4,14 +4,23 @@ dynamic policy fits, at or below the lowest overhead among them (issue 6's first
 
     tools/compare/check_hinted.py out/resnet18.json out/unet.json ...
 
-Prints one line per budget and exits 1 if any budget misses.
+Prints one line per budget and exits 1 if any budget misses. Files that are not reports
+(the memory timelines beside them, `*.trace.json`) are skipped, so `DIR/*.json` works.
 """
 import json
 import sys
 
 
 def check(path):
-    report = json.load(open(path))
+    if path.endswith(".trace.json"):
+        return 0
+    try:
+        report = json.load(open(path))
+    except (OSError, ValueError) as e:
+        sys.exit(f"check_hinted.py: {path}: {e}")
+    if not isinstance(report, dict) or "runs" not in report:
+        print(f"skipping {path}: not a remat-compare report", file=sys.stderr)
+        return 0
     by_fraction = {}
     for run in report["runs"]:
         by_fraction.setdefault(run["fraction"], []).append(run)
@@ -37,4 +46,7 @@ def check(path):
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
+    if sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0)
     sys.exit(1 if sum(check(p) for p in sys.argv[1:]) else 0)

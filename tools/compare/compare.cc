@@ -99,7 +99,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
   Schedule file_order{.graph = g.name, .order = {}};
   for (int v = 0; v < g.size(); ++v) file_order.order.push_back(v);
   const SimResult base = simulate(g, file_order);
-  report.baseline_peak = base.peak_bytes;
+  report.baseline_peak = o.baseline_peak.value_or(base.peak_bytes);
   const DtrTrace program = dtr_trace_from_graph(g);
   const std::vector<StepSite> sites = trace_sites(g);
   const std::vector<std::string> planners =
@@ -107,7 +107,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
   std::optional<Schedule> last_best;  // the best plan at the last budget that had one
   std::string last_best_note;
   for (double f : o.fractions) {
-    const auto budget = static_cast<std::size_t>(f * static_cast<double>(base.peak_bytes));
+    const auto budget = static_cast<std::size_t>(f * static_cast<double>(report.baseline_peak));
     const bool timeline = wants_timeline(o, f);
     {  // noremat: the program as it is, no budget
       RunRow row;

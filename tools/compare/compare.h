@@ -14,6 +14,7 @@
 #define REMAT_TOOLS_COMPARE_COMPARE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ struct CompareOptions {
   std::string timeline_dir;                      // non-empty: write Chrome traces there
   double timeline_fraction = 0.5;                // ... for the runs at this budget (all: see below)
   bool all_timelines = false;                    // ... for every run
+  // What the fractions are of; unset: the graph's peak in file order (FORMAT.md). A trace's
+  // comparison sets the trace's own logical peak, so that a fraction means the same bytes
+  // as in remat-replay.
+  std::optional<std::int64_t> baseline_peak;
 };
 
 struct RunRow {
