@@ -8,7 +8,7 @@
 namespace remat::examples {
 
 struct MlpConfig {
-  std::int64_t batch = 64, in = 64, hidden = 256, layers = 6, classes = 10;
+  std::int64_t batch = 2048, in = 64, hidden = 256, layers = 6, classes = 10;
 };
 
 class MlpModel final : public Model {

@@ -10,7 +10,7 @@
 namespace remat::examples {
 
 struct TreeLstmConfig {
-  std::int64_t trees = 8, hidden = 64, vocab = 64, classes = 5, min_leaves = 4, max_leaves = 24;
+  std::int64_t trees = 16, hidden = 64, vocab = 64, classes = 5, min_leaves = 4, max_leaves = 24;
 };
 
 class TreeLstmModel final : public Model {

@@ -66,15 +66,23 @@ struct CheckmateModel {
 };
 
 // A note when the MILP would be too large to build and solve; empty when it fits.
-std::string TooLargeNote(const Graph& g) {
+// Why the MILP of `g` is not worth building: over 3 million variables (gigabytes of model),
+// or more than CBC's root LP gets through in the time limit (about half a million variables
+// a second here), in which case building it only spends the time and memory.
+std::string TooLargeNote(const Graph& g, double seconds) {
   const int n = g.size();
   size_t edges = 0;
   for (const Node& v : g.nodes) edges += v.inputs.size() + 1;
   // R, S, U: ~1.5 n^2; FREE: ~ n * (E + n) / 2.
   double est_vars = 1.5 * n * static_cast<double>(n) + 0.5 * n * static_cast<double>(edges);
-  if (est_vars <= 3e6) return "";
-  return absl::StrCat("checkmate: graph too large for the MILP (", n, " nodes, ~",
-                      static_cast<int64_t>(est_vars), " variables)");
+  if (est_vars > 3e6)
+    return absl::StrCat("checkmate: graph too large for the MILP (", n, " nodes, ~",
+                        static_cast<int64_t>(est_vars), " variables)");
+  if (est_vars > 5e5 * seconds)
+    return absl::StrCat("checkmate: no plan in time: the MILP of ", n, " nodes (~",
+                        static_cast<int64_t>(est_vars), " variables) needs more than ", seconds,
+                        " s");
+  return "";
 }
 
 // Memory is scaled to keep the coefficients well conditioned.
@@ -219,7 +227,9 @@ void AddKeptRow(const KeptBound& kept, CheckmateModel* cm) {
     cm->milp.AddRow(terms, -kInf, cm->scale * static_cast<double>(kept.max_bytes));
 }
 
-void BuildCheckmateModel(const Graph& g, double budget, const KeptBound& kept, CheckmateModel* cm) {
+// False when the deadline passed before the model was complete.
+bool BuildCheckmateModel(const Graph& g, double budget, const KeptBound& kept,
+                         const Deadline& deadline, CheckmateModel* cm) {
   cm->g = &g;
   cm->n = g.size();
   cm->scale = MemoryScale(g);
@@ -228,10 +238,12 @@ void BuildCheckmateModel(const Graph& g, double budget, const KeptBound& kept, C
   AddStageVariables(budget, kept, cm);
   cm->F.assign(cm->n, {});
   for (int t = 0; t < cm->n; ++t) {
+    if (deadline.Expired()) return false;
     AddDependencyRows(t, cm);
     AddMemoryRows(t, cm);
   }
   AddKeptRow(kept, cm);
+  return true;
 }
 
 // The constraint matrix in the column-major arrays that CBC loads.
@@ -323,7 +335,7 @@ std::vector<std::pair<int, double>> MipStart(const CheckmateModel& cm,
 
 // The child's reply: [status, optimal, order...]; status 0 ok, 1 infeasible, 2 none.
 std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const PlanOptions& opt,
-                        const std::vector<int>& start_order) {
+                        double seconds, const std::vector<int>& start_order) {
   const Milp& m = cm.milp;
   const int ncols = static_cast<int>(m.obj.size());
   Cbc_Model* model = Cbc_newModel();
@@ -333,8 +345,8 @@ std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const Pl
   for (int c = 0; c < ncols; ++c)
     if (m.integer[c]) Cbc_setInteger(model, c);
   Cbc_setLogLevel(model, opt.verbose ? 1 : 0);
-  Cbc_setMaximumSeconds(model, std::max(0.1, opt.time_limit_seconds));
-  std::string secs = absl::StrCat(std::max(0.1, opt.time_limit_seconds));
+  Cbc_setMaximumSeconds(model, seconds);
+  std::string secs = absl::StrCat(seconds);
   Cbc_setParameter(model, "sec", secs.c_str());
   Cbc_setParameter(model, "log", opt.verbose ? "1" : "0");
   Cbc_setAllowableGap(model, 1e-7);
@@ -404,11 +416,15 @@ struct SolveResult {
 };
 
 // CBC's time limit is checked during branch and bound only; the root LP of a large model
-// can run far past it. The solve therefore runs in a child process that is killed a little
-// after the limit; the child sends back its status and order.
+// can run far past it. The solve therefore runs in a child process, told to stop a little
+// before the deadline and killed a little after it; the child sends back its status and
+// order.
 absl::StatusOr<SolveResult> SolveWithCbc(const CheckmateModel& cm, const PlanOptions& opt,
+                                         const Deadline& deadline,
                                          const std::vector<int>& start_order) {
   const ColumnMajor a = ToColumnMajor(cm.milp);
+  const double left = std::max(0.0, deadline.Left());
+  const double cbc_seconds = std::max(0.05, left - 0.2);
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("checkmate: pipe() failed");
   fflush(nullptr);  // a child that flushes must not repeat what the parent buffered
@@ -416,14 +432,13 @@ absl::StatusOr<SolveResult> SolveWithCbc(const CheckmateModel& cm, const PlanOpt
   if (pid < 0) return absl::InternalError("checkmate: fork() failed");
   if (pid == 0) {
     close(fds[0]);
-    WriteAll(fds[1], RunCbc(cm, a, opt, start_order));
+    WriteAll(fds[1], RunCbc(cm, a, opt, cbc_seconds, start_order));
     close(fds[1]);
     _exit(0);
   }
   close(fds[1]);
   SolveResult result;
-  result.reply = CollectReply(
-      fds[0], pid, opt.time_limit_seconds + 2.0 + 0.05 * opt.time_limit_seconds, &result.killed);
+  result.reply = CollectReply(fds[0], pid, std::max(left, 0.1) + 0.3, &result.killed);
   return result;
 }
 
@@ -451,16 +466,21 @@ absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
 
 absl::StatusOr<RawPlan> PlanCheckmateKept(const Graph& g, const PlanOptions& opt,
                                           const KeptBound& kept) {
+  const Deadline deadline(opt);
   RawPlan plan;
-  plan.note = TooLargeNote(g);
+  plan.note = TooLargeNote(g, opt.time_limit_seconds);
   if (!plan.note.empty()) return plan;
   int64_t total_bytes = 0;
   for (const Node& v : g.nodes) total_bytes += v.bytes;
   const double budget =
       opt.budget_bytes ? static_cast<double>(*opt.budget_bytes) : static_cast<double>(total_bytes);
   CheckmateModel cm;
-  BuildCheckmateModel(g, budget, kept, &cm);
-  absl::StatusOr<SolveResult> solved = SolveWithCbc(cm, opt, kept.start);
+  if (!BuildCheckmateModel(g, budget, kept, deadline, &cm)) {
+    plan.note = absl::StrCat("checkmate: no plan in time: building the MILP took the ",
+                             opt.time_limit_seconds, " s");
+    return plan;
+  }
+  absl::StatusOr<SolveResult> solved = SolveWithCbc(cm, opt, deadline, kept.start);
   if (!solved.ok()) return solved.status();
   DecodeSchedule(*solved, opt, &plan);
   return plan;

@@ -365,7 +365,9 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   SimResult best;
   bool have = false;
   Schedule s;
+  const Deadline deadline(opt);
   for (double b : ChenThresholds(fwd_total, fwd_max)) {
+    if (have && deadline.Expired()) break;  // Chen's own threshold comes first
     s.order = ExecuteKeepSet(g, ChenKeepSet(g, b));
     SimResult r = simulate(g, s);
     if (!r.valid) continue;

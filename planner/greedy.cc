@@ -200,7 +200,7 @@ absl::StatusOr<RawPlan> PlanGreedy(const Graph& g, const PlanOptions& opt) {
     plan.note = "no budget: nothing to rematerialize";
     return plan;
   }
-  Deadline deadline(opt.time_limit_seconds);
+  Deadline deadline(opt);
   GreedyParams gp;
   plan.order = RepairOrder(g, order, *opt.budget_bytes, gp, &deadline);
   return plan;

@@ -21,6 +21,12 @@ class Deadline {
       : end_(std::chrono::steady_clock::now() +
              std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                  std::chrono::duration<double>(seconds))) {}
+  // The earlier of opt.deadline and opt.time_limit_seconds from now: a planner run by
+  // another with a share of its time stops by the caller's deadline too.
+  explicit Deadline(const PlanOptions& opt) : Deadline(opt.time_limit_seconds) {
+    if (opt.deadline && *opt.deadline < end_) end_ = *opt.deadline;
+  }
+  std::chrono::steady_clock::time_point end() const { return end_; }
   double Left() const {
     return std::chrono::duration<double>(end_ - std::chrono::steady_clock::now()).count();
   }

@@ -118,7 +118,7 @@ void RepairToBudget(const Graph& g, const PlanOptions& opt, RawPlan* plan) {
   if (!opt.budget_bytes) return;
   Schedule s{g.name, plan->order, std::nullopt};
   if (simulate(g, s).peak_bytes > *opt.budget_bytes) {
-    Deadline d(opt.time_limit_seconds);
+    Deadline d(opt);
     GreedyParams gp;
     plan->order = RepairOrder(g, plan->order, *opt.budget_bytes, gp, &d);
     plan->backward_start.reset();

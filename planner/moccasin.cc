@@ -333,6 +333,25 @@ double CostScale(const Graph& g) {
   return cost_scale;
 }
 
+// Sizes are counted in units that keep the capacity within a million, well inside Gecode's
+// integers, and coarse enough that Gecode's cumulative accepts the model: it refuses one
+// where (the largest capacity) x (the sum of the start domains' widths) x (the number of
+// intervals) overflows a long long. The capacity reaches the sum of all sizes when the peak
+// is minimised. Sizes round up, so a plan of the model fits the budget in bytes.
+int64_t SizeUnit(const Graph& g, int64_t budget, int intervals_per_node) {
+  const double horizon = static_cast<double>(g.size()) * g.size();
+  double total = 0, intervals = 0;
+  for (const Node& nd : g.nodes) {
+    total += static_cast<double>(nd.bytes);
+    intervals += nd.can_recompute() ? intervals_per_node : 1;
+  }
+  const double largest = std::max({total, static_cast<double>(budget), 1.0});
+  // (largest / unit) x (intervals x horizon) x intervals <= 2e18, half of the limit.
+  const double by_energy = largest * intervals * horizon * intervals / 2e18;
+  const int64_t by_capacity = (budget + 999'999) / 1'000'000;
+  return std::max<int64_t>({1, by_capacity, static_cast<int64_t>(std::ceil(by_energy))});
+}
+
 // The model's sizes, in units of `unit` bytes rounded up, and its intervals: C for a node
 // that may be recomputed, 1 for one that may not.
 ModelData BuildModelData(const Graph& g, const PlanOptions& opt, int64_t budget, int64_t unit) {
@@ -466,12 +485,21 @@ absl::StatusOr<std::unique_ptr<IntervalModel>> SolveModel(ModelData* d, const De
   }
 }
 
+constexpr int kMoccasinMaxNodes = 3000;
+
 }  // namespace
 
 absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt) {
   RawPlan plan;
-  Deadline deadline(opt.time_limit_seconds);
+  Deadline deadline(opt);
   const int n = g.size();
+  // The model has O(n^2) slots (its horizon is n^2 stages): past a few thousand nodes it
+  // would take gigabytes before the search starts.
+  if (n > kMoccasinMaxNodes) {
+    plan.note = absl::StrCat("moccasin: graph too large for the CP model (", n, " nodes, at most ",
+                             kMoccasinMaxNodes, ")");
+    return plan;
+  }
   std::vector<int> file(n);
   for (int v = 0; v < n; ++v) file[v] = v;
   if (!opt.budget_bytes) {
@@ -485,8 +513,7 @@ absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt) {
     plan.optimal = true;
     return plan;
   }
-  // Sizes in units that keep the capacity within a million, well inside Gecode's integers.
-  const int64_t unit = std::max<int64_t>(1, (budget + 999'999) / 1'000'000);
+  const int64_t unit = SizeUnit(g, budget, std::max(1, opt.moccasin_intervals));
   ModelData d = BuildModelData(g, opt, budget, unit);
   for (int v = 0; v < n; ++v) {
     if (d.usage[v] > d.capacity) {

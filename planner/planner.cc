@@ -29,8 +29,7 @@ const Entry kPlanners[] = {
 // Runs the other planners within the time limit and keeps the cheapest plan that fits.
 class BestSearch {
  public:
-  BestSearch(const Graph& g, const PlanOptions& opt)
-      : g_(g), opt_(opt), deadline_(opt.time_limit_seconds) {}
+  BestSearch(const Graph& g, const PlanOptions& opt) : g_(g), opt_(opt), deadline_(opt) {}
 
   internal::RawPlan Run() {
     RunPlanners();
@@ -62,10 +61,13 @@ class BestSearch {
     }
   }
 
-  // The options planner `name` runs with; false when it is skipped.
-  bool OptionsFor(const std::string& name, PlanOptions* o) const {
+  // The options planner `name` runs with; false when it is skipped. Each gets an equal
+  // share of the time left among those still to run (what one leaves passes on), so that a
+  // slow member on a large graph cannot starve the others.
+  bool OptionsFor(const std::string& name, int still_to_run, PlanOptions* o) const {
     *o = opt_;
-    o->time_limit_seconds = std::max(0.5, deadline_.Left());
+    o->deadline = deadline_.end();
+    o->time_limit_seconds = std::max(0.0, deadline_.Left()) / std::max(1, still_to_run);
     if (name == "checkmate") {
       // The MILP only for graphs it can handle in the time left; leave room for the
       // randomised repair below.
@@ -85,15 +87,19 @@ class BestSearch {
     return true;
   }
 
-  // Cheap planners first, then the solvers with what is left.
+  // Cheap planners first (those linear in the graph's size before the others), then the
+  // solvers with what is left.
   void RunPlanners() {
-    const char* order[] = {"noremat", "greedy",   "chen",      "mincut",  "rotor",
-                           "twremat", "rockmate", "checkmate", "moccasin"};
-    for (const char* name : order) {
+    const char* order[] = {"noremat", "chen",     "twremat",   "rotor",   "greedy",
+                           "mincut",  "rockmate", "checkmate", "moccasin"};
+    const int count = static_cast<int>(std::size(order));
+    for (int i = 0; i < count; ++i) {
+      const char* name = order[i];
       if (deadline_.Expired()) break;
       if (Unbeatable()) break;
       PlanOptions o;
-      if (!OptionsFor(name, &o)) continue;
+      // The randomised repair afterwards counts as one more.
+      if (!OptionsFor(name, count - i + 1, &o)) continue;
       for (const Entry& e : kPlanners) {
         if (name != std::string(e.name)) continue;
         auto raw = e.fn(g_, o);
@@ -189,7 +195,9 @@ absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const Pl
     }
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto raw = entry->fn(g, opt);
+  PlanOptions timed = opt;
+  timed.deadline = internal::Deadline(opt).end();  // what every nested planner stops by
+  auto raw = entry->fn(g, timed);
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!raw.ok()) return raw.status();
   plan.schedule.order = std::move(raw->order);

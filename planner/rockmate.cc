@@ -436,7 +436,7 @@ int64_t FileOrderPeak(const Graph& g) {
 // graph. Checkmate where the MILP is small, Moccasin where the CP model is, and the cheap
 // planners; the cheapest schedule that fits wins.
 RawPlan WholeGraph(const Graph& g, const PlanOptions& opt, const std::string& why, Json* details) {
-  Deadline deadline(opt.time_limit_seconds);
+  Deadline deadline(opt);
   RawPlan best;
   double best_cost = std::numeric_limits<double>::infinity();
   std::string winner;
@@ -530,7 +530,7 @@ int MemorySteps(int blocks) {
 
 absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
-  Deadline deadline(opt.time_limit_seconds);
+  Deadline deadline(opt);
   const BlockSequence b = rockmate::DetectBlocks(g);
   Json details;
   details["seconds"]["detection"] = SecondsSince(t0);
@@ -540,8 +540,19 @@ absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt) {
     plan.details = details.dump();
     return plan;
   }
+  auto out_of_time = [&](const char* phase) {
+    RawPlan none;
+    none.note = absl::StrCat("rockmate: no plan in time (", phase, " took the time limit)");
+    details["seconds"]["total"] = SecondsSince(t0);
+    none.details = details.dump();
+    return none;
+  };
+  if (deadline.Expired()) return out_of_time("detecting the blocks");
   std::vector<BlockProblem> probs;
-  for (int i = 0; i < b.size(); ++i) probs.push_back(rockmate::BuildBlockProblem(g, b, i));
+  for (int i = 0; i < b.size(); ++i) {
+    if (deadline.Expired()) return out_of_time("building the blocks' problems");
+    probs.push_back(rockmate::BuildBlockProblem(g, b, i));
+  }
   const auto t1 = std::chrono::steady_clock::now();
   // Most of the time goes to the blocks' MILPs; the DP and its probes take the rest.
   const std::vector<KindPlan> kinds = PlanKinds(b, probs, deadline.Left() * 0.6, opt.verbose);

@@ -376,7 +376,7 @@ RotorChain BuildChain(const Graph& g, const Blocks& b, int64_t* fixed) {
 // order that fits, or else the last attempt (to report its peak).
 std::vector<int> FitToBudget(const Graph& g, const Blocks& b, const RotorChain& c, int64_t fixed,
                              const PlanOptions& opt) {
-  Deadline deadline(opt.time_limit_seconds);
+  Deadline deadline(opt);
   Schedule s{g.name, {}};
   std::vector<int> best, last;
   double best_cost = 0;

@@ -753,7 +753,7 @@ std::vector<int> TwRematOrderForTest(const Graph& g, int k, int64_t budget, doub
 }
 
 absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
-  Deadline deadline(opt.time_limit_seconds);
+  Deadline deadline(opt);
   TwRemat tw(g);
   const int k = opt.twremat_k;
   if (!opt.budget_bytes) return LowestPeakPlan(g, tw, k);

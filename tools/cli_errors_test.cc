@@ -35,8 +35,11 @@ std::string ReadFile(const fs::path& p) {
 // Runs `tool args` from the build's bin directory, stderr captured (and stdout if asked).
 ToolRun RunTool(const std::string& tool, const std::string& args, bool keep_stdout = false) {
   const fs::path bin = fs::path(REMAT_BIN_DIR) / tool;
-  const fs::path err = fs::path(::testing::TempDir()) / (tool + ".stderr");
-  const fs::path out = fs::path(::testing::TempDir()) / (tool + ".stdout");
+  // ctest runs the tests of this file in parallel processes: the files are the test's own.
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string stem = std::string(test->test_suite_name()) + "." + test->name() + "." + tool;
+  const fs::path err = fs::path(::testing::TempDir()) / (stem + ".stderr");
+  const fs::path out = fs::path(::testing::TempDir()) / (stem + ".stdout");
   const std::string cmd = bin.string() + " " + args + " > " +
                           (keep_stdout ? out.string() : std::string("/dev/null")) + " 2> " +
                           err.string() + " < /dev/null";
@@ -49,7 +52,9 @@ ToolRun RunTool(const std::string& tool, const std::string& args, bool keep_stdo
 }
 
 std::string Write(const std::string& name, const std::string& text) {
-  const fs::path p = fs::path(::testing::TempDir()) / name;
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path p = fs::path(::testing::TempDir()) /
+                     (std::string(test->test_suite_name()) + "." + test->name() + "." + name);
   std::ofstream(p, std::ios::binary) << text;
   return p.string();
 }

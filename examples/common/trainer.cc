@@ -2,6 +2,7 @@
 
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 #include <absl/strings/str_split.h>
 #include <unistd.h>
 
@@ -204,6 +205,15 @@ Comparison train_with_baseline(Model& model, const TrainConfig& config) {
                                           static_cast<double>(c.baseline.peak_reserved));
   }
   c.run = train(model, run);
+  // What no rematerialization can free: say so when the budget leaves the step little else.
+  if (c.run.status == "oom" && c.baseline.param_bytes > 0) {
+    const double share = static_cast<double>(c.baseline.param_bytes) /
+                         static_cast<double>(std::max<std::size_t>(run.budget, 1));
+    c.run.error += absl::StrFormat(
+        "; the parameters, optimizer state and buffers alone take %zu bytes (%.0f%% of the "
+        "budget), pinned for the whole run",
+        c.baseline.param_bytes, 100 * share);
+  }
   return c;
 }
 

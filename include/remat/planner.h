@@ -13,6 +13,7 @@
 #ifndef REMAT_PLANNER_H_
 #define REMAT_PLANNER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,7 +29,10 @@ namespace remat {
 struct PlanOptions {
   std::optional<int64_t>
       budget_bytes;  // none: planner default (minimum cost, or minimum memory for twremat)
-  double time_limit_seconds = 60.0;    // for the solvers and for `best`
+  // Every planner returns within about this long (its best plan so far, or none); and by
+  // `deadline` when one is set (remat-plan sets it so that reading the graph counts).
+  double time_limit_seconds = 60.0;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   bool honour_pytorch_banned = false;  // mincut always honours it
   int twremat_k = -1;                  // twremat recursion limit; -1: unlimited
   int moccasin_intervals = 2;          // C, retention intervals per node

@@ -15,8 +15,8 @@ namespace {
 // The unit at the end of `text` and its multiplier; "" (bytes) when there is none.
 std::pair<absl::string_view, double> SplitUnit(absl::string_view text) {
   static constexpr std::pair<absl::string_view, double> kUnits[] = {
-      {"KiB", 1024.0}, {"MiB", 1048576.0},     {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"kB", 1e3},     {"KB", 1e3},            {"MB", 1e6},           {"GB", 1e9},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"kB", 1e3},     {"KB", 1e3},        {"MB", 1e6},           {"GB", 1e9},
       {"TB", 1e12},    {"B", 1.0}};
   for (const auto& [unit, scale] : kUnits) {
     if (text.size() > unit.size() && text.substr(text.size() - unit.size()) == unit)
@@ -37,8 +37,7 @@ absl::StatusOr<std::uint64_t> parse_bytes(absl::string_view text) {
   if (number.empty()) return bad("wants a number of bytes, e.g. 123456, 512MiB or 1.5GiB");
   std::uint64_t whole = 0;
   if (scale == 1.0 && number.find_first_not_of("0123456789") == absl::string_view::npos) {
-    if (!absl::SimpleAtoi(number, &whole) || whole > kMaxBudgetBytes)
-      return bad("over 2^62 bytes");
+    if (!absl::SimpleAtoi(number, &whole) || whole > kMaxBudgetBytes) return bad("over 2^62 bytes");
     return whole;
   }
   double x = 0;

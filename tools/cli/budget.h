@@ -12,9 +12,9 @@
 
 #include <absl/status/statusor.h>
 
+#include <absl/strings/string_view.h>
 #include <cstdint>
 #include <optional>
-#include <absl/strings/string_view.h>
 
 namespace remat::cli {
 

@@ -104,8 +104,8 @@ void FlagSet::add_switch(const std::string& name, bool* v, const std::string& he
             }});
 }
 
-void FlagSet::add_choice(const std::string& name, std::string* v,
-                         std::vector<std::string> choices, const std::string& help) {
+void FlagSet::add_choice(const std::string& name, std::string* v, std::vector<std::string> choices,
+                         const std::string& help) {
   // Long lists go in the help text, where they wrap, rather than in the flag column.
   std::string value_name = absl::StrJoin(choices, "|"), text = help;
   if (value_name.size() > 24) {
@@ -147,9 +147,8 @@ void FlagSet::add_budget(BudgetFlags* budget, const std::string& baseline) {
               budget->bytes = *b;
               return absl::OkStatus();
             }});
-  add_flag({"budget-fraction", "F", "",
-            "memory budget as a fraction in (0, 1] of " + baseline, false,
-            [budget](absl::string_view text) {
+  add_flag({"budget-fraction", "F", "", "memory budget as a fraction in (0, 1] of " + baseline,
+            false, [budget](absl::string_view text) {
               absl::StatusOr<double> f = parse_fraction(text);
               if (!f.ok()) return f.status();
               budget->fraction = *f;
@@ -205,12 +204,9 @@ std::optional<int> FlagSet::parse(int argc, const char* const* argv) {
   po::variables_map vm;
   try {
     const int style = po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(argc, argv)
-                  .options(desc)
-                  .positional(positional)
-                  .style(style)
-                  .run(),
-              vm);
+    po::store(
+        po::command_line_parser(argc, argv).options(desc).positional(positional).style(style).run(),
+        vm);
   } catch (const po::error& e) {
     return fail(e.what());
   }

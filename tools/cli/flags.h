@@ -16,12 +16,12 @@
 
 #include <absl/status/status.h>
 
+#include <absl/strings/string_view.h>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <optional>
 #include <string>
-#include <absl/strings/string_view.h>
 #include <vector>
 
 #include "tools/cli/budget.h"

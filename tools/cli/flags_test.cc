@@ -72,10 +72,10 @@ TEST(FlagSet, HelpListsEveryFlagWithItsDefaultAndExitsZero) {
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(t.parse({"--help"}), kExitOk);
   const std::string out = ::testing::internal::GetCapturedStdout();
-  for (const char* part : {"usage: tool INPUT [flags]", "--algo S", "(default chen)",
-                           "--time-limit X", "(default 60)", "--json", "--mode fast|slow",
-                           "--planners A,B,...", "(default a,b)", "--budget BYTES",
-                           "--budget-fraction F", "the unconstrained peak", "--version", "input"})
+  for (const char* part :
+       {"usage: tool INPUT [flags]", "--algo S", "(default chen)", "--time-limit X", "(default 60)",
+        "--json", "--mode fast|slow", "--planners A,B,...", "(default a,b)", "--budget BYTES",
+        "--budget-fraction F", "the unconstrained peak", "--version", "input"})
     EXPECT_THAT(out, HasSubstr(part));
   Tool h;
   ::testing::internal::CaptureStdout();
