@@ -3,6 +3,10 @@
 # and matches its unconstrained run bit for bit. CI runs it on the sanitizer build.
 #   bash tools/examples_smoke.sh build-asan/bin
 set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  echo "usage: bash tools/examples_smoke.sh [BIN_DIR]  (every example at a small size under a budget)"
+  exit 0
+fi
 bin="${1:-build/bin}"
 # Runs example $1 with flags ${@:3} under $2 times the bytes its unconstrained run allocated at
 # most (at these sizes the reserved peak is one mostly idle segment).

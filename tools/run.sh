@@ -17,4 +17,16 @@ if [[ "${1:-}" == "--replay" ]]; then
   exec build/bin/remat-replay "$trace" --policy all --sweep "$@"
 fi
 cmake --build build -j"$jobs" --target gpt_train
-exec build/bin/gpt_train --steps 30 --budget-fraction 0.5 "$@"
+# Half of the unconstrained peak unless the arguments give a budget (or --steps) of their own.
+defaults=(--steps 30 --budget-fraction 0.5)
+for arg in "$@"; do
+  case "$arg" in
+    --budget|--budget=*|--budget-fraction|--budget-fraction=*) defaults=("${defaults[@]:0:2}") ;;
+  esac
+done
+for arg in "$@"; do
+  case "$arg" in
+    --steps|--steps=*) defaults=("${defaults[@]:2}") ;;
+  esac
+done
+exec build/bin/gpt_train "${defaults[@]}" "$@"

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages remat builds against. Idempotent; safe to re-run.
 set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  echo "usage: bash tools/setup.sh  (installs the Debian packages remat builds against)"
+  exit 0
+fi
 pkgs=(cmake g++ make libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
       nlohmann-json3-dev libboost-dev libboost-graph-dev libboost-program-options-dev
       coinor-libcbc-dev libgecode-dev libopenblas-dev clang-format)

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: set up, build (warnings are errors), run every test.
 set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  echo "usage: bash tools/test.sh  (sets up, builds with warnings as errors, runs every test)"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 jobs=$(nproc 2>/dev/null || echo 2)

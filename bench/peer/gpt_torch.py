@@ -29,6 +29,9 @@ try:
     import torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
 except ImportError:
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__)
+        sys.exit(0)
     print("gpt_torch: python3-torch is not installed (apt install python3-torch)",
           file=sys.stderr)
     sys.exit(3)
