@@ -74,6 +74,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
   options.clock_limit = config.clock_limit;
   options.cuda = config.cuda;
   options.allocator.expandable_segments = config.expandable_segments;
+  options.compaction = config.compaction;
   const bool runs = config.backend != Backend::kSimulated;
   const auto start = std::chrono::steady_clock::now();
   // Outside the try: an out-of-memory or thrashing run still reports what it did so far.
@@ -233,6 +234,9 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
   flags.add_choice("costs", &f.costs, {"estimated", "measured"},
                    "op costs the eviction policy weighs: estimated from each op's declared work "
                    "(the same on every run) or measured by timing first runs (vary run to run)");
+  flags.add_choice("compaction", &f.compaction, {"yes", "no"},
+                   "move pinned and locked tensors together when nothing is left to evict, "
+                   "before reporting out of memory");
   flags.add_switch("expandable-segments", &config.expandable_segments,
                    "one expandable arena instead of pooled segments");
   flags.add("cuda-device", &config.cuda.device, "CUDA device", 0);
@@ -249,6 +253,7 @@ void apply_train_flags(const TrainFlags& f, TrainConfig& config) {
   if (f.budget.fraction) config.budget_fraction = *f.budget.fraction;
   config.baseline = f.baseline == "yes";
   config.measure_costs = f.costs == "measured";
+  config.compaction = f.compaction == "yes";
 }
 
 int run_main(int argc, char** argv, Model& model) {
@@ -302,6 +307,9 @@ int run_main(int argc, char** argv, Model& model) {
     j["compute_overhead"] = r.stats.compute_overhead();
     j["evictions"] = r.stats.evictions;
     j["deferred_frees"] = r.stats.memory.deferred_frees;
+    j["compactions"] = r.stats.compactions;
+    j["compaction_bytes"] = r.stats.compaction_bytes;
+    j["packed_storages"] = r.stats.packed_storages;
     if (config.backend == Backend::kCuda) {
       j["cuda_device_total_bytes"] = r.stats.cuda.device_total_bytes;
       j["cuda_outside_budget_bytes"] = r.stats.cuda.outside_bytes;

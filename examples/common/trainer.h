@@ -87,6 +87,7 @@ struct TrainConfig {
   bool baseline = true;
   CudaOptions cuda;                  // --cuda-device N, --sync-after-launch
   bool expandable_segments = false;  // --expandable-segments: one arena (Note [Expandable arena])
+  bool compaction = true;            // --compaction no: RuntimeOptions::compaction off
 };
 
 struct TrainResult {
@@ -126,7 +127,7 @@ Comparison train_with_baseline(Model& model, const TrainConfig& config);
 
 // The common flags that do not map one to one onto TrainConfig.
 struct TrainFlags {
-  std::string backend = "cpu", baseline = "yes", costs = "estimated";
+  std::string backend = "cpu", baseline = "yes", costs = "estimated", compaction = "yes";
   cli::BudgetFlags budget;
   bool json = false;
 };

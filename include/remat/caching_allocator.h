@@ -113,6 +113,15 @@ class CachingAllocator final : public MemoryResource {
   void set_tag(const void* p, std::uint32_t tag);
   const std::vector<detail::Segment*>& segment_list() const;
   detail::Block* find_free(std::size_t size);
+  void* hand_out(detail::Block* b, std::size_t size, std::size_t bytes);
+  // A new block for `bytes` below the live block at `p`, from free cached blocks only; null
+  // where none is lower (Note [Packing pinned storages]).
+  void* allocate_below(std::size_t bytes, const void* p);
+  std::uint64_t segment_serial(const void* p) const;
+  bool used_by_other_streams(const void* p) const;
+  void* allocate_outside(std::size_t bytes, const std::vector<std::uint64_t>& avoid);
+  bool places_outside(std::vector<std::size_t> bytes,
+                      const std::vector<std::uint64_t>& avoid) const;
   // True when `have` free bytes (one block, or a window of a segment that is `whole` or not)
   // may serve a rounded request of `size` (Note [Whole segments for large tensors]).
   bool fits(bool whole, std::size_t have, std::size_t size) const;

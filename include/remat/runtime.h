@@ -87,6 +87,11 @@ struct RuntimeOptions {
   // In allocator accounting, evict a contiguous address window big enough for the request
   // rather than the best-scored tensors one by one (see Note [Contiguous eviction]).
   bool contiguous_eviction = true;
+  // In allocator accounting, when nothing is left to evict, move pinned and locked storages
+  // together to make room before reporting out of memory (Note [Compaction]); and move a
+  // storage pinned for good below where it was allocated (Note [Packing pinned storages]).
+  // Both move bytes that data() pointers from before the last runtime call point to.
+  bool compaction = true;
   std::uint64_t seed = 0;  // seeds random ops and the `random` policy
   // Time every op's first run on the host and use that as its cost instead of the declared
   // estimate (CPU backend). Declared estimates can be far off for kernels that run well below
@@ -124,7 +129,14 @@ struct RuntimeStats {
   std::size_t ooms = 0;
   std::size_t thrashes = 0;
   std::size_t pinned_bytes = 0;
-  std::size_t frozen = 0;          // tensors pinned by update() (Note [Updating pinned tensors])
+  std::size_t frozen = 0;  // tensors pinned by update() (Note [Updating pinned tensors])
+  // Pinned storages moved below where they were, so that they do not split free memory
+  // (Note [Packing pinned storages]).
+  std::size_t packed_storages = 0;
+  // Times a request that nothing was left to evict for was served by moving pinned or
+  // locked storages together instead, and the bytes moved (Note [Compaction]).
+  std::size_t compactions = 0;
+  std::size_t compaction_bytes = 0;
   std::size_t hint_evictions = 0;  // storages evicted because a hint said the plan frees them
   std::size_t hint_mismatches =
       0;                           // ops whose hint named another op (see Note [Hints by position])

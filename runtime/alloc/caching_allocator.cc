@@ -524,7 +524,12 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
     if (b == nullptr) b = reclaim_pending(size);
     if (b == nullptr) b = after_release();
   }
-  // Split off the tail when it is big enough to be useful to its pool.
+  return hand_out(b, size, bytes);
+}
+
+// Marks free block `b` allocated for a request of `bytes` (`size` rounded), splitting off
+// its tail when that is big enough to be useful to its pool.
+void* CachingAllocator::hand_out(Block* b, std::size_t size, std::size_t bytes) {
   const bool small = small_pool(size);
   const std::size_t rest = b->size - size;
   if (!b->segment->whole &&
@@ -553,6 +558,107 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
   stats_.peak_active_blocks = std::max(stats_.peak_active_blocks, stats_.active_blocks);
   ++stats_.allocations;
   return reinterpret_cast<void*>(b->address);
+}
+
+// Note [Packing pinned storages]
+// A storage pinned for good (a gradient frozen before the optimizer writes a parameter, a
+// constant) stays wherever it was allocated, and where that is the middle of a segment of
+// transient tensors it splits the free space around it for as long as it lives: a request
+// can then fail with most of the budget free, in pieces. The runtime therefore moves such
+// a storage to the lowest free block that holds it, below where it is (an older segment, or
+// lower in its own), so that long-lived blocks gather at the bottom of the oldest segments
+// and the rest coalesces. Only free cached blocks are used: nothing is reserved or evicted.
+// A block that other streams use is not moved (their uses are tracked by address).
+void* CachingAllocator::allocate_below(std::size_t bytes, const void* p) {
+  auto live = pools_->live.find(reinterpret_cast<std::uintptr_t>(p));
+  if (live == pools_->live.end()) return nullptr;
+  if (stream_uses_ != nullptr &&
+      stream_uses_->by_block.contains(reinterpret_cast<std::uintptr_t>(p)))
+    return nullptr;
+  const Block* here = live->second;
+  const std::size_t size = rounded_size(bytes);
+  const bool small = small_pool(size);
+  if (here->segment->small != small) return nullptr;
+  auto below = [&](const Block* b) {
+    return b->segment->serial != here->segment->serial ? b->segment->serial < here->segment->serial
+                                                       : b->address < here->address;
+  };
+  auto& set = pools_->free_set(small);
+  Segment before_all;
+  Block probe;
+  probe.size = size;
+  probe.segment = &before_all;
+  Block* lowest = nullptr;
+  for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
+    Block* b = *it;
+    if (!fits(b->segment->whole, b->size, size) || !below(b)) continue;
+    if (lowest == nullptr || (b->segment->serial != lowest->segment->serial
+                                  ? b->segment->serial < lowest->segment->serial
+                                  : b->address < lowest->address))
+      lowest = b;
+  }
+  if (lowest == nullptr) return nullptr;
+  set.erase(lowest);
+  return hand_out(lowest, size, bytes);
+}
+
+std::uint64_t CachingAllocator::segment_serial(const void* p) const {
+  const Block* b = pools_->live_block(p);
+  return b == nullptr ? 0 : b->segment->serial;
+}
+
+bool CachingAllocator::used_by_other_streams(const void* p) const {
+  return stream_uses_ != nullptr &&
+         stream_uses_->by_block.contains(reinterpret_cast<std::uintptr_t>(p));
+}
+
+// Best fit among the free blocks outside the segments `avoid` names, as do_allocate would
+// choose among all (Note [Compaction] in runtime/core/eviction_choice.cc).
+void* CachingAllocator::allocate_outside(std::size_t bytes,
+                                         const std::vector<std::uint64_t>& avoid) {
+  const std::size_t size = rounded_size(bytes);
+  auto& set = pools_->free_set(small_pool(size));
+  Segment before_all;
+  Block probe;
+  probe.size = size;
+  probe.segment = &before_all;
+  for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
+    Block* b = *it;
+    if (!fits(b->segment->whole, b->size, size) ||
+        std::find(avoid.begin(), avoid.end(), b->segment->serial) != avoid.end())
+      continue;
+    set.erase(it);
+    return hand_out(b, size, bytes);
+  }
+  return nullptr;
+}
+
+// Whether allocate_outside would place requests of `bytes`, largest first, without
+// reserving: a dry run on the free blocks' sizes.
+bool CachingAllocator::places_outside(std::vector<std::size_t> bytes,
+                                      const std::vector<std::uint64_t>& avoid) const {
+  struct Free {
+    std::size_t size;
+    bool whole, small;
+  };
+  std::vector<Free> free;
+  for (bool small : {false, true})
+    for (const Block* b : pools_->free_set(small))
+      if (std::find(avoid.begin(), avoid.end(), b->segment->serial) == avoid.end())
+        free.push_back({b->size, b->segment->whole, small});
+  std::sort(bytes.begin(), bytes.end(), std::greater<>());
+  for (std::size_t request : bytes) {
+    const std::size_t size = rounded_size(request);
+    const bool small = small_pool(size);
+    Free* best = nullptr;
+    for (Free& f : free)
+      if (f.small == small && fits(f.whole, f.size, size) &&
+          (best == nullptr || f.size < best->size))
+        best = &f;
+    if (best == nullptr) return false;
+    best->size = best->whole ? 0 : best->size - size;
+  }
+  return true;
 }
 
 void CachingAllocator::do_deallocate(void* p, std::size_t /*bytes*/) {

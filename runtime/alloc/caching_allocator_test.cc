@@ -203,6 +203,72 @@ TEST(CachingAllocatorTest, FreedBlockIsReusedWithoutNewSegment) {
   alloc.deallocate(b, 900);
 }
 
+// Note [Packing pinned storages]: a block moves only down, to the lowest free block below it.
+TEST(CachingAllocatorTest, AllocateBelowTakesTheLowestFreeBlockUnderTheBlock) {
+  CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
+  void* a = alloc.allocate(4096);
+  void* b = alloc.allocate(4096);
+  void* c = alloc.allocate(4096);
+  void* d = alloc.allocate(4096);
+  alloc.deallocate(a, 4096);
+  alloc.deallocate(b, 4096);
+  EXPECT_EQ(detail::AllocatorHooks::allocate_below(alloc, 8192, a), nullptr);  // not live
+  void* moved = detail::AllocatorHooks::allocate_below(alloc, 4096, d);
+  EXPECT_EQ(moved, a);
+  // Nothing free lies below `moved` now; c has b's block below it.
+  EXPECT_EQ(detail::AllocatorHooks::allocate_below(alloc, 4096, moved), nullptr);
+  EXPECT_EQ(detail::AllocatorHooks::allocate_below(alloc, 4096, c), b);
+  EXPECT_EQ(alloc.stats().segments, 1u);
+  for (void* p : {a, b, c, d}) alloc.deallocate(p, 4096);
+}
+
+// Note [Compaction]: the dry run agrees with the placements it predicts, and a placement
+// never lands in an avoided segment. Random layouts over several segments.
+TEST(CachingAllocatorTest, PlacesOutsideAgreesWithAllocateOutside) {
+  std::mt19937_64 rng(7);
+  int fits = 0, misses = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    CachingAllocatorOptions o = small_segments();
+    o.medium_segment = 64 << 10;  // many segments
+    CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), o);
+    std::vector<std::pair<void*, std::size_t>> live;
+    for (int k = 0; k < 60; ++k) {
+      const std::size_t n = 512 * (1 + rng() % 40);
+      live.emplace_back(alloc.allocate(n), n);
+    }
+    std::shuffle(live.begin(), live.end(), rng);
+    for (std::size_t k = 0; k < live.size() / 2; ++k)
+      alloc.deallocate(live[k].first, live[k].second);
+    live.erase(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(live.size() / 2));
+    std::vector<std::uint64_t> avoid;
+    for (const auto& [p, n] : live)
+      if (rng() % 3 == 0) avoid.push_back(detail::AllocatorHooks::segment_serial(alloc, p));
+    std::vector<std::size_t> sizes;
+    for (int k = 0, m = 1 + static_cast<int>(rng() % 12); k < m; ++k)
+      sizes.push_back(512 * (1 + rng() % 80));
+    const bool predicted = detail::AllocatorHooks::places_outside(alloc, sizes, avoid);
+    const std::size_t reserved = alloc.stats().reserved;
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    bool placed = true;
+    for (std::size_t n : sizes) {
+      void* p = detail::AllocatorHooks::allocate_outside(alloc, n, avoid);
+      if (p == nullptr) {
+        placed = false;
+        break;
+      }
+      const std::uint64_t serial = detail::AllocatorHooks::segment_serial(alloc, p);
+      EXPECT_EQ(std::find(avoid.begin(), avoid.end(), serial), avoid.end()) << trial;
+      live.emplace_back(p, n);
+    }
+    EXPECT_EQ(predicted, placed) << trial;
+    EXPECT_EQ(alloc.stats().reserved, reserved) << "placing outside never reserves";
+    (predicted ? fits : misses) += 1;
+    for (const auto& [p, n] : live) alloc.deallocate(p, n);
+  }
+  EXPECT_GT(fits, 20);  // both answers were exercised
+  EXPECT_GT(misses, 20);
+}
+
 TEST(CachingAllocatorTest, SplitsAndCoalescesNeighbours) {
   CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
   void* a = alloc.allocate(4096);

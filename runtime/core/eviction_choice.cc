@@ -1,5 +1,7 @@
 // Choosing what to evict: the policy's best victim, or a contiguous window of blocks.
 #include "runtime/core/runtime_impl.h"
+
+#include <algorithm>
 #include "runtime/core/wall_clock.h"
 
 #include <chrono>
@@ -40,13 +42,82 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
     choose_window(bytes);
   // A window of free blocks alone frees nothing new (the allocator would have used them).
   if (evicting_.empty() && victim != kNone) evicting_.push_back(victim);
-  stats.search_seconds += seconds_since(start);
   if (evicting_.empty()) {
-    failed_locked_bytes_ = unpinned_locked_bytes();
-    return false;
+    const bool compacted = compact(bytes);
+    stats.search_seconds += seconds_since(start);
+    if (!compacted) failed_locked_bytes_ = unpinned_locked_bytes();
+    return compacted;
   }
+  stats.search_seconds += seconds_since(start);
   for (Id s : evicting_) evict(s);
   return true;
+}
+
+// Note [Compaction]
+// When nothing is left to evict, a request can still fail with much of the budget free in
+// pieces: the blocks between the pieces are pinned (parameters, frozen gradients) or locked
+// by ops waiting for their inputs to be recomputed. Such a block can move: nothing holds its
+// address across runtime calls (a kernel's pointers are taken when it launches, data()
+// pointers live until the next call), except a kernel running now, which may be asking for
+// scratch memory (then nothing moves), and other streams (their blocks stay). So before
+// giving up, the runtime looks for the window, or the segments to empty, that would serve
+// the request at the least bytes moved (the same search as Note [Contiguous eviction], with
+// a block's size as its cost, barriers where it cannot move), checks that the free blocks of
+// the other segments hold what it would move, and moves it there: a copy on the runtime's
+// stream, the storage's pointer and block tag updated. The allocator then serves the request
+// from the freed window, or releases the emptied segments and reserves one. Each request
+// compacts a bounded number of times, so two layouts cannot trade blocks forever.
+bool RuntimeImpl::compact(std::size_t bytes) {
+  if (caching == nullptr || kernel_running_ || !options.compaction) return false;
+  if (compacted_request_ != request_) {
+    compacted_request_ = request_;
+    compactions_in_request_ = 0;
+  }
+  if (compactions_in_request_ >= kMaxCompactionsPerRequest) return false;
+  WindowSearch& w = window_search_;
+  const std::size_t need = caching->rounded_size(bytes);
+  auto cost_of = [this](std::size_t, std::uint32_t tag) {
+    if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
+    const StorageRec& r = storages[tag];
+    if (!r.resident || AllocatorHooks::used_by_other_streams(*caching, r.ptr))
+      return WindowSearch::kBarrier;
+    return static_cast<double>(r.bytes);
+  };
+  w.price(
+      need, AllocatorBlocks(*caching),
+      [&](const SegmentView& segment, std::size_t segment_bytes) {
+        return AllocatorHooks::window_serves(*caching, segment, segment_bytes, bytes);
+      },
+      cost_of);
+  if (!w.choose(need, AllocatorHooks::unreserved(*caching)) || w.chosen().empty()) return false;
+  std::vector<Id> moving;
+  std::vector<std::size_t> sizes;
+  std::vector<std::uint64_t> avoid;
+  for (std::size_t i : w.chosen()) {
+    const Id s = w.tags()[i];
+    moving.push_back(s);
+    sizes.push_back(storages[s].bytes);
+    const std::uint64_t serial = AllocatorHooks::segment_serial(*caching, storages[s].ptr);
+    if (std::find(avoid.begin(), avoid.end(), serial) == avoid.end()) avoid.push_back(serial);
+  }
+  if (!AllocatorHooks::places_outside(*caching, sizes, avoid)) return false;
+  bool moved = false;
+  for (Id s : moving) {
+    StorageRec& r = storages[s];
+    void* to = AllocatorHooks::allocate_outside(*caching, r.bytes, avoid);
+    if (to == nullptr) break;
+    copy_device_bytes(to, r.ptr, r.bytes);
+    memory->deallocate(r.ptr, r.bytes);
+    r.ptr = to;
+    AllocatorHooks::set_tag(*caching, to, s);
+    stats.compaction_bytes += r.bytes;
+    moved = true;
+  }
+  if (moved) {
+    ++stats.compactions;
+    ++compactions_in_request_;
+  }
+  return moved;
 }
 
 // Note [Contiguous eviction]

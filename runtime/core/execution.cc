@@ -175,18 +175,20 @@ void RuntimeImpl::give_outputs_memory(Id op_id, OutputMemory& m) {
     m.held.push_back(s);
     m.fresh.push_back(s);
   }
+  if (runs_kernels) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const OpRec& op = ops[op_id];
+      if (op.alias_of[i] >= 0 || op.out_storages[i] != kNone) continue;
+      const std::size_t b = op.output_specs[i].bytes();
+      void* p = memory->allocate(b);
+      m.scratch.emplace_back(p, b);
+      m.ptrs[i] = p;
+    }
+  }
+  // Last: making room for the scratch outputs may have moved the others (Note [Compaction]).
   for (std::size_t i = 0; i < n; ++i) {
     const Id s = ops[op_id].out_storages[i];
     if (s != kNone) m.ptrs[i] = storages[s].ptr;
-  }
-  if (!runs_kernels) return;
-  for (std::size_t i = 0; i < n; ++i) {
-    const OpRec& op = ops[op_id];
-    if (op.alias_of[i] >= 0 || op.out_storages[i] != kNone) continue;
-    const std::size_t b = op.output_specs[i].bytes();
-    void* p = memory->allocate(b);
-    m.scratch.emplace_back(p, b);
-    m.ptrs[i] = p;
   }
 }
 
@@ -268,6 +270,12 @@ double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool
     ctx.workspace_bytes = workspace_bytes;
     ctx.scratch_fn = &KernelScratch::allocate;
     ctx.scratch_self = &scratch;
+    // Scratch requests from a running kernel must not move what it reads and writes.
+    struct Running {
+      bool& flag;
+      explicit Running(bool& f) : flag(f) { flag = true; }
+      ~Running() { flag = false; }
+    } running(kernel_running_);
     if (cuda != nullptr) {
       if (measure) cuda->start_timing();
       kernel(ctx);
@@ -465,6 +473,7 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
     throw annotated(e, "constant");
   }
   stats.pinned_bytes += spec.bytes();
+  pack_pinned(s, /*copy_bytes=*/false);
   if (data != nullptr && runs_kernels && spec.bytes() > 0) {
     if (cuda != nullptr) {
       cuda->upload(storages[s].ptr, data, spec.bytes());

@@ -195,6 +195,33 @@ void RuntimeImpl::allocate_storage(Id s) {
   stats.peak_resident_bytes = std::max(stats.peak_resident_bytes, stats.resident_bytes);
 }
 
+// Moves a pinned, resident storage nothing is running on to the lowest free block below it
+// (Note [Packing pinned storages] in caching_allocator.cc). The copy is ordered on the
+// runtime's stream like any kernel; the old block is freed in stream order too.
+void RuntimeImpl::pack_pinned(Id s, bool copy_bytes) {
+  StorageRec& r = storages[s];
+  if (caching == nullptr || !options.compaction || !r.pinned || !r.resident || r.locks > 0 ||
+      r.bytes == 0)
+    return;
+  void* to = AllocatorHooks::allocate_below(*caching, r.bytes, r.ptr);
+  if (to == nullptr) return;
+  if (copy_bytes) copy_device_bytes(to, r.ptr, r.bytes);
+  memory->deallocate(r.ptr, r.bytes);
+  r.ptr = to;
+  AllocatorHooks::set_tag(*caching, to, s);
+  ++stats.packed_storages;
+}
+
+// Copies a storage's bytes to a new block: on the runtime's stream on CUDA, by memcpy on the
+// host, not at all where kernels do not run.
+void RuntimeImpl::copy_device_bytes(void* to, const void* from, std::size_t bytes) {
+  if (!runs_kernels || bytes == 0) return;
+  if (cuda != nullptr)
+    cuda->copy(to, from, bytes);
+  else
+    std::memcpy(to, from, bytes);
+}
+
 // Gives a resident storage's bytes back to the memory resource.
 void RuntimeImpl::release_memory(Id s) {
   StorageRec& r = storages[s];

@@ -109,6 +109,13 @@ class RuntimeImpl final : public MemoryReclaimer {
   void unlock(Id s);
   void allocate_storage(Id s);
   void release_memory(Id s);
+  // Moves pinned storage `s` below where it is when a free block there holds it; with
+  // `copy_bytes` false its bytes are not yet written (a constant before its upload).
+  void pack_pinned(Id s, bool copy_bytes = true);
+  void copy_device_bytes(void* to, const void* from, std::size_t bytes);
+  // Moves pinned and locked storages out of the way of a request nothing is left to evict
+  // for (Note [Compaction] in eviction_choice.cc); false when that cannot make room.
+  bool compact(std::size_t bytes);
   void free_storage(Id s);
   bool releasable(const StorageRec& r) const;
   std::size_t unpinned_locked_bytes() const;
@@ -172,6 +179,10 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::vector<Id> pending_tensors_;
   std::vector<Id> request_fresh_;  // dead storages kept until the running request ends
   std::uint32_t request_ = 0;      // counts top-level requests (run_frames calls)
+  bool kernel_running_ = false;    // a kernel may be asking for scratch: nothing moves
+  static constexpr int kMaxCompactionsPerRequest = 8;
+  std::uint32_t compacted_request_ = 0;
+  int compactions_in_request_ = 0;
 };
 
 }  // namespace remat::detail

@@ -40,13 +40,22 @@ std::vector<Id> RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
       }
     }
   }
-  for (Id s : frontier) {
-    if (!storages[s].resident) recompute_storage(s);
+  // The resident ones first, each moved out of the way of the recomputations that bring
+  // back the others (Note [Packing pinned storages]).
+  auto freeze = [&](Id s) {
     StorageRec& r = storages[s];
     r.pinned = true;
     stats.pinned_bytes += r.bytes;
     refresh_candidate(s);
     ++stats.frozen;
+    pack_pinned(s);
+  };
+  for (Id s : frontier)
+    if (storages[s].resident) freeze(s);
+  for (Id s : frontier) {
+    if (storages[s].pinned) continue;
+    recompute_storage(s);
+    freeze(s);
   }
   return frontier;
 }

@@ -102,6 +102,10 @@ double CudaDevice::stop_timing_ns() {
   return static_cast<double>(ms) * 1e6;
 }
 
+void CudaDevice::copy(void* dst, const void* src, std::size_t bytes) const {
+  check(api_->memcpy_async(dst, src, bytes, CudaCopy::kDeviceToDevice, stream_), "cudaMemcpyAsync");
+}
+
 void CudaDevice::synchronize() const {
   check(api_->stream_synchronize(stream_), "cudaStreamSynchronize");
 }

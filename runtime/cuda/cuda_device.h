@@ -66,6 +66,8 @@ class CudaDevice {
   void download(void* dst, const void* src, std::size_t bytes) {
     staging_->download(dst, src, bytes);
   }
+  // A device-to-device copy on the runtime's stream (ordered after the kernels before it).
+  void copy(void* dst, const void* src, std::size_t bytes) const;
   void synchronize() const;
 
  private:

@@ -1,6 +1,7 @@
 // The CUDA backend run on a simulated device (simulated_cuda.h): stream-ordered reuse of
 // memory, the errors CUDA calls can return, the device index, start-up memory, pinned
-// staging, event timing and expandable segments through virtual memory.
+// staging, event timing, expandable segments through virtual memory, and compaction (on
+// the host too).
 //
 // The simulated device runs a kernel's body when its simulated time is up and reports any
 // two streams that touched the same bytes unordered, so the property tests below check the
@@ -156,6 +157,7 @@ struct SweepResult {
   std::size_t races = 0, invalid = 0, mismatches = 0, over_budget = 0;
   std::size_t deferred_frees = 0, stream_waits = 0, evictions = 0, side_reads = 0;
   std::size_t unbacked = 0;  // expandable: reserved bytes the device did not back, or more
+  std::size_t compactions = 0, packed = 0;  // storages moved (Note [Compaction])
 };
 
 // The property: random programs at random budgets, on the simulated device.
@@ -200,6 +202,8 @@ SweepResult sweep(std::uint64_t seed, int trials, bool expandable, bool skip_rec
       res.deferred_frees += st.memory.deferred_frees;
       res.stream_waits += st.memory.stream_waits;
       res.evictions += st.evictions;
+      res.compactions += st.compactions;
+      res.packed += st.packed_storages;
       if (expandable && sim->device_bytes_in_use(0) != st.memory.reserved) ++res.unbacked;
     } catch (const OutOfMemoryError&) {
       // Too tight for this program (pinned constants and an op's own operands); counted.
@@ -242,6 +246,59 @@ TEST(StreamOrder, WithoutRecordStreamTheSimulatorSeesRaces) {
 
 // ---------------------------------------------------------------------------------------
 // Errors
+
+// Note [Compaction], on the host and on the simulated device: two segments of 4 MiB (plus
+// the device's BLAS workspace) hold constants with holes between them, 3 MiB free in
+// pieces of 1 MiB, nothing evictable; an op then needs 2 MiB. Moving one constant into the
+// other segment's hole serves it; without compaction the request is out of memory. Every
+// value stays exact, and on the device the copy is ordered with the kernels (no races).
+void compaction_scenario(Backend backend, bool compaction) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  const std::size_t ws = backend == Backend::kCuda ? 64 << 10 : 0;
+  RuntimeOptions o = on_sim(sim, 2 * ((std::size_t{4} << 20) + ws));
+  o.backend = backend;
+  o.allocator.medium_segment = (std::size_t{4} << 20) + ws;
+  o.compaction = compaction;
+  Runtime rt(o);
+  const OpPtr op = backend == Backend::kCuda ? on_device(sim, affine(2, 1), 1000) : affine(2, 1);
+  const std::int64_t mib = 1 << 18;  // floats
+  Tensor d = rt.constant(vec(2 * mib), testing::iota(2 * mib).data());
+  std::vector<Tensor> constants, transients;
+  for (int i = 0; i < 3; ++i) {
+    constants.push_back(rt.constant(vec(mib), testing::iota(mib, 10.0f * i).data()));
+    transients.push_back(rt.call1(op, {constants.back()}));
+  }
+  EXPECT_EQ(rt.stats().memory.reserved, o.budget);
+  transients.clear();  // three 1 MiB holes, one per constant
+  if (!compaction) {
+    EXPECT_THROW(rt.call1(op, {d}), OutOfMemoryError);
+    return;
+  }
+  Tensor y = rt.call1(op, {d});
+  EXPECT_GE(rt.stats().compactions, 1u);
+  EXPECT_GE(rt.stats().compaction_bytes, std::size_t{1} << 20);
+  EXPECT_LE(rt.stats().memory.peak_reserved, o.budget);
+  const std::vector<float> got = testing::read(rt, y);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(2 * mib));
+  for (std::int64_t i = 0; i < 2 * mib; i += 4099)
+    EXPECT_EQ(got[static_cast<std::size_t>(i)], (1.0f + static_cast<float>(i)) * 2 + 1) << i;
+  for (int c = 0; c < 3; ++c)
+    EXPECT_EQ(testing::read(rt, constants[static_cast<std::size_t>(c)]),
+              testing::iota(mib, 10.0f * c))
+        << "constant " << c << " kept its bytes when it moved";
+  EXPECT_TRUE(sim->races().empty());
+  EXPECT_TRUE(sim->invalid_accesses().empty());
+}
+
+TEST(Compaction, MovesAConstantToServeARequestOnTheHost) {
+  compaction_scenario(Backend::kCpu, true);
+  compaction_scenario(Backend::kCpu, false);
+}
+
+TEST(Compaction, MovesAConstantToServeARequestOnTheSimulatedDevice) {
+  compaction_scenario(Backend::kCuda, true);
+  compaction_scenario(Backend::kCuda, false);
+}
 
 // A device with less free memory than the budget (another process holds the rest): its
 // out-of-memory is a refusal, handled by evicting; a request it can never serve is an

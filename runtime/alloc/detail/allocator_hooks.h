@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "remat/caching_allocator.h"
 #include "runtime/alloc/detail/blocks.h"
@@ -32,6 +34,29 @@ class AllocatorHooks {
   // Every segment's blocks in address order (the expandable arena's room to grow is a free
   // block after its last one), reusing `out`'s buffers.
   static void layout(const CachingAllocator& a, BlockLayout& out) { a.layout(out); }
+  // A block for `bytes` lower than the live block at `p` (an older segment, or lower in its
+  // own), from free cached blocks; null where there is none (Note [Packing pinned storages]).
+  static void* allocate_below(CachingAllocator& a, std::size_t bytes, const void* p) {
+    return a.allocate_below(bytes, p);
+  }
+  // For compaction (Note [Compaction] in runtime/core/eviction_choice.cc): the serial of the
+  // segment holding the live block at `p`; whether other streams use it (then it stays);
+  // a best-fit block outside the segments `avoid` names, or null; and whether such blocks
+  // would hold requests of `bytes` (a dry run).
+  static std::uint64_t segment_serial(const CachingAllocator& a, const void* p) {
+    return a.segment_serial(p);
+  }
+  static bool used_by_other_streams(const CachingAllocator& a, const void* p) {
+    return a.used_by_other_streams(p);
+  }
+  static void* allocate_outside(CachingAllocator& a, std::size_t bytes,
+                                const std::vector<std::uint64_t>& avoid) {
+    return a.allocate_outside(bytes, avoid);
+  }
+  static bool places_outside(const CachingAllocator& a, std::vector<std::size_t> bytes,
+                             const std::vector<std::uint64_t>& avoid) {
+    return a.places_outside(std::move(bytes), avoid);
+  }
   // True when `bytes` would be served from the small pool.
   static bool is_small(const CachingAllocator& a, std::size_t bytes) { return a.is_small(bytes); }
 };
