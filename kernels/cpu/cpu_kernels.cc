@@ -282,45 +282,48 @@ void softmax_backward(const float* y, const float* dy, float* dx, i64 rows, i64 
   }
 }
 
+// Note [Attention as GEMMs]
+// Per (batch, head) the attention is three matrix products over strided views of qkv (a
+// head's q, k and v are hs columns of rows 3C apart, which BLAS takes as a leading
+// dimension): scores = sc q k^T, out = att v; and backward dv = att^T dout, datt = dout v^T,
+// dq = dpre k, dk = dpre^T q. The products cover the whole t x t square, twice the causal
+// triangle's work, at GEMM speed instead of one dot product at a time; the masked half of
+// att is zero, so it adds nothing. Each product has a fixed shape and OpenBLAS a fixed thread
+// count, so a recomputation gives the same bits.
 void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i64 c, i64 nh) {
-  if (nh <= 0) return;
+  if (nh <= 0 || t <= 0) return;
   const i64 hs = c / nh;
   const i64 c3 = 3 * c;
   const float sc = hs > 0 ? 1.0f / std::sqrt(static_cast<float>(hs)) : 1.0f;
+  const int ti = static_cast<int>(t), hi = static_cast<int>(hs);
   for (i64 bi = 0; bi < b; ++bi) {
-    const float* qkv_b = qkv + bi * t * c3;
-    for (i64 ti = 0; ti < t; ++ti) {
-      for (i64 h = 0; h < nh; ++h) {
-        const float* q = qkv_b + ti * c3 + h * hs;
-        float* att_row = att + ((bi * nh + h) * t + ti) * t;
-        // Scaled scores over the causal prefix, then a stable softmax.
+    for (i64 h = 0; h < nh; ++h) {
+      const float* q = qkv + bi * t * c3 + h * hs;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      float* a = att + (bi * nh + h) * t * t;
+      if (hs > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ti, ti, hi, sc, q,
+                    static_cast<int>(c3), k, static_cast<int>(c3), 0.0f, a, ti);
+      else
+        zero(a, t * t);
+      // A stable softmax over each row's causal prefix; the rest of the row is zero.
+      for (i64 r = 0; r < t; ++r) {
+        float* row = a + r * t;
         float mx = -INFINITY;
-        for (i64 t2 = 0; t2 <= ti; ++t2) {
-          const float* k = qkv_b + t2 * c3 + c + h * hs;
-          float dot = 0.0f;
-          for (i64 i = 0; i < hs; ++i) dot += q[i] * k[i];
-          dot *= sc;
-          att_row[t2] = dot;
-          mx = std::max(mx, dot);
+        for (i64 j = 0; j <= r; ++j) mx = std::max(mx, row[j]);
+        float sum = 0.0f;
+        for (i64 j = 0; j <= r; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
         }
-        float s = 0.0f;
-        for (i64 t2 = 0; t2 <= ti; ++t2) {
-          const float e = std::exp(att_row[t2] - mx);
-          att_row[t2] = e;
-          s += e;
-        }
-        const float inv = 1.0f / s;
-        for (i64 t2 = 0; t2 <= ti; ++t2) att_row[t2] *= inv;
-        for (i64 t2 = ti + 1; t2 < t; ++t2) att_row[t2] = 0.0f;
-        // out = att @ v over the prefix.
-        float* o = out + (bi * t + ti) * c + h * hs;
-        zero(o, hs);
-        for (i64 t2 = 0; t2 <= ti; ++t2) {
-          const float* v = qkv_b + t2 * c3 + 2 * c + h * hs;
-          const float a = att_row[t2];
-          for (i64 i = 0; i < hs; ++i) o[i] += a * v[i];
-        }
+        const float inv = 1.0f / sum;
+        for (i64 j = 0; j <= r; ++j) row[j] *= inv;
+        for (i64 j = r + 1; j < t; ++j) row[j] = 0.0f;
       }
+      if (hs > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ti, hi, ti, 1.0f, a, ti, v,
+                    static_cast<int>(c3), 0.0f, out + bi * t * c + h * hs, static_cast<int>(c));
     }
   }
 }
@@ -330,44 +333,41 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
   zero(dqkv, b * t * 3 * c);
   if (nh <= 0 || t <= 0) return;
   const i64 hs = c / nh;
+  if (hs <= 0) return;
   const i64 c3 = 3 * c;
-  const float sc = hs > 0 ? 1.0f / std::sqrt(static_cast<float>(hs)) : 1.0f;
-  std::vector<float> datt(static_cast<std::size_t>(t));
+  const float sc = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int ti = static_cast<int>(t), hi = static_cast<int>(hs), ld3 = static_cast<int>(c3),
+            ld = static_cast<int>(c);
+  std::vector<float> dpre(static_cast<std::size_t>(t * t));
   for (i64 bi = 0; bi < b; ++bi) {
-    const float* qkv_b = qkv + bi * t * c3;
-    float* dqkv_b = dqkv + bi * t * c3;
-    for (i64 ti = 0; ti < t; ++ti) {
-      for (i64 h = 0; h < nh; ++h) {
-        const float* att_row = att + ((bi * nh + h) * t + ti) * t;
-        const float* dout_row = dout + (bi * t + ti) * c + h * hs;
-        const float* q = qkv_b + ti * c3 + h * hs;
-        float* dq = dqkv_b + ti * c3 + h * hs;
-        // Through out = att @ v: datt = dout . v, dv += att * dout.
-        for (i64 t2 = 0; t2 <= ti; ++t2) {
-          const float* v = qkv_b + t2 * c3 + 2 * c + h * hs;
-          float* dv = dqkv_b + t2 * c3 + 2 * c + h * hs;
-          const float a = att_row[t2];
-          float dot = 0.0f;
-          for (i64 i = 0; i < hs; ++i) {
-            dot += v[i] * dout_row[i];
-            dv[i] += a * dout_row[i];
-          }
-          datt[t2] = dot;
-        }
-        // Through the softmax: dpre = att * (datt - sum(att * datt)).
+    for (i64 h = 0; h < nh; ++h) {
+      const float* q = qkv + bi * t * c3 + h * hs;
+      const float* k = q + c;
+      const float* v = q + 2 * c;
+      float* dq = dqkv + bi * t * c3 + h * hs;
+      float* dk = dq + c;
+      float* dv = dq + 2 * c;
+      const float* a = att + (bi * nh + h) * t * t;
+      const float* dout_h = dout + bi * t * c + h * hs;
+      // Through out = att v.
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ti, hi, ti, 1.0f, a, ti, dout_h, ld,
+                  0.0f, dv, ld3);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ti, ti, hi, 1.0f, dout_h, ld, v, ld3,
+                  0.0f, dpre.data(), ti);
+      // Through the softmax and the scale: dpre = att (datt - sum(att datt)) sc.
+      for (i64 r = 0; r < t; ++r) {
+        const float* arow = a + r * t;
+        float* drow = dpre.data() + r * t;
         float dsum = 0.0f;
-        for (i64 t2 = 0; t2 <= ti; ++t2) dsum += att_row[t2] * datt[t2];
-        // Through the scaled scores: dq += dpre * k * sc, dk += dpre * q * sc.
-        for (i64 t2 = 0; t2 <= ti; ++t2) {
-          const float dpre = att_row[t2] * (datt[t2] - dsum) * sc;
-          const float* k = qkv_b + t2 * c3 + c + h * hs;
-          float* dk = dqkv_b + t2 * c3 + c + h * hs;
-          for (i64 i = 0; i < hs; ++i) {
-            dq[i] += dpre * k[i];
-            dk[i] += dpre * q[i];
-          }
-        }
+        for (i64 j = 0; j <= r; ++j) dsum += arow[j] * drow[j];
+        for (i64 j = 0; j <= r; ++j) drow[j] = arow[j] * (drow[j] - dsum) * sc;
+        for (i64 j = r + 1; j < t; ++j) drow[j] = 0.0f;
       }
+      // Through the scores: dq = dpre k, dk = dpre^T q.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ti, hi, ti, 1.0f, dpre.data(), ti, k,
+                  ld3, 0.0f, dq, ld3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ti, hi, ti, 1.0f, dpre.data(), ti, q,
+                  ld3, 0.0f, dk, ld3);
     }
   }
 }
