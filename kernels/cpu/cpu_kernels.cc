@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/philox.h"
 
 namespace remat::kernels::cpu {
@@ -16,6 +17,11 @@ namespace {
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCoeff = 0.044715f;
+
+// Items below which a loop is not worth waking another thread for (Note [Deterministic
+// threading] in parallel.h): about 20 us of simple float work.
+constexpr i64 kGrain = i64{1} << 15;
+i64 RowGrain(i64 cols) { return std::max<i64>(1, kGrain / std::max<i64>(cols, 1)); }
 
 void zero(float* p, i64 n) {
   if (n > 0) std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
@@ -102,11 +108,13 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
 }
 
 void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols) {
-  for (i64 r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    for (i64 j = 0; j < cols; ++j) yr[j] = xr[j] + bias[j];
-  }
+  parallel_for(rows, RowGrain(cols), [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) {
+      const float* xr = x + r * cols;
+      float* yr = y + r * cols;
+      for (i64 j = 0; j < cols; ++j) yr[j] = xr[j] + bias[j];
+    }
+  });
 }
 
 void bias_grad(const float* dy, float* dbias, i64 rows, i64 cols) {
@@ -140,23 +148,27 @@ void scale(const float* x, float s, float* y, i64 n) {
 }
 
 void gelu_forward(const float* x, float* y, i64 n) {
-  for (i64 i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float cube = kGeluCoeff * v * v * v;
-    y[i] = 0.5f * v * (1.0f + std::tanh(kGeluScale * (v + cube)));
-  }
+  parallel_for(n, kGrain / 4, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; ++i) {
+      const float v = x[i];
+      const float cube = kGeluCoeff * v * v * v;
+      y[i] = 0.5f * v * (1.0f + std::tanh(kGeluScale * (v + cube)));
+    }
+  });
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, i64 n) {
-  for (i64 i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float cube = kGeluCoeff * v * v * v;
-    const float th = std::tanh(kGeluScale * (v + cube));
-    const float sech2 = 1.0f - th * th;
-    const float local =
-        0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCoeff * v * v);
-    dx[i] = local * dy[i];
-  }
+  parallel_for(n, kGrain / 4, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; ++i) {
+      const float v = x[i];
+      const float cube = kGeluCoeff * v * v * v;
+      const float th = std::tanh(kGeluScale * (v + cube));
+      const float sech2 = 1.0f - th * th;
+      const float local =
+          0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCoeff * v * v);
+      dx[i] = local * dy[i];
+    }
+  });
 }
 
 void relu_forward(const float* x, float* y, i64 n) {
@@ -199,24 +211,26 @@ void sum(const float* x, float* y, i64 n) {
 
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                        float* rstd, i64 rows, i64 c, float eps) {
-  for (i64 r = 0; r < rows; ++r) {
-    const float* xr = x + r * c;
-    float* yr = y + r * c;
-    double m = 0.0;
-    for (i64 j = 0; j < c; ++j) m += xr[j];
-    m = c > 0 ? m / static_cast<double>(c) : 0.0;
-    double var = 0.0;
-    for (i64 j = 0; j < c; ++j) {
-      const double d = xr[j] - m;
-      var += d * d;
+  parallel_for(rows, RowGrain(c), [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) {
+      const float* xr = x + r * c;
+      float* yr = y + r * c;
+      double m = 0.0;
+      for (i64 j = 0; j < c; ++j) m += xr[j];
+      m = c > 0 ? m / static_cast<double>(c) : 0.0;
+      double var = 0.0;
+      for (i64 j = 0; j < c; ++j) {
+        const double d = xr[j] - m;
+        var += d * d;
+      }
+      var = c > 0 ? var / static_cast<double>(c) : 0.0;
+      const float mf = static_cast<float>(m);
+      const float sf = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+      for (i64 j = 0; j < c; ++j) yr[j] = (xr[j] - mf) * sf * w[j] + b[j];
+      mean[r] = mf;
+      rstd[r] = sf;
     }
-    var = c > 0 ? var / static_cast<double>(c) : 0.0;
-    const float mf = static_cast<float>(m);
-    const float sf = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
-    for (i64 j = 0; j < c; ++j) yr[j] = (xr[j] - mf) * sf * w[j] + b[j];
-    mean[r] = mf;
-    rstd[r] = sf;
-  }
+  });
 }
 
 void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean,
@@ -308,19 +322,21 @@ void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i
       else
         zero(a, t * t);
       // A stable softmax over each row's causal prefix; the rest of the row is zero.
-      for (i64 r = 0; r < t; ++r) {
-        float* row = a + r * t;
-        float mx = -INFINITY;
-        for (i64 j = 0; j <= r; ++j) mx = std::max(mx, row[j]);
-        float sum = 0.0f;
-        for (i64 j = 0; j <= r; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
+      parallel_for(t, RowGrain(t), [&](i64 r0, i64 r1) {
+        for (i64 r = r0; r < r1; ++r) {
+          float* row = a + r * t;
+          float mx = -INFINITY;
+          for (i64 j = 0; j <= r; ++j) mx = std::max(mx, row[j]);
+          float sum = 0.0f;
+          for (i64 j = 0; j <= r; ++j) {
+            row[j] = std::exp(row[j] - mx);
+            sum += row[j];
+          }
+          const float inv = 1.0f / sum;
+          for (i64 j = 0; j <= r; ++j) row[j] *= inv;
+          for (i64 j = r + 1; j < t; ++j) row[j] = 0.0f;
         }
-        const float inv = 1.0f / sum;
-        for (i64 j = 0; j <= r; ++j) row[j] *= inv;
-        for (i64 j = r + 1; j < t; ++j) row[j] = 0.0f;
-      }
+      });
       if (hs > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ti, hi, ti, 1.0f, a, ti, v,
                     static_cast<int>(c3), 0.0f, out + bi * t * c + h * hs, static_cast<int>(c));
@@ -355,14 +371,16 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ti, ti, hi, 1.0f, dout_h, ld, v, ld3,
                   0.0f, dpre.data(), ti);
       // Through the softmax and the scale: dpre = att (datt - sum(att datt)) sc.
-      for (i64 r = 0; r < t; ++r) {
-        const float* arow = a + r * t;
-        float* drow = dpre.data() + r * t;
-        float dsum = 0.0f;
-        for (i64 j = 0; j <= r; ++j) dsum += arow[j] * drow[j];
-        for (i64 j = 0; j <= r; ++j) drow[j] = arow[j] * (drow[j] - dsum) * sc;
-        for (i64 j = r + 1; j < t; ++j) drow[j] = 0.0f;
-      }
+      parallel_for(t, RowGrain(t), [&](i64 r0, i64 r1) {
+        for (i64 r = r0; r < r1; ++r) {
+          const float* arow = a + r * t;
+          float* drow = dpre.data() + r * t;
+          float dsum = 0.0f;
+          for (i64 j = 0; j <= r; ++j) dsum += arow[j] * drow[j];
+          for (i64 j = 0; j <= r; ++j) drow[j] = arow[j] * (drow[j] - dsum) * sc;
+          for (i64 j = r + 1; j < t; ++j) drow[j] = 0.0f;
+        }
+      });
       // Through the scores: dq = dpre k, dk = dpre^T q.
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ti, hi, ti, 1.0f, dpre.data(), ti, k,
                   ld3, 0.0f, dq, ld3);
@@ -443,22 +461,29 @@ void dropout_forward(const float* x, float* y, std::uint8_t* mask, i64 n, float 
   const Philox rng(seed, offset);
   const float keep = 1.0f - p;
   // Element i uses word i % 4 of block i / 4: the same number Philox::uniform(i) returns,
-  // with one block computed per four elements.
-  for (i64 base = 0; base < n; base += 4) {
-    const PhiloxBlock blk = rng.block(static_cast<std::uint64_t>(base) / 4);
-    const i64 end = std::min<i64>(base + 4, n);
-    for (i64 i = base; i < end; ++i) {
-      const float u = static_cast<float>(blk.w[i - base] >> 8) * (1.0f / 16777216.0f);
-      const bool kept = u >= p;
-      mask[i] = kept ? 1 : 0;
-      y[i] = kept ? x[i] / keep : 0.0f;
-    }
-  }
+  // with one block computed per four elements (so chunks start at multiples of four).
+  parallel_for(
+      n, kGrain,
+      [&](i64 i0, i64 i1) {
+        for (i64 base = i0; base < i1; base += 4) {
+          const PhiloxBlock blk = rng.block(static_cast<std::uint64_t>(base) / 4);
+          const i64 end = std::min<i64>(base + 4, i1);
+          for (i64 i = base; i < end; ++i) {
+            const float u = static_cast<float>(blk.w[i - base] >> 8) * (1.0f / 16777216.0f);
+            const bool kept = u >= p;
+            mask[i] = kept ? 1 : 0;
+            y[i] = kept ? x[i] / keep : 0.0f;
+          }
+        }
+      },
+      /*align=*/4);
 }
 
 void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 n, float p) {
   const float keep = 1.0f - p;
-  for (i64 i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
+  parallel_for(n, kGrain, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
+  });
 }
 
 void conv2d_forward(const float* x, const float* w, const float* bias, float* y, float* cols, i64 n,
@@ -666,16 +691,18 @@ void adamw_update(float* param, float* m, float* v, const float* grad, i64 n, fl
                   float beta2, float eps, float weight_decay, int t) {
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), t));
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), t));
-  for (i64 i = 0; i < n; ++i) {
-    const float g = grad[i];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float mhat = mi / bc1;
-    const float vhat = vi / bc2;
-    param[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * param[i]);
-  }
+  parallel_for(n, kGrain, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; ++i) {
+      const float g = grad[i];
+      const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+      const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      const float mhat = mi / bc1;
+      const float vhat = vi / bc2;
+      param[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * param[i]);
+    }
+  });
 }
 
 }  // namespace remat::kernels::cpu
