@@ -37,7 +37,8 @@ TEST(ParallelFor, CoversEveryItemOnceWithAlignedChunks) {
   const std::thread::id caller = std::this_thread::get_id();
   if (cpu_threads() > 1) {  // a large loop really is shared
     std::atomic<int> elsewhere{0};
-    parallel_for(1 << 20, 1024, [&](i64, i64) { elsewhere += std::this_thread::get_id() != caller; });
+    parallel_for(1 << 20, 1024,
+                 [&](i64, i64) { elsewhere += std::this_thread::get_id() != caller; });
     EXPECT_GT(elsewhere, 0);
   }
   bool inline_run = false;
