@@ -51,7 +51,7 @@ TEST(Moccasin, ValidAndNeverBelowExhaustiveOptimumOnSmallRandomGraphs) {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     Graph g =
         seed % 2 ? testing::RandomDag(8, 0.3, 4, seed) : testing::RandomTrainingGraph(4, seed);
-    int64_t full = testing::NoRematPeak(g);
+    int64_t full = file_order_peak(g);
     int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
     for (int64_t budget : {(lb + full) / 2, full * 9 / 10}) {
       if (budget < lb) continue;

@@ -82,7 +82,7 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     Graph g =
         seed % 2 ? testing::RandomDag(8, 0.3, 4, seed) : testing::RandomTrainingGraph(4, seed);
-    int64_t full = testing::NoRematPeak(g);
+    int64_t full = file_order_peak(g);
     int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
     for (int64_t budget : {lb, (lb + full) / 2, full}) {
       auto opt = internal::ExhaustiveOptimum(g, budget);
@@ -178,7 +178,7 @@ TEST(Rotor, HeldTapesNeverCostMore) {
 TEST(Rotor, BudgetedPlansOnTrainingGraphsAreValid) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     Graph g = testing::RandomTrainingGraph(20, seed);
-    int64_t full = testing::NoRematPeak(g);
+    int64_t full = file_order_peak(g);
     for (double f : {1.0, 0.7, 0.5}) {
       PlanOptions o;
       o.budget_bytes = static_cast<int64_t>(f * full);
@@ -226,7 +226,7 @@ TEST(Mincut, SavesNoMoreThanPyTorchAndNeverRecomputesBannedNodes) {
 
 TEST(Mincut, BudgetedVariantFitsTighterBudgets) {
   Graph g = testing::RandomTrainingGraph(30, 7);
-  int64_t full = testing::NoRematPeak(g);
+  int64_t full = file_order_peak(g);
   PlanOptions o;
   o.budget_bytes = full * 6 / 10;
   auto p = run_planner("mincut", g, o);
@@ -240,7 +240,7 @@ TEST(Mincut, BudgetedVariantFitsTighterBudgets) {
 TEST(Greedy, MeetsBudgetsOnRandomGraphsWithValidSchedules) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     Graph g = testing::RandomDag(60, 0.05, 50, seed);
-    int64_t full = testing::NoRematPeak(g);
+    int64_t full = file_order_peak(g);
     int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
     int64_t budget = std::max(lb, full * 8 / 10);
     PlanOptions o;

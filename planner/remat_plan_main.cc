@@ -16,14 +16,6 @@
 
 namespace {
 
-// The baseline of --budget-fraction: the peak of the file order without recomputation, the
-// accounting of ../shared/graphs/FORMAT.md (remat-compare measures the same).
-std::uint64_t BaselinePeak(const remat::Graph& g) {
-  remat::Schedule s{g.name, {}};
-  for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
-  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, remat::simulate(g, s).peak_bytes));
-}
-
 bool WriteSchedule(const std::string& path, const remat::Schedule& schedule) {
   std::ofstream out(path);
   out << remat::write_schedule(schedule) << "\n";
@@ -115,7 +107,9 @@ int main(int argc, char** argv) try {
     return cli::kExitError;
   }
   const auto baseline_start = std::chrono::steady_clock::now();
-  const std::uint64_t baseline_peak = BaselinePeak(*g);
+  // The baseline of --budget-fraction (remat-compare measures the same).
+  const auto baseline_peak =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, remat::file_order_peak(*g)));
   std::optional<int64_t> budget;
   if (budget_flags.given()) budget = static_cast<int64_t>(*budget_flags.resolve(baseline_peak));
   remat::PlanOptions opt;

@@ -425,12 +425,6 @@ class MemorySearch {
   bool verbose_ = false;
 };
 
-int64_t FileOrderPeak(const Graph& g) {
-  Schedule s{g.name, {}};
-  for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
-  return simulate(g, s).peak_bytes;
-}
-
 // Note [Rockmate on a single block]
 // A graph that is no sequence is one block: Rockmate's per-block solver gets the whole
 // graph. Checkmate where the MILP is small, Moccasin where the CP model is, and the cheap
@@ -559,7 +553,7 @@ absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt) {
   details["seconds"]["strategies"] = SecondsSince(t1);
   const auto t2 = std::chrono::steady_clock::now();
   const ChainModel chain = BuildChainModel(g, b, probs, kinds);
-  const int64_t budget = opt.budget_bytes ? *opt.budget_bytes : FileOrderPeak(g);
+  const int64_t budget = opt.budget_bytes ? *opt.budget_bytes : file_order_peak(g);
   int64_t fixed = 0;
   for (int v : b.rest) fixed += g.nodes[v].bytes;
   for (int v = 0; v < g.size(); ++v) fixed += b.pinned[v] ? g.nodes[v].bytes : 0;

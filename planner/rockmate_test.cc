@@ -59,8 +59,6 @@ Graph ResidualChain(int layers) {
   return g;
 }
 
-int64_t NoRematPeak(const Graph& g) { return testing::NoRematPeak(g); }
-
 Plan MustPlan(const std::string& algo, const Graph& g, int64_t budget, double seconds = 5) {
   PlanOptions o;
   o.budget_bytes = budget;
@@ -166,7 +164,7 @@ TEST(Rockmate, PlansOnRandomLayeredGraphsAreValidWithinBudget) {
   int feasible = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     const Graph g = testing::RandomTrainingGraph(15 + static_cast<int>(seed) * 3, seed);
-    const int64_t full = NoRematPeak(g);
+    const int64_t full = file_order_peak(g);
     const int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
     for (int k = 0; k < 3; ++k) {
       const int64_t budget = k == 0 ? full : lb + static_cast<int64_t>(rng() % (full - lb + 1));
@@ -189,7 +187,7 @@ TEST(Rockmate, NoWorseThanRotorOnChains) {
   int compared = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     const Graph g = testing::RandomTrainingGraph(30, seed);
-    const int64_t full = NoRematPeak(g);
+    const int64_t full = file_order_peak(g);
     for (double f : {1.0, 0.8, 0.65, 0.5}) {
       const int64_t budget = static_cast<int64_t>(f * static_cast<double>(full));
       const Plan rotor = MustPlan("rotor", g, budget);
@@ -206,7 +204,7 @@ TEST(Rockmate, NoWorseThanRotorOnChains) {
 TEST(Rockmate, GraphWithoutBlockStructureGetsAPlan) {
   // Forward only: no sequence of forward and backward blocks.
   const Graph dag = testing::RandomDag(40, 0.15, 20, 5);
-  const Plan p = MustPlan("rockmate", dag, NoRematPeak(dag));
+  const Plan p = MustPlan("rockmate", dag, file_order_peak(dag));
   EXPECT_TRUE(p.feasible) << p.reason;
   EXPECT_THAT(p.details, HasSubstr("single_block"));
   // Dense skips: every forward node reads all earlier ones, so no separator exists.
@@ -218,7 +216,7 @@ TEST(Rockmate, GraphWithoutBlockStructureGetsAPlan) {
     MakeNode(dense, "f", 4, 1, in, Phase::kForward);
   }
   for (int i = 0; i < 8; ++i) MakeNode(dense, "b", 4, 1, {7 - i, 8 + i - 1}, Phase::kBackward);
-  const Plan q = MustPlan("rockmate", dense, NoRematPeak(dense));
+  const Plan q = MustPlan("rockmate", dense, file_order_peak(dense));
   EXPECT_TRUE(q.feasible) << q.reason;
 }
 
@@ -228,7 +226,7 @@ TEST(Rockmate, HeldInputGraphsKeepTheirBlocks) {
   const Graph g = hold_inputs(ResidualChain(8));
   const rm::BlockSequence b = rm::DetectBlocks(g);
   EXPECT_GE(b.size(), 8) << b.note;
-  const int64_t full = NoRematPeak(g);
+  const int64_t full = file_order_peak(g);
   for (double f : {1.0, 0.8}) {
     const int64_t budget = static_cast<int64_t>(f * static_cast<double>(full));
     const Plan p = MustPlan("rockmate", g, budget, 1);
@@ -259,7 +257,7 @@ TEST(Rockmate, GptSmallIsBlocksOfFewKindsAndFitsHalfItsPeak) {
   const rm::BlockSequence b = rm::DetectBlocks(*g);
   EXPECT_GE(b.size(), 10);
   EXPECT_LT(b.representative.size(), static_cast<size_t>(b.size()));
-  const int64_t budget = NoRematPeak(*g) / 2;
+  const int64_t budget = file_order_peak(*g) / 2;
   const Plan p = MustPlan("rockmate", *g, budget, 5);
   ASSERT_TRUE(p.feasible) << p.reason;
   EXPECT_LE(p.sim.peak_bytes, budget);

@@ -74,7 +74,7 @@ int Positions(const Graph& g) {
   return p;
 }
 
-std::int64_t HeldPeak(const Graph& g) { return testing::NoRematPeak(hold_inputs(g)); }
+std::int64_t HeldPeak(const Graph& g) { return file_order_peak(hold_inputs(g)); }
 
 TEST(StepPlannerTest, ChoosesTheCheapestFeasiblePlanUnderTheBudget) {
   for (std::uint64_t seed : {1, 2, 3}) {
@@ -263,7 +263,7 @@ TEST(StepPlannerTest, ABudgetMustBeGiven) {
 TEST(StepPlannerTest, PlanHoldingInputsKeepsThemToTheEnd) {
   const Graph held = hold_inputs(StepGraph(20, 3, 4));
   PlanOptions po;
-  po.budget_bytes = testing::NoRematPeak(held) * 7 / 10;
+  po.budget_bytes = file_order_peak(held) * 7 / 10;
   for (const std::string algo : {"chen", "twremat", "rotor"}) {
     absl::StatusOr<Plan> p = plan_holding_inputs(algo, held, po);
     ASSERT_TRUE(p.ok()) << p.status();

@@ -36,7 +36,7 @@ TEST(Twremat, ValidAndNeverAboveNoRematOnSharedGraphs) {
   for (const char* name : kSharedGraphs) {
     auto g = read_graph_file(dir + "/" + name + ".json");
     ASSERT_TRUE(g.ok()) << g.status();
-    int64_t full = testing::NoRematPeak(*g);
+    int64_t full = file_order_peak(*g);
     Plan p = Twremat(*g, std::nullopt);
     ASSERT_TRUE(p.feasible) << name << ": " << p.reason;
     SimResult again = simulate(*g, p.schedule);
@@ -59,7 +59,7 @@ TEST(Twremat, MinimisesTransformerPeaksToAtMostThirtyPercent) {
   for (const char* name : {"transformer_enc", "gpt_small"}) {
     auto g = read_graph_file(dir + "/" + name + ".json");
     ASSERT_TRUE(g.ok()) << g.status();
-    int64_t full = testing::NoRematPeak(*g);
+    int64_t full = file_order_peak(*g);
     Plan p = Twremat(*g, std::nullopt);
     ASSERT_TRUE(p.feasible) << name << ": " << p.reason;
     EXPECT_LE(static_cast<double>(p.sim.peak_bytes), 0.30 * static_cast<double>(full)) << name;
@@ -68,7 +68,7 @@ TEST(Twremat, MinimisesTransformerPeaksToAtMostThirtyPercent) {
 
 // The smallest peak of any schedule, by exhaustive search over budgets.
 int64_t ExhaustiveMinPeak(const Graph& g) {
-  int64_t lo = internal::MinimumPeakLowerBound(g, nullptr), hi = testing::NoRematPeak(g);
+  int64_t lo = internal::MinimumPeakLowerBound(g, nullptr), hi = file_order_peak(g);
   while (lo < hi) {
     int64_t mid = (lo + hi) / 2;
     if (internal::ExhaustiveOptimum(g, mid).has_value())
@@ -89,7 +89,7 @@ TEST(Twremat, NeverBeatsExhaustiveMinimumPeakOnSmallRandomGraphs) {
     ASSERT_TRUE(p.feasible) << "seed " << seed << ": " << p.reason;
     ASSERT_TRUE(simulate(g, p.schedule).valid);
     EXPECT_GE(p.sim.peak_bytes, best) << "seed " << seed;
-    if (p.sim.peak_bytes < testing::NoRematPeak(g)) ++lower;
+    if (p.sim.peak_bytes < file_order_peak(g)) ++lower;
     // Budgeted at the exhaustive minimum: a feasible plan fits it.
     Plan b = Twremat(g, best);
     if (b.feasible) {
@@ -101,7 +101,7 @@ TEST(Twremat, NeverBeatsExhaustiveMinimumPeakOnSmallRandomGraphs) {
 
 TEST(Twremat, RecursionLimitTradesMemoryForLength) {
   Graph g = testing::RandomTrainingGraph(300, 3);
-  int64_t full = testing::NoRematPeak(g);
+  int64_t full = file_order_peak(g);
   Plan flat = Twremat(g, std::nullopt, 0);
   ASSERT_TRUE(flat.feasible);
   EXPECT_EQ(flat.sim.recomputations, 0);  // k = 0: no recursion, topological order
@@ -118,7 +118,7 @@ TEST(Twremat, RecursionLimitTradesMemoryForLength) {
 
 TEST(Twremat, BudgetStopsRecursionEarly) {
   Graph g = testing::RandomTrainingGraph(300, 5);
-  int64_t full = testing::NoRematPeak(g);
+  int64_t full = file_order_peak(g);
   Plan deep = Twremat(g, std::nullopt);
   Plan loose = Twremat(g, full * 6 / 10);
   ASSERT_TRUE(loose.feasible) << loose.reason;
@@ -142,7 +142,7 @@ TEST(Twremat, ShortcutsGiveThePlainRecursionsSchedule) {
     Graph g = seed % 3 == 0   ? testing::RandomDag(25, 0.4, 9, seed)
               : seed % 3 == 1 ? RandomDenseNet(rng, seed)
                               : testing::RandomTrainingGraph(30, seed);
-    const int64_t full = testing::NoRematPeak(g);
+    const int64_t full = file_order_peak(g);
     for (int k : {-1, 2}) {
       for (int64_t budget :
            {internal::kNoBudget, full * (3 + static_cast<int64_t>(rng() % 7)) / 10}) {
@@ -164,7 +164,7 @@ TEST(Twremat, PlansForDenseGraphsAreValidAndWithinBudget) {
   int below_full = 0;
   for (uint64_t seed = 1; seed <= 30; ++seed) {
     Graph g = RandomDenseNet(rng, seed);
-    const int64_t full = testing::NoRematPeak(g);
+    const int64_t full = file_order_peak(g);
     Plan p = Twremat(g, std::nullopt);
     ASSERT_TRUE(p.feasible) << g.name << ": " << p.reason;
     SimResult again = simulate(g, p.schedule);

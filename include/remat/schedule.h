@@ -52,6 +52,10 @@ struct SimResult {
 SimResult simulate(const Graph& g, const Schedule& s,
                    std::optional<int64_t> budget_bytes = std::nullopt);
 
+// The peak of computing every node once in file order, without rematerialization: the
+// baseline every budget fraction is of (../shared/graphs/FORMAT.md's reference peaks).
+int64_t file_order_peak(const Graph& g);
+
 // Errors name the problem (and the step); read_schedule_file puts the path before them.
 absl::StatusOr<Schedule> parse_schedule(std::string_view json_text);
 absl::StatusOr<Schedule> read_schedule_file(const std::string& path);

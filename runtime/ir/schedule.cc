@@ -118,6 +118,13 @@ SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
   return r;
 }
 
+int64_t file_order_peak(const Graph& g) {
+  Schedule s{g.name, {}, std::nullopt};
+  s.order.reserve(static_cast<std::size_t>(g.size()));
+  for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
+  return simulate(g, s).peak_bytes;
+}
+
 std::vector<int64_t> memory_profile(const Graph& g, const std::vector<int>& order) {
   const Instances in = ComputeInstances(g, order);
   if (!in.error.empty()) return {};

@@ -259,10 +259,4 @@ Graph DenseNetGraph(const std::vector<int>& block_layers, uint64_t seed) {
   return DenseNetBuilder(seed).Build(block_layers);
 }
 
-int64_t NoRematPeak(const Graph& g) {
-  Schedule s{g.name, {}};
-  for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
-  return simulate(g, s).peak_bytes;
-}
-
 }  // namespace remat::testing

@@ -28,7 +28,6 @@ Graph RandomTrainingGraph(int n, uint64_t seed);
 // are inputs, the loss gradient a tangent. {6, 12, 24, 16} is DenseNet-121's shape (2,418
 // nodes), {6, 12, 32, 32} DenseNet-169's (4,186). seed jitters bytes and costs.
 Graph DenseNetGraph(const std::vector<int>& block_layers, uint64_t seed);
-int64_t NoRematPeak(const Graph& g);
 
 }  // namespace remat::testing
 

@@ -96,10 +96,8 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
   CompareReport report;
   report.name = g.name;
   report.nodes = g.nodes.size();
-  Schedule file_order{.graph = g.name, .order = {}};
-  for (int v = 0; v < g.size(); ++v) file_order.order.push_back(v);
-  const SimResult base = simulate(g, file_order);
-  report.baseline_peak = o.baseline_peak.value_or(base.peak_bytes);
+  const std::int64_t file_peak = file_order_peak(g);
+  report.baseline_peak = o.baseline_peak.value_or(file_peak);
   const DtrTrace program = dtr_trace_from_graph(g);
   const std::vector<StepSite> sites = trace_sites(g);
   const std::vector<std::string> planners =
@@ -115,9 +113,9 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
       row.kind = "none";
       row.fraction = f;
       row.budget = budget;
-      row.predicted_peak = base.peak_bytes;
-      row.peak_logical = static_cast<std::size_t>(base.peak_bytes);
-      row.status = base.peak_bytes <= static_cast<std::int64_t>(budget) ? "ok" : "over_budget";
+      row.predicted_peak = file_peak;
+      row.peak_logical = static_cast<std::size_t>(file_peak);
+      row.status = file_peak <= static_cast<std::int64_t>(budget) ? "ok" : "over_budget";
       report.rows.push_back(row);
     }
     // Static planners, replayed; the best plan here by overhead (the static plans' replayed,
