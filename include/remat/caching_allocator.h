@@ -112,7 +112,8 @@ class CachingAllocator final : public MemoryResource {
   bool release_would_serve(const void* p, std::size_t bytes) const;
   void set_tag(const void* p, std::uint32_t tag);
   const std::vector<detail::Segment*>& segment_list() const;
-  detail::Block* find_free(std::size_t size);
+  // The best-fitting free block for a rounded request, outside the segments `avoid` names.
+  detail::Block* find_free(std::size_t size, const std::vector<std::uint64_t>* avoid = nullptr);
   void* hand_out(detail::Block* b, std::size_t size, std::size_t bytes);
   // A new block for `bytes` below the live block at `p`, from free cached blocks only; null
   // where none is lower (Note [Packing pinned storages]).

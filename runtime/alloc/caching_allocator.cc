@@ -283,15 +283,36 @@ void CachingAllocator::set_tag(const void* p, std::uint32_t tag) {
   if (Block* b = pools_->live_block(p)) b->tag = tag;
 }
 
-Block* CachingAllocator::find_free(std::size_t size) {
-  auto& set = pools_->free_set(small_pool(size));
+namespace {
+
+// The first free block of `set` not smaller than `size`: where a best-fit scan starts.
+auto FirstNotSmaller(absl::btree_set<Block*, detail::BlockOrder>& set, std::size_t size) {
   Segment before_all;  // serial 0: orders before every reserved segment
   Block probe;
   probe.size = size;
   probe.segment = &before_all;
-  for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
+  return set.lower_bound(&probe);
+}
+
+// Whether `a` lies below `b`: an older segment, or lower in the same one.
+bool Below(const Block* a, const Block* b) {
+  return a->segment->serial != b->segment->serial ? a->segment->serial < b->segment->serial
+                                                  : a->address < b->address;
+}
+
+bool Avoided(const std::vector<std::uint64_t>* avoid, const Block* b) {
+  return avoid != nullptr &&
+         std::find(avoid->begin(), avoid->end(), b->segment->serial) != avoid->end();
+}
+
+}  // namespace
+
+Block* CachingAllocator::find_free(std::size_t size, const std::vector<std::uint64_t>* avoid) {
+  auto& set = pools_->free_set(small_pool(size));
+  for (auto it = FirstNotSmaller(set, size); it != set.end(); ++it) {
     Block* b = *it;
-    if (!fits(b->segment->whole, b->size, size)) continue;  // a whole segment, too big
+    // A whole segment too big for the request, or one the caller keeps out of.
+    if (!fits(b->segment->whole, b->size, size) || Avoided(avoid, b)) continue;
     set.erase(it);
     return b;
   }
@@ -570,32 +591,17 @@ void* CachingAllocator::hand_out(Block* b, std::size_t size, std::size_t bytes) 
 // and the rest coalesces. Only free cached blocks are used: nothing is reserved or evicted.
 // A block that other streams use is not moved (their uses are tracked by address).
 void* CachingAllocator::allocate_below(std::size_t bytes, const void* p) {
-  auto live = pools_->live.find(reinterpret_cast<std::uintptr_t>(p));
-  if (live == pools_->live.end()) return nullptr;
-  if (stream_uses_ != nullptr &&
-      stream_uses_->by_block.contains(reinterpret_cast<std::uintptr_t>(p)))
-    return nullptr;
-  const Block* here = live->second;
+  const Block* here = pools_->live_block(p);
+  if (here == nullptr || used_by_other_streams(p)) return nullptr;
   const std::size_t size = rounded_size(bytes);
   const bool small = small_pool(size);
   if (here->segment->small != small) return nullptr;
-  auto below = [&](const Block* b) {
-    return b->segment->serial != here->segment->serial ? b->segment->serial < here->segment->serial
-                                                       : b->address < here->address;
-  };
   auto& set = pools_->free_set(small);
-  Segment before_all;
-  Block probe;
-  probe.size = size;
-  probe.segment = &before_all;
   Block* lowest = nullptr;
-  for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
+  for (auto it = FirstNotSmaller(set, size); it != set.end(); ++it) {
     Block* b = *it;
-    if (!fits(b->segment->whole, b->size, size) || !below(b)) continue;
-    if (lowest == nullptr || (b->segment->serial != lowest->segment->serial
-                                  ? b->segment->serial < lowest->segment->serial
-                                  : b->address < lowest->address))
-      lowest = b;
+    if (!fits(b->segment->whole, b->size, size) || !Below(b, here)) continue;
+    if (lowest == nullptr || Below(b, lowest)) lowest = b;
   }
   if (lowest == nullptr) return nullptr;
   set.erase(lowest);
@@ -617,20 +623,8 @@ bool CachingAllocator::used_by_other_streams(const void* p) const {
 void* CachingAllocator::allocate_outside(std::size_t bytes,
                                          const std::vector<std::uint64_t>& avoid) {
   const std::size_t size = rounded_size(bytes);
-  auto& set = pools_->free_set(small_pool(size));
-  Segment before_all;
-  Block probe;
-  probe.size = size;
-  probe.segment = &before_all;
-  for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
-    Block* b = *it;
-    if (!fits(b->segment->whole, b->size, size) ||
-        std::find(avoid.begin(), avoid.end(), b->segment->serial) != avoid.end())
-      continue;
-    set.erase(it);
-    return hand_out(b, size, bytes);
-  }
-  return nullptr;
+  Block* b = find_free(size, &avoid);
+  return b == nullptr ? nullptr : hand_out(b, size, bytes);
 }
 
 // Whether allocate_outside would place requests of `bytes`, largest first, without
@@ -644,8 +638,7 @@ bool CachingAllocator::places_outside(std::vector<std::size_t> bytes,
   std::vector<Free> free;
   for (bool small : {false, true})
     for (const Block* b : pools_->free_set(small))
-      if (std::find(avoid.begin(), avoid.end(), b->segment->serial) == avoid.end())
-        free.push_back({b->size, b->segment->whole, small});
+      if (!Avoided(&avoid, b)) free.push_back({b->size, b->segment->whole, small});
   std::sort(bytes.begin(), bytes.end(), std::greater<>());
   for (std::size_t request : bytes) {
     const std::size_t size = rounded_size(request);

@@ -76,19 +76,13 @@ bool RuntimeImpl::compact(std::size_t bytes) {
   if (compactions_in_request_ >= kMaxCompactionsPerRequest) return false;
   WindowSearch& w = window_search_;
   const std::size_t need = caching->rounded_size(bytes);
-  auto cost_of = [this](std::size_t, std::uint32_t tag) {
+  price_windows(bytes, [this](std::size_t, std::uint32_t tag) {
     if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
     const StorageRec& r = storages[tag];
     if (!r.resident || AllocatorHooks::used_by_other_streams(*caching, r.ptr))
       return WindowSearch::kBarrier;
     return static_cast<double>(r.bytes);
-  };
-  w.price(
-      need, AllocatorBlocks(*caching),
-      [&](const SegmentView& segment, std::size_t segment_bytes) {
-        return AllocatorHooks::window_serves(*caching, segment, segment_bytes, bytes);
-      },
-      cost_of);
+  });
   if (!w.choose(need, AllocatorHooks::unreserved(*caching)) || w.chosen().empty()) return false;
   std::vector<Id> moving;
   std::vector<std::size_t> sizes;
@@ -103,14 +97,10 @@ bool RuntimeImpl::compact(std::size_t bytes) {
   if (!AllocatorHooks::places_outside(*caching, sizes, avoid)) return false;
   bool moved = false;
   for (Id s : moving) {
-    StorageRec& r = storages[s];
-    void* to = AllocatorHooks::allocate_outside(*caching, r.bytes, avoid);
+    void* to = AllocatorHooks::allocate_outside(*caching, storages[s].bytes, avoid);
     if (to == nullptr) break;
-    copy_device_bytes(to, r.ptr, r.bytes);
-    memory->deallocate(r.ptr, r.bytes);
-    r.ptr = to;
-    AllocatorHooks::set_tag(*caching, to, s);
-    stats.compaction_bytes += r.bytes;
+    move_storage(s, to, /*copy_bytes=*/true);
+    stats.compaction_bytes += storages[s].bytes;
     moved = true;
   }
   if (moved) {
@@ -141,6 +131,18 @@ bool RuntimeImpl::compact(std::size_t bytes) {
 // that victim, as in logical accounting, whose per-byte choices are what the policies are
 // tuned for; the window search is left to the decisions where fragmentation is the problem.
 
+// Prices every window of the allocator's segments for a request of `bytes` (WindowSearch),
+// each block weighed by cost_of(position, tag).
+template <typename CostOf>
+void RuntimeImpl::price_windows(std::size_t bytes, CostOf cost_of) {
+  window_search_.price(
+      caching->rounded_size(bytes), AllocatorBlocks(*caching),
+      [&](const SegmentView& segment, std::size_t segment_bytes) {
+        return AllocatorHooks::window_serves(*caching, segment, segment_bytes, bytes);
+      },
+      cost_of);
+}
+
 void RuntimeImpl::choose_window(std::size_t bytes) {
   candidates_->with_pricing(clock, [&](auto score) { choose_window(bytes, score); });
 }
@@ -166,12 +168,7 @@ void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
     // Sizes are far below 2^63, and a signed conversion is one instruction.
     return score(r.candidate_slot) * static_cast<double>(static_cast<std::int64_t>(r.bytes));
   };
-  w.price(
-      need, AllocatorBlocks(*caching),
-      [&](const SegmentView& segment, std::size_t segment_bytes) {
-        return AllocatorHooks::window_serves(*caching, segment, segment_bytes, bytes);
-      },
-      [block_cost](std::size_t, std::uint32_t tag) { return block_cost(tag); });
+  price_windows(bytes, [block_cost](std::size_t, std::uint32_t tag) { return block_cost(tag); });
   const std::vector<std::uint32_t>& tags = w.tags();
   const std::size_t unreserved = AllocatorHooks::unreserved(*caching);
   window_refreshed_.assign(tags.size(), false);

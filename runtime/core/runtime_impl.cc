@@ -205,21 +205,24 @@ void RuntimeImpl::pack_pinned(Id s, bool copy_bytes) {
     return;
   void* to = AllocatorHooks::allocate_below(*caching, r.bytes, r.ptr);
   if (to == nullptr) return;
-  if (copy_bytes) copy_device_bytes(to, r.ptr, r.bytes);
-  memory->deallocate(r.ptr, r.bytes);
-  r.ptr = to;
-  AllocatorHooks::set_tag(*caching, to, s);
+  move_storage(s, to, copy_bytes);
   ++stats.packed_storages;
 }
 
-// Copies a storage's bytes to a new block: on the runtime's stream on CUDA, by memcpy on the
-// host, not at all where kernels do not run.
-void RuntimeImpl::copy_device_bytes(void* to, const void* from, std::size_t bytes) {
-  if (!runs_kernels || bytes == 0) return;
-  if (cuda != nullptr)
-    cuda->copy(to, from, bytes);
-  else
-    std::memcpy(to, from, bytes);
+// Gives resident storage `s` the block at `to` (already allocated) and frees its old one.
+// Its bytes are copied on the runtime's stream on CUDA, by memcpy on the host, not at all
+// where kernels do not run or `copy_bytes` is false.
+void RuntimeImpl::move_storage(Id s, void* to, bool copy_bytes) {
+  StorageRec& r = storages[s];
+  if (copy_bytes && runs_kernels && r.bytes > 0) {
+    if (cuda != nullptr)
+      cuda->copy(to, r.ptr, r.bytes);
+    else
+      std::memcpy(to, r.ptr, r.bytes);
+  }
+  memory->deallocate(r.ptr, r.bytes);
+  r.ptr = to;
+  AllocatorHooks::set_tag(*caching, to, s);
 }
 
 // Gives a resident storage's bytes back to the memory resource.

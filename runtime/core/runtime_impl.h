@@ -112,7 +112,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   // Moves pinned storage `s` below where it is when a free block there holds it; with
   // `copy_bytes` false its bytes are not yet written (a constant before its upload).
   void pack_pinned(Id s, bool copy_bytes = true);
-  void copy_device_bytes(void* to, const void* from, std::size_t bytes);
+  void move_storage(Id s, void* to, bool copy_bytes);
   // Moves pinned and locked storages out of the way of a request nothing is left to evict
   // for (Note [Compaction] in eviction_choice.cc); false when that cannot make room.
   bool compact(std::size_t bytes);
@@ -128,6 +128,8 @@ class RuntimeImpl final : public MemoryReclaimer {
   void choose_window(std::size_t bytes);
   template <typename Score>
   void choose_window(std::size_t bytes, Score score);
+  template <typename CostOf>
+  void price_windows(std::size_t bytes, CostOf cost_of);
 
   // Running ops (execution.cc).
   Id register_op(const OpPtr& op, const std::vector<Id>& inputs, double cost);
