@@ -1,9 +1,7 @@
 #include "examples/common/trainer.h"
 
-#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
-#include <absl/strings/str_split.h>
 #include <unistd.h>
 
 #include <chrono>

@@ -15,7 +15,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>

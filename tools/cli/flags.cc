@@ -62,6 +62,26 @@ std::function<absl::Status(absl::string_view)> NumberSetter(T* v, T min) {
 
 std::string version() { return REMAT_VERSION; }
 
+// The flags of a FlagSet as Boost describes and parses them, with --help and --version.
+class FlagSetOptions {
+ public:
+  static po::options_description Of(const FlagSet& set) {
+    po::options_description desc("flags", 100, 60);
+    for (const FlagSet::Flag& f : set.flags_) {
+      std::string text = f.help;
+      if (!f.default_text.empty() && !f.is_switch) text += " (default " + f.default_text + ")";
+      if (f.is_switch)
+        desc.add_options()(f.name.c_str(), text.c_str());
+      else
+        desc.add_options()(f.name.c_str(), po::value<std::string>()->value_name(f.value_name),
+                           text.c_str());
+    }
+    desc.add_options()("help,h", "print this help and exit")("version",
+                                                             "print the version and exit");
+    return desc;
+  }
+};
+
 FlagSet::FlagSet(std::string program, std::string synopsis, std::string description)
     : program_(std::move(program)),
       synopsis_(std::move(synopsis)),
@@ -161,24 +181,13 @@ void FlagSet::add_positional(const std::string& name, std::string* v, const std:
 }
 
 std::string FlagSet::help() const {
-  po::options_description desc("flags", 100, 60);
-  for (const Flag& f : flags_) {
-    std::string text = f.help;
-    if (!f.default_text.empty() && !f.is_switch) text += " (default " + f.default_text + ")";
-    if (f.is_switch)
-      desc.add_options()(f.name.c_str(), text.c_str());
-    else
-      desc.add_options()(f.name.c_str(), po::value<std::string>()->value_name(f.value_name),
-                         text.c_str());
-  }
-  desc.add_options()("help,h", "print this help and exit")("version", "print the version and exit");
   std::ostringstream out;
   out << "usage: " << program_ << " " << synopsis_ << "\n" << description_ << "\n";
   if (!positionals_.empty()) {
     out << "\narguments:\n";
     for (const Positional& p : positionals_) out << "  " << p.name << "  " << p.help << "\n";
   }
-  out << "\n" << desc;
+  out << "\n" << FlagSetOptions::Of(*this);
   return out.str();
 }
 
@@ -188,14 +197,7 @@ std::optional<int> FlagSet::fail(const std::string& message) const {
 }
 
 std::optional<int> FlagSet::parse(int argc, const char* const* argv) {
-  po::options_description desc;
-  for (const Flag& f : flags_) {
-    if (f.is_switch)
-      desc.add_options()(f.name.c_str(), "");
-    else
-      desc.add_options()(f.name.c_str(), po::value<std::string>(), "");
-  }
-  desc.add_options()("help,h", "")("version", "");
+  po::options_description desc = FlagSetOptions::Of(*this);
   po::positional_options_description positional;
   for (const Positional& p : positionals_) {
     desc.add_options()(p.name.c_str(), po::value<std::string>(), "");

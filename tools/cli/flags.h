@@ -92,6 +92,7 @@ class FlagSet {
     std::string* target;
   };
 
+  friend class FlagSetOptions;  // the flags as Boost describes and parses them (flags.cc)
   void add_flag(Flag f);
   std::optional<int> fail(const std::string& message) const;
 
