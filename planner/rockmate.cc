@@ -359,7 +359,11 @@ std::vector<int> Assemble(const Graph& g, const BlockSequence& b,
 // handed to it is searched: from the least memory the DP can work with up to a quarter
 // above the budget, by bisection for the largest memory whose assembled schedule the
 // simulator finds within the budget, then a sweep below it (the simulated cost is not
-// monotone in the DP's memory). The cheapest fitting schedule of all probes wins.
+// monotone in the DP's memory). Then the simulator's repair (greedy's: add the cheapest
+// recomputations that bring the peak within the budget, then drop those it does not need)
+// runs on the cheapest probes, fitting or a little over: a probe just above the boundary
+// often needs one or two recomputations where the next fitting probe, a unit lower in the
+// DP, recomputes whole blocks. The cheapest repaired schedule wins.
 class MemorySearch {
  public:
   MemorySearch(const Graph& g, const BlockSequence& b, const std::vector<BlockProblem>& probs,
@@ -367,7 +371,19 @@ class MemorySearch {
                int64_t budget)
       : g_(g), b_(b), probs_(probs), kinds_(kinds), solver_(solver), budget_(budget) {}
 
-  void Run(const Deadline& deadline) {
+  // Probes until `probes` expires, repairs until `repairs` does.
+  void Run(const Deadline& probes, const Deadline& repairs) {
+    Probes(probes);
+    Repair(repairs);
+  }
+
+  bool found() const { return !best_.empty(); }
+  const std::vector<int>& best() const { return best_; }
+  int probes() const { return probes_; }
+  int repairs() const { return repairs_; }
+
+ private:
+  void Probes(const Deadline& deadline) {
     int64_t fit = solver_.MinimumMemory();
     if (fit < 0 || Probe(fit) != 1) return;
     const int64_t top = solver_.top();
@@ -382,12 +398,6 @@ class MemorySearch {
     for (int k = 1; k < 24 && !deadline.Expired(); ++k) Probe(lo + (fit - lo) * k / 24);
   }
 
-  bool found() const { return !best_.empty(); }
-  const std::vector<int>& best() const { return best_; }
-  int probes() const { return probes_; }
-  double dp_cost() const { return best_dp_cost_; }
-
- private:
   // 1: fits, 0: over the budget, -1: the DP finds nothing.
   int Probe(int64_t memory) {
     ++probes_;
@@ -402,14 +412,35 @@ class MemorySearch {
               static_cast<long long>(memory), r->first, static_cast<long long>(sim.peak_bytes),
               s.order[sim.peak_step], b_.block_of[s.order[sim.peak_step]], sim.cost,
               sim.valid ? "" : (" (" + sim.error + ")").c_str());
-    if (!sim.valid) return 0;
-    if (best_.empty() || sim.cost < best_cost_) {
-      best_ = std::move(s.order);
-      best_cost_ = sim.cost;
-      best_dp_cost_ = r->first;
-    }
-    return 1;
+    // A schedule over the budget by more than this is left to the lower probes.
+    const bool near = sim.peak_bytes <= budget_ + budget_ / 50;
+    if (sim.valid || near) probed_.push_back({sim.cost, std::move(s.order)});
+    return sim.valid ? 1 : 0;
   }
+
+  // Note [Moving the DP's memory]: the repair of the cheapest probes.
+  void Repair(const Deadline& deadline) {
+    std::sort(probed_.begin(), probed_.end(),
+              [](const Probed& a, const Probed& b) { return a.cost < b.cost; });
+    for (size_t i = 0; i < probed_.size() && i < kRepairs; ++i) {
+      if (i > 0 && deadline.Expired()) break;
+      ++repairs_;
+      std::vector<int> order =
+          RepairOrder(g_, probed_[i].order, budget_, GreedyParams{}, &deadline);
+      const SimResult sim = simulate(g_, Schedule{g_.name, order}, budget_);
+      if (sim.valid && (best_.empty() || sim.cost < best_cost_)) {
+        best_ = std::move(order);
+        best_cost_ = sim.cost;
+      }
+    }
+  }
+
+  static constexpr size_t kRepairs = 6;
+  struct Probed {
+    double cost;
+    std::vector<int> order;
+  };
+  std::vector<Probed> probed_;
 
   const Graph& g_;
   const BlockSequence& b_;
@@ -418,8 +449,8 @@ class MemorySearch {
   const rockmate::ChainSolver& solver_;
   const int64_t budget_;
   std::vector<int> best_;
-  double best_cost_ = 0, best_dp_cost_ = 0;
-  int probes_ = 0;
+  double best_cost_ = 0;
+  int probes_ = 0, repairs_ = 0;
 
  public:
   bool verbose_ = false;
@@ -436,6 +467,11 @@ RawPlan WholeGraph(const Graph& g, const PlanOptions& opt, const std::string& wh
   std::string winner;
   auto consider = [&](const char* name, absl::StatusOr<RawPlan> raw) {
     if (!raw.ok() || raw->order.empty()) return;
+    // As the block sequence's probes are (Note [Moving the DP's memory]): without the
+    // recomputations the budget does not need.
+    if (opt.budget_bytes)
+      raw->order =
+          RepairOrder(g, std::move(raw->order), *opt.budget_bytes, GreedyParams{}, &deadline);
     const SimResult sim = simulate(g, Schedule{g.name, raw->order}, opt.budget_bytes);
     if (!sim.valid || sim.cost >= best_cost) return;
     best_cost = sim.cost;
@@ -565,12 +601,10 @@ absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt) {
     return absl::InternalError("rockmate: the DP table is too large");
   MemorySearch search(g, b, probs, kinds, solver, budget);
   search.verbose_ = opt.verbose;
-  search.Run(deadline);
+  // The probes stop with a fifth of the time left, which the repair of the best ones takes.
+  search.Run(Deadline(deadline.Left() * 0.8), deadline);
   details["seconds"]["dp"] = SecondsSince(t2);
-  if (search.found()) {
-    // Drop recomputations the budget does not need (the DP's memory is coarse).
-    plan.order = RepairOrder(g, search.best(), budget, GreedyParams{}, &deadline);
-  }
+  if (search.found()) plan.order = search.best();
   details["blocks"] = b.size();
   details["kinds"] = kinds.size();
   details["merged_blocks"] = b.merges;
@@ -578,6 +612,7 @@ absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt) {
   details["dp"] = {{"memory_steps", MemorySteps(b.size())},
                    {"unit_bytes", solver.unit()},
                    {"probes", search.probes()},
+                   {"repaired_probes", search.repairs()},
                    {"held_bytes", fixed}};
   details["seconds"]["total"] = SecondsSince(t0);
   plan.details = details.dump();

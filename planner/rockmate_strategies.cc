@@ -163,12 +163,13 @@ void CheckmateGrid(const BlockProblem& p, int side, const Deadline& deadline, do
       continue;
     }
     const double left = deadline.Left();
-    if (left < 1.0) break;
+    if (left < 0.5) break;
     PlanOptions o;
     o.budget_bytes = pc;
     o.verbose = verbose;
-    // CBC's process is killed 2 s past its limit: keep that inside the time left.
-    o.time_limit_seconds = std::clamp(std::min(left - 2.5, share / 3), 0.3, 60.0);
+    // CBC's process is killed 0.3 s past its limit (checkmate.cc): keep that inside the time
+    // left.
+    o.time_limit_seconds = std::clamp(std::min(left - 0.4, share / 3), 0.1, 60.0);
     auto raw = PlanCheckmateKept(p.sub, o, KeptBound{p.boundary, kc, true, out->Start(pc, kc)});
     ++k->grid_solved;
     if (!raw.ok()) break;

@@ -183,6 +183,34 @@ TEST(Rockmate, PlansOnRandomLayeredGraphsAreValidWithinBudget) {
   EXPECT_GE(feasible, 18);
 }
 
+// Note [Moving the DP's memory]: the probes are repaired against the simulator, so a plan
+// has no recomputation the budget does not need: dropping any one of them (a later instance
+// of a node) leaves a schedule that is invalid or over the budget.
+TEST(Rockmate, EveryRecomputationIsNeededByTheBudget) {
+  std::mt19937_64 rng(11);
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const Graph g = testing::RandomTrainingGraph(20 + static_cast<int>(seed) * 2, seed);
+    const int64_t full = file_order_peak(g);
+    const int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    const int64_t budget = lb + static_cast<int64_t>(rng() % (full - lb + 1));
+    const Plan p = MustPlan("rockmate", g, budget, 5);
+    if (!p.feasible) continue;
+    std::vector<int> seen(g.size(), 0);
+    for (size_t j = 0; j < p.schedule.order.size(); ++j) {
+      if (seen[p.schedule.order[j]]++ == 0) continue;
+      Schedule less = p.schedule;
+      less.order.erase(less.order.begin() + static_cast<std::ptrdiff_t>(j));
+      const SimResult sim = simulate(g, less, budget);
+      EXPECT_FALSE(sim.valid) << "seed " << seed << ": the recomputation at step " << j
+                              << " of node " << p.schedule.order[j] << " is not needed " << p.reason
+                              << " " << p.details.substr(0, 300);
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 10);
+}
+
 TEST(Rockmate, NoWorseThanRotorOnChains) {
   int compared = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
