@@ -1,5 +1,5 @@
-// Raw float32 CPU kernels (see cpu_kernels.h). GEMM goes to OpenBLAS; everything else is plain
-// single-threaded loops with fixed summation orders, so every call gives the same bits.
+// Raw float32 CPU kernels (see cpu_kernels.h). GEMM goes to OpenBLAS; the other loops run on
+// parallel.h's threads with fixed summation orders, so every call gives the same bits.
 #include "kernels/cpu/cpu_kernels.h"
 
 #include <cblas.h>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_exp.h"
 #include "kernels/philox.h"
 
 namespace remat::kernels::cpu {
@@ -22,6 +23,18 @@ constexpr float kGeluCoeff = 0.044715f;
 // threading] in parallel.h): about 20 us of simple float work.
 constexpr i64 kGrain = i64{1} << 15;
 i64 RowGrain(i64 cols) { return std::max<i64>(1, kGrain / std::max<i64>(cols, 1)); }
+
+// y[j] = exp(x[j] - shift) for j < n, in vector steps (Note [Vector exp] in vector_exp.h);
+// x and y may be the same. Returns the sum of the y[j] in index order, in double.
+double exp_shifted(const float* x, float shift, float* y, i64 n) {
+  double sum = 0.0;
+  for (i64 j = 0; j < n; j += 4) {
+    const Float4 e = exp4(load4(x + j, n - j) - splat4(shift));
+    store4(y + j, e, n - j);
+    for (i64 l = 0; l < 4 && j + l < n; ++l) sum += static_cast<double>(e[l]);
+  }
+  return sum;
+}
 
 void zero(float* p, i64 n) {
   if (n > 0) std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
@@ -147,28 +160,41 @@ void scale(const float* x, float s, float* y, i64 n) {
   for (i64 i = 0; i < n; ++i) y[i] = x[i] * s;
 }
 
+// Note [GELU as a sigmoid]
+// The tanh approximation, 0.5 v (1 + tanh(z)) with z = sqrt(2/pi) (v + 0.044715 v^3), is
+// v * sigmoid(2z) = v / (1 + exp(-2z)): one vector exp (vector_exp.h) instead of a scalar
+// tanhf, and accurate where 1 + tanh(z) is tiny (large negative v). The derivative follows
+// from s = sigmoid(2z): 0.5 (1 + tanh z) = s and 1 - tanh^2 z = 4 s (1 - s).
+Float4 gelu_sigmoid(Float4 v) {
+  const Float4 z = splat4(kGeluScale) * (v + splat4(kGeluCoeff) * v * v * v);
+  return splat4(1.0f) / (splat4(1.0f) + exp4(splat4(-2.0f) * z));
+}
+
 void gelu_forward(const float* x, float* y, i64 n) {
-  parallel_for(n, kGrain / 4, [&](i64 i0, i64 i1) {
-    for (i64 i = i0; i < i1; ++i) {
-      const float v = x[i];
-      const float cube = kGeluCoeff * v * v * v;
-      y[i] = 0.5f * v * (1.0f + std::tanh(kGeluScale * (v + cube)));
-    }
-  });
+  parallel_for(
+      n, kGrain / 4,
+      [&](i64 i0, i64 i1) {
+        for (i64 i = i0; i < i1; i += 4) {
+          const Float4 v = load4(x + i, i1 - i);
+          store4(y + i, v * gelu_sigmoid(v), i1 - i);
+        }
+      },
+      4);
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, i64 n) {
-  parallel_for(n, kGrain / 4, [&](i64 i0, i64 i1) {
-    for (i64 i = i0; i < i1; ++i) {
-      const float v = x[i];
-      const float cube = kGeluCoeff * v * v * v;
-      const float th = std::tanh(kGeluScale * (v + cube));
-      const float sech2 = 1.0f - th * th;
-      const float local =
-          0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCoeff * v * v);
-      dx[i] = local * dy[i];
-    }
-  });
+  parallel_for(
+      n, kGrain / 4,
+      [&](i64 i0, i64 i1) {
+        for (i64 i = i0; i < i1; i += 4) {
+          const Float4 v = load4(x + i, i1 - i);
+          const Float4 s = gelu_sigmoid(v);
+          const Float4 dz = splat4(kGeluScale) * (splat4(1.0f) + splat4(3.0f * kGeluCoeff) * v * v);
+          const Float4 local = s + splat4(2.0f) * v * s * (splat4(1.0f) - s) * dz;
+          store4(dx + i, local * load4(dy + i, i1 - i), i1 - i);
+        }
+      },
+      4);
 }
 
 void relu_forward(const float* x, float* y, i64 n) {
@@ -274,11 +300,7 @@ void softmax_forward(const float* x, float* y, i64 rows, i64 cols) {
     if (cols <= 0) continue;
     float mx = -INFINITY;
     for (i64 j = 0; j < cols; ++j) mx = std::max(mx, xr[j]);
-    double s = 0.0;
-    for (i64 j = 0; j < cols; ++j) {
-      yr[j] = std::exp(xr[j] - mx);
-      s += yr[j];
-    }
+    const double s = exp_shifted(xr, mx, yr, cols);
     const float inv = static_cast<float>(1.0 / s);
     for (i64 j = 0; j < cols; ++j) yr[j] *= inv;
   }
@@ -327,12 +349,7 @@ void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i
           float* row = a + r * t;
           float mx = -INFINITY;
           for (i64 j = 0; j <= r; ++j) mx = std::max(mx, row[j]);
-          float sum = 0.0f;
-          for (i64 j = 0; j <= r; ++j) {
-            row[j] = std::exp(row[j] - mx);
-            sum += row[j];
-          }
-          const float inv = 1.0f / sum;
+          const float inv = static_cast<float>(1.0 / exp_shifted(row, mx, row, r + 1));
           for (i64 j = 0; j <= r; ++j) row[j] *= inv;
           for (i64 j = r + 1; j < t; ++j) row[j] = 0.0f;
         }
@@ -425,35 +442,39 @@ void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte,
   }
 }
 
+// Rows are independent: each is one thread's, in a fixed order (Note [Deterministic
+// threading]). The exponentials are float (exp_shifted), their sums double.
 void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses, i64 n,
                            i64 v) {
-  for (i64 i = 0; i < n; ++i) {
-    const float* l = logits + i * v;
-    float mx = -INFINITY;
-    for (i64 j = 0; j < v; ++j) mx = std::max(mx, l[j]);
-    double s = 0.0;
-    for (i64 j = 0; j < v; ++j) s += std::exp(static_cast<double>(l[j] - mx));
-    losses[i] = static_cast<float>(std::log(s) - static_cast<double>(l[targets[i]] - mx));
-  }
+  parallel_for(n, RowGrain(v), [&](i64 i0, i64 i1) {
+    std::vector<float> e(static_cast<std::size_t>(v));
+    for (i64 i = i0; i < i1; ++i) {
+      const float* l = logits + i * v;
+      float mx = -INFINITY;
+      for (i64 j = 0; j < v; ++j) mx = std::max(mx, l[j]);
+      const double s = exp_shifted(l, mx, e.data(), v);
+      losses[i] = static_cast<float>(std::log(s) - static_cast<double>(l[targets[i]] - mx));
+    }
+  });
 }
 
 void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* dloss,
                             float scale, float* dlogits, i64 n, i64 v) {
   const float g = n > 0 ? dloss[0] * scale : 0.0f;
-  for (i64 i = 0; i < n; ++i) {
-    const float* l = logits + i * v;
-    float* d = dlogits + i * v;
-    float mx = -INFINITY;
-    for (i64 j = 0; j < v; ++j) mx = std::max(mx, l[j]);
-    double s = 0.0;
-    for (i64 j = 0; j < v; ++j) s += std::exp(static_cast<double>(l[j] - mx));
-    const double inv = 1.0 / s;
-    const i64 tgt = targets[i];
-    for (i64 j = 0; j < v; ++j) {
-      const double p = std::exp(static_cast<double>(l[j] - mx)) * inv;
-      d[j] = static_cast<float>((p - (j == tgt ? 1.0 : 0.0)) * static_cast<double>(g));
+  parallel_for(n, RowGrain(v), [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; ++i) {
+      const float* l = logits + i * v;
+      float* d = dlogits + i * v;
+      float mx = -INFINITY;
+      for (i64 j = 0; j < v; ++j) mx = std::max(mx, l[j]);
+      const double inv = 1.0 / exp_shifted(l, mx, d, v);
+      const i64 tgt = targets[i];
+      for (i64 j = 0; j < v; ++j) {
+        const double p = static_cast<double>(d[j]) * inv;
+        d[j] = static_cast<float>((p - (j == tgt ? 1.0 : 0.0)) * static_cast<double>(g));
+      }
     }
-  }
+  });
 }
 
 void dropout_forward(const float* x, float* y, std::uint8_t* mask, i64 n, float p,
