@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -212,6 +213,69 @@ TEST(ExampleTest, GptPlansMadeAtOneLengthAreReusedAtOthersBitwise) {
     if (r.stats.hint_evictions > 0 && !r.plan_source.empty()) ++checked;
   }
   EXPECT_GT(checked, 0) << "no budget ran on hints that evicted";
+}
+
+// Policy `auto` (Note [Planning repeated shapes]): a shape's first two steps are DTR's (the
+// second recorded), the third is planned and tried, and the plan stays only if that step
+// recomputed no more than the recorded one; a shape seen fewer than three times is never
+// planned. Losses and parameters stay bitwise those of the unconstrained run.
+TEST(ExampleTest, AutoPlansRepeatedShapesAndKeepsAPlanOnlyWhereItRecomputesLess) {
+  for (const bool fixed : {true, false}) {
+    GptModel model(GptConfig{.layers = 2,
+                             .channels = 32,
+                             .heads = 2,
+                             .vocab = 64,
+                             .batch = 4,
+                             .min_t = fixed ? 48 : 8,
+                             .max_t = 48,
+                             .dropout = 0.1f});
+    TrainConfig config;
+    config.steps = fixed ? 6 : 8;
+    config.seed = 5;
+    const TrainResult base = train(model, config);
+    ASSERT_EQ(base.status, "ok") << base.error;
+    std::map<std::int64_t, int> length_steps;
+    for (int s = 0; s < config.steps; ++s) ++length_steps[model.seq_len(s, config.seed)];
+    for (double fraction : {0.8, 0.6}) {
+      SCOPED_TRACE((fixed ? "fixed length at " : "varying lengths at ") + std::to_string(fraction));
+      TrainConfig run = config;
+      run.policy = "auto";
+      run.planners = {"chen", "mincut", "rockmate"};
+      run.plan_time_limit = 1;
+      run.budget = static_cast<std::size_t>(fraction * static_cast<double>(base.peak_allocated));
+      run.clock_limit = 3 * base.stats.base_cost;
+      const TrainResult r = train(model, run);
+      ASSERT_EQ(r.status, "ok") << r.error;
+      EXPECT_LE(r.peak_reserved, run.budget);
+      EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
+      ASSERT_EQ(r.final_state.size(), base.final_state.size());
+      for (std::size_t i = 0; i < r.final_state.size(); ++i)
+        EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+      ASSERT_EQ(r.shape_plans.size(), length_steps.size());
+      std::size_t planned = 0, planned_steps = 0;
+      for (const nlohmann::json& shape : r.shape_plans) {
+        const int steps = shape["steps"];
+        EXPECT_EQ(steps, length_steps[shape["shape"][1].get<std::int64_t>()]) << shape.dump();
+        EXPECT_EQ(shape.contains("plan"), steps >= 3) << shape.dump();
+        if (!shape.contains("plan_step_overhead")) continue;
+        ++planned;
+        const double plan = shape["plan_step_overhead"], dtr = shape["dtr_step_overhead"];
+        if (shape["decision"] == "plan") {
+          EXPECT_LE(plan, dtr) << shape.dump();
+          EXPECT_EQ(shape["reused_steps"], steps - 3) << shape.dump();
+          planned_steps += steps - 2;
+        } else {
+          EXPECT_EQ(shape["decision"], "dtr") << shape.dump();
+          EXPECT_GT(plan, dtr) << shape.dump();
+          planned_steps += 1;
+        }
+      }
+      if (fixed) {
+        EXPECT_EQ(planned, 1u);
+      }
+      EXPECT_EQ(r.exact_plan_steps, planned_steps);
+    }
+  }
 }
 
 // GPT at 0.4 of its peak: by step 3 nothing evictable is left while the free bytes lie in

@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "examples/common/shape_plans.h"
 #include "remat/cuda_api.h"
 #include "remat/errors.h"
 #include "remat/static_replay.h"
-#include "remat/step_planner.h"
 
 namespace remat::examples {
 namespace {
@@ -43,21 +43,6 @@ std::vector<float> read_floats(Runtime& rt, const Tensor& t) {
   return out;
 }
 
-StepHints plan_step_hints(const RecordedStep& step, std::size_t budget,
-                          const std::vector<std::string>& planners) {
-  if (budget == SIZE_MAX) return {};  // nothing to plan for
-  StepPlanOptions opt;
-  // The planners count tensor bytes; the allocator rounds sizes up and cannot always reuse
-  // a freed block, so the plan aims a little lower than the reserved-bytes budget.
-  opt.budget_bytes = static_cast<std::int64_t>(0.9 * static_cast<double>(budget));
-  opt.planners = planners;
-  opt.time_limit_seconds = 5;
-  // The schedule the runtime realized competes unchecked against opt.budget_bytes: it fit
-  // the runtime's own budget (Note [Seeding hinted] in tools/compare/compare.cc).
-  absl::StatusOr<ChosenPlan> chosen = remat::plan_step(step.graph, step.executed, opt);
-  return chosen.ok() ? std::move(chosen->hints) : StepHints{};
-}
-
 }  // namespace
 
 TrainResult train(Model& model, const TrainConfig& config) {
@@ -66,7 +51,8 @@ TrainResult train(Model& model, const TrainConfig& config) {
   RuntimeOptions options;
   options.backend = config.backend;
   options.budget = config.budget;
-  options.policy = config.policy;
+  // Policy `auto` is `hinted` whose steps get hints only once ShapePlans kept a plan.
+  options.policy = config.policy == "auto" ? "hinted" : config.policy;
   options.seed = config.seed;
   options.measure_costs = config.measure_costs;
   options.clock_limit = config.clock_limit;
@@ -94,6 +80,10 @@ TrainResult train(Model& model, const TrainConfig& config) {
     result.param_bytes = rt.stats().pinned_bytes;
 
     const bool hinted = config.policy == "hinted";
+    ShapePlans shape_plans({.budget = config.budget,
+                            .planners = config.planners,
+                            .time_limit = config.plan_time_limit});
+    const bool automatic = config.policy == "auto";
     std::shared_ptr<PlanCache> cache =
         config.plan_cache != nullptr ? config.plan_cache : std::make_shared<PlanCache>();
     for (int step = 0; step < config.steps; ++step) {
@@ -113,6 +103,12 @@ TrainResult train(Model& model, const TrainConfig& config) {
         if (found.hints != nullptr)
           ++(found.exact ? result.exact_plan_steps : result.reused_plan_steps);
       }
+      if (automatic) {
+        const StepOptions planned = shape_plans.before(key);
+        step_options.hints = planned.hints;
+        step_options.record |= planned.record;
+      }
+      const RuntimeStats before = rt.stats();
       {
         rt.begin_step(step_options);
         ad::Tape tape(rt);
@@ -133,13 +129,19 @@ TrainResult train(Model& model, const TrainConfig& config) {
         }
         RecordedStep recorded = rt.end_step();
         if (plan_now) {
-          auto hints = std::make_shared<StepHints>(
-              plan_step_hints(recorded, config.budget, config.planners));
-          if (result.plan_source.empty()) result.plan_source = hints->source;
-          cache->insert(key, std::move(hints));
+          StepPlan plan =
+              plan_recorded_step(recorded, config.budget, config.planners, config.plan_time_limit);
+          if (result.plan_source.empty()) result.plan_source = plan.hints->source;
+          cache->insert(key, std::move(plan.hints));
           ++result.plans_made;
         }
-        if (step == config.record_step) result.recorded = std::move(recorded);
+        if (step == config.record_step) result.recorded = recorded;
+        if (automatic) {
+          const RuntimeStats after = rt.stats();
+          shape_plans.after(key, std::move(recorded),
+                            {.base = after.base_cost - before.base_cost,
+                             .recompute = after.recompute_cost - before.recompute_cost});
+        }
       }
       if (step == 0) {
         const MemoryStats m = rt.memory().stats();
@@ -157,6 +159,11 @@ TrainResult train(Model& model, const TrainConfig& config) {
       }
     }
     if (config.progress) std::fprintf(stderr, "\n");
+    if (automatic) {
+      result.plans_made = shape_plans.plans_made();
+      result.exact_plan_steps = shape_plans.planned_steps();
+      result.shape_plans = shape_plans.report();
+    }
     if (runs) {
       for (const Param& p : params) result.final_state.push_back(read_floats(rt, p.value));
       for (const Tensor& b : buffers) result.final_state.push_back(read_floats(rt, b));
@@ -224,8 +231,11 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
   flags.add_choice("baseline", &f.baseline, {"yes", "no"},
                    "run the unconstrained baseline first (a budget fraction needs it)");
   flags.add("policy", &config.policy,
-            "eviction policy (remat-replay --policy list names them; hinted: plan-seeded)");
-  flags.add_list("planners", &config.planners, "the planners that seed --policy hinted");
+            "eviction policy (remat-replay --policy list names them; hinted: plan-seeded; auto: "
+            "DTR, and a static plan for shapes that repeat where it recomputes less)");
+  flags.add_list("planners", &config.planners, "the planners that seed --policy hinted and auto");
+  flags.add("plan-time-limit", &config.plan_time_limit,
+            "seconds each planner may take on a recorded step (--policy hinted, auto)", 0.0);
   flags.add("steps", &config.steps, "training steps", 0);
   flags.add("seed", &config.seed, "seed of the parameters, the data and the dropout masks");
   flags.add("lr", &config.adamw.lr, "AdamW learning rate", 0.0f);
@@ -324,6 +334,13 @@ int run_main(int argc, char** argv, Model& model) {
     j["baseline_wall_seconds"] =
         config.baseline ? nlohmann::json(c.baseline.wall_seconds) : nlohmann::json();
     j["items"] = r.items;
+    if (config.policy == "auto") {
+      j["plans_made"] = r.plans_made;
+      j["planned_steps"] = r.exact_plan_steps;
+      j["shape_plans"] = r.shape_plans;
+      j["hint_evictions"] = r.stats.hint_evictions;
+      j["hint_mismatches"] = r.stats.hint_mismatches;
+    }
     if (config.policy == "hinted") {
       j["plans_made"] = r.plans_made;
       j["exact_plan_steps"] = r.exact_plan_steps;

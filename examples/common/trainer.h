@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "kernels/autograd.h"
 #include "kernels/ops.h"
 #include "remat/hints.h"
@@ -79,7 +80,11 @@ struct TrainConfig {
   // and planned (remat::plan_step: the cheapest of the schedule the runtime realized and the
   // feasible plans of `planners`, fast ones by default, at 0.9 x the budget); later steps
   // take its hints, at their own shape or, through Note [Hints by position], at others.
+  // Policy `auto` (Note [Planning repeated shapes] in shape_plans.h): DTR for a shape's first
+  // step, recorded; when the shape comes again its recording is planned with `planners` and
+  // the plan is kept where its step recomputes no more than DTR's did.
   std::vector<std::string> planners = StepPlanOptions().planners;
+  double plan_time_limit = 5;             // seconds per planner
   std::shared_ptr<PlanCache> plan_cache;  // null: one per run
   // Run the unconstrained baseline first (--baseline no skips it: a batch that only fits
   // under the budget cannot run unconstrained on a real device).
@@ -110,7 +115,8 @@ struct TrainResult {
   // Policy `hinted`: plans made, steps that ran a plan made at their own shape, and steps
   // that ran one made at another shape.
   std::size_t plans_made = 0, exact_plan_steps = 0, reused_plan_steps = 0;
-  std::string plan_source;  // what made the first plan
+  std::string plan_source;     // what made the first plan
+  nlohmann::json shape_plans;  // policy `auto`: ShapePlans::report()
 };
 
 // One training run with the budget as given (budget_fraction ignored).

@@ -1,0 +1,148 @@
+#include "examples/common/shape_plans.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "remat/step_planner.h"
+
+namespace remat::examples {
+
+StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
+                            const std::vector<std::string>& planners, double time_limit) {
+  StepPlan plan;
+  if (budget == SIZE_MAX) {
+    plan.hints = std::make_shared<StepHints>();
+    plan.source = "no budget: nothing to plan";
+    return plan;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  StepPlanOptions opt;
+  opt.budget_bytes = static_cast<std::int64_t>(0.9 * static_cast<double>(budget));
+  opt.planners = planners;
+  opt.time_limit_seconds = time_limit;
+  // The schedule the runtime realized competes unchecked against opt.budget_bytes: it fit
+  // the runtime's own budget (Note [Seeding hinted] in tools/compare/compare.cc).
+  absl::StatusOr<ChosenPlan> chosen = remat::plan_step(step.graph, step.executed, opt);
+  if (chosen.ok() && chosen->feasible) {
+    plan.hints = std::make_shared<StepHints>(std::move(chosen->hints));
+    plan.source = chosen->source;
+  } else {
+    plan.hints = std::make_shared<StepHints>();
+    plan.source = chosen.ok() ? chosen->reason : std::string(chosen.status().message());
+  }
+  plan.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return plan;
+}
+
+ShapePlans::Shape& ShapePlans::shape(const PlanCache::Key& key) { return shapes_[key]; }
+
+StepOptions ShapePlans::before(const PlanCache::Key& key) {
+  StepOptions opt;
+  if (options_.budget == SIZE_MAX) return opt;
+  Shape& s = shape(key);
+  switch (s.state) {
+    case State::kUnplanned:
+      // The shape's first step runs unrecorded: a first step is unlike the ones after it
+      // (costs being learned, memory reserved for the first time), and the trial is judged
+      // against the recorded step. Then it is recorded (again, if its recording was dropped).
+      if (!s.recording) {
+        opt.record = s.steps > 0;
+        return opt;
+      }
+      s.plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
+                                  options_.time_limit);
+      s.recording.reset();
+      std::erase(recorded_, key);
+      ++plans_made_;
+      if (s.plan.hints->ops.empty() && s.plan.hints->schedule.empty()) {
+        s.state = State::kDynamic;
+        s.why = absl::StrCat("no plan: ", s.plan.source);
+        return opt;
+      }
+      s.state = State::kTrial;
+      [[fallthrough]];
+    case State::kTrial:
+    case State::kPlanned:
+      opt.hints = s.plan.hints;
+      ++planned_steps_;
+      return opt;
+    case State::kDynamic:
+      return opt;
+  }
+  return opt;
+}
+
+void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost cost) {
+  if (options_.budget == SIZE_MAX) return;
+  Shape& s = shape(key);
+  ++s.steps;
+  switch (s.state) {
+    case State::kUnplanned:
+      if (s.recording || s.steps == 1 || step.graph.nodes.empty()) return;
+      s.recording = std::move(step);
+      s.dtr = cost;
+      recorded_.push_back(key);
+      if (recorded_.size() > options_.max_recordings) {
+        shapes_[recorded_.front()].recording.reset();
+        recorded_.pop_front();
+      }
+      return;
+    case State::kTrial:
+      s.trial = cost;
+      if (cost.recompute <= s.dtr.recompute) {
+        s.state = State::kPlanned;
+        s.why = "the plan recomputed no more than DTR";
+      } else {
+        s.state = State::kDynamic;
+        s.why = "the plan recomputed more than DTR: DTR from now on";
+      }
+      return;
+    case State::kPlanned:
+      ++s.reused;
+      return;
+    case State::kDynamic:
+      return;
+  }
+}
+
+nlohmann::json ShapePlans::report() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [key, s] : shapes_) {
+    nlohmann::json j;
+    j["shape"] = key;
+    j["steps"] = s.steps;
+    switch (s.state) {
+      case State::kUnplanned:
+        j["decision"] = "dtr (not planned yet)";
+        break;
+      case State::kTrial:
+        j["decision"] = "trial";
+        break;
+      case State::kPlanned:
+        j["decision"] = "plan";
+        break;
+      case State::kDynamic:
+        j["decision"] = "dtr";
+        break;
+    }
+    if (!s.why.empty()) j["why"] = s.why;
+    if (s.plan.hints) {
+      j["plan"] = s.plan.source;
+      j["plan_seconds"] = s.plan.seconds;
+      const auto ratio = [](StepCost c) { return c.base > 0 ? c.recompute / c.base : 0.0; };
+      j["dtr_step_overhead"] = ratio(s.dtr);
+      if (s.state != State::kDynamic || s.trial.base > 0)
+        j["plan_step_overhead"] = ratio(s.trial);
+      j["reused_steps"] = s.reused;
+    }
+    list.push_back(std::move(j));
+  }
+  return list;
+}
+
+}  // namespace remat::examples
