@@ -216,9 +216,10 @@ TEST(ExampleTest, GptPlansMadeAtOneLengthAreReusedAtOthersBitwise) {
 }
 
 // Policy `auto` (Note [Planning repeated shapes]): a shape's first two steps are DTR's (the
-// second recorded), the third is planned and tried, and the plan stays only if that step
-// recomputed no more than the recorded one; a shape seen fewer than three times is never
-// planned. Losses and parameters stay bitwise those of the unconstrained run.
+// second recorded), the third is planned, screened on the simulated backend and tried, and
+// the plan stays only if that step recomputed no more than the recorded one; a shape seen
+// fewer than three times is never planned. Losses and parameters stay bitwise those of the
+// unconstrained run.
 TEST(ExampleTest, AutoPlansRepeatedShapesAndKeepsAPlanOnlyWhereItRecomputesLess) {
   for (const bool fixed : {true, false}) {
     GptModel model(GptConfig{.layers = 2,
@@ -260,6 +261,20 @@ TEST(ExampleTest, AutoPlansRepeatedShapesAndKeepsAPlanOnlyWhereItRecomputesLess)
         if (!shape.contains("plan_step_overhead")) continue;
         ++planned;
         const double plan = shape["plan_step_overhead"], dtr = shape["dtr_step_overhead"];
+        // Note [Screening plans]: the simulated backend priced the tried plan as it then ran,
+        // and, at a fixed length (the same steps before it), DTR's step nearly so (the real
+        // step reads its loss back, the simulated one has no values to read).
+        const nlohmann::json& screened = shape["screened"];
+        ASSERT_GE(screened.size(), 2u) << shape.dump();
+        bool found = false;
+        for (const nlohmann::json& c : screened)
+          found |= c["plan"] == shape["plan"] && c["simulated_overhead"] == plan;
+        EXPECT_TRUE(found) << "the tried plan's screening does not match its trial: "
+                           << shape.dump();
+        if (fixed) {
+          EXPECT_NEAR(screened[0]["simulated_overhead"].get<double>(), dtr, 0.02 * dtr)
+              << shape.dump();
+        }
         if (shape["decision"] == "plan") {
           EXPECT_LE(plan, dtr) << shape.dump();
           EXPECT_EQ(shape["reused_steps"], steps - 3) << shape.dump();

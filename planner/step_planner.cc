@@ -75,7 +75,7 @@ absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>&
   // tools/compare/compare.cc): it ran, and a planner must beat it to be followed.
   if (options.include_realized) {
     StepCandidate candidate;
-    candidate.source = "the schedule the runtime realized";
+    candidate.source = kRealizedSource;
     const std::string source = candidate.source;
     weigh(std::move(candidate), realized_plan(g, sites, executed, options.realized_budget_bytes),
           source);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "remat/step_planner.h"
@@ -13,16 +14,17 @@
 namespace remat::examples {
 
 StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
-                            const std::vector<std::string>& planners, double time_limit) {
+                            const std::vector<std::string>& planners, double time_limit,
+                            double fraction) {
   StepPlan plan;
+  plan.hints = std::make_shared<StepHints>();
   if (budget == SIZE_MAX) {
-    plan.hints = std::make_shared<StepHints>();
     plan.source = "no budget: nothing to plan";
     return plan;
   }
   const auto start = std::chrono::steady_clock::now();
   StepPlanOptions opt;
-  opt.budget_bytes = static_cast<std::int64_t>(0.9 * static_cast<double>(budget));
+  opt.budget_bytes = static_cast<std::int64_t>(fraction * static_cast<double>(budget));
   opt.planners = planners;
   opt.time_limit_seconds = time_limit;
   // The schedule the runtime realized competes unchecked against opt.budget_bytes: it fit
@@ -32,7 +34,6 @@ StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
     plan.hints = std::make_shared<StepHints>(std::move(chosen->hints));
     plan.source = chosen->source;
   } else {
-    plan.hints = std::make_shared<StepHints>();
     plan.source = chosen.ok() ? chosen->reason : std::string(chosen.status().message());
   }
   plan.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -40,6 +41,45 @@ StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
 }
 
 ShapePlans::Shape& ShapePlans::shape(const PlanCache::Key& key) { return shapes_[key]; }
+
+void ShapePlans::choose_plan(Shape& s) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!options_.screen) {
+    s.plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
+                                options_.time_limit, 0.9);
+    return;
+  }
+  const auto overhead = [](const StepCost& c) { return c.base > 0 ? c.recompute / c.base : 0.0; };
+  const std::optional<StepCost> dtr = options_.screen(nullptr);
+  s.screened.push_back(
+      {{"plan", "dtr"}, {"simulated_overhead", dtr ? nlohmann::json(overhead(*dtr)) : "failed"}});
+  std::optional<StepPlan> best;
+  double best_recompute = dtr ? dtr->recompute : INFINITY;
+  for (double fraction : options_.fractions) {
+    StepPlan plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
+                                       options_.time_limit, fraction);
+    nlohmann::json j = {{"fraction", fraction}, {"plan", plan.source}};
+    if (plan.hints->ops.empty() && plan.hints->schedule.empty()) {
+      s.screened.push_back(std::move(j));
+      continue;
+    }
+    const std::optional<StepCost> cost = options_.screen(plan.hints);
+    j["simulated_overhead"] = cost ? nlohmann::json(overhead(*cost)) : "out of memory or thrash";
+    s.screened.push_back(std::move(j));
+    if (cost && cost->recompute < best_recompute) {
+      best_recompute = cost->recompute;
+      best = std::move(plan);
+    }
+  }
+  if (best) {
+    s.plan = *std::move(best);
+  } else {
+    s.plan = StepPlan{};
+    s.plan.hints = std::make_shared<StepHints>();
+    s.plan.source = "no plan recomputed less than DTR on the simulated backend";
+  }
+  s.plan.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 StepOptions ShapePlans::before(const PlanCache::Key& key) {
   StepOptions opt;
@@ -54,8 +94,7 @@ StepOptions ShapePlans::before(const PlanCache::Key& key) {
         opt.record = s.steps > 0;
         return opt;
       }
-      s.plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
-                                  options_.time_limit);
+      choose_plan(s);
       s.recording.reset();
       std::erase(recorded_, key);
       ++plans_made_;
@@ -136,10 +175,10 @@ nlohmann::json ShapePlans::report() const {
       j["plan_seconds"] = s.plan.seconds;
       const auto ratio = [](StepCost c) { return c.base > 0 ? c.recompute / c.base : 0.0; };
       j["dtr_step_overhead"] = ratio(s.dtr);
-      if (s.state != State::kDynamic || s.trial.base > 0)
-        j["plan_step_overhead"] = ratio(s.trial);
+      if (s.state != State::kDynamic || s.trial.base > 0) j["plan_step_overhead"] = ratio(s.trial);
       j["reused_steps"] = s.reused;
     }
+    if (!s.screened.empty()) j["screened"] = s.screened;
     list.push_back(std::move(j));
   }
   return list;

@@ -43,11 +43,7 @@ std::vector<float> read_floats(Runtime& rt, const Tensor& t) {
   return out;
 }
 
-}  // namespace
-
-TrainResult train(Model& model, const TrainConfig& config) {
-  TrainResult result;
-  result.budget = config.budget;
+RuntimeOptions runtime_options(const TrainConfig& config) {
   RuntimeOptions options;
   options.backend = config.backend;
   options.budget = config.budget;
@@ -59,31 +55,113 @@ TrainResult train(Model& model, const TrainConfig& config) {
   options.cuda = config.cuda;
   options.allocator.expandable_segments = config.expandable_segments;
   options.compaction = config.compaction;
+  return options;
+}
+
+// The parameters with their AdamW state (zero), pinned; values only where kernels run.
+std::vector<Param> make_params(Runtime& rt, const Model& model, std::uint64_t seed, bool runs) {
+  std::vector<Param> params;
+  for (const HostTensor& h : model.init_params(seed)) {
+    Param p;
+    p.value = rt.constant(h.spec, runs ? h.data.data() : nullptr);
+    const std::vector<float> zero(runs ? static_cast<std::size_t>(h.spec.numel()) : 0, 0.0f);
+    p.m = rt.constant(h.spec, runs ? zero.data() : nullptr);
+    p.v = rt.constant(h.spec, runs ? zero.data() : nullptr);
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+std::vector<Tensor> make_buffers(Runtime& rt, const Model& model, bool runs) {
+  std::vector<Tensor> buffers;
+  for (const HostTensor& h : model.init_buffers())
+    buffers.push_back(rt.constant(h.spec, runs ? h.data.data() : nullptr));
+  return buffers;
+}
+
+// One training step: forward, backward, AdamW. Returns what end_step() recorded; the loss
+// goes to *loss where kernels run, and the bytes of non-pinned tensors after the forward
+// pass raise *forward_bytes.
+RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& params,
+                      const std::vector<Tensor>& buffers, int step, const TrainConfig& config,
+                      const StepOptions& options, float* loss, std::size_t* forward_bytes) {
+  rt.begin_step(options);
+  ad::Tape tape(rt);
+  std::vector<ad::Var> vars;
+  for (const Param& p : params) vars.push_back(tape.leaf(p.value));
+  ad::Var l = model.loss(tape, vars, buffers, step, config.seed);
+  const RuntimeStats s = rt.stats();
+  *forward_bytes = std::max(*forward_bytes, s.resident_bytes - s.pinned_bytes);
+  rt.mark_backward();
+  tape.backward(l);
+  if (config.backend != Backend::kSimulated) rt.read(l.value, loss);
+  l = ad::Var();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Tensor g = tape.grad(vars[i]);
+    if (g.defined())
+      ops::adamw(rt, params[i].value, params[i].m, params[i].v, g, config.adamw, step + 1);
+  }
+  return rt.end_step();
+}
+
+// Note [Screening plans] in shape_plans.h: step `step` on a simulated runtime under the
+// same budget, as the real run meets it: once under DTR, once recorded, then following
+// `hints`; the cost of the last (of the recorded one where `hints` is null).
+std::optional<ShapePlans::StepCost> screen_step(Model& model, const TrainConfig& config, int step,
+                                                const std::shared_ptr<const StepHints>& hints) {
+  TrainConfig sim = config;
+  sim.backend = Backend::kSimulated;
+  sim.policy = "hinted";
+  try {
+    Runtime rt(runtime_options(sim));
+    const std::vector<Param> params = make_params(rt, model, sim.seed, false);
+    const std::vector<Tensor> buffers = make_buffers(rt, model, false);
+    float loss = 0;
+    std::size_t bytes = 0;
+    ShapePlans::StepCost cost;
+    for (int pass = 0; pass < (hints ? 3 : 2); ++pass) {
+      StepOptions opt;
+      opt.record = pass == 1;
+      if (pass == 2) opt.hints = hints;
+      const RuntimeStats before = rt.stats();
+      run_step(rt, model, params, buffers, step, sim, opt, &loss, &bytes);
+      const RuntimeStats after = rt.stats();
+      cost = {.base = after.base_cost - before.base_cost,
+              .recompute = after.recompute_cost - before.recompute_cost};
+    }
+    return cost;
+  } catch (const OutOfMemoryError&) {
+    return std::nullopt;
+  } catch (const ThrashError&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+TrainResult train(Model& model, const TrainConfig& config) {
+  TrainResult result;
+  result.budget = config.budget;
+  const RuntimeOptions options = runtime_options(config);
   const bool runs = config.backend != Backend::kSimulated;
   const auto start = std::chrono::steady_clock::now();
   // Outside the try: an out-of-memory or thrashing run still reports what it did so far.
   std::optional<Runtime> runtime;
   try {
     Runtime& rt = runtime.emplace(options);
-    std::vector<Param> params;
-    for (const HostTensor& h : model.init_params(config.seed)) {
-      Param p;
-      p.value = rt.constant(h.spec, runs ? h.data.data() : nullptr);
-      const std::vector<float> zero(runs ? static_cast<std::size_t>(h.spec.numel()) : 0, 0.0f);
-      p.m = rt.constant(h.spec, runs ? zero.data() : nullptr);
-      p.v = rt.constant(h.spec, runs ? zero.data() : nullptr);
-      params.push_back(std::move(p));
-    }
-    std::vector<Tensor> buffers;
-    for (const HostTensor& h : model.init_buffers())
-      buffers.push_back(rt.constant(h.spec, runs ? h.data.data() : nullptr));
+    const std::vector<Param> params = make_params(rt, model, config.seed, runs);
+    const std::vector<Tensor> buffers = make_buffers(rt, model, runs);
     result.param_bytes = rt.stats().pinned_bytes;
 
     const bool hinted = config.policy == "hinted";
+    const bool automatic = config.policy == "auto";
+    int screening_step = 0;  // the step whose shape ShapePlans is planning
     ShapePlans shape_plans({.budget = config.budget,
                             .planners = config.planners,
-                            .time_limit = config.plan_time_limit});
-    const bool automatic = config.policy == "auto";
+                            .time_limit = config.plan_time_limit,
+                            .screen = [&](const std::shared_ptr<const StepHints>& hints) {
+                              return screen_step(model, config, screening_step, hints);
+                            }});
     std::shared_ptr<PlanCache> cache =
         config.plan_cache != nullptr ? config.plan_cache : std::make_shared<PlanCache>();
     for (int step = 0; step < config.steps; ++step) {
@@ -104,30 +182,15 @@ TrainResult train(Model& model, const TrainConfig& config) {
           ++(found.exact ? result.exact_plan_steps : result.reused_plan_steps);
       }
       if (automatic) {
+        screening_step = step;
         const StepOptions planned = shape_plans.before(key);
         step_options.hints = planned.hints;
         step_options.record |= planned.record;
       }
       const RuntimeStats before = rt.stats();
       {
-        rt.begin_step(step_options);
-        ad::Tape tape(rt);
-        std::vector<ad::Var> vars;
-        for (const Param& p : params) vars.push_back(tape.leaf(p.value));
-        ad::Var loss = model.loss(tape, vars, buffers, step, config.seed);
-        const RuntimeStats s = rt.stats();
-        result.forward_activation_bytes =
-            std::max(result.forward_activation_bytes, s.resident_bytes - s.pinned_bytes);
-        rt.mark_backward();
-        tape.backward(loss);
-        if (runs) rt.read(loss.value, &loss_value);
-        loss = ad::Var();
-        for (std::size_t i = 0; i < params.size(); ++i) {
-          Tensor g = tape.grad(vars[i]);
-          if (g.defined())
-            ops::adamw(rt, params[i].value, params[i].m, params[i].v, g, config.adamw, step + 1);
-        }
-        RecordedStep recorded = rt.end_step();
+        RecordedStep recorded = run_step(rt, model, params, buffers, step, config, step_options,
+                                         &loss_value, &result.forward_activation_bytes);
         if (plan_now) {
           StepPlan plan =
               plan_recorded_step(recorded, config.budget, config.planners, config.plan_time_limit);
@@ -266,6 +329,10 @@ void apply_train_flags(const TrainFlags& f, TrainConfig& config) {
 
 int run_main(int argc, char** argv, Model& model) {
   TrainConfig config;
+  // The command line's defaults: policy `auto` (Note [Planning repeated shapes]) with the
+  // planners that win on block-structured graphs first.
+  config.policy = "auto";
+  config.planners = {"rockmate", "mincut", "chen", "twremat", "rotor"};
   TrainFlags tf;
   cli::FlagSet flags(model.name(), "[flags]",
                      "Trains the example through remat: unconstrained first, then under the "

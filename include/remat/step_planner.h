@@ -38,6 +38,9 @@
 
 namespace remat {
 
+// StepCandidate::source and ChosenPlan::source of what the runtime itself did on the step.
+inline constexpr std::string_view kRealizedSource = "the schedule the runtime realized";
+
 // Graphs larger than this (nodes) skip `greedy`, which simulates once per candidate.
 inline constexpr std::size_t kGreedyMaxNodes = 3000;
 
