@@ -7,10 +7,10 @@
 Runs, for one model size, each configuration `--repeats` times in turn (A B A B ...), on
 2 threads (OpenBLAS for remat; torch.set_num_threads and OMP_WAIT_POLICY=PASSIVE for
 PyTorch, as its users would tune it), and reports medians and spreads of the step time
-(first step excluded) with each run's peak memory:
+(first step excluded; remat's first three: see WARMUP) with each run's peak memory:
   - both unconstrained;
   - PyTorch with torch.utils.checkpoint on every block and on every 2 blocks, and remat
-    with a budget of the bytes each of those peaked at (PyTorch's peak live tensor bytes,
+    (its default policy, auto, and DTR alone) with a budget of the bytes each of those peaked at (PyTorch's peak live tensor bytes,
     which is what remat's budget caps, plus nothing: remat's allocator must fit it);
   - remat alone at 0.5, 0.4 and 0.3 of its own unconstrained peak.
 Writes NAME.json, NAME.md (the table) and NAME.svg (step time against peak memory) under
@@ -62,9 +62,15 @@ def run_torch(size, steps, checkpoint):
     return {"step": r["step_seconds_median"], "peak": r["peak_live_bytes"], "ok": True}
 
 
-def run_remat(trainer, size, steps, budget=None, fraction=None):
+# Steps before remat's timed ones: the first, then under a budget the two more that policy
+# auto runs before its plan (DTR, DTR recorded, then planned, screened and tried: see
+# Note [Planning repeated shapes]); the planning time is reported apart.
+WARMUP = 3
+
+
+def run_remat(trainer, size, steps, budget=None, fraction=None, policy=None):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="2")
-    cmd = [trainer, "--json", "--steps", str(steps + 1), "--layers", str(size["layers"]),
+    cmd = [trainer, "--json", "--steps", str(steps + WARMUP), "--layers", str(size["layers"]),
            "--channels", str(size["channels"]), "--heads", str(size["heads"]),
            "--vocab", str(size["vocab"]), "--batch", str(size["batch"]),
            "--min-t", str(size["t"]), "--max-t", str(size["t"])]
@@ -74,13 +80,18 @@ def run_remat(trainer, size, steps, budget=None, fraction=None):
         cmd += ["--budget-fraction", str(fraction)]
     else:
         cmd += ["--baseline", "no"]
+    if policy:
+        cmd += ["--policy", policy]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
     if not lines:
         raise SystemExit(f"compare_gpt: {' '.join(cmd)} printed no JSON:\n{out.stderr[-2000:]}")
     r = json.loads(lines[-1])
-    times = r.get("step_seconds", [])[1:]
-    return {"step": statistics.median(times) if times else float("nan"),
+    times = r.get("step_seconds", [])[WARMUP:]
+    plans = r.get("shape_plans") or []
+    plan = "; ".join(f"{p.get('decision')}: {p.get('plan', '')} "
+                     f"({p.get('plan_seconds', 0):.1f} s to plan)" for p in plans)
+    return {"step": statistics.median(times) if times else float("nan"), "plan": plan,
             "peak": r.get("peak_reserved_bytes"), "allocated": r.get("peak_allocated_bytes"),
             "ok": r.get("status") == "ok", "status": r.get("status"),
             "overhead": r.get("compute_overhead"),
@@ -97,6 +108,7 @@ def summarize(name, runs):
     if "status" in runs[-1]:
         row["status"] = runs[-1]["status"]
         row["compute_overhead"] = runs[-1].get("overhead")
+        row["plan"] = runs[-1].get("plan", "")
     return row
 
 
@@ -159,8 +171,11 @@ def main():
         ck[mode] = configs[name][-1]["peak"]
         rname = f"remat at checkpoint-{mode} peak"
         configs[rname] = []
+        configs[rname + " (dtr)"] = []
         for _ in range(a.repeats):
             configs[rname].append(run_remat(a.trainer, size, a.steps, budget=ck[mode]))
+            configs[rname + " (dtr)"].append(
+                run_remat(a.trainer, size, a.steps, budget=ck[mode], policy="dtr"))
     for f in (0.5, 0.4, 0.3):
         name = f"remat at {f} of its peak"
         configs[name] = [run_remat(a.trainer, size, a.steps, fraction=f)
@@ -180,13 +195,15 @@ def main():
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=1)
     lines = ["| configuration | peak (MiB) | step (s), median [min, max] | x own unconstrained "
-             "| x PyTorch unconstrained | status |", "| --- | --- | --- | --- | --- | --- |"]
+             "| x PyTorch unconstrained | status | remat's plan |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         peak = f"{r['peak_bytes'] / 2**20:.1f}" if r.get("peak_bytes") else "-"
         st = (f"{r['step_median']:.3f} [{r['step_min']:.3f}, {r['step_max']:.3f}]"
               if r.get("step_median") is not None else "-")
         lines.append(f"| {r['config']} | {peak} | {st} | {r.get('vs_own_unconstrained', 0):.2f} "
-                     f"| {r.get('vs_pytorch_unconstrained', 0):.2f} | {r.get('status', 'ok')} |")
+                     f"| {r.get('vs_pytorch_unconstrained', 0):.2f} | {r.get('status', 'ok')} "
+                     f"| {r.get('plan') or '-'} |")
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     svg(rows, stem + ".svg")

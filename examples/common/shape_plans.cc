@@ -143,6 +143,13 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
       return;
     case State::kPlanned:
       ++s.reused;
+      // Memory does not settle the same way every step: a plan that drifts past DTR's cost
+      // is dropped as a failed trial would be.
+      if (cost.recompute > s.dtr.recompute) {
+        s.state = State::kDynamic;
+        s.why = absl::StrCat("planned step ", s.reused, " after the trial recomputed more than ",
+                             "DTR: DTR from now on");
+      }
       return;
     case State::kDynamic:
       return;

@@ -106,7 +106,9 @@ RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& param
 
 // Note [Screening plans] in shape_plans.h: step `step` on a simulated runtime under the
 // same budget, as the real run meets it: once under DTR, once recorded, then following
-// `hints`; the cost of the last (of the recorded one where `hints` is null).
+// `hints` kScreenedSteps times; the dearest of those (the recorded one where `hints` is
+// null).
+constexpr int kScreenedSteps = 4;
 std::optional<ShapePlans::StepCost> screen_step(Model& model, const TrainConfig& config, int step,
                                                 const std::shared_ptr<const StepHints>& hints) {
   TrainConfig sim = config;
@@ -118,18 +120,19 @@ std::optional<ShapePlans::StepCost> screen_step(Model& model, const TrainConfig&
     const std::vector<Tensor> buffers = make_buffers(rt, model, false);
     float loss = 0;
     std::size_t bytes = 0;
-    ShapePlans::StepCost cost;
-    for (int pass = 0; pass < (hints ? 3 : 2); ++pass) {
+    ShapePlans::StepCost worst;
+    for (int pass = 0; pass < (hints ? 2 + kScreenedSteps : 2); ++pass) {
       StepOptions opt;
       opt.record = pass == 1;
-      if (pass == 2) opt.hints = hints;
+      if (pass >= 2) opt.hints = hints;
       const RuntimeStats before = rt.stats();
       run_step(rt, model, params, buffers, step, sim, opt, &loss, &bytes);
       const RuntimeStats after = rt.stats();
-      cost = {.base = after.base_cost - before.base_cost,
-              .recompute = after.recompute_cost - before.recompute_cost};
+      const double recompute = after.recompute_cost - before.recompute_cost;
+      if (pass >= (hints ? 2 : 1) && recompute >= worst.recompute)
+        worst = {.base = after.base_cost - before.base_cost, .recompute = recompute};
     }
-    return cost;
+    return worst;
   } catch (const OutOfMemoryError&) {
     return std::nullopt;
   } catch (const ThrashError&) {
@@ -199,12 +202,11 @@ TrainResult train(Model& model, const TrainConfig& config) {
           ++result.plans_made;
         }
         if (step == config.record_step) result.recorded = recorded;
-        if (automatic) {
-          const RuntimeStats after = rt.stats();
-          shape_plans.after(key, std::move(recorded),
-                            {.base = after.base_cost - before.base_cost,
-                             .recompute = after.recompute_cost - before.recompute_cost});
-        }
+        const RuntimeStats after = rt.stats();
+        const ShapePlans::StepCost cost{.base = after.base_cost - before.base_cost,
+                                        .recompute = after.recompute_cost - before.recompute_cost};
+        result.step_overheads.push_back(cost.base > 0 ? cost.recompute / cost.base : 0.0);
+        if (automatic) shape_plans.after(key, std::move(recorded), cost);
       }
       if (step == 0) {
         const MemoryStats m = rt.memory().stats();
@@ -398,6 +400,7 @@ int run_main(int argc, char** argv, Model& model) {
     j["search_seconds"] = r.stats.search_seconds;
     j["wall_seconds"] = r.wall_seconds;
     j["step_seconds"] = r.step_seconds;
+    j["step_overheads"] = r.step_overheads;
     j["baseline_wall_seconds"] =
         config.baseline ? nlohmann::json(c.baseline.wall_seconds) : nlohmann::json();
     j["items"] = r.items;

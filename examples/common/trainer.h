@@ -111,6 +111,7 @@ struct TrainResult {
   double items = 0;
   double wall_seconds = 0;
   std::vector<double> step_seconds;      // wall time of each step that completed
+  std::vector<double> step_overheads;    // each one's recomputed cost / its first runs' cost
   std::optional<RecordedStep> recorded;  // TrainConfig::record_step
   // Policy `hinted`: plans made, steps that ran a plan made at their own shape, and steps
   // that ran one made at another shape.
