@@ -63,7 +63,8 @@ TEST(VectorExp, EachLaneIsComputedAloneAndTailsArePadded) {
   std::uniform_real_distribution<float> d(-20.0f, 20.0f);
   std::vector<float> x(11), y(11, -1.0f);
   for (float& v : x) v = d(rng);
-  for (std::int64_t i = 0; i < 11; i += 4) store4(y.data() + i, exp4(load4(x.data() + i, 11 - i)), 11 - i);
+  for (std::int64_t i = 0; i < 11; i += 4)
+    store4(y.data() + i, exp4(load4(x.data() + i, 11 - i)), 11 - i);
   for (std::size_t i = 0; i < x.size(); ++i) {
     const float one = Exp1(x[i]);
     EXPECT_EQ(std::memcmp(&one, &y[i], sizeof one), 0) << "lane " << i;
