@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "internal.h"
@@ -509,9 +512,44 @@ RawPlan WholeGraph(const Graph& g, const PlanOptions& opt, const std::string& wh
 namespace remat::internal {
 namespace {
 
-// Per kind: its strategies, within a share of `seconds` in proportion to its size.
-std::vector<KindPlan> PlanKinds(const BlockSequence& b, const std::vector<BlockProblem>& probs,
-                                double seconds, bool verbose) {
+// Note [Strategies across calls]
+// A kind's strategies do not depend on the budget: only the DP does. A caller that plans
+// the same step at several budgets (remat-compare's sweep, the trainer's policy auto at
+// five fractions) would solve every kind's grid again each time, so solved kinds are kept
+// by signature for the process, at most kMaxCachedKinds of them, and a later call takes
+// them as they are (its report says `cached`). The first call's time share is what they
+// got; a later call with more time does not improve them.
+constexpr size_t kMaxCachedKinds = 512;
+
+class KindCache {
+ public:
+  std::optional<KindPlan> Find(const std::vector<int64_t>& signature) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = kinds_.find(signature);
+    if (it == kinds_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Insert(std::vector<int64_t> signature, const KindPlan& k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kinds_.size() >= kMaxCachedKinds) kinds_.clear();
+    kinds_.emplace(std::move(signature), k);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::vector<int64_t>, KindPlan> kinds_;
+};
+
+KindCache& SolvedKinds() {
+  static KindCache* cache = new KindCache;
+  return *cache;
+}
+
+// Per kind: its strategies (Note [Strategies across calls]), within a share of `seconds` in
+// proportion to its size.
+std::vector<KindPlan> PlanKinds(const Graph& g, const BlockSequence& b,
+                                const std::vector<BlockProblem>& probs, double seconds,
+                                bool verbose) {
   const int K = static_cast<int>(b.representative.size());
   std::vector<double> weight(K);
   double total = 0;
@@ -523,9 +561,21 @@ std::vector<KindPlan> PlanKinds(const BlockSequence& b, const std::vector<BlockP
   Deadline deadline(seconds);
   double left_weight = total;
   for (int k = 0; k < K; ++k) {
-    const double share = std::max(0.0, deadline.Left()) * weight[k] / left_weight;
-    left_weight -= weight[k];
-    kinds[k] = rockmate::PlanKind(probs[b.representative[k]], share, verbose);
+    const BlockProblem& p = probs[b.representative[k]];
+    std::vector<int64_t> signature = rockmate::BlockSignature(g, p);
+    if (std::optional<KindPlan> cached = SolvedKinds().Find(signature)) {
+      left_weight -= weight[k];
+      kinds[k] = *std::move(cached);
+      kinds[k].cached = true;
+      kinds[k].blocks = 0;
+    } else {
+      const double share = std::max(0.0, deadline.Left()) * weight[k] / left_weight;
+      left_weight -= weight[k];
+      kinds[k] = rockmate::PlanKind(p, share, verbose);
+      // A kind cut short by the time limit (no time for even the cheap strategies) is not
+      // kept: a later call may have the time.
+      if (!kinds[k].strategies.empty()) SolvedKinds().Insert(std::move(signature), kinds[k]);
+    }
     kinds[k].first_block = b.representative[k];
     for (int i = 0; i < b.size(); ++i) kinds[k].blocks += b.kind[i] == k;
   }
@@ -545,6 +595,7 @@ Json KindsJson(const std::vector<KindPlan>& kinds) {
                     {"grid_solved", k.grid_solved},
                     {"grid_skipped", k.grid_skipped},
                     {"grid_optimal", k.cbc_optimal},
+                    {"cached", k.cached},
                     {"seconds", k.seconds}});
   }
   return list;
@@ -585,7 +636,7 @@ absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt) {
   }
   const auto t1 = std::chrono::steady_clock::now();
   // Most of the time goes to the blocks' MILPs; the DP and its probes take the rest.
-  const std::vector<KindPlan> kinds = PlanKinds(b, probs, deadline.Left() * 0.6, opt.verbose);
+  const std::vector<KindPlan> kinds = PlanKinds(g, b, probs, deadline.Left() * 0.6, opt.verbose);
   details["seconds"]["strategies"] = SecondsSince(t1);
   const auto t2 = std::chrono::steady_clock::now();
   const ChainModel chain = BuildChainModel(g, b, probs, kinds);

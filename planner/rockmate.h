@@ -84,7 +84,8 @@ struct KindPlan {
   double advance_cost = 0;
   // Report.
   int first_block = 0, blocks = 0, nodes = 0;
-  std::string solver;  // "checkmate", or why not and what was used instead
+  bool cached = false;  // solved by an earlier call (Note [Strategies across calls])
+  std::string solver;   // "checkmate", or why not and what was used instead
   int grid_side = 0, grid_solved = 0, grid_skipped = 0, cbc_optimal = 0, candidates = 0;
   double seconds = 0;
 };

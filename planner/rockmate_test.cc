@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "internal.h"
+#include "nlohmann/json.hpp"
 #include "remat/graph_transforms.h"
 #include "remat/planner.h"
 #include "remat/schedule.h"
@@ -203,12 +204,29 @@ TEST(Rockmate, EveryRecomputationIsNeededByTheBudget) {
       less.order.erase(less.order.begin() + static_cast<std::ptrdiff_t>(j));
       const SimResult sim = simulate(g, less, budget);
       EXPECT_FALSE(sim.valid) << "seed " << seed << ": the recomputation at step " << j
-                              << " of node " << p.schedule.order[j] << " is not needed " << p.reason
-                              << " " << p.details.substr(0, 300);
+                              << " of node " << p.schedule.order[j] << " is not needed ("
+                              << p.reason << ")";
       ++checked;
     }
   }
   EXPECT_GE(checked, 10);
+}
+
+// Note [Strategies across calls]: a second plan of the same blocks at another budget takes
+// every kind's strategies from the first, and is still valid within its budget.
+TEST(Rockmate, SecondCallAtAnotherBudgetReusesTheSolvedKinds) {
+  const Graph g = ResidualChain(7);
+  const int64_t full = file_order_peak(g);
+  const Plan first = MustPlan("rockmate", g, full * 9 / 10, 2);
+  ASSERT_TRUE(first.feasible) << first.reason;
+  const auto first_kinds = nlohmann::json::parse(first.details)["kind_list"];
+  const Plan second = MustPlan("rockmate", g, full * 6 / 10, 2);
+  ASSERT_TRUE(second.feasible) << second.reason;
+  const auto kinds = nlohmann::json::parse(second.details)["kind_list"];
+  ASSERT_EQ(kinds.size(), first_kinds.size());
+  for (const auto& k : kinds) EXPECT_TRUE(k["cached"].get<bool>()) << k.dump();
+  const SimResult sim = simulate(g, second.schedule, full * 6 / 10);
+  EXPECT_TRUE(sim.valid) << sim.error;
 }
 
 TEST(Rockmate, NoWorseThanRotorOnChains) {
