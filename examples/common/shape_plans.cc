@@ -1,7 +1,6 @@
 #include "examples/common/shape_plans.h"
 
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
 #include <algorithm>

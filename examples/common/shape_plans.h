@@ -77,9 +77,9 @@ class ShapePlans {
   struct StepCost {
     double base = 0, recompute = 0;
   };
-  // Runs a step of the shape being planned on the simulated backend (Note [Screening
-  // plans]) following `hints`, or under DTR alone where null; its cost, or nothing where
-  // it ran out of memory or thrashed.
+  // Runs steps of the shape being planned on the simulated backend (Note [Screening
+  // plans]) following `hints`, or under DTR alone where null: the dearest one's cost, or
+  // nothing where one ran out of memory or thrashed.
   using Screen =
       std::function<std::optional<StepCost>(const std::shared_ptr<const StepHints>& hints)>;
   struct Options {
