@@ -290,7 +290,7 @@ TEST(ExampleTest, AutoPlansRepeatedShapesAndKeepsAPlanOnlyWhereItRecomputesLess)
       if (fixed) {
         EXPECT_EQ(planned, 1u);
       }
-      EXPECT_EQ(r.exact_plan_steps, planned_steps);
+      EXPECT_EQ(r.planned_steps, planned_steps);
     }
   }
 }

@@ -567,7 +567,6 @@ std::vector<KindPlan> PlanKinds(const Graph& g, const BlockSequence& b,
       left_weight -= weight[k];
       kinds[k] = *std::move(cached);
       kinds[k].cached = true;
-      kinds[k].blocks = 0;
     } else {
       const double share = std::max(0.0, deadline.Left()) * weight[k] / left_weight;
       left_weight -= weight[k];
@@ -577,7 +576,7 @@ std::vector<KindPlan> PlanKinds(const Graph& g, const BlockSequence& b,
       if (!kinds[k].strategies.empty()) SolvedKinds().Insert(std::move(signature), kinds[k]);
     }
     kinds[k].first_block = b.representative[k];
-    for (int i = 0; i < b.size(); ++i) kinds[k].blocks += b.kind[i] == k;
+    kinds[k].blocks = static_cast<int>(std::count(b.kind.begin(), b.kind.end(), k));
   }
   return kinds;
 }

@@ -48,22 +48,21 @@ void ShapePlans::choose_plan(Shape& s) {
                                 options_.time_limit, 0.9);
     return;
   }
-  const auto overhead = [](const StepCost& c) { return c.base > 0 ? c.recompute / c.base : 0.0; };
   const std::optional<StepCost> dtr = options_.screen(nullptr);
   s.screened.push_back(
-      {{"plan", "dtr"}, {"simulated_overhead", dtr ? nlohmann::json(overhead(*dtr)) : "failed"}});
+      {{"plan", "dtr"}, {"simulated_overhead", dtr ? nlohmann::json(dtr->overhead()) : "failed"}});
   std::optional<StepPlan> best;
   double best_recompute = dtr ? dtr->recompute : INFINITY;
   for (double fraction : options_.fractions) {
     StepPlan plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
                                        options_.time_limit, fraction);
     nlohmann::json j = {{"fraction", fraction}, {"plan", plan.source}};
-    if (plan.hints->ops.empty() && plan.hints->schedule.empty()) {
+    if (plan.empty()) {
       s.screened.push_back(std::move(j));
       continue;
     }
     const std::optional<StepCost> cost = options_.screen(plan.hints);
-    j["simulated_overhead"] = cost ? nlohmann::json(overhead(*cost)) : "out of memory or thrash";
+    j["simulated_overhead"] = cost ? nlohmann::json(cost->overhead()) : "out of memory or thrash";
     s.screened.push_back(std::move(j));
     if (cost && cost->recompute < best_recompute) {
       best_recompute = cost->recompute;
@@ -97,7 +96,7 @@ StepOptions ShapePlans::before(const PlanCache::Key& key) {
       s.recording.reset();
       std::erase(recorded_, key);
       ++plans_made_;
-      if (s.plan.hints->ops.empty() && s.plan.hints->schedule.empty()) {
+      if (s.plan.empty()) {
         s.state = State::kDynamic;
         s.why = absl::StrCat("no plan: ", s.plan.source);
         return opt;
@@ -179,9 +178,8 @@ nlohmann::json ShapePlans::report() const {
     if (s.plan.hints) {
       j["plan"] = s.plan.source;
       j["plan_seconds"] = s.plan.seconds;
-      const auto ratio = [](StepCost c) { return c.base > 0 ? c.recompute / c.base : 0.0; };
-      j["dtr_step_overhead"] = ratio(s.dtr);
-      if (s.state != State::kDynamic || s.trial.base > 0) j["plan_step_overhead"] = ratio(s.trial);
+      j["dtr_step_overhead"] = s.dtr.overhead();
+      if (s.trial.base > 0) j["plan_step_overhead"] = s.trial.overhead();  // a trial ran
       j["reused_steps"] = s.reused;
     }
     if (!s.screened.empty()) j["screened"] = s.screened;

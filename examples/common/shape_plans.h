@@ -62,6 +62,7 @@ struct StepPlan {
   std::shared_ptr<const StepHints> hints;  // empty hints: nothing fit; DTR alone
   std::string source;                      // the winning candidate, or why none
   double seconds = 0;                      // planning time
+  bool empty() const { return !hints || (hints->ops.empty() && hints->schedule.empty()); }
 };
 
 // Plans `step` with `planners` (each given `time_limit` seconds) at `fraction` of a runtime
@@ -76,6 +77,8 @@ class ShapePlans {
   // The cost a step spent, from RuntimeStats before and after it.
   struct StepCost {
     double base = 0, recompute = 0;
+    // Recomputed cost over first runs' cost (RuntimeStats::compute_overhead of one step).
+    double overhead() const { return base > 0 ? recompute / base : 0.0; }
   };
   // Runs steps of the shape being planned on the simulated backend (Note [Screening
   // plans]) following `hints`, or under DTR alone where null: the dearest one's cost, or

@@ -205,7 +205,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
         const RuntimeStats after = rt.stats();
         const ShapePlans::StepCost cost{.base = after.base_cost - before.base_cost,
                                         .recompute = after.recompute_cost - before.recompute_cost};
-        result.step_overheads.push_back(cost.base > 0 ? cost.recompute / cost.base : 0.0);
+        result.step_overheads.push_back(cost.overhead());
         if (automatic) shape_plans.after(key, std::move(recorded), cost);
       }
       if (step == 0) {
@@ -226,7 +226,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
     if (config.progress) std::fprintf(stderr, "\n");
     if (automatic) {
       result.plans_made = shape_plans.plans_made();
-      result.exact_plan_steps = shape_plans.planned_steps();
+      result.planned_steps = shape_plans.planned_steps();
       result.shape_plans = shape_plans.report();
     }
     if (runs) {
@@ -404,15 +404,16 @@ int run_main(int argc, char** argv, Model& model) {
     j["baseline_wall_seconds"] =
         config.baseline ? nlohmann::json(c.baseline.wall_seconds) : nlohmann::json();
     j["items"] = r.items;
-    if (config.policy == "auto") {
+    if (config.policy == "auto" || config.policy == "hinted") {
       j["plans_made"] = r.plans_made;
-      j["planned_steps"] = r.exact_plan_steps;
-      j["shape_plans"] = r.shape_plans;
       j["hint_evictions"] = r.stats.hint_evictions;
       j["hint_mismatches"] = r.stats.hint_mismatches;
     }
+    if (config.policy == "auto") {
+      j["planned_steps"] = r.planned_steps;
+      j["shape_plans"] = r.shape_plans;
+    }
     if (config.policy == "hinted") {
-      j["plans_made"] = r.plans_made;
       j["exact_plan_steps"] = r.exact_plan_steps;
       j["reused_plan_steps"] = r.reused_plan_steps;
       j["plan_source"] = r.plan_source;

@@ -81,8 +81,9 @@ struct TrainConfig {
   // feasible plans of `planners`, fast ones by default, at 0.9 x the budget); later steps
   // take its hints, at their own shape or, through Note [Hints by position], at others.
   // Policy `auto` (Note [Planning repeated shapes] in shape_plans.h): DTR for a shape's first
-  // step, recorded; when the shape comes again its recording is planned with `planners` and
-  // the plan is kept where its step recomputes no more than DTR's did.
+  // two steps, the second recorded; at its third the recording is planned with `planners`
+  // at several fractions of the budget, screened on the simulated backend, and the plan is
+  // kept where its steps recompute no more than DTR's did.
   std::vector<std::string> planners = StepPlanOptions().planners;
   double plan_time_limit = 5;             // seconds per planner
   std::shared_ptr<PlanCache> plan_cache;  // null: one per run
@@ -116,8 +117,10 @@ struct TrainResult {
   // Policy `hinted`: plans made, steps that ran a plan made at their own shape, and steps
   // that ran one made at another shape.
   std::size_t plans_made = 0, exact_plan_steps = 0, reused_plan_steps = 0;
-  std::string plan_source;     // what made the first plan
-  nlohmann::json shape_plans;  // policy `auto`: ShapePlans::report()
+  std::string plan_source;  // what made the first plan
+  // Policy `auto`: trials and steps on a kept plan, and ShapePlans::report().
+  std::size_t planned_steps = 0;
+  nlohmann::json shape_plans;
 };
 
 // One training run with the budget as given (budget_fraction ignored).
