@@ -295,6 +295,43 @@ TEST(ExampleTest, AutoPlansRepeatedShapesAndKeepsAPlanOnlyWhereItRecomputesLess)
   }
 }
 
+// Note [Planning a step DTR cannot run] and Note [Placed allocations]: the small GPT at a
+// quarter of its peak, where DTR runs out of memory in the first step. That step is planned
+// from a recording without a budget and run again, every step follows the plan at placed
+// offsets, and losses and parameters stay bitwise those of the unconstrained run.
+TEST(ExampleTest, AutoPlansAStepDtrCannotRunAndPlacesItsTensors) {
+  GptModel model(GptConfig{.min_t = 256, .max_t = 256});
+  TrainConfig config;
+  config.steps = 3;
+  config.seed = 3;
+  const TrainResult base = train(model, config);
+  ASSERT_EQ(base.status, "ok") << base.error;
+  int replanned = 0, placed = 0;
+  for (double fraction : {0.28, 0.25, 0.23}) {
+    SCOPED_TRACE("budget " + std::to_string(fraction) + " of the peak");
+    TrainConfig run = config;
+    run.policy = "auto";
+    run.planners = {"mincut", "rockmate", "chen"};
+    run.plan_time_limit = 1;
+    run.budget = static_cast<std::size_t>(fraction * static_cast<double>(base.peak_reserved));
+    const TrainResult r = train(model, run);
+    ASSERT_EQ(r.status, "ok") << r.error;
+    EXPECT_LE(r.peak_reserved, run.budget);
+    EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
+    for (std::size_t i = 0; i < r.final_state.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+    ASSERT_EQ(r.shape_plans.size(), 1u);
+    const nlohmann::json& shape = r.shape_plans[0];
+    if (shape.value("why", "").starts_with("DTR ran out of memory")) {
+      ++replanned;
+      EXPECT_EQ(r.planned_steps, static_cast<std::size_t>(config.steps)) << shape.dump();
+    }
+    if (r.stats.memory.placed_allocations > 0) ++placed;
+  }
+  EXPECT_GT(replanned, 0) << "no budget in the sweep made DTR run out of memory in step 0";
+  EXPECT_GT(placed, 0);
+}
+
 // GPT at 0.4 of its peak: by step 3 nothing evictable is left while the free bytes lie in
 // pieces between frozen gradients and the locked inputs of recomputations. Compaction moves
 // those together (Note [Compaction]) and the run fits, bit for bit; without it the same run

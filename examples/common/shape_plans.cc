@@ -14,7 +14,7 @@ namespace remat::examples {
 
 StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
                             const std::vector<std::string>& planners, double time_limit,
-                            double fraction) {
+                            double fraction, bool realized_fits) {
   StepPlan plan;
   plan.hints = std::make_shared<StepHints>();
   if (budget == SIZE_MAX) {
@@ -26,6 +26,7 @@ StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
   opt.budget_bytes = static_cast<std::int64_t>(fraction * static_cast<double>(budget));
   opt.planners = planners;
   opt.time_limit_seconds = time_limit;
+  opt.include_realized = realized_fits;
   // The schedule the runtime realized competes unchecked against opt.budget_bytes: it fit
   // the runtime's own budget (Note [Seeding hinted] in tools/compare/compare.cc).
   absl::StatusOr<ChosenPlan> chosen = remat::plan_step(step.graph, step.executed, opt);
@@ -45,29 +46,72 @@ void ShapePlans::choose_plan(Shape& s) {
   const auto start = std::chrono::steady_clock::now();
   if (!options_.screen) {
     s.plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
-                                options_.time_limit, 0.9);
+                                options_.time_limit, 0.9, !s.dtr_failed);
     return;
   }
-  const std::optional<StepCost> dtr = options_.screen(nullptr);
-  s.screened.push_back(
-      {{"plan", "dtr"}, {"simulated_overhead", dtr ? nlohmann::json(dtr->overhead()) : "failed"}});
+  std::optional<StepCost> dtr;
+  if (!s.dtr_failed) dtr = options_.screen(nullptr, false);
+  s.screened.push_back({{"plan", "dtr"},
+                        {"simulated_overhead", dtr            ? nlohmann::json(dtr->overhead())
+                                               : s.dtr_failed ? "out of memory (real step)"
+                                                              : "failed"}});
   std::optional<StepPlan> best;
   double best_recompute = dtr ? dtr->recompute : INFINITY;
-  for (double fraction : options_.fractions) {
+  // Plans and screens the plan at `fraction`; returns its arena's excess over the room the
+  // budget leaves it (negative: it fits), or nothing where it has no placement.
+  auto candidate = [&](double fraction) -> std::optional<double> {
     StepPlan plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
-                                       options_.time_limit, fraction);
+                                       options_.time_limit, fraction, !s.dtr_failed);
     nlohmann::json j = {{"fraction", fraction}, {"plan", plan.source}};
     if (plan.empty()) {
       s.screened.push_back(std::move(j));
-      continue;
+      return std::nullopt;
     }
-    const std::optional<StepCost> cost = options_.screen(plan.hints);
+    const std::optional<StepCost> cost = options_.screen(&plan, !s.dtr_failed);
     j["simulated_overhead"] = cost ? nlohmann::json(cost->overhead()) : "out of memory or thrash";
+    std::optional<double> excess;
+    if (plan.placement) {
+      j["arena_bytes"] = plan.arena_bytes;
+      excess = static_cast<double>(plan.arena_bytes) - static_cast<double>(plan.arena_room);
+    }
     s.screened.push_back(std::move(j));
     if (cost && cost->recompute < best_recompute) {
       best_recompute = cost->recompute;
       best = std::move(plan);
     }
+    return excess;
+  };
+  std::optional<double> fit_from;  // the smallest fraction whose arena did not fit
+  double excess_there = 0;
+  std::vector<double> unplaced;  // fractions with no plan, or none placed
+  for (double fraction : options_.fractions) {
+    const std::optional<double> excess = candidate(fraction);
+    if (!excess) unplaced.push_back(fraction);
+    if (excess && *excess > 0 && (!fit_from || fraction < *fit_from)) {
+      fit_from = fraction;
+      excess_there = *excess;
+    }
+  }
+  // Note [Plans that fit their arena]
+  // A placed plan recomputes only what it chose, and the largest plan whose arena fits
+  // beside the constants is usually the cheapest step there is; the fixed fractions rarely
+  // hit it. From the smallest fraction whose arena was too large, the fraction moves down
+  // by the excess (as a share of the budget) and a little more, or halfway to the largest
+  // fraction no planner met, a few times at most, until an arena fits.
+  double low = 0;
+  for (double f : unplaced)
+    if (fit_from && f < *fit_from) low = std::max(low, f);
+  for (int tries = 0; fit_from && tries < 4; ++tries) {
+    double fraction = *fit_from - excess_there / static_cast<double>(options_.budget) - 0.005;
+    if (fraction <= low) fraction = (low + *fit_from) / 2;
+    const std::optional<double> excess = candidate(fraction);
+    if (!excess) {
+      low = fraction;  // no plan (or none placed) this low
+      continue;
+    }
+    if (*excess <= 0) break;
+    fit_from = fraction;
+    excess_there = *excess;
   }
   if (best) {
     s.plan = *std::move(best);
@@ -106,6 +150,7 @@ StepOptions ShapePlans::before(const PlanCache::Key& key) {
     case State::kTrial:
     case State::kPlanned:
       opt.hints = s.plan.hints;
+      opt.placement = s.plan.placement;
       ++planned_steps_;
       return opt;
     case State::kDynamic:
@@ -133,7 +178,7 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
       s.trial = cost;
       if (cost.recompute <= s.dtr.recompute) {
         s.state = State::kPlanned;
-        s.why = "the plan recomputed no more than DTR";
+        if (!s.dtr_failed) s.why = "the plan recomputed no more than DTR";
       } else {
         s.state = State::kDynamic;
         s.why = "the plan recomputed more than DTR: DTR from now on";
@@ -152,6 +197,48 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
     case State::kDynamic:
       return;
   }
+}
+
+// Note [Planning a step DTR cannot run]
+// Under a tight budget DTR can run out of memory in a shape's first step, most often when
+// the budget leaves little beside the constants and the free bytes lie in pieces, which a
+// plan made for the step would have avoided. A step that fails so before any update ran
+// has changed nothing the program keeps, so the trainer aborts it (Runtime::abort_step
+// rewinds the random numbers too), records the same step on the simulated backend without
+// a budget (its graph is the same: only recomputations depend on the budget), and the
+// shape is planned here at once, screened on plans alone (there are no DTR steps to follow),
+// and the step runs again following the plan. Its results are those the step would have
+// had. The shape then never goes back to DTR, which could not run it.
+bool ShapePlans::may_plan_after_oom(const PlanCache::Key& key) const {
+  if (options_.budget == SIZE_MAX) return false;
+  auto it = shapes_.find(key);
+  return it == shapes_.end() || it->second.state == State::kUnplanned;
+}
+
+StepOptions ShapePlans::plan_after_oom(const PlanCache::Key& key, RecordedStep recording) {
+  Shape& s = shape(key);
+  s.recording = std::move(recording);
+  s.dtr_failed = true;
+  s.dtr = StepCost{.base = 0, .recompute = INFINITY};
+  choose_plan(s);
+  s.recording.reset();
+  std::erase(recorded_, key);
+  ++plans_made_;
+  StepOptions opt;
+  if (s.plan.empty()) {
+    s.state = State::kDynamic;
+    s.why =
+        absl::StrCat("DTR ran out of memory and no plan survived its screening: ", s.plan.source);
+    return opt;
+  }
+  s.state = State::kTrial;
+  s.why =
+      "DTR ran out of memory in the shape's first step: planned from a recording without "
+      "a budget";
+  opt.hints = s.plan.hints;
+  opt.placement = s.plan.placement;
+  ++planned_steps_;
+  return opt;
 }
 
 nlohmann::json ShapePlans::report() const {
@@ -178,7 +265,11 @@ nlohmann::json ShapePlans::report() const {
     if (s.plan.hints) {
       j["plan"] = s.plan.source;
       j["plan_seconds"] = s.plan.seconds;
-      j["dtr_step_overhead"] = s.dtr.overhead();
+      if (s.plan.placement) {
+        j["arena_bytes"] = s.plan.arena_bytes;
+        j["placed_peak_live_bytes"] = s.plan.placement->peak_live_bytes;
+      }
+      if (!s.dtr_failed) j["dtr_step_overhead"] = s.dtr.overhead();
       if (s.trial.base > 0) j["plan_step_overhead"] = s.trial.overhead();  // a trial ran
       j["reused_steps"] = s.reused;
     }

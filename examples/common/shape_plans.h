@@ -16,28 +16,26 @@
 // that step follows the chosen plan: a trial. The trial is judged by the cost it
 // recomputed against the recorded DTR step's (the same ops at the same shapes, so with
 // estimated costs the comparison is exact and the same on every run): the plan is kept if
-// it recomputed no more, otherwise the shape goes back to DTR for good; so does a later planned
-// step that recomputes more than the DTR step did (the allocator's layout drifts from step
-// to step, and a plan that fit it once may not fit it later). A shape that never
-// repeats (a tree-LSTM's trees) costs nothing, one seen twice a recording; recordings are
-// kept for the most recent `max_recordings` shapes only. Results never depend on any of
-// this: hints decide what is evicted, never what is computed.
+// it recomputed no more, otherwise the shape goes back to DTR for good; so does a later
+// planned step that recomputes more than the DTR step did. A shape whose first step DTR
+// cannot run at all is planned at once (Note [Planning a step DTR cannot run] in
+// shape_plans.cc). A shape that never repeats (a tree-LSTM's trees) costs nothing, one seen
+// twice a recording; recordings are kept for the most recent `max_recordings` shapes only.
+// Results never depend on any of this: hints decide what is evicted, never what is
+// computed.
 //
 // Note [Screening plans]
 // Which plan to try is chosen on the simulated backend: the same allocator and the same
-// estimated costs, without kernels, so a step there costs what it costs for real (a
-// 6-layer GPT at 238 MB: 1.0994 DTR, 2.2841 following a rockmate plan, in both). A plan's
-// tensor bytes say little about how the allocator will hold them: on that GPT, plans made
-// at 0.9 and 1.0 of the budget recompute more than DTR (holes between blocks of many sizes
-// push the runtime into evictions the plan did not choose), while one made at 1.1 of it,
-// its overflow left to DTR's weighted choice, recomputes a fifth of what DTR does. So
-// plans are made at several fractions of the budget, each is screened by four simulated
-// steps following it (after a DTR and a recorded one, as the real steps go), its dearest
-// step counting, and the cheapest that beats the simulated DTR step goes to the real trial;
-// where none does, DTR stays. Several steps, because the layout drifts: that 1.1 plan costs
-// 0.20, 1.66, 0.85, 6.22 in its first four steps and runs out of memory in its sixth, while
-// DTR costs 1.10 every step. A plan that runs out of memory in its screening never reaches
-// a real step.
+// estimated costs, without kernels, so a step there costs what it costs for real. A plan's
+// tensor bytes say little about how the allocator will hold them, so plans are made at
+// several fractions of the budget, and at the fractions whose placement (Note [Placed
+// allocations] in caching_allocator.cc) just fits beside the constants (Note [Plans that
+// fit their arena] in shape_plans.cc). Each is traced on a simulated runtime without a
+// budget and placed, then screened by four simulated steps following it (after a DTR and a
+// recorded one, as the real steps go), its dearest step counting; the cheapest that beats
+// the simulated DTR step goes to the real trial; where none does, DTR stays. A plan that
+// runs out of memory in its screening never reaches a real step. On a 6-layer GPT at 238
+// MB, DTR recomputes 1.10 of each step's cost; the chosen plan, placed, 0.19 in every step.
 #ifndef REMAT_EXAMPLES_COMMON_SHAPE_PLANS_H_
 #define REMAT_EXAMPLES_COMMON_SHAPE_PLANS_H_
 
@@ -52,6 +50,7 @@
 #include <vector>
 
 #include "remat/hints.h"
+#include "remat/placement.h"
 #include "remat/plan_cache.h"
 #include "remat/runtime.h"
 
@@ -62,15 +61,24 @@ struct StepPlan {
   std::shared_ptr<const StepHints> hints;  // empty hints: nothing fit; DTR alone
   std::string source;                      // the winning candidate, or why none
   double seconds = 0;                      // planning time
+  // Where the plan's steps put their tensors (Note [Placed allocations] in
+  // caching_allocator.cc), from a trace of the plan on the simulated backend; null: the
+  // allocator's best fit.
+  std::shared_ptr<const Placement> placement;
+  // In its screening: the arena its placement needed beside the holes it used, and the
+  // room the budget left for one.
+  std::size_t arena_bytes = 0, arena_room = 0;
   bool empty() const { return !hints || (hints->ops.empty() && hints->schedule.empty()); }
 };
 
 // Plans `step` with `planners` (each given `time_limit` seconds) at `fraction` of a runtime
 // budget of `budget` reserved bytes: plan_step(), whose candidates are the planners' plans
 // and the schedule the runtime realized.
+// `realized_fits`: the recording ran under that budget, so the schedule it realized competes
+// unchecked (false for a recording made without a budget).
 StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
                             const std::vector<std::string>& planners, double time_limit = 5,
-                            double fraction = 0.9);
+                            double fraction = 0.9, bool realized_fits = true);
 
 class ShapePlans {
  public:
@@ -81,10 +89,10 @@ class ShapePlans {
     double overhead() const { return base > 0 ? recompute / base : 0.0; }
   };
   // Runs steps of the shape being planned on the simulated backend (Note [Screening
-  // plans]) following `hints`, or under DTR alone where null: the dearest one's cost, or
-  // nothing where one ran out of memory or thrashed.
-  using Screen =
-      std::function<std::optional<StepCost>(const std::shared_ptr<const StepHints>& hints)>;
+  // plans]) following `plan` (its hints, and the placement it sets), after DTR steps as the
+  // real run had them where `after_dtr`, or under DTR alone where `plan` is null: the
+  // dearest one's cost, or nothing where one ran out of memory or thrashed.
+  using Screen = std::function<std::optional<StepCost>(StepPlan* plan, bool after_dtr)>;
   struct Options {
     std::size_t budget = SIZE_MAX;  // SIZE_MAX: nothing to plan, every step is DTR's
     std::vector<std::string> planners;
@@ -101,6 +109,12 @@ class ShapePlans {
   StepOptions before(const PlanCache::Key& key);
   // After that step: what end_step() returned and what the step cost.
   void after(const PlanCache::Key& key, RecordedStep step, StepCost cost);
+  // The step before() prepared ran out of memory under DTR, before any update: whether the
+  // shape may be planned now (Note [Planning a step DTR cannot run]).
+  bool may_plan_after_oom(const PlanCache::Key& key) const;
+  // Plans the shape from `recording` (the step recorded without a budget) for the step to
+  // be run again: its options, or no hints where no plan survived its screening.
+  StepOptions plan_after_oom(const PlanCache::Key& key, RecordedStep recording);
 
   std::size_t plans_made() const { return plans_made_; }
   std::size_t planned_steps() const { return planned_steps_; }  // trials and kept plans
@@ -114,6 +128,7 @@ class ShapePlans {
     State state = State::kUnplanned;
     int steps = 0;
     std::optional<RecordedStep> recording;  // kUnplanned, until planned or dropped
+    bool dtr_failed = false;                // DTR ran out of memory on it: no DTR steps
     StepCost dtr;                           // the recorded DTR step's
     StepCost trial;                         // the trial's
     StepPlan plan;

@@ -84,7 +84,8 @@ std::vector<Tensor> make_buffers(Runtime& rt, const Model& model, bool runs) {
 // pass raise *forward_bytes.
 RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& params,
                       const std::vector<Tensor>& buffers, int step, const TrainConfig& config,
-                      const StepOptions& options, float* loss, std::size_t* forward_bytes) {
+                      const StepOptions& options, float* loss, std::size_t* forward_bytes,
+                      bool* updated = nullptr) {
   rt.begin_step(options);
   ad::Tape tape(rt);
   std::vector<ad::Var> vars;
@@ -94,12 +95,18 @@ RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& param
   *forward_bytes = std::max(*forward_bytes, s.resident_bytes - s.pinned_bytes);
   rt.mark_backward();
   tape.backward(l);
-  if (config.backend != Backend::kSimulated) rt.read(l.value, loss);
+  // The simulated backend has no values to read, but makes the loss resident as the read
+  // does, so that a screened or traced step makes the requests a real one makes.
+  if (config.backend != Backend::kSimulated)
+    rt.read(l.value, loss);
+  else
+    rt.materialize(l.value);
   l = ad::Var();
   for (std::size_t i = 0; i < params.size(); ++i) {
     Tensor g = tape.grad(vars[i]);
-    if (g.defined())
-      ops::adamw(rt, params[i].value, params[i].m, params[i].v, g, config.adamw, step + 1);
+    if (!g.defined()) continue;
+    ops::adamw(rt, params[i].value, params[i].m, params[i].v, g, config.adamw, step + 1);
+    if (updated != nullptr) *updated = true;
   }
   return rt.end_step();
 }
@@ -109,35 +116,92 @@ RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& param
 // `hints` kScreenedSteps times; the dearest of those (the recorded one where `hints` is
 // null).
 constexpr int kScreenedSteps = 4;
-std::optional<ShapePlans::StepCost> screen_step(Model& model, const TrainConfig& config, int step,
-                                                const std::shared_ptr<const StepHints>& hints) {
+
+// Note [Placed allocations] in caching_allocator.cc: the requests of step `step` following
+// `hints`, traced on a simulated runtime with no budget (so that nothing but the plan
+// evicts), after a first step as the real run has had, and placed.
+std::shared_ptr<const Placement> place_plan(Model& model, const TrainConfig& config, int step,
+                                            const std::shared_ptr<const StepHints>& hints) {
   TrainConfig sim = config;
   sim.backend = Backend::kSimulated;
   sim.policy = "hinted";
+  sim.budget = SIZE_MAX;
+  Runtime rt(runtime_options(sim));
+  const std::vector<Param> params = make_params(rt, model, sim.seed, false);
+  const std::vector<Tensor> buffers = make_buffers(rt, model, false);
+  float loss = 0;
+  std::size_t bytes = 0;
+  run_step(rt, model, params, buffers, step, sim, {}, &loss, &bytes);
+  StepOptions traced;
+  traced.hints = hints;
+  traced.trace_allocations = true;
+  run_step(rt, model, params, buffers, step, sim, traced, &loss, &bytes);
+  return std::make_shared<const Placement>(place_allocations(rt.take_allocation_trace()));
+}
+
+// Note [Planning a step DTR cannot run] in shape_plans.cc: step `step` recorded on a
+// simulated runtime without a budget, after a first step.
+RecordedStep record_unbudgeted(Model& model, const TrainConfig& config, int step) {
+  TrainConfig sim = config;
+  sim.backend = Backend::kSimulated;
+  sim.budget = SIZE_MAX;
+  Runtime rt(runtime_options(sim));
+  const std::vector<Param> params = make_params(rt, model, sim.seed, false);
+  const std::vector<Tensor> buffers = make_buffers(rt, model, false);
+  float loss = 0;
+  std::size_t bytes = 0;
+  run_step(rt, model, params, buffers, step, sim, {}, &loss, &bytes);
+  StepOptions record;
+  record.record = true;
+  record.name = absl::StrCat(model.name(), "_step", step);
+  return run_step(rt, model, params, buffers, step, sim, record, &loss, &bytes);
+}
+
+std::optional<ShapePlans::StepCost> screen_step(Model& model, const TrainConfig& config, int step,
+                                                StepPlan* plan, bool after_dtr) {
+  TrainConfig sim = config;
+  sim.backend = Backend::kSimulated;
+  sim.policy = "hinted";
+  const std::shared_ptr<const StepHints> hints = plan != nullptr ? plan->hints : nullptr;
+  std::optional<Runtime> runtime;
+  // The arena the plan's first step needed, and the room it had (also where it failed).
+  auto note_arena = [&] {
+    const auto* caching = dynamic_cast<const CachingAllocator*>(&runtime->memory());
+    if (caching == nullptr || plan == nullptr || plan->placement == nullptr) return;
+    plan->arena_bytes = caching->last_placement().arena_bytes;
+    plan->arena_room = caching->last_placement().room;
+  };
+  int pass = hints && !after_dtr ? 2 : 0;
   try {
-    Runtime rt(runtime_options(sim));
+    if (plan != nullptr && config.placement)
+      plan->placement = place_plan(model, config, step, hints);
+    Runtime& rt = runtime.emplace(runtime_options(sim));
     const std::vector<Param> params = make_params(rt, model, sim.seed, false);
     const std::vector<Tensor> buffers = make_buffers(rt, model, false);
     float loss = 0;
     std::size_t bytes = 0;
     ShapePlans::StepCost worst;
-    for (int pass = 0; pass < (hints ? 2 + kScreenedSteps : 2); ++pass) {
+    for (; pass < (hints ? 2 + kScreenedSteps : 2); ++pass) {
       StepOptions opt;
       opt.record = pass == 1;
-      if (pass >= 2) opt.hints = hints;
+      if (pass >= 2) {
+        opt.hints = hints;
+        opt.placement = plan->placement;
+      }
       const RuntimeStats before = rt.stats();
       run_step(rt, model, params, buffers, step, sim, opt, &loss, &bytes);
       const RuntimeStats after = rt.stats();
+      if (pass == 2) note_arena();
       const double recompute = after.recompute_cost - before.recompute_cost;
       if (pass >= (hints ? 2 : 1) && recompute >= worst.recompute)
         worst = {.base = after.base_cost - before.base_cost, .recompute = recompute};
     }
     return worst;
   } catch (const OutOfMemoryError&) {
-    return std::nullopt;
   } catch (const ThrashError&) {
-    return std::nullopt;
   }
+  if (pass == 2 && runtime.has_value()) note_arena();
+  return std::nullopt;
 }
 
 }  // namespace
@@ -150,6 +214,14 @@ TrainResult train(Model& model, const TrainConfig& config) {
   const auto start = std::chrono::steady_clock::now();
   // Outside the try: an out-of-memory or thrashing run still reports what it did so far.
   std::optional<Runtime> runtime;
+  const bool automatic = config.policy == "auto";
+  int screening_step = 0;  // the step whose shape ShapePlans is planning
+  ShapePlans shape_plans({.budget = config.budget,
+                          .planners = config.planners,
+                          .time_limit = config.plan_time_limit,
+                          .screen = [&](StepPlan* plan, bool after_dtr) {
+                            return screen_step(model, config, screening_step, plan, after_dtr);
+                          }});
   try {
     Runtime& rt = runtime.emplace(options);
     const std::vector<Param> params = make_params(rt, model, config.seed, runs);
@@ -157,14 +229,6 @@ TrainResult train(Model& model, const TrainConfig& config) {
     result.param_bytes = rt.stats().pinned_bytes;
 
     const bool hinted = config.policy == "hinted";
-    const bool automatic = config.policy == "auto";
-    int screening_step = 0;  // the step whose shape ShapePlans is planning
-    ShapePlans shape_plans({.budget = config.budget,
-                            .planners = config.planners,
-                            .time_limit = config.plan_time_limit,
-                            .screen = [&](const std::shared_ptr<const StepHints>& hints) {
-                              return screen_step(model, config, screening_step, hints);
-                            }});
     std::shared_ptr<PlanCache> cache =
         config.plan_cache != nullptr ? config.plan_cache : std::make_shared<PlanCache>();
     for (int step = 0; step < config.steps; ++step) {
@@ -188,12 +252,31 @@ TrainResult train(Model& model, const TrainConfig& config) {
         screening_step = step;
         const StepOptions planned = shape_plans.before(key);
         step_options.hints = planned.hints;
+        step_options.placement = planned.placement;
         step_options.record |= planned.record;
       }
       const RuntimeStats before = rt.stats();
       {
-        RecordedStep recorded = run_step(rt, model, params, buffers, step, config, step_options,
-                                         &loss_value, &result.forward_activation_bytes);
+        RecordedStep recorded;
+        bool updated = false;  // a parameter was written: the step cannot run again
+        try {
+          recorded = run_step(rt, model, params, buffers, step, config, step_options, &loss_value,
+                              &result.forward_activation_bytes, &updated);
+        } catch (const OutOfMemoryError&) {
+          // Note [Planning a step DTR cannot run] in shape_plans.cc.
+          if (!automatic || updated || step_options.hints != nullptr ||
+              !shape_plans.may_plan_after_oom(key))
+            throw;
+          rt.abort_step();
+          const StepOptions planned =
+              shape_plans.plan_after_oom(key, record_unbudgeted(model, config, step));
+          if (planned.hints == nullptr) throw;
+          step_options.hints = planned.hints;
+          step_options.placement = planned.placement;
+          step_options.record = false;
+          recorded = run_step(rt, model, params, buffers, step, config, step_options, &loss_value,
+                              &result.forward_activation_bytes);
+        }
         if (plan_now) {
           StepPlan plan =
               plan_recorded_step(recorded, config.budget, config.planners, config.plan_time_limit);
@@ -224,11 +307,6 @@ TrainResult train(Model& model, const TrainConfig& config) {
       }
     }
     if (config.progress) std::fprintf(stderr, "\n");
-    if (automatic) {
-      result.plans_made = shape_plans.plans_made();
-      result.planned_steps = shape_plans.planned_steps();
-      result.shape_plans = shape_plans.report();
-    }
     if (runs) {
       for (const Param& p : params) result.final_state.push_back(read_floats(rt, p.value));
       for (const Tensor& b : buffers) result.final_state.push_back(read_floats(rt, b));
@@ -242,6 +320,11 @@ TrainResult train(Model& model, const TrainConfig& config) {
   } catch (const std::exception& e) {
     result.status = "error";
     result.error = e.what();
+  }
+  if (automatic) {
+    result.plans_made = shape_plans.plans_made();
+    result.planned_steps = shape_plans.planned_steps();
+    result.shape_plans = shape_plans.report();
   }
   if (runtime.has_value()) result.stats = runtime->stats();
   result.peak_reserved = result.stats.memory.peak_reserved;
@@ -310,6 +393,9 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
   flags.add_choice("compaction", &f.compaction, {"yes", "no"},
                    "move pinned and locked tensors together when nothing is left to evict, "
                    "before reporting out of memory");
+  flags.add_choice("placement", &f.placement, {"yes", "no"},
+                   "policy auto: serve a plan's steps at offsets planned from a simulated "
+                   "trace of the plan, in one arena, instead of by best fit");
   flags.add_switch("expandable-segments", &config.expandable_segments,
                    "one expandable arena instead of pooled segments");
   flags.add("cuda-device", &config.cuda.device, "CUDA device", 0);
@@ -327,6 +413,7 @@ void apply_train_flags(const TrainFlags& f, TrainConfig& config) {
   config.baseline = f.baseline == "yes";
   config.measure_costs = f.costs == "measured";
   config.compaction = f.compaction == "yes";
+  config.placement = f.placement == "yes";
 }
 
 int run_main(int argc, char** argv, Model& model) {
@@ -387,6 +474,8 @@ int run_main(int argc, char** argv, Model& model) {
     j["compactions"] = r.stats.compactions;
     j["compaction_bytes"] = r.stats.compaction_bytes;
     j["packed_storages"] = r.stats.packed_storages;
+    j["placed_allocations"] = r.stats.memory.placed_allocations;
+    j["placement_misses"] = r.stats.memory.placement_misses;
     if (config.backend == Backend::kCuda) {
       j["cuda_device_total_bytes"] = r.stats.cuda.device_total_bytes;
       j["cuda_outside_budget_bytes"] = r.stats.cuda.outside_bytes;

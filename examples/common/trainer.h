@@ -93,6 +93,7 @@ struct TrainConfig {
   CudaOptions cuda;                  // --cuda-device N, --sync-after-launch
   bool expandable_segments = false;  // --expandable-segments: one arena (Note [Expandable arena])
   bool compaction = true;            // --compaction no: RuntimeOptions::compaction off
+  bool placement = true;             // policy auto places its plans' steps (--placement)
 };
 
 struct TrainResult {
@@ -136,7 +137,8 @@ Comparison train_with_baseline(Model& model, const TrainConfig& config);
 
 // The common flags that do not map one to one onto TrainConfig.
 struct TrainFlags {
-  std::string backend = "cpu", baseline = "yes", costs = "estimated", compaction = "yes";
+  std::string backend = "cpu", baseline = "yes", costs = "estimated", compaction = "yes",
+              placement = "yes";
   cli::BudgetFlags budget;
   bool json = false;
 };

@@ -22,6 +22,7 @@
 
 #include "remat/cuda_api.h"
 #include "remat/memory_resource.h"
+#include "remat/placement.h"
 #include "remat/segment_source.h"
 
 namespace remat {
@@ -61,6 +62,7 @@ class BlockPool;
 class AllocatorBlocks;
 class AllocatorHooks;
 struct StreamUses;
+struct Placing;
 }  // namespace detail
 
 class CachingAllocator final : public MemoryResource {
@@ -94,6 +96,31 @@ class CachingAllocator final : public MemoryResource {
   // The size of segment a request of `bytes` (rounded) would reserve.
   std::size_t segment_size_for(std::size_t rounded) const;
   const SegmentSource& source() const { return *source_; }
+
+  // Placed allocations (Note [Placed allocations]). `start_trace` records every request from
+  // now on and when it is given back; `take_trace` ends the recording and returns it.
+  void start_trace();
+  AllocationTrace take_trace();
+  // From now on, the i-th request of the traced size gets its block at its place: in one
+  // of the free ranges beside live blocks (the regions), or in an arena segment reserved (or
+  // reused) now, as `placement`'s trace laid out for those regions gives it; a request of
+  // another size ends the placement, and later requests are served as usual. Returns false,
+  // placing nothing, where the arena cannot be had within the budget. The regions and the
+  // arena stay out of other requests' way until `end_placement` or the next
+  // `begin_placement`.
+  bool begin_placement(std::shared_ptr<const Placement> placement);
+  void end_placement();
+  // What the last begin_placement found: whether it placed, the arena it needed and the
+  // room it had for one.
+  struct PlacementOutcome {
+    bool placed = false;
+    std::size_t arena_bytes = 0;
+    std::size_t room = 0;
+  };
+  PlacementOutcome last_placement() const;
+  // Requests made while paused (a running kernel's scratch) are served as usual and are not
+  // part of a trace's or a placement's sequence. Pauses nest.
+  void pause_placement(bool paused);
 
  protected:
   void* do_allocate(std::size_t bytes) override;
@@ -134,6 +161,12 @@ class CachingAllocator final : public MemoryResource {
   bool small_pool(std::size_t rounded) const;
   bool one_pool() const;
   detail::Block* try_serve(std::size_t size);
+  bool in_placed_arena(const detail::Block* b) const;
+  detail::Segment* placed_arena() const;
+  detail::Block* take_placed(std::size_t size);
+  void note_allocation(const void* p, std::size_t size);
+  void moved(const void* from, const void* to);
+  void mark_allocated(detail::Block* b, std::size_t bytes);
   void free_block(detail::Block* block);
   void finish_free(detail::Block* block);
   // Frees the blocks whose events have completed; with `wait`, waits for all of them first.
@@ -153,6 +186,7 @@ class CachingAllocator final : public MemoryResource {
   CudaApi* cuda_ = nullptr;
   CudaStream stream_ = nullptr;
   std::unique_ptr<detail::StreamUses> stream_uses_;
+  std::unique_ptr<detail::Placing> placing_;  // Note [Placed allocations]
 };
 
 }  // namespace remat

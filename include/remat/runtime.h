@@ -159,6 +159,13 @@ struct StepOptions {
   std::shared_ptr<const StepHints> hints;
   bool record = false;        // record the step; end_step() returns it as a graph and a trace
   std::string name = "step";  // the recorded graph's and trace's name
+  // Allocator accounting only (Note [Placed allocations] in caching_allocator.cc): trace the
+  // step's allocations, from begin_step() until take_allocation_trace(); or serve them at
+  // the offsets a placement of such a trace gives, in one arena, until the next
+  // begin_step(). A step that makes other requests than the traced ones is served as usual
+  // from where it left the sequence, so a placement never changes results.
+  bool trace_allocations = false;
+  std::shared_ptr<const Placement> placement;
 };
 
 // A step as the runtime ran it (first runs only; recomputations are the runtime's business).
@@ -245,7 +252,8 @@ class Runtime {
   void record_stream(const Tensor& t, CudaStream stream);
   // The stream the runtime orders its work on (CUDA backend; null elsewhere).
   CudaStream stream() const;
-  // Makes the tensor resident without reading it (used at the end of a replayed step).
+  // Makes the tensor resident as reading it would, without reading it: the simulated
+  // backend's stand-in for read() (a recorded step counts it as read back).
   void materialize(const Tensor& t);
   // Evicts the tensor's storage now if it is evictable; returns whether it did.
   bool evict(const Tensor& t);
@@ -258,6 +266,16 @@ class Runtime {
   // Ends the step; returns what was recorded (empty unless StepOptions::record) and the
   // step's signature.
   RecordedStep end_step();
+  // Ends the step after an error the program caught (an OutOfMemoryError, say) without
+  // running what it deferred, and rewinds the random-number counter to where the step
+  // began, so that the program can run the same step again (with a plan, say) and draw the
+  // same random numbers: the rerun computes what the step would have. The program lets go
+  // of the step's tensors first; an update that already ran is not undone.
+  void abort_step();
+  // Ends the trace StepOptions::trace_allocations began and returns it (empty in logical
+  // accounting). Take it once the program has let go of the step's tensors, so that their
+  // frees are in it.
+  AllocationTrace take_allocation_trace();
 
   // The memory timeline since construction (RuntimeOptions::record_timeline).
   const Timeline& timeline() const;

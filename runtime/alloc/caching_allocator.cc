@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cassert>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "remat/errors.h"
 #include "runtime/alloc/detail/blocks.h"
@@ -105,6 +107,54 @@ struct StreamUses {
   std::optional<CudaError> error;  // from a free, raised by the next allocation
 };
 
+// Note [Placed allocations]
+// A training step that follows a static plan makes the same requests in the same order
+// every time, and frees them at the same points. Best fit, which knows nothing of when a
+// block will be freed, scatters long-lived blocks (gradients, a plan's checkpoints) among
+// short-lived ones, and the holes between them can cost 10-20% of the budget: a plan that
+// fits in live bytes then does not fit in reserved ones, and the runtime evicts and
+// recomputes what the plan meant to keep. So such a step's requests are traced once
+// (`start_trace`, on a run that has room: the simulated backend without a budget), given
+// offsets in one arena by `place_allocations` (Note [Greedy placement by size] in
+// placement.cc), and from then on the i-th request of the traced size gets its block at its
+// offset, carved out of the arena's free block there. The arena is one segment, reused from
+// step to step, and closed to every other request, eviction's windows and packing, so that
+// nothing lands where a later placed block must go. Correctness never depends on the
+// placement: a request of another size, or a placed range that is not free (the program or
+// the runtime did something else this time), ends the placement for the step (a miss), the
+// arena opens, and requests are served as usual from then on. Allocations that were still
+// live when the trace ended are served as usual too, outside the arena, since they would
+// hold it into the next step. A running kernel's scratch is not part of the sequence
+// (`pause_placement`), so a trace from the simulated backend, where kernels do not run,
+// matches a step that runs them.
+struct Placing {
+  // The trace being recorded.
+  bool tracing = false;
+  AllocationTrace trace;
+  absl::flat_hash_map<std::uintptr_t, std::size_t> traced;  // live block -> its allocation
+  std::size_t clock = 0;
+  // The placement being followed: the one given, laid out for the regions found (cached).
+  struct Layout {
+    std::weak_ptr<const Placement> given;
+    std::shared_ptr<const Placement> layout;
+  };
+  std::vector<Layout> layouts;  // most recent last
+  std::shared_ptr<const Placement> layout;
+  struct Range {
+    Segment* segment;
+    std::uintptr_t address;
+    std::size_t bytes;
+  };
+  std::vector<Range> ranges;         // the fixed regions, then the arena (if it needs one)
+  std::size_t next = 0;              // index of the next request in its sequence
+  bool following = false;            // no miss yet
+  std::uint64_t arena = 0;           // the arena segment's serial while it is closed, else 0
+  Segment* arena_segment = nullptr;  // that segment
+  std::uint64_t last_arena = 0;      // the serial of the latest arena, for reuse
+  int paused = 0;
+  CachingAllocator::PlacementOutcome outcome;
+};
+
 }  // namespace detail
 
 using detail::Block;
@@ -120,7 +170,10 @@ std::size_t round_down(std::size_t n, std::size_t to) { return n / to * to; }
 
 CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source,
                                    CachingAllocatorOptions options)
-    : source_(std::move(source)), options_(options), pools_(new detail::BlockPool()) {}
+    : source_(std::move(source)),
+      options_(options),
+      pools_(new detail::BlockPool()),
+      placing_(new detail::Placing()) {}
 
 CachingAllocator::~CachingAllocator() {
   // Pending blocks' memory goes back with its segment; the device must be done with it.
@@ -261,13 +314,15 @@ bool CachingAllocator::fits(bool whole, std::size_t have, std::size_t size) cons
 bool CachingAllocator::window_serves(const SegmentView& segment, std::size_t window_bytes,
                                      std::size_t bytes) const {
   const std::size_t size = rounded_size(bytes);
-  return segment.small == small_pool(size) && fits(segment.whole, window_bytes, size);
+  return !segment.placed && segment.small == small_pool(size) &&
+         fits(segment.whole, window_bytes, size);
 }
 
 bool CachingAllocator::release_would_serve(const void* p, std::size_t bytes) const {
   const Block* b = pools_->live_block(p);
   if (b == nullptr) return false;
   const Segment* seg = b->segment;
+  if (in_placed_arena(b)) return false;
   const std::size_t size = rounded_size(bytes);
   std::size_t run = b->size;
   if (b->prev != nullptr && !b->prev->allocated) run += b->prev->size;
@@ -312,7 +367,8 @@ Block* CachingAllocator::find_free(std::size_t size, const std::vector<std::uint
   for (auto it = FirstNotSmaller(set, size); it != set.end(); ++it) {
     Block* b = *it;
     // A whole segment too big for the request, or one the caller keeps out of.
-    if (!fits(b->segment->whole, b->size, size) || Avoided(avoid, b)) continue;
+    if (!fits(b->segment->whole, b->size, size) || Avoided(avoid, b) || in_placed_arena(b))
+      continue;
     set.erase(it);
     return b;
   }
@@ -378,7 +434,7 @@ void CachingAllocator::release_cached() {
   try {
     for (; i < segs.size(); ++i) {
       Segment* s = segs[i];
-      if (s->live_blocks != 0 || s == arena_) {
+      if (s->live_blocks != 0 || s == arena_ || s->serial == placing_->arena) {
         segs[kept++] = s;
         continue;
       }
@@ -531,8 +587,21 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
     }
     if (!stream_uses_->pending.empty()) process_pending(false);
   }
+  if (Block* placed = take_placed(size)) {
+    mark_allocated(placed, bytes);
+    ++stats_.placed_allocations;
+    note_allocation(reinterpret_cast<void*>(placed->address), size);
+    return reinterpret_cast<void*>(placed->address);
+  }
   Block* b = try_serve(size);
   if (b == nullptr) b = reclaim_pending(size);
+  if (b == nullptr && !placing_->ranges.empty()) {
+    // A request the placement does not place found no room outside its regions: the
+    // placement gives way (a miss) rather than make the request evict or fail.
+    ++stats_.placement_misses;
+    end_placement();
+    b = try_serve(size);
+  }
   if (b == nullptr) {
     ++stats_.retries;
     b = after_release();
@@ -545,7 +614,9 @@ void* CachingAllocator::do_allocate(std::size_t bytes) {
     if (b == nullptr) b = reclaim_pending(size);
     if (b == nullptr) b = after_release();
   }
-  return hand_out(b, size, bytes);
+  void* p = hand_out(b, size, bytes);
+  note_allocation(p, size);
+  return p;
 }
 
 // Marks free block `b` allocated for a request of `bytes` (`size` rounded), splitting off
@@ -568,6 +639,11 @@ void* CachingAllocator::hand_out(Block* b, std::size_t size, std::size_t bytes) 
     b->size = size;
     pools_->free_set(small).insert(tail);
   }
+  mark_allocated(b, bytes);
+  return reinterpret_cast<void*>(b->address);
+}
+
+void CachingAllocator::mark_allocated(Block* b, std::size_t bytes) {
   b->allocated = true;
   b->requested = bytes;
   ++b->segment->live_blocks;
@@ -578,7 +654,6 @@ void* CachingAllocator::hand_out(Block* b, std::size_t size, std::size_t bytes) 
   ++stats_.active_blocks;
   stats_.peak_active_blocks = std::max(stats_.peak_active_blocks, stats_.active_blocks);
   ++stats_.allocations;
-  return reinterpret_cast<void*>(b->address);
 }
 
 // Note [Packing pinned storages]
@@ -600,7 +675,7 @@ void* CachingAllocator::allocate_below(std::size_t bytes, const void* p) {
   Block* lowest = nullptr;
   for (auto it = FirstNotSmaller(set, size); it != set.end(); ++it) {
     Block* b = *it;
-    if (!fits(b->segment->whole, b->size, size) || !Below(b, here)) continue;
+    if (!fits(b->segment->whole, b->size, size) || !Below(b, here) || in_placed_arena(b)) continue;
     if (lowest == nullptr || Below(b, lowest)) lowest = b;
   }
   if (lowest == nullptr) return nullptr;
@@ -638,7 +713,8 @@ bool CachingAllocator::places_outside(std::vector<std::size_t> bytes,
   std::vector<Free> free;
   for (bool small : {false, true})
     for (const Block* b : pools_->free_set(small))
-      if (!Avoided(&avoid, b)) free.push_back({b->size, b->segment->whole, small});
+      if (!Avoided(&avoid, b) && !in_placed_arena(b))
+        free.push_back({b->size, b->segment->whole, small});
   std::sort(bytes.begin(), bytes.end(), std::greater<>());
   for (std::size_t request : bytes) {
     const std::size_t size = rounded_size(request);
@@ -660,6 +736,12 @@ void CachingAllocator::do_deallocate(void* p, std::size_t /*bytes*/) {
   if (it == pools_->live.end()) return;
   Block* b = it->second;
   pools_->live.erase(it);
+  if (placing_->tracing) {
+    if (auto t = placing_->traced.find(b->address); t != placing_->traced.end()) {
+      placing_->trace.allocations[t->second].end = placing_->clock++;
+      placing_->traced.erase(t);
+    }
+  }
   if (stream_uses_ != nullptr && !stream_uses_->by_block.empty()) {
     auto uses = stream_uses_->by_block.find(b->address);
     if (uses != stream_uses_->by_block.end()) {
@@ -721,6 +803,201 @@ void CachingAllocator::free_block(Block* b) {
     b = p;
   }
   set.insert(b);
+}
+
+void CachingAllocator::start_trace() {
+  placing_->tracing = true;
+  placing_->trace = AllocationTrace();
+  placing_->traced.clear();
+  placing_->clock = 0;
+}
+
+AllocationTrace CachingAllocator::take_trace() {
+  placing_->tracing = false;
+  placing_->traced.clear();
+  return std::exchange(placing_->trace, AllocationTrace());
+}
+
+void CachingAllocator::note_allocation(const void* p, std::size_t size) {
+  detail::Placing& pl = *placing_;
+  if (!pl.tracing || pl.paused > 0) return;
+  pl.traced[reinterpret_cast<std::uintptr_t>(p)] = pl.trace.allocations.size();
+  pl.trace.allocations.push_back({.bytes = size, .start = pl.clock++});
+}
+
+void CachingAllocator::moved(const void* from, const void* to) {
+  detail::Placing& pl = *placing_;
+  if (!pl.tracing) return;
+  auto t = pl.traced.find(reinterpret_cast<std::uintptr_t>(from));
+  if (t == pl.traced.end()) return;
+  const std::size_t index = t->second;
+  pl.traced.erase(t);
+  pl.traced[reinterpret_cast<std::uintptr_t>(to)] = index;
+}
+
+void CachingAllocator::pause_placement(bool paused) { placing_->paused += paused ? 1 : -1; }
+
+CachingAllocator::PlacementOutcome CachingAllocator::last_placement() const {
+  return placing_->outcome;
+}
+
+Segment* CachingAllocator::placed_arena() const { return placing_->arena_segment; }
+
+bool CachingAllocator::in_placed_arena(const Block* b) const {
+  const detail::Placing& pl = *placing_;
+  if (pl.ranges.empty()) return false;
+  if (pl.arena != 0 && b->segment->serial == pl.arena) return true;
+  for (const detail::Placing::Range& r : pl.ranges)
+    if (b->segment == r.segment && b->address < r.address + r.bytes &&
+        r.address < b->address + b->size)
+      return true;
+  return false;
+}
+
+// The fixed regions of Note [Placed allocations]: the largest free blocks, of 1 MiB and more,
+// of segments that hold live blocks (beside the constants), in address order.
+constexpr std::size_t kMinRegion = std::size_t{1} << 20;
+constexpr std::size_t kMaxRegions = 16;
+
+bool CachingAllocator::begin_placement(std::shared_ptr<const Placement> placement) {
+  end_placement();
+  detail::Placing& pl = *placing_;
+  pl.outcome = {};
+  if (placement == nullptr || placement->trace.allocations.empty() || options_.expandable_segments)
+    return false;
+  std::vector<Block*> holes;
+  for (Segment* s : pools_->segments) {
+    if (s->live_blocks == 0 || s == arena_ || s->whole) continue;
+    for (Block* b = s->first; b != nullptr; b = b->next)
+      if (!b->allocated && b->size >= kMinRegion) holes.push_back(b);
+  }
+  std::stable_sort(holes.begin(), holes.end(),
+                   [](const Block* a, const Block* b) { return a->size > b->size; });
+  if (holes.size() > kMaxRegions) holes.resize(kMaxRegions);
+  std::sort(holes.begin(), holes.end(), Below);
+  std::vector<std::size_t> sizes;
+  for (const Block* b : holes) sizes.push_back(b->size);
+  // The layout for these regions: the given one where it was made for them, else one made
+  // now (once per placement and regions: the regions are the same from step to step).
+  std::shared_ptr<const Placement> layout;
+  if (placement->regions == sizes) layout = placement;
+  for (const auto& l : pl.layouts)
+    if (layout == nullptr && l.given.lock() == placement && l.layout->regions == sizes)
+      layout = l.layout;
+  if (layout == nullptr) {
+    layout = std::make_shared<const Placement>(place_allocations(placement->trace, sizes));
+    pl.layouts.push_back({placement, layout});
+    if (pl.layouts.size() > 4) pl.layouts.erase(pl.layouts.begin());
+  }
+  const std::size_t granule = std::max(source_->commit_granularity(), options_.round_to);
+  const std::size_t need = layout->arena_bytes == 0 ? 0 : round_up(layout->arena_bytes, granule);
+  // The last step's arena, if it is empty and large enough; else a new one, after every
+  // cached segment (the old arena among them) has gone back.
+  Segment* arena = nullptr;
+  for (Segment* s : pools_->segments)
+    if (need > 0 && s->serial == pl.last_arena && s->live_blocks == 0 && s->size >= need &&
+        s != arena_)
+      arena = s;
+  if (arena == nullptr && need > 0) release_cached();
+  pl.outcome.arena_bytes = need;
+  pl.outcome.room = arena != nullptr ? arena->size : unreserved();
+  if (arena == nullptr && need > 0) {
+    if (unreserved() < need) {
+      ++stats_.placement_misses;
+      return false;
+    }
+    void* p = reserve_backed(need);
+    if (p == nullptr) {
+      ++stats_.source_refusals;
+      ++stats_.placement_misses;
+      return false;
+    }
+    ++stats_.segment_reserves;
+    arena = new Segment();
+    arena->serial = next_serial_++;
+    arena->address = reinterpret_cast<std::uintptr_t>(p);
+    arena->size = arena->capacity = need;
+    Block* b = pools_->new_block(arena);
+    b->address = arena->address;
+    b->size = need;
+    arena->first = arena->last = b;
+    pools_->segments.push_back(arena);
+    pools_->free_set(false).insert(b);
+    stats_.reserved += need;
+    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+    stats_.segments = pools_->segments.size();
+  }
+  pl.outcome.placed = true;
+  pl.layout = std::move(layout);
+  pl.ranges.clear();
+  for (Block* b : holes) pl.ranges.push_back({b->segment, b->address, b->size});
+  if (arena != nullptr) {
+    pl.ranges.push_back({arena, arena->address, arena->size});
+    pl.arena = pl.last_arena = arena->serial;
+    pl.arena_segment = arena;
+  }
+  pl.next = 0;
+  pl.following = true;
+  return true;
+}
+
+void CachingAllocator::end_placement() {
+  detail::Placing& pl = *placing_;
+  pl.layout.reset();
+  pl.ranges.clear();
+  pl.following = false;
+  pl.arena = 0;
+  pl.arena_segment = nullptr;
+}
+
+// The free block at the next request's place, cut to its size; null where the request is
+// not placed (Note [Placed allocations]).
+Block* CachingAllocator::take_placed(std::size_t size) {
+  detail::Placing& pl = *placing_;
+  if (!pl.following || pl.paused > 0) return nullptr;
+  const Placement& p = *pl.layout;
+  if (pl.next >= p.trace.allocations.size()) return nullptr;  // past the sequence: as usual
+  const std::size_t i = pl.next++;
+  const bool same = p.trace.allocations[i].bytes == size;
+  if (same && p.region[i] == Placement::kUnplaced) return nullptr;
+  Block* b = nullptr;
+  std::uintptr_t at = 0;
+  if (same && p.region[i] < pl.ranges.size()) {
+    const detail::Placing::Range& r = pl.ranges[p.region[i]];
+    at = r.address + p.offsets[i];
+    for (b = r.segment->first; b != nullptr && b->address + b->size <= at; b = b->next) {
+    }
+    if (b != nullptr && (b->allocated || b->address > at || b->address + b->size < at + size))
+      b = nullptr;
+  }
+  if (b == nullptr) {  // a miss: the regions open for the rest of the step
+    ++stats_.placement_misses;
+    end_placement();
+    return nullptr;
+  }
+  auto& set = pools_->free_set(b->segment->small);
+  set.erase(b);
+  const auto split = [&](Block* block, std::size_t keep) {  // splits off a free tail
+    Block* tail = pools_->new_block(block->segment);
+    tail->address = block->address + keep;
+    tail->size = block->size - keep;
+    tail->prev = block;
+    tail->next = block->next;
+    if (block->next != nullptr)
+      block->next->prev = tail;
+    else
+      block->segment->last = tail;
+    block->next = tail;
+    block->size = keep;
+    return tail;
+  };
+  if (b->address < at) {
+    Block* rest = split(b, at - b->address);
+    set.insert(b);
+    b = rest;
+  }
+  if (b->size > size) set.insert(split(b, size));
+  return b;
 }
 
 std::size_t CachingAllocator::largest_free_block() const {

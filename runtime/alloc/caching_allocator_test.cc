@@ -13,6 +13,7 @@
 
 #include "remat/errors.h"
 #include "remat/logical_memory.h"
+#include "remat/placement.h"
 #include "runtime/alloc/detail/allocator_hooks.h"
 
 namespace remat {
@@ -191,6 +192,83 @@ TYPED_TEST(MemoryResourceTest, AsksTheReclaimerBeforeFailing) {
 }
 
 // ---- the caching allocator alone ----
+
+// Note [Placed allocations]: a random program traced on an allocator without a budget
+// replays on another, beside the same constants, at exactly its places: every request is
+// placed, live blocks never overlap, and the second replay reuses the first one's arena. A
+// request of another size ends the placement, and the rest is served as usual.
+TEST(CachingAllocatorTest, ATracedProgramReplaysAtItsPlaces) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    SCOPED_TRACE(testing::Message() << "trial " << trial);
+    std::uniform_int_distribution<int> kib(1, 3000), coin(0, 99);
+    std::vector<std::size_t> constants(6);
+    for (std::size_t& c : constants) c = static_cast<std::size_t>(kib(rng)) << 10;
+    // The program: +bytes allocates, -k frees the k-th allocation still live.
+    std::vector<std::int64_t> program;
+    int live = 0;
+    for (int i = 0; i < 200 || live > 0; ++i) {
+      if (i < 200 && (live == 0 || coin(rng) < 55)) {
+        program.push_back(static_cast<std::int64_t>(kib(rng)) << 10);
+        ++live;
+      } else {
+        program.push_back(-std::uniform_int_distribution<std::int64_t>(0, live - 1)(rng));
+        --live;
+      }
+    }
+    // Runs the program, checking that live blocks never overlap; `change` resizes the
+    // request at that index.
+    auto run = [&](CachingAllocator& a, std::size_t change = SIZE_MAX) {
+      std::vector<std::pair<void*, std::size_t>> held;
+      std::map<std::uintptr_t, std::uintptr_t> ranges;  // begin -> end of live blocks
+      std::size_t request = 0;
+      for (std::int64_t step : program) {
+        if (step > 0) {
+          const std::size_t bytes =
+              static_cast<std::size_t>(step) + (request++ == change ? 4096 : 0);
+          void* p = a.allocate(bytes);
+          const auto begin = reinterpret_cast<std::uintptr_t>(p);
+          auto next = ranges.lower_bound(begin);
+          EXPECT_TRUE(next == ranges.end() || next->first >= begin + bytes);
+          EXPECT_TRUE(next == ranges.begin() || std::prev(next)->second <= begin);
+          ranges[begin] = begin + bytes;
+          held.emplace_back(p, bytes);
+        } else {
+          const auto k = static_cast<std::size_t>(-step);
+          a.deallocate(held[k].first, held[k].second);
+          ranges.erase(reinterpret_cast<std::uintptr_t>(held[k].first));
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+      }
+    };
+    CachingAllocator traced(std::make_unique<SimulatedSegmentSource>(), {});
+    for (std::size_t c : constants) traced.allocate(c);
+    traced.start_trace();
+    run(traced);
+    auto placement = std::make_shared<const Placement>(place_allocations(traced.take_trace()));
+    ASSERT_GT(placement->arena_bytes, 0u);
+
+    CachingAllocatorOptions o = small_segments();
+    o.budget = std::size_t{1} << 30;
+    CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
+    for (std::size_t c : constants) placed.allocate(c);
+    for (int replay = 0; replay < 2; ++replay) {
+      const std::size_t reserves = placed.stats().segment_reserves;
+      ASSERT_TRUE(placed.begin_placement(placement));
+      const std::size_t before = placed.stats().placed_allocations;
+      run(placed);
+      EXPECT_EQ(placed.stats().placed_allocations - before, placement->trace.allocations.size());
+      EXPECT_EQ(placed.stats().placement_misses, 0u);
+      if (replay == 1) {
+        EXPECT_EQ(placed.stats().segment_reserves, reserves) << "arena reused";
+      }
+    }
+    ASSERT_TRUE(placed.begin_placement(placement));
+    run(placed, /*change=*/50);
+    EXPECT_EQ(placed.stats().placement_misses, 1u);
+    placed.end_placement();
+  }
+}
 
 TEST(CachingAllocatorTest, FreedBlockIsReusedWithoutNewSegment) {
   CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());

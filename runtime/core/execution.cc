@@ -233,9 +233,15 @@ namespace {
 // runtime's stream, so giving it back at once is safe (Note [Stream-ordered reuse]).
 class KernelScratch {
  public:
-  explicit KernelScratch(MemoryResource& memory) : memory_(memory) {}
+  // A kernel's scratch is not part of a step's traced or placed requests (Note [Placed
+  // allocations] in caching_allocator.cc): kernels do not run on the simulated backend.
+  KernelScratch(MemoryResource& memory, CachingAllocator* caching)
+      : memory_(memory), caching_(caching) {
+    if (caching_ != nullptr) caching_->pause_placement(true);
+  }
   ~KernelScratch() {
     for (auto [p, b] : blocks_) memory_.deallocate(p, b);
+    if (caching_ != nullptr) caching_->pause_placement(false);
   }
   KernelScratch(const KernelScratch&) = delete;
   KernelScratch& operator=(const KernelScratch&) = delete;
@@ -248,6 +254,7 @@ class KernelScratch {
 
  private:
   MemoryResource& memory_;
+  CachingAllocator* caching_;
   std::vector<std::pair<void*, std::size_t>> blocks_;
 };
 }  // namespace
@@ -264,7 +271,7 @@ double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool
                            TimelineEvent::Kind kind, std::size_t bytes) {
   const auto& kernel = kernel_of(op);
   if (runs_kernels && kernel) {
-    KernelScratch scratch(*memory);
+    KernelScratch scratch(*memory, caching);
     ctx.stream = cuda != nullptr ? cuda->stream() : nullptr;
     ctx.workspace = workspace;
     ctx.workspace_bytes = workspace_bytes;

@@ -121,7 +121,9 @@ void Runtime::update(const OpPtr& op, std::span<const Tensor> args, std::span<co
 
 void Runtime::materialize(const Tensor& t) {
   DeviceScope scope(impl_->cuda.get());
-  impl_->make_resident(id_of(t, this, "materialize"));
+  const detail::Id id = id_of(t, this, "materialize");
+  impl_->make_resident(id);
+  if (impl_->step) impl_->step->on_host_read(id);
 }
 bool Runtime::evict(const Tensor& t) {
   DeviceScope scope(impl_->cuda.get());

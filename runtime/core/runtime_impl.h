@@ -78,9 +78,12 @@ class RuntimeImpl final : public MemoryReclaimer {
   void* workspace = nullptr;  // CUDA: cuBLAS's workspace, pinned under the budget
   std::size_t workspace_bytes = 0;
   Timeline timeline;
-  std::string current_op;           // the op being run or recomputed, for errors
-  std::unique_ptr<StepHooks> step;  // the step under way (runtime/steps); null: none
-  std::uint32_t steps_begun = 0;    // stamps each step's records (TensorRec::step, OpRec::step)
+  std::string current_op;            // the op being run or recomputed, for errors
+  std::unique_ptr<StepHooks> step;   // the step under way (runtime/steps); null: none
+  std::uint32_t steps_begun = 0;     // stamps each step's records (TensorRec::step, OpRec::step)
+  std::uint64_t step_rng_start = 0;  // the RNG counter when the step began (abort_step)
+  std::uint64_t rng_counter() const { return rng_counter_; }
+  void rewind_rng(std::uint64_t counter) { rng_counter_ = counter; }
 
  private:
   struct Frame {

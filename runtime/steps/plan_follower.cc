@@ -68,6 +68,8 @@ void PlanFollower::run_plan_through(int last, Id called) {
   const std::vector<PlanStep>& plan = step_.hints().schedule;
   while (cursor_ < plan.size() && plan[cursor_].site.position <= last) {
     run_plan_step(plan[cursor_++]);
+    if (cursor_ == plan.size() || plan[cursor_].site.position != plan[cursor_ - 1].site.position)
+      release_unclaimed();
     const bool ran_called =
         called != kNone && !rt_.ops[called].deferred && plan[cursor_ - 1].site.position == last;
     // (The op's other outputs' steps, which come next in the plan, still run now.)
@@ -115,6 +117,7 @@ bool PlanFollower::holds_fresh(Id s) {
   if (!plan_run_) return false;
   Hold& h = holds_[s];
   if (!h.plan_spec && h.plan_refs == 0) plan_storages_.push_back(s);
+  fresh_.push_back(s);
   h.plan_spec = true;
   sync(s);
   return true;
@@ -126,6 +129,35 @@ void PlanFollower::claim_for_plan(Id s) {
   ++h.plan_refs;
   h.plan_spec = false;
   sync(s);
+}
+
+// Note [Outputs the plan does not claim]
+// Running a plan step can make storages no step of the plan names: the other outputs of a
+// multi-output op whose plan lists only the one it needs (attention's saved probabilities,
+// when the plan recomputes the block later), or an input the walk had to recompute first.
+// The schedule's simulator counts such an instance as dead once its step is done, so the
+// follower holds them only until the plan's steps at that position have all run (a group's
+// other outputs come right after); then what no step claimed goes, evicted if the program
+// still holds it, as the plan assumed. Kept until the end of the step instead, they held
+// the 12 MB probabilities of every block of a GPT whose plan had counted them gone.
+void PlanFollower::release_unclaimed() {
+  std::vector<Id> fresh;
+  fresh.swap(fresh_);
+  for (Id s : fresh) {
+    Hold* h = find_hold(s);
+    if (h == nullptr || !h->plan_spec || h->plan_refs > 0) continue;
+    h->plan_spec = false;
+    const std::uint32_t pending = h->pending_reads;
+    sync(s);
+    StorageRec& r = rt_.storages[s];
+    if (!r.resident) continue;
+    if (r.handles == 0 && pending == 0) {
+      rt_.release_if_dead(s);
+    } else if (pending == 0 && rt_.evictable(r)) {
+      rt_.evict(s);
+      ++rt_.stats.hint_evictions;
+    }
+  }
 }
 
 // The plan no longer says what happens next: its holds end, and dead storages go.
@@ -176,6 +208,8 @@ void PlanFollower::run_remaining_plan(int end) {
   while (cursor_ < plan.size()) {
     const PlanStep& step = plan[cursor_++];
     if (step.site.position < end) run_plan_step(step);
+    if (cursor_ == plan.size() || plan[cursor_].site.position != step.site.position)
+      release_unclaimed();
   }
   stop_following();
 }

@@ -56,6 +56,7 @@ class PlanFollower {
   void run_plan_step(const PlanStep& step);
   void claim_for_plan(Id s);
   void free_planned(const StepSite& site, bool evict_held);
+  void release_unclaimed();
   void run_remaining_plan(int end);
   void run_deferred();
   void stop_following();
@@ -68,6 +69,7 @@ class PlanFollower {
   std::vector<Id> deferred_;       // ops deferred in this step, in order
   std::vector<Id> undeferred_;     // deferred ops run by the current request
   std::vector<Id> plan_storages_;  // storages the plan holds
+  std::vector<Id> fresh_;          // made by the current position's plan steps (holds_fresh)
   absl::flat_hash_map<Id, Hold> holds_;
 };
 

@@ -1,6 +1,7 @@
 // Following a plan's schedule (runtime/steps/plan_follower.h, Note [Following a schedule]).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -97,6 +98,67 @@ TEST(PlanFollowerTest, AMismatchedHintStopsFollowing) {
   EXPECT_EQ(rt.stats().hint_mismatches, 1u);
   EXPECT_EQ(rt.stats().deferred_ops, 0u);
   EXPECT_EQ(read(rt, b), std::vector<float>(8, 15.0f));
+}
+
+// Note [Outputs the plan does not claim]: the plan names only the first output of
+// scan_and_square; the second, which the program holds, goes once the plan's steps at that
+// position have run (as the schedule's simulator counts it), and reading it later recomputes
+// the same values. Without a plan it stays.
+TEST(PlanFollowerTest, AnOutputNoPlanStepClaimsGoesAfterItsPosition) {
+  for (const bool planned : {false, true}) {
+    RuntimeOptions o;
+    o.accounting = Accounting::kLogical;
+    o.policy = "hinted";
+    Runtime rt(o);
+    const std::vector<float> init = testing::iota(16);
+    Tensor x = rt.constant(vec(16), init.data());
+    StepOptions so;
+    if (planned) {
+      auto hints = std::make_shared<StepHints>();
+      hints->ops = {{"scan_and_square", {{true, false}, {false, true}}, {}},
+                    {"affine", {{true, false}}, {}}};
+      hints->schedule = {{{0, 0}, {}, {}}, {{1, 0}, {}, {}}};
+      so.hints = hints;
+    }
+    rt.begin_step(so);
+    std::vector<Tensor> out = rt.call(testing::scan_and_square(), {x});
+    Tensor y = rt.call1(testing::affine(2.0f, 0.0f), {out[0]});
+    EXPECT_EQ(out[1].resident(), !planned) << (planned ? "planned" : "unplanned");
+    rt.end_step();
+    std::vector<float> square(16);
+    for (int i = 0; i < 16; ++i) square[i] = init[i] * init[i];
+    EXPECT_EQ(read(rt, out[1]), square);
+    EXPECT_EQ(rt.stats().hint_mismatches, 0u);
+  }
+}
+
+// Runtime::abort_step: a step abandoned after an error and run again draws the same random
+// numbers as a step that never failed, and nothing of the failed attempt stays resident.
+TEST(StepTest, AbortedStepRunsAgainWithTheSameRandomNumbers) {
+  auto run = [](bool fail_first) {
+    RuntimeOptions o;
+    o.accounting = Accounting::kLogical;
+    Runtime rt(o);
+    const std::vector<float> init = testing::iota(64);
+    Tensor x = rt.constant(vec(64), init.data());
+    if (fail_first) {
+      rt.begin_step();
+      {
+        Tensor d = rt.call1(testing::dropout(), {x});
+        Tensor e = rt.call1(testing::dropout(), {d});
+      }
+      rt.abort_step();
+      EXPECT_EQ(rt.stats().resident_bytes, rt.stats().pinned_bytes);
+    }
+    rt.begin_step();
+    Tensor d = rt.call1(testing::dropout(), {x});
+    std::vector<float> values = read(rt, d);
+    rt.end_step();
+    return values;
+  };
+  const std::vector<float> clean = run(false);
+  EXPECT_EQ(run(true), clean);
+  EXPECT_NE(std::count(clean.begin(), clean.end(), 0.0f), 0) << "dropout should drop some";
 }
 
 }  // namespace

@@ -75,6 +75,10 @@ void Step::finish() {
   }
 }
 
+void Step::abandon() {
+  if (follower_ != nullptr) follower_->abandon();
+}
+
 RecordedStep Step::result() {
   RecordedStep out;
   out.signature = signature_;
@@ -233,6 +237,24 @@ namespace remat {
 
 void Runtime::begin_step(StepOptions options) {
   if (impl_->step != nullptr) end_step();  // runs what the unfinished step deferred
+  if (CachingAllocator* caching = impl_->caching) {
+    // Note [Plans start from an empty cache]
+    // A plan's step meets the allocator as the last step left it: cached segments of the
+    // sizes that step happened to reserve, which best fit then cuts the plan's tensors
+    // from. The layout, and with it the evictions the plan did not choose, drifts from step
+    // to step: on a 6-layer GPT at 238 MB a plan that recomputed 0.20 of a step's cost in
+    // its first step recomputed 6.22 in its fourth and ran out of memory in its sixth. A
+    // step that follows a plan therefore starts with every cached segment given back, so
+    // that it starts where its screening started and costs the same every time (0.28
+    // there, against DTR's 1.10); one with a placement starts in its own arena (Note
+    // [Placed allocations]).
+    caching->end_placement();
+    if (options.trace_allocations) caching->start_trace();
+    const bool placed = options.placement != nullptr && caching->begin_placement(options.placement);
+    if (!placed && options.hints != nullptr && !options.hints->schedule.empty())
+      caching->release_cached();
+  }
+  impl_->step_rng_start = impl_->rng_counter();
   impl_->step = std::make_unique<detail::Step>(*impl_, std::move(options), ++impl_->steps_begun);
 }
 
@@ -253,6 +275,23 @@ RecordedStep Runtime::end_step() {
   impl_->free_lingering();
   const std::unique_ptr<detail::StepHooks> done = std::move(impl_->step);  // gone, whatever
   return step != nullptr ? step->result() : RecordedStep{};
+}
+
+void Runtime::abort_step() {
+  auto* step = static_cast<detail::Step*>(impl_->step.get());
+  if (step == nullptr) return;
+  step->abandon();
+  impl_->free_lingering();
+  impl_->step.reset();
+  impl_->rewind_rng(impl_->step_rng_start);
+  if (CachingAllocator* caching = impl_->caching) {
+    caching->end_placement();
+    caching->take_trace();
+  }
+}
+
+AllocationTrace Runtime::take_allocation_trace() {
+  return impl_->caching != nullptr ? impl_->caching->take_trace() : AllocationTrace{};
 }
 
 }  // namespace remat

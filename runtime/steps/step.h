@@ -45,6 +45,7 @@ class Step final : public StepHooks {
   // are all computed once it is over. On failure the step is abandoned (nothing stays
   // deferred or held) and the error rethrown.
   void finish();
+  void abandon();         // nothing stays deferred or held; what was deferred never runs
   RecordedStep result();  // what was recorded, and the signature; after finish()
 
   // For the collaborators.

@@ -57,6 +57,9 @@ class AllocatorHooks {
                              const std::vector<std::uint64_t>& avoid) {
     return a.places_outside(std::move(bytes), avoid);
   }
+  // The runtime moved a live block from `from` to `to` (and frees `from` next): a trace
+  // follows the allocation to its new block (Note [Placed allocations]).
+  static void moved(CachingAllocator& a, const void* from, const void* to) { a.moved(from, to); }
   // True when `bytes` would be served from the small pool.
   static bool is_small(const CachingAllocator& a, std::size_t bytes) { return a.is_small(bytes); }
 };

@@ -18,6 +18,8 @@ inline constexpr std::uint32_t kNoTag = UINT32_MAX;  // a live block its owner d
 struct SegmentView {
   bool small;  // belongs to the small pool
   bool whole;  // holds one block that is never split (Note [Whole segments for large tensors])
+  bool placed = false;  // a placement's arena, closed to other requests (Note [Placed
+                        // allocations])
 };
 
 // Every segment's blocks in address order, flattened into arrays, for tests that look at the
@@ -102,7 +104,8 @@ class AllocatorBlocks {
   SegmentInfo segment(std::size_t k) const {
     const Segment* s = segments_[k];
     const std::size_t room = room_of(s);
-    return {SegmentView{s->small, s->whole}, s->size + room, s->blocks + (room > 0 ? 1 : 0)};
+    return {SegmentView{s->small, s->whole, allocator_.placed_arena() == s}, s->size + room,
+            s->blocks + (room > 0 ? 1 : 0)};
   }
   Cursor blocks(std::size_t k) const { return Cursor(segments_[k]->first, room_of(segments_[k])); }
 
