@@ -136,10 +136,7 @@ StepOptions ShapePlans::before(const PlanCache::Key& key) {
         opt.record = s.steps > 0;
         return opt;
       }
-      choose_plan(s);
-      s.recording.reset();
-      std::erase(recorded_, key);
-      ++plans_made_;
+      plan_recording(key, s);
       if (s.plan.empty()) {
         s.state = State::kDynamic;
         s.why = absl::StrCat("no plan: ", s.plan.source);
@@ -149,10 +146,7 @@ StepOptions ShapePlans::before(const PlanCache::Key& key) {
       [[fallthrough]];
     case State::kTrial:
     case State::kPlanned:
-      opt.hints = s.plan.hints;
-      opt.placement = s.plan.placement;
-      ++planned_steps_;
-      return opt;
+      return planned_step(s);
     case State::kDynamic:
       return opt;
   }
@@ -220,21 +214,29 @@ StepOptions ShapePlans::plan_after_oom(const PlanCache::Key& key, RecordedStep r
   s.recording = std::move(recording);
   s.dtr_failed = true;
   s.dtr = StepCost{.base = 0, .recompute = INFINITY};
-  choose_plan(s);
-  s.recording.reset();
-  std::erase(recorded_, key);
-  ++plans_made_;
-  StepOptions opt;
+  plan_recording(key, s);
   if (s.plan.empty()) {
     s.state = State::kDynamic;
     s.why =
         absl::StrCat("DTR ran out of memory and no plan survived its screening: ", s.plan.source);
-    return opt;
+    return {};
   }
   s.state = State::kTrial;
   s.why =
       "DTR ran out of memory in the shape's first step: planned from a recording without "
       "a budget";
+  return planned_step(s);
+}
+
+void ShapePlans::plan_recording(const PlanCache::Key& key, Shape& s) {
+  choose_plan(s);
+  s.recording.reset();
+  std::erase(recorded_, key);
+  ++plans_made_;
+}
+
+StepOptions ShapePlans::planned_step(const Shape& s) {
+  StepOptions opt;
   opt.hints = s.plan.hints;
   opt.placement = s.plan.placement;
   ++planned_steps_;

@@ -139,6 +139,8 @@ class ShapePlans {
   // Plans the recorded shape `s` and screens the candidates: s.plan is the winner, or empty.
   void choose_plan(Shape& s);
   Shape& shape(const PlanCache::Key& key);
+  StepOptions planned_step(const Shape& s);  // the options of a step that follows s.plan
+  void plan_recording(const PlanCache::Key& key, Shape& s);  // choose_plan, then drop it
 
   Options options_;
   std::map<PlanCache::Key, Shape> shapes_;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 
 #include "examples/common/shape_plans.h"
 #include "remat/cuda_api.h"
@@ -117,11 +118,11 @@ RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& param
 // null).
 constexpr int kScreenedSteps = 4;
 
-// Note [Placed allocations] in caching_allocator.cc: the requests of step `step` following
-// `hints`, traced on a simulated runtime with no budget (so that nothing but the plan
-// evicts), after a first step as the real run has had, and placed.
-std::shared_ptr<const Placement> place_plan(Model& model, const TrainConfig& config, int step,
-                                            const std::shared_ptr<const StepHints>& hints) {
+// Step `step` on a simulated runtime without a budget, so that nothing but a plan evicts:
+// a plain first step, as the real run has had, then one with `options`. Returns what the
+// second recorded, and the trace of its allocations where it traced them.
+std::pair<RecordedStep, AllocationTrace> run_unbudgeted(Model& model, const TrainConfig& config,
+                                                        int step, const StepOptions& options) {
   TrainConfig sim = config;
   sim.backend = Backend::kSimulated;
   sim.policy = "hinted";
@@ -132,29 +133,28 @@ std::shared_ptr<const Placement> place_plan(Model& model, const TrainConfig& con
   float loss = 0;
   std::size_t bytes = 0;
   run_step(rt, model, params, buffers, step, sim, {}, &loss, &bytes);
+  RecordedStep recorded = run_step(rt, model, params, buffers, step, sim, options, &loss, &bytes);
+  return {std::move(recorded), rt.take_allocation_trace()};
+}
+
+// Note [Placed allocations] in caching_allocator.cc: the requests of step `step` following
+// `hints`, traced without a budget.
+std::shared_ptr<const Placement> place_plan(Model& model, const TrainConfig& config, int step,
+                                            const std::shared_ptr<const StepHints>& hints) {
   StepOptions traced;
   traced.hints = hints;
   traced.trace_allocations = true;
-  run_step(rt, model, params, buffers, step, sim, traced, &loss, &bytes);
-  return std::make_shared<const Placement>(place_allocations(rt.take_allocation_trace()));
+  return std::make_shared<const Placement>(
+      place_allocations(run_unbudgeted(model, config, step, traced).second));
 }
 
-// Note [Planning a step DTR cannot run] in shape_plans.cc: step `step` recorded on a
-// simulated runtime without a budget, after a first step.
+// Note [Planning a step DTR cannot run] in shape_plans.cc: step `step` recorded without a
+// budget.
 RecordedStep record_unbudgeted(Model& model, const TrainConfig& config, int step) {
-  TrainConfig sim = config;
-  sim.backend = Backend::kSimulated;
-  sim.budget = SIZE_MAX;
-  Runtime rt(runtime_options(sim));
-  const std::vector<Param> params = make_params(rt, model, sim.seed, false);
-  const std::vector<Tensor> buffers = make_buffers(rt, model, false);
-  float loss = 0;
-  std::size_t bytes = 0;
-  run_step(rt, model, params, buffers, step, sim, {}, &loss, &bytes);
   StepOptions record;
   record.record = true;
   record.name = absl::StrCat(model.name(), "_step", step);
-  return run_step(rt, model, params, buffers, step, sim, record, &loss, &bytes);
+  return run_unbudgeted(model, config, step, record).first;
 }
 
 std::optional<ShapePlans::StepCost> screen_step(Model& model, const TrainConfig& config, int step,

@@ -167,6 +167,7 @@ class CachingAllocator final : public MemoryResource {
   void note_allocation(const void* p, std::size_t size);
   void moved(const void* from, const void* to);
   void mark_allocated(detail::Block* b, std::size_t bytes);
+  detail::Block* split_block(detail::Block* b, std::size_t keep);
   void free_block(detail::Block* block);
   void finish_free(detail::Block* block);
   // Frees the blocks whose events have completed; with `wait`, waits for all of them first.

@@ -114,19 +114,22 @@ struct StreamUses {
 // short-lived ones, and the holes between them can cost 10-20% of the budget: a plan that
 // fits in live bytes then does not fit in reserved ones, and the runtime evicts and
 // recomputes what the plan meant to keep. So such a step's requests are traced once
-// (`start_trace`, on a run that has room: the simulated backend without a budget), given
-// offsets in one arena by `place_allocations` (Note [Greedy placement by size] in
-// placement.cc), and from then on the i-th request of the traced size gets its block at its
-// offset, carved out of the arena's free block there. The arena is one segment, reused from
-// step to step, and closed to every other request, eviction's windows and packing, so that
-// nothing lands where a later placed block must go. Correctness never depends on the
-// placement: a request of another size, or a placed range that is not free (the program or
-// the runtime did something else this time), ends the placement for the step (a miss), the
-// arena opens, and requests are served as usual from then on. Allocations that were still
-// live when the trace ended are served as usual too, outside the arena, since they would
-// hold it into the next step. A running kernel's scratch is not part of the sequence
-// (`pause_placement`), so a trace from the simulated backend, where kernels do not run,
-// matches a step that runs them.
+// (`start_trace`, on a run that has room: the simulated backend without a budget) and,
+// when the step begins, laid out by `place_allocations` (Note [Greedy placement by size]
+// in placement.cc) in the free holes of 1 MiB and more beside live blocks (the parameters'
+// segments' tails: on a 6-layer GPT 17 MB of them) and, for what they cannot hold, one
+// arena segment, reused from step to step. From then on the i-th request of the traced size
+// is carved out of the free block at its place. The holes and the arena are closed to every
+// other request and to packing and compaction (the arena to eviction's windows too), so
+// that nothing lands where a later placed block must go. Correctness never depends on the
+// placement: a request of another size, a placed range that is not free (the program or
+// the runtime did something else this time), or a request the placement does not place
+// that finds no room elsewhere, ends the placement for the step (a miss); its ranges open,
+// and requests are served as usual from then on. Allocations still live when the trace
+// ended are served as usual, outside the placed ranges, since they would hold them into the
+// next step. A running kernel's scratch is not part of the sequence (`pause_placement`), so
+// a trace from the simulated backend, where kernels do not run, matches a step that runs
+// them.
 struct Placing {
   // The trace being recorded.
   bool tracing = false;
@@ -626,18 +629,7 @@ void* CachingAllocator::hand_out(Block* b, std::size_t size, std::size_t bytes) 
   const std::size_t rest = b->size - size;
   if (!b->segment->whole &&
       rest >= (small || one_pool() ? options_.round_to : options_.large_split_min)) {
-    Block* tail = pools_->new_block(b->segment);
-    tail->address = b->address + size;
-    tail->size = rest;
-    tail->prev = b;
-    tail->next = b->next;
-    if (b->next != nullptr)
-      b->next->prev = tail;
-    else
-      b->segment->last = tail;
-    b->next = tail;
-    b->size = size;
-    pools_->free_set(small).insert(tail);
+    pools_->free_set(small).insert(split_block(b, size));
   }
   mark_allocated(b, bytes);
   return reinterpret_cast<void*>(b->address);
@@ -977,27 +969,30 @@ Block* CachingAllocator::take_placed(std::size_t size) {
   }
   auto& set = pools_->free_set(b->segment->small);
   set.erase(b);
-  const auto split = [&](Block* block, std::size_t keep) {  // splits off a free tail
-    Block* tail = pools_->new_block(block->segment);
-    tail->address = block->address + keep;
-    tail->size = block->size - keep;
-    tail->prev = block;
-    tail->next = block->next;
-    if (block->next != nullptr)
-      block->next->prev = tail;
-    else
-      block->segment->last = tail;
-    block->next = tail;
-    block->size = keep;
-    return tail;
-  };
   if (b->address < at) {
-    Block* rest = split(b, at - b->address);
+    Block* rest = split_block(b, at - b->address);
     set.insert(b);
     b = rest;
   }
-  if (b->size > size) set.insert(split(b, size));
+  if (b->size > size) set.insert(split_block(b, size));
   return b;
+}
+
+// Cuts block `b` after its first `keep` bytes; returns the new block that follows it (not yet
+// in any pool).
+Block* CachingAllocator::split_block(Block* b, std::size_t keep) {
+  Block* tail = pools_->new_block(b->segment);
+  tail->address = b->address + keep;
+  tail->size = b->size - keep;
+  tail->prev = b;
+  tail->next = b->next;
+  if (b->next != nullptr)
+    b->next->prev = tail;
+  else
+    b->segment->last = tail;
+  b->next = tail;
+  b->size = keep;
+  return tail;
 }
 
 std::size_t CachingAllocator::largest_free_block() const {
