@@ -63,8 +63,8 @@ Gap find_gap(const Allocation& a, const std::vector<Placed>& placed, std::size_t
   Gap best;
   std::size_t top = 0;
   for (const auto& [begin, end] : busy) {
-    if (begin > top && begin - top >= a.bytes && (best.offset == Placement::kUnplaced ||
-                                                  (!first_fit && begin - top < best.size))) {
+    if (begin > top && begin - top >= a.bytes &&
+        (best.offset == Placement::kUnplaced || (!first_fit && begin - top < best.size))) {
       best = {top, begin - top};
       if (first_fit) break;
     }
@@ -75,7 +75,8 @@ Gap find_gap(const Allocation& a, const std::vector<Placed>& placed, std::size_t
 
 // Places the allocations `order` lists, in that order, into `p`'s regions and arena;
 // returns the arena's size.
-std::size_t place_in_order(const std::vector<Allocation>& all, const std::vector<std::size_t>& order,
+std::size_t place_in_order(const std::vector<Allocation>& all,
+                           const std::vector<std::size_t>& order,
                            const std::vector<std::size_t>& regions, bool first_fit,
                            std::vector<std::size_t>& region, std::vector<std::size_t>& offsets) {
   std::vector<std::vector<Placed>> placed(regions.size() + 1);
@@ -87,8 +88,8 @@ std::size_t place_in_order(const std::vector<Allocation>& all, const std::vector
     Gap best;
     for (std::size_t r = 0; r < regions.size(); ++r) {
       const Gap g = find_gap(a, placed[r], regions[r], first_fit, busy);
-      if (g.offset != Placement::kUnplaced && (best.offset == Placement::kUnplaced ||
-                                               (!first_fit && g.size < best.size))) {
+      if (g.offset != Placement::kUnplaced &&
+          (best.offset == Placement::kUnplaced || (!first_fit && g.size < best.size))) {
         best = g;
         where = r;
         if (first_fit) break;
@@ -121,8 +122,8 @@ Placement place_allocations(AllocationTrace trace, const std::vector<std::size_t
   if (placeable.empty()) return p;
   p.arena_bytes = SIZE_MAX;
   std::vector<std::size_t> region, offsets;
-  for (const Rule rule : {Rule{false, false}, Rule{false, true}, Rule{true, false},
-                          Rule{true, true}}) {
+  for (const Rule rule :
+       {Rule{false, false}, Rule{false, true}, Rule{true, false}, Rule{true, true}}) {
     std::vector<std::size_t> order = placeable;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       if (all[a].bytes != all[b].bytes) return all[a].bytes > all[b].bytes;

@@ -54,7 +54,8 @@ void expect_valid(const AllocationTrace& t, const Placement& p) {
       const auto& b = t.allocations[j];
       if (b.end == AllocationTrace::kStillLive || p.region[j] != p.region[i]) continue;
       if (!(a.start < b.end && b.start < a.end)) continue;
-      const bool apart = p.offsets[i] + a.bytes <= p.offsets[j] || p.offsets[j] + b.bytes <= p.offsets[i];
+      const bool apart =
+          p.offsets[i] + a.bytes <= p.offsets[j] || p.offsets[j] + b.bytes <= p.offsets[i];
       EXPECT_TRUE(apart) << "allocations " << j << " and " << i << " overlap";
     }
   }
@@ -66,7 +67,8 @@ TEST(PlacementTest, RandomTracesGetDisjointPlacesWithinTheirRegions) {
     const AllocationTrace t = random_trace(rng, 20 + trial * 5);
     std::vector<std::size_t> regions;
     std::uniform_int_distribution<int> count(0, 3), kib(1, 512);
-    for (int r = count(rng); r > 0; --r) regions.push_back(static_cast<std::size_t>(kib(rng)) << 10);
+    for (int r = count(rng); r > 0; --r)
+      regions.push_back(static_cast<std::size_t>(kib(rng)) << 10);
     const Placement p = place_allocations(t, regions);
     SCOPED_TRACE(testing::Message() << "trial " << trial);
     expect_valid(t, p);
