@@ -70,7 +70,7 @@ void ShapePlans::choose_plan(Shape& s) {
     const std::optional<StepCost> cost = options_.screen(&plan, !s.dtr_failed);
     j["simulated_overhead"] = cost ? nlohmann::json(cost->overhead()) : "out of memory or thrash";
     std::optional<double> excess;
-    if (plan.placement) {
+    if (plan.placement && plan.arena_measured) {
       j["arena_bytes"] = plan.arena_bytes;
       excess = static_cast<double>(plan.arena_bytes) - static_cast<double>(plan.arena_room);
     }
@@ -83,10 +83,10 @@ void ShapePlans::choose_plan(Shape& s) {
   };
   std::optional<double> fit_from;  // the smallest fraction whose arena did not fit
   double excess_there = 0;
-  std::vector<double> unplaced;  // fractions with no plan, or none placed
+  std::vector<double> below;  // fractions with no plan, none placed, or an arena that fits
   for (double fraction : options_.fractions) {
     const std::optional<double> excess = candidate(fraction);
-    if (!excess) unplaced.push_back(fraction);
+    if (!excess || *excess <= 0) below.push_back(fraction);
     if (excess && *excess > 0 && (!fit_from || fraction < *fit_from)) {
       fit_from = fraction;
       excess_there = *excess;
@@ -97,9 +97,10 @@ void ShapePlans::choose_plan(Shape& s) {
   // beside the constants is usually the cheapest step there is; the fixed fractions rarely
   // hit it. From the smallest fraction whose arena was too large, the fraction moves down
   // by the excess (as a share of the budget) and a little more, or halfway to the largest
-  // fraction no planner met, a few times at most, until an arena fits.
+  // fraction below it already tried (none planned, or its arena fit), a few times at most,
+  // until an arena fits.
   double low = 0;
-  for (double f : unplaced)
+  for (double f : below)
     if (fit_from && f < *fit_from) low = std::max(low, f);
   for (int tries = 0; fit_from && tries < 4; ++tries) {
     double fraction = *fit_from - excess_there / static_cast<double>(options_.budget) - 0.005;

@@ -85,8 +85,7 @@ std::vector<Tensor> make_buffers(Runtime& rt, const Model& model, bool runs) {
 // pass raise *forward_bytes.
 RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& params,
                       const std::vector<Tensor>& buffers, int step, const TrainConfig& config,
-                      const StepOptions& options, float* loss, std::size_t* forward_bytes,
-                      bool* updated = nullptr) {
+                      const StepOptions& options, float* loss, std::size_t* forward_bytes) {
   rt.begin_step(options);
   ad::Tape tape(rt);
   std::vector<ad::Var> vars;
@@ -105,9 +104,8 @@ RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& param
   l = ad::Var();
   for (std::size_t i = 0; i < params.size(); ++i) {
     Tensor g = tape.grad(vars[i]);
-    if (!g.defined()) continue;
-    ops::adamw(rt, params[i].value, params[i].m, params[i].v, g, config.adamw, step + 1);
-    if (updated != nullptr) *updated = true;
+    if (g.defined())
+      ops::adamw(rt, params[i].value, params[i].m, params[i].v, g, config.adamw, step + 1);
   }
   return rt.end_step();
 }
@@ -168,8 +166,11 @@ std::optional<ShapePlans::StepCost> screen_step(Model& model, const TrainConfig&
   auto note_arena = [&] {
     const auto* caching = dynamic_cast<const CachingAllocator*>(&runtime->memory());
     if (caching == nullptr || plan == nullptr || plan->placement == nullptr) return;
-    plan->arena_bytes = caching->last_placement().arena_bytes;
-    plan->arena_room = caching->last_placement().room;
+    const CachingAllocator::PlacementOutcome outcome = caching->last_placement();
+    if (!outcome.measured) return;
+    plan->arena_measured = true;
+    plan->arena_bytes = outcome.arena_bytes;
+    plan->arena_room = outcome.room;
   };
   int pass = hints && !after_dtr ? 2 : 0;
   try {
@@ -258,13 +259,14 @@ TrainResult train(Model& model, const TrainConfig& config) {
       const RuntimeStats before = rt.stats();
       {
         RecordedStep recorded;
-        bool updated = false;  // a parameter was written: the step cannot run again
         try {
           recorded = run_step(rt, model, params, buffers, step, config, step_options, &loss_value,
-                              &result.forward_activation_bytes, &updated);
+                              &result.forward_activation_bytes);
         } catch (const OutOfMemoryError&) {
-          // Note [Planning a step DTR cannot run] in shape_plans.cc.
-          if (!automatic || updated || step_options.hints != nullptr ||
+          // Note [Planning a step DTR cannot run] in shape_plans.cc. A step that wrote
+          // pinned memory (an optimizer's update, batch norm's running statistics) cannot run
+          // again.
+          if (!automatic || rt.stats().updates != before.updates || step_options.hints != nullptr ||
               !shape_plans.may_plan_after_oom(key))
             throw;
           rt.abort_step();
@@ -273,7 +275,6 @@ TrainResult train(Model& model, const TrainConfig& config) {
           if (planned.hints == nullptr) throw;
           step_options.hints = planned.hints;
           step_options.placement = planned.placement;
-          step_options.record = false;
           recorded = run_step(rt, model, params, buffers, step, config, step_options, &loss_value,
                               &result.forward_activation_bytes);
         }

@@ -113,6 +113,7 @@ class CachingAllocator final : public MemoryResource {
   // What the last begin_placement found: whether it placed, the arena it needed and the
   // room it had for one.
   struct PlacementOutcome {
+    bool measured = false;  // it got as far as sizing the arena
     bool placed = false;
     std::size_t arena_bytes = 0;
     std::size_t room = 0;
@@ -162,6 +163,7 @@ class CachingAllocator final : public MemoryResource {
   bool one_pool() const;
   detail::Block* try_serve(std::size_t size);
   bool in_placed_arena(const detail::Block* b) const;
+  bool placed_segment(const detail::Segment* s) const;  // holds a placement's range
   detail::Segment* placed_arena() const;
   detail::Block* take_placed(std::size_t size);
   void note_allocation(const void* p, std::size_t size);

@@ -129,7 +129,8 @@ struct RuntimeStats {
   std::size_t ooms = 0;
   std::size_t thrashes = 0;
   std::size_t pinned_bytes = 0;
-  std::size_t frozen = 0;  // tensors pinned by update() (Note [Updating pinned tensors])
+  std::size_t frozen = 0;   // tensors pinned by update() (Note [Updating pinned tensors])
+  std::size_t updates = 0;  // update() calls whose kernel ran: pinned memory written
   // Pinned storages moved below where they were, so that they do not split free memory
   // (Note [Packing pinned storages]).
   std::size_t packed_storages = 0;

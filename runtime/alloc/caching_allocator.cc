@@ -437,7 +437,7 @@ void CachingAllocator::release_cached() {
   try {
     for (; i < segs.size(); ++i) {
       Segment* s = segs[i];
-      if (s->live_blocks != 0 || s == arena_ || s->serial == placing_->arena) {
+      if (s->live_blocks != 0 || s == arena_ || placed_segment(s)) {
         segs[kept++] = s;
         continue;
       }
@@ -835,6 +835,12 @@ CachingAllocator::PlacementOutcome CachingAllocator::last_placement() const {
 
 Segment* CachingAllocator::placed_arena() const { return placing_->arena_segment; }
 
+bool CachingAllocator::placed_segment(const Segment* s) const {
+  for (const detail::Placing::Range& r : placing_->ranges)
+    if (r.segment == s) return true;
+  return false;
+}
+
 bool CachingAllocator::in_placed_arena(const Block* b) const {
   const detail::Placing& pl = *placing_;
   if (pl.ranges.empty()) return false;
@@ -891,6 +897,7 @@ bool CachingAllocator::begin_placement(std::shared_ptr<const Placement> placemen
         s != arena_)
       arena = s;
   if (arena == nullptr && need > 0) release_cached();
+  pl.outcome.measured = true;
   pl.outcome.arena_bytes = need;
   pl.outcome.room = arena != nullptr ? arena->size : unreserved();
   if (arena == nullptr && need > 0) {

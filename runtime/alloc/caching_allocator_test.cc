@@ -270,6 +270,31 @@ TEST(CachingAllocatorTest, ATracedProgramReplaysAtItsPlaces) {
   }
 }
 
+// A placement's regions lie in segments that hold other blocks when it begins; one whose
+// blocks all go mid-step is not given back while the placement may still place into it.
+TEST(CachingAllocatorTest, ASegmentHoldingPlacedRangesIsNotReleased) {
+  CachingAllocatorOptions o = small_segments();  // 4 MiB medium segments
+  CachingAllocator traced(std::make_unique<SimulatedSegmentSource>(), {});
+  traced.start_trace();
+  for (int i = 0; i < 3; ++i) traced.deallocate(traced.allocate(std::size_t{1} << 20), 1 << 20);
+  auto placement = std::make_shared<const Placement>(place_allocations(traced.take_trace()));
+
+  CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
+  void* constant = placed.allocate(std::size_t{1} << 20);  // leaves a 3 MiB hole beside it
+  ASSERT_TRUE(placed.begin_placement(placement));
+  EXPECT_EQ(placed.last_placement().arena_bytes, 0u) << "the hole holds the whole trace";
+  placed.deallocate(placed.allocate(std::size_t{1} << 20), 1 << 20);
+  placed.deallocate(constant, 1 << 20);
+  placed.release_cached();
+  EXPECT_EQ(placed.stats().segments, 1u);
+  for (int i = 0; i < 2; ++i) placed.deallocate(placed.allocate(std::size_t{1} << 20), 1 << 20);
+  EXPECT_EQ(placed.stats().placed_allocations, 3u);
+  EXPECT_EQ(placed.stats().placement_misses, 0u);
+  placed.end_placement();
+  placed.release_cached();
+  EXPECT_EQ(placed.stats().segments, 0u);
+}
+
 TEST(CachingAllocatorTest, FreedBlockIsReusedWithoutNewSegment) {
   CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
   void* a = alloc.allocate(1000);

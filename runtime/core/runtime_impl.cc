@@ -220,6 +220,7 @@ void RuntimeImpl::move_storage(Id s, void* to, bool copy_bytes) {
     else
       std::memcpy(to, r.ptr, r.bytes);
   }
+  AllocatorHooks::moved(*caching, r.ptr, to);  // a trace follows it (Note [Placed allocations])
   memory->deallocate(r.ptr, r.bytes);
   r.ptr = to;
   AllocatorHooks::set_tag(*caching, to, s);

@@ -82,6 +82,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::unique_ptr<StepHooks> step;   // the step under way (runtime/steps); null: none
   std::uint32_t steps_begun = 0;     // stamps each step's records (TensorRec::step, OpRec::step)
   std::uint64_t step_rng_start = 0;  // the RNG counter when the step began (abort_step)
+  bool step_unfinished = false;      // begun, and not ended without an error
   std::uint64_t rng_counter() const { return rng_counter_; }
   void rewind_rng(std::uint64_t counter) { rng_counter_ = counter; }
 

@@ -124,6 +124,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
     throw;
   }
   ++stats.calls;
+  ++stats.updates;
   stats.base_cost += cost;
   unlock_all();
   if (step) step->on_update(*op, args, cost, position, frozen);

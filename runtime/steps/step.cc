@@ -255,6 +255,7 @@ void Runtime::begin_step(StepOptions options) {
       caching->release_cached();
   }
   impl_->step_rng_start = impl_->rng_counter();
+  impl_->step_unfinished = true;
   impl_->step = std::make_unique<detail::Step>(*impl_, std::move(options), ++impl_->steps_begun);
 }
 
@@ -273,14 +274,16 @@ RecordedStep Runtime::end_step() {
     }
   }
   impl_->free_lingering();
+  impl_->step_unfinished = false;
   const std::unique_ptr<detail::StepHooks> done = std::move(impl_->step);  // gone, whatever
   return step != nullptr ? step->result() : RecordedStep{};
 }
 
 void Runtime::abort_step() {
-  auto* step = static_cast<detail::Step*>(impl_->step.get());
-  if (step == nullptr) return;
-  step->abandon();
+  // Also after an end_step() that threw: that step is gone but did not end well.
+  if (!impl_->step_unfinished) return;
+  impl_->step_unfinished = false;
+  if (auto* step = static_cast<detail::Step*>(impl_->step.get())) step->abandon();
   impl_->free_lingering();
   impl_->step.reset();
   impl_->rewind_rng(impl_->step_rng_start);
