@@ -396,7 +396,8 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
                    "before reporting out of memory");
   flags.add_choice("placement", &f.placement, {"yes", "no"},
                    "policy auto: serve a plan's steps at offsets planned from a simulated "
-                   "trace of the plan, in one arena, instead of by best fit");
+                   "trace of the plan, in the holes beside the parameters and one arena, "
+                   "instead of by best fit");
   flags.add_switch("expandable-segments", &config.expandable_segments,
                    "one expandable arena instead of pooled segments");
   flags.add("cuda-device", &config.cuda.device, "CUDA device", 0);
