@@ -70,9 +70,9 @@ void ShapePlans::choose_plan(Shape& s) {
     const std::optional<StepCost> cost = options_.screen(&plan, !s.dtr_failed);
     j["simulated_overhead"] = cost ? nlohmann::json(cost->overhead()) : "out of memory or thrash";
     std::optional<double> excess;
-    if (plan.placement && plan.arena_measured) {
-      j["arena_bytes"] = plan.arena_bytes;
-      excess = static_cast<double>(plan.arena_bytes) - static_cast<double>(plan.arena_room);
+    if (plan.placement && plan.arena) {
+      j["arena_bytes"] = plan.arena->arena_bytes;
+      excess = static_cast<double>(plan.arena->arena_bytes) - static_cast<double>(plan.arena->room);
     }
     s.screened.push_back(std::move(j));
     if (cost && cost->recompute < best_recompute) {
@@ -269,7 +269,7 @@ nlohmann::json ShapePlans::report() const {
       j["plan"] = s.plan.source;
       j["plan_seconds"] = s.plan.seconds;
       if (s.plan.placement) {
-        j["arena_bytes"] = s.plan.arena_bytes;
+        if (s.plan.arena) j["arena_bytes"] = s.plan.arena->arena_bytes;
         j["placed_peak_live_bytes"] = s.plan.placement->peak_live_bytes;
       }
       if (!s.dtr_failed) j["dtr_step_overhead"] = s.dtr.overhead();

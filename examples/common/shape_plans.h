@@ -66,9 +66,8 @@ struct StepPlan {
   // allocator's best fit.
   std::shared_ptr<const Placement> placement;
   // In its screening: the arena its placement needed beside the holes it used, and the
-  // room the budget left for one.
-  bool arena_measured = false;
-  std::size_t arena_bytes = 0, arena_room = 0;
+  // room the budget left for one (nothing where the screening never sized one).
+  std::optional<CachingAllocator::PlacementOutcome> arena;
   bool empty() const { return !hints || (hints->ops.empty() && hints->schedule.empty()); }
 };
 

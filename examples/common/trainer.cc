@@ -116,15 +116,21 @@ RecordedStep run_step(Runtime& rt, Model& model, const std::vector<Param>& param
 // null).
 constexpr int kScreenedSteps = 4;
 
+// The run `config` describes on the simulated backend, under policy `hinted`, with `budget`.
+TrainConfig simulated(const TrainConfig& config, std::size_t budget) {
+  TrainConfig sim = config;
+  sim.backend = Backend::kSimulated;
+  sim.policy = "hinted";
+  sim.budget = budget;
+  return sim;
+}
+
 // Step `step` on a simulated runtime without a budget, so that nothing but a plan evicts:
 // a plain first step, as the real run has had, then one with `options`. Returns what the
 // second recorded, and the trace of its allocations where it traced them.
 std::pair<RecordedStep, AllocationTrace> run_unbudgeted(Model& model, const TrainConfig& config,
                                                         int step, const StepOptions& options) {
-  TrainConfig sim = config;
-  sim.backend = Backend::kSimulated;
-  sim.policy = "hinted";
-  sim.budget = SIZE_MAX;
+  const TrainConfig sim = simulated(config, SIZE_MAX);
   Runtime rt(runtime_options(sim));
   const std::vector<Param> params = make_params(rt, model, sim.seed, false);
   const std::vector<Tensor> buffers = make_buffers(rt, model, false);
@@ -157,20 +163,14 @@ RecordedStep record_unbudgeted(Model& model, const TrainConfig& config, int step
 
 std::optional<ShapePlans::StepCost> screen_step(Model& model, const TrainConfig& config, int step,
                                                 StepPlan* plan, bool after_dtr) {
-  TrainConfig sim = config;
-  sim.backend = Backend::kSimulated;
-  sim.policy = "hinted";
+  const TrainConfig sim = simulated(config, config.budget);
   const std::shared_ptr<const StepHints> hints = plan != nullptr ? plan->hints : nullptr;
   std::optional<Runtime> runtime;
   // The arena the plan's first step needed, and the room it had (also where it failed).
   auto note_arena = [&] {
     const auto* caching = dynamic_cast<const CachingAllocator*>(&runtime->memory());
     if (caching == nullptr || plan == nullptr || plan->placement == nullptr) return;
-    const CachingAllocator::PlacementOutcome outcome = caching->last_placement();
-    if (!outcome.measured) return;
-    plan->arena_measured = true;
-    plan->arena_bytes = outcome.arena_bytes;
-    plan->arena_room = outcome.room;
+    plan->arena = caching->last_placement();
   };
   int pass = hints && !after_dtr ? 2 : 0;
   try {

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "remat/cuda_api.h"
@@ -110,15 +111,13 @@ class CachingAllocator final : public MemoryResource {
   // `begin_placement`.
   bool begin_placement(std::shared_ptr<const Placement> placement);
   void end_placement();
-  // What the last begin_placement found: whether it placed, the arena it needed and the
-  // room it had for one.
+  // What the last begin_placement found: the arena it needed and the room it had for one;
+  // nothing where it returned before sizing an arena.
   struct PlacementOutcome {
-    bool measured = false;  // it got as far as sizing the arena
-    bool placed = false;
     std::size_t arena_bytes = 0;
     std::size_t room = 0;
   };
-  PlacementOutcome last_placement() const;
+  std::optional<PlacementOutcome> last_placement() const;
   // Requests made while paused (a running kernel's scratch) are served as usual and are not
   // part of a trace's or a placement's sequence. Pauses nest.
   void pause_placement(bool paused);
@@ -155,6 +154,7 @@ class CachingAllocator final : public MemoryResource {
   // may serve a rounded request of `size` (Note [Whole segments for large tensors]).
   bool fits(bool whole, std::size_t have, std::size_t size) const;
   detail::Block* reserve_segment(std::size_t size);
+  detail::Segment* add_segment(void* p, std::size_t bytes, bool small, bool whole);
   void* reserve_backed(std::size_t bytes);
   detail::Block* grow_arena(std::size_t size);
   std::size_t arena_room() const;  // bytes the arena may still grow by, within the budget
@@ -162,7 +162,7 @@ class CachingAllocator final : public MemoryResource {
   bool small_pool(std::size_t rounded) const;
   bool one_pool() const;
   detail::Block* try_serve(std::size_t size);
-  bool in_placed_arena(const detail::Block* b) const;
+  bool in_placed_range(const detail::Block* b) const;   // in a placement's region or arena
   bool placed_segment(const detail::Segment* s) const;  // holds a placement's range
   detail::Segment* placed_arena() const;
   detail::Block* take_placed(std::size_t size);

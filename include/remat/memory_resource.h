@@ -43,8 +43,9 @@ struct MemoryStats {
   std::size_t pending_frees = 0;
   std::size_t stream_waits = 0;
   // Requests served at a placement's offset, and placements abandoned: a step whose requests
-  // left the traced sequence, or whose arena the budget had no room for (Note [Placed
-  // allocations] in caching_allocator.cc).
+  // left the traced sequence, whose arena the budget had no room for, or where a request
+  // the placement does not place found no room outside it (Note [Placed allocations] in
+  // caching_allocator.cc).
   std::size_t placed_allocations = 0;
   std::size_t placement_misses = 0;
   // 1 - peak allocated / peak reserved: the share of the peak reservation that never held data.

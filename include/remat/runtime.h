@@ -162,9 +162,9 @@ struct StepOptions {
   std::string name = "step";  // the recorded graph's and trace's name
   // Allocator accounting only (Note [Placed allocations] in caching_allocator.cc): trace the
   // step's allocations, from begin_step() until take_allocation_trace(); or serve them at
-  // the offsets a placement of such a trace gives, in one arena, until the next
-  // begin_step(). A step that makes other requests than the traced ones is served as usual
-  // from where it left the sequence, so a placement never changes results.
+  // the places a placement of such a trace gives (holes beside live blocks, then one arena)
+  // until the next begin_step(). A step that makes other requests than the traced ones is served as
+  // usual from where it left the sequence, so a placement never changes results.
   bool trace_allocations = false;
   std::shared_ptr<const Placement> placement;
 };

@@ -151,11 +151,10 @@ struct Placing {
   std::vector<Range> ranges;         // the fixed regions, then the arena (if it needs one)
   std::size_t next = 0;              // index of the next request in its sequence
   bool following = false;            // no miss yet
-  std::uint64_t arena = 0;           // the arena segment's serial while it is closed, else 0
-  Segment* arena_segment = nullptr;  // that segment
+  Segment* arena_segment = nullptr;  // the arena while it is closed
   std::uint64_t last_arena = 0;      // the serial of the latest arena, for reuse
   int paused = 0;
-  CachingAllocator::PlacementOutcome outcome;
+  std::optional<CachingAllocator::PlacementOutcome> outcome;
 };
 
 }  // namespace detail
@@ -325,7 +324,7 @@ bool CachingAllocator::release_would_serve(const void* p, std::size_t bytes) con
   const Block* b = pools_->live_block(p);
   if (b == nullptr) return false;
   const Segment* seg = b->segment;
-  if (in_placed_arena(b)) return false;
+  if (in_placed_range(b)) return false;
   const std::size_t size = rounded_size(bytes);
   std::size_t run = b->size;
   if (b->prev != nullptr && !b->prev->allocated) run += b->prev->size;
@@ -370,7 +369,7 @@ Block* CachingAllocator::find_free(std::size_t size, const std::vector<std::uint
   for (auto it = FirstNotSmaller(set, size); it != set.end(); ++it) {
     Block* b = *it;
     // A whole segment too big for the request, or one the caller keeps out of.
-    if (!fits(b->segment->whole, b->size, size) || Avoided(avoid, b) || in_placed_arena(b))
+    if (!fits(b->segment->whole, b->size, size) || Avoided(avoid, b) || in_placed_range(b))
       continue;
     set.erase(it);
     return b;
@@ -399,24 +398,31 @@ Block* CachingAllocator::reserve_segment(std::size_t size) {
     return nullptr;
   }
   refused_ = 0;
+  const bool whole = options_.whole_large_segments && one_pool() && size > options_.medium_max;
+  return add_segment(p, want, small, whole)->first;
+}
+
+// Counts the reservation of `bytes` at `p` as a new segment, one free block not yet in any
+// pool.
+Segment* CachingAllocator::add_segment(void* p, std::size_t bytes, bool small, bool whole) {
   ++stats_.segment_reserves;
   auto* seg = new Segment();
   seg->serial = next_serial_++;
   seg->address = reinterpret_cast<std::uintptr_t>(p);
-  seg->size = want;
-  seg->capacity = want;
+  seg->size = bytes;
+  seg->capacity = bytes;
   seg->small = small;
-  seg->whole = options_.whole_large_segments && one_pool() && size > options_.medium_max;
+  seg->whole = whole;
   Block* b = pools_->new_block(seg);
   b->address = seg->address;
-  b->size = want;
+  b->size = bytes;
   seg->first = b;
   seg->last = b;
   pools_->segments.push_back(seg);
-  stats_.reserved += want;
+  stats_.reserved += bytes;
   stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
   stats_.segments = pools_->segments.size();
-  return b;
+  return seg;
 }
 
 // A reservation with memory behind it: a lazily committed source (CUDA's virtual memory)
@@ -667,7 +673,7 @@ void* CachingAllocator::allocate_below(std::size_t bytes, const void* p) {
   Block* lowest = nullptr;
   for (auto it = FirstNotSmaller(set, size); it != set.end(); ++it) {
     Block* b = *it;
-    if (!fits(b->segment->whole, b->size, size) || !Below(b, here) || in_placed_arena(b)) continue;
+    if (!fits(b->segment->whole, b->size, size) || !Below(b, here) || in_placed_range(b)) continue;
     if (lowest == nullptr || Below(b, lowest)) lowest = b;
   }
   if (lowest == nullptr) return nullptr;
@@ -705,7 +711,7 @@ bool CachingAllocator::places_outside(std::vector<std::size_t> bytes,
   std::vector<Free> free;
   for (bool small : {false, true})
     for (const Block* b : pools_->free_set(small))
-      if (!Avoided(&avoid, b) && !in_placed_arena(b))
+      if (!Avoided(&avoid, b) && !in_placed_range(b))
         free.push_back({b->size, b->segment->whole, small});
   std::sort(bytes.begin(), bytes.end(), std::greater<>());
   for (std::size_t request : bytes) {
@@ -829,7 +835,7 @@ void CachingAllocator::moved(const void* from, const void* to) {
 
 void CachingAllocator::pause_placement(bool paused) { placing_->paused += paused ? 1 : -1; }
 
-CachingAllocator::PlacementOutcome CachingAllocator::last_placement() const {
+std::optional<CachingAllocator::PlacementOutcome> CachingAllocator::last_placement() const {
   return placing_->outcome;
 }
 
@@ -841,11 +847,8 @@ bool CachingAllocator::placed_segment(const Segment* s) const {
   return false;
 }
 
-bool CachingAllocator::in_placed_arena(const Block* b) const {
-  const detail::Placing& pl = *placing_;
-  if (pl.ranges.empty()) return false;
-  if (pl.arena != 0 && b->segment->serial == pl.arena) return true;
-  for (const detail::Placing::Range& r : pl.ranges)
+bool CachingAllocator::in_placed_range(const Block* b) const {
+  for (const detail::Placing::Range& r : placing_->ranges)
     if (b->segment == r.segment && b->address < r.address + r.bytes &&
         r.address < b->address + b->size)
       return true;
@@ -860,7 +863,7 @@ constexpr std::size_t kMaxRegions = 16;
 bool CachingAllocator::begin_placement(std::shared_ptr<const Placement> placement) {
   end_placement();
   detail::Placing& pl = *placing_;
-  pl.outcome = {};
+  pl.outcome.reset();
   if (placement == nullptr || placement->trace.allocations.empty() || options_.expandable_segments)
     return false;
   std::vector<Block*> holes;
@@ -897,9 +900,8 @@ bool CachingAllocator::begin_placement(std::shared_ptr<const Placement> placemen
         s != arena_)
       arena = s;
   if (arena == nullptr && need > 0) release_cached();
-  pl.outcome.measured = true;
-  pl.outcome.arena_bytes = need;
-  pl.outcome.room = arena != nullptr ? arena->size : unreserved();
+  pl.outcome =
+      PlacementOutcome{.arena_bytes = need, .room = arena != nullptr ? arena->size : unreserved()};
   if (arena == nullptr && need > 0) {
     if (unreserved() < need) {
       ++stats_.placement_misses;
@@ -911,28 +913,15 @@ bool CachingAllocator::begin_placement(std::shared_ptr<const Placement> placemen
       ++stats_.placement_misses;
       return false;
     }
-    ++stats_.segment_reserves;
-    arena = new Segment();
-    arena->serial = next_serial_++;
-    arena->address = reinterpret_cast<std::uintptr_t>(p);
-    arena->size = arena->capacity = need;
-    Block* b = pools_->new_block(arena);
-    b->address = arena->address;
-    b->size = need;
-    arena->first = arena->last = b;
-    pools_->segments.push_back(arena);
-    pools_->free_set(false).insert(b);
-    stats_.reserved += need;
-    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
-    stats_.segments = pools_->segments.size();
+    arena = add_segment(p, need, /*small=*/false, /*whole=*/false);
+    pools_->free_set(false).insert(arena->first);
   }
-  pl.outcome.placed = true;
   pl.layout = std::move(layout);
   pl.ranges.clear();
   for (Block* b : holes) pl.ranges.push_back({b->segment, b->address, b->size});
   if (arena != nullptr) {
     pl.ranges.push_back({arena, arena->address, arena->size});
-    pl.arena = pl.last_arena = arena->serial;
+    pl.last_arena = arena->serial;
     pl.arena_segment = arena;
   }
   pl.next = 0;
@@ -945,7 +934,6 @@ void CachingAllocator::end_placement() {
   pl.layout.reset();
   pl.ranges.clear();
   pl.following = false;
-  pl.arena = 0;
   pl.arena_segment = nullptr;
 }
 

@@ -282,7 +282,8 @@ TEST(CachingAllocatorTest, ASegmentHoldingPlacedRangesIsNotReleased) {
   CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
   void* constant = placed.allocate(std::size_t{1} << 20);  // leaves a 3 MiB hole beside it
   ASSERT_TRUE(placed.begin_placement(placement));
-  EXPECT_EQ(placed.last_placement().arena_bytes, 0u) << "the hole holds the whole trace";
+  ASSERT_TRUE(placed.last_placement().has_value());
+  EXPECT_EQ(placed.last_placement()->arena_bytes, 0u) << "the hole holds the whole trace";
   placed.deallocate(placed.allocate(std::size_t{1} << 20), 1 << 20);
   placed.deallocate(constant, 1 << 20);
   placed.release_cached();

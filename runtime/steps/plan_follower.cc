@@ -68,8 +68,7 @@ void PlanFollower::run_plan_through(int last, Id called) {
   const std::vector<PlanStep>& plan = step_.hints().schedule;
   while (cursor_ < plan.size() && plan[cursor_].site.position <= last) {
     run_plan_step(plan[cursor_++]);
-    if (cursor_ == plan.size() || plan[cursor_].site.position != plan[cursor_ - 1].site.position)
-      release_unclaimed();
+    release_unclaimed();
     const bool ran_called =
         called != kNone && !rt_.ops[called].deferred && plan[cursor_ - 1].site.position == last;
     // (The op's other outputs' steps, which come next in the plan, still run now.)
@@ -141,6 +140,10 @@ void PlanFollower::claim_for_plan(Id s) {
 // still holds it, as the plan assumed. Kept until the end of the step instead, they held
 // the 12 MB probabilities of every block of a GPT whose plan had counted them gone.
 void PlanFollower::release_unclaimed() {
+  // Only once the cursor has left the position (it stands on the step after the last run).
+  const std::vector<PlanStep>& plan = step_.hints().schedule;
+  if (cursor_ < plan.size() && plan[cursor_].site.position == plan[cursor_ - 1].site.position)
+    return;
   std::vector<Id> fresh;
   fresh.swap(fresh_);
   for (Id s : fresh) {
@@ -149,15 +152,21 @@ void PlanFollower::release_unclaimed() {
     h->plan_spec = false;
     const std::uint32_t pending = h->pending_reads;
     sync(s);
-    StorageRec& r = rt_.storages[s];
-    if (!r.resident) continue;
-    if (r.handles == 0 && pending == 0) {
-      rt_.release_if_dead(s);
-    } else if (pending == 0 && rt_.evictable(r)) {
-      rt_.evict(s);
-      ++rt_.stats.hint_evictions;
-    }
+    if (rt_.storages[s].resident) let_go(s, pending, /*evict_held=*/pending == 0);
   }
+}
+
+// A storage the plan no longer holds: freed outright when no handle holds it and no deferred
+// op waits for it, else evicted (it stays recomputable) where `evict_held`.
+void PlanFollower::let_go(Id s, std::uint32_t pending, bool evict_held) {
+  StorageRec& r = rt_.storages[s];
+  if (r.handles == 0 && pending == 0) {
+    rt_.release_if_dead(s);
+    return;
+  }
+  if (!evict_held || !rt_.evictable(r)) return;
+  rt_.evict(s);
+  ++rt_.stats.hint_evictions;
 }
 
 // The plan no longer says what happens next: its holds end, and dead storages go.
@@ -192,14 +201,7 @@ void PlanFollower::free_planned(const StepSite& site, bool evict_held) {
   }
   const std::uint32_t pending = h != nullptr ? h->pending_reads : 0;
   sync(s);
-  StorageRec& r = rt_.storages[s];
-  if (r.handles == 0 && pending == 0) {
-    rt_.release_if_dead(s);
-    return;
-  }
-  if (!evict_held || !rt_.evictable(r)) return;
-  rt_.evict(s);
-  ++rt_.stats.hint_evictions;
+  let_go(s, pending, evict_held);
 }
 
 // The plan's steps left, for ops the program has called (positions before `end`).
@@ -208,8 +210,7 @@ void PlanFollower::run_remaining_plan(int end) {
   while (cursor_ < plan.size()) {
     const PlanStep& step = plan[cursor_++];
     if (step.site.position < end) run_plan_step(step);
-    if (cursor_ == plan.size() || plan[cursor_].site.position != step.site.position)
-      release_unclaimed();
+    release_unclaimed();
   }
   stop_following();
 }

@@ -251,8 +251,9 @@ void Runtime::begin_step(StepOptions options) {
     caching->end_placement();
     if (options.trace_allocations) caching->start_trace();
     const bool placed = options.placement != nullptr && caching->begin_placement(options.placement);
-    if (!placed && options.hints != nullptr && !options.hints->schedule.empty())
-      caching->release_cached();
+    const bool follows_plan = impl_->policy->uses_hints() && options.hints != nullptr &&
+                              !options.hints->schedule.empty();  // as Step decides
+    if (!placed && follows_plan) caching->release_cached();
   }
   impl_->step_rng_start = impl_->rng_counter();
   impl_->step_unfinished = true;
