@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "remat/graph_transforms.h"
+#include "remat/hints.h"
 #include "remat/runtime.h"
 #include "tests/test_ops.h"
 
@@ -130,6 +132,47 @@ TEST(PlanFollowerTest, AnOutputNoPlanStepClaimsGoesAfterItsPosition) {
     EXPECT_EQ(read(rt, out[1]), square);
     EXPECT_EQ(rt.stats().hint_mismatches, 0u);
   }
+}
+
+// Note [Reads by updates] in runtime/ir/hints.cc: a step makes a "gradient" g from x, updates
+// the constant w with it, and lets go of g before end_step(), as a loop whose tensors are
+// locals of its step function does. Followed, the schedule the step realized keeps g resident
+// until the update reads it: nothing is recomputed, and w gets the bits an unplanned step
+// gives it.
+TEST(PlanFollowerTest, WhatAnUpdateReadsStaysUntilTheUpdate) {
+  Runtime rt(testing::logical(SIZE_MAX, "hinted"));
+  const std::vector<float> init = testing::iota(64);
+  Tensor w = rt.constant(vec(64), init.data());
+  Tensor x = rt.constant(vec(64), init.data());
+  auto step = [&](StepOptions so) {
+    rt.begin_step(std::move(so));
+    {
+      Tensor a = rt.call1(testing::affine(2.0f, 1.0f), {x});
+      Tensor g = rt.call1(testing::affine(0.5f, 0.0f), {a});
+      a.reset();
+      rt.update(testing::add_into_first(), {w, g}, {0});
+    }
+    return rt.end_step();
+  };
+  StepOptions record;
+  record.record = true;
+  const RecordedStep recorded = step(record);
+  const std::vector<StepSite> sites = recorded_sites(recorded.graph);
+  absl::StatusOr<Schedule> realized = realized_schedule(recorded.graph, sites, recorded.executed);
+  ASSERT_TRUE(realized.ok()) << realized.status();
+  StepOptions follow;
+  follow.hints = std::make_shared<StepHints>(
+      hints_from_schedule(recorded.graph, *realized, sites, "realized"));
+  ASSERT_FALSE(follow.hints->schedule.empty());
+  for (const PlanStep& ps : follow.hints->schedule)
+    for (const StepSite& freed : ps.free_after)
+      EXPECT_FALSE(freed == (StepSite{1, 0})) << "g is evicted before the update reads it";
+  const std::size_t recomputations = rt.stats().recomputations;
+  step(follow);
+  EXPECT_EQ(rt.stats().recomputations, recomputations);
+  std::vector<float> expected(64);
+  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = 3 * init[i] + 1;
+  EXPECT_EQ(read(rt, w), expected);
 }
 
 // Runtime::abort_step: a step abandoned after an error and run again draws the same random
