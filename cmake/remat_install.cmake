@@ -2,7 +2,7 @@
 # exported targets, so that a project outside this tree can
 #
 #   find_package(remat 0.1 CONFIG REQUIRED)
-#   target_link_libraries(my_loop PRIVATE remat::remat remat::ops remat::planner)
+#   target_link_libraries(my_loop PRIVATE remat::driver remat::ops)
 #
 # with C++20 and every include directory carried by the targets. `cpack -G DEB` packages the
 # same install tree for Debian (tests/consumer builds against an installed copy in CI).
@@ -22,7 +22,8 @@ set(remat_exported
   remat_runtime remat
   remat_kernels_cpu kernels_cpu
   remat_ops ops
-  remat_planner planner)
+  remat_planner planner
+  remat_driver driver)
 if(TARGET remat_kernels_cuda)
   list(APPEND remat_exported remat_kernels_cuda kernels_cuda)
 endif()

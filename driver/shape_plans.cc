@@ -1,4 +1,4 @@
-#include "examples/common/shape_plans.h"
+#include "driver/shape_plans.h"
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
@@ -10,7 +10,7 @@
 
 #include "remat/step_planner.h"
 
-namespace remat::examples {
+namespace remat::detail {
 
 StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
                             const std::vector<std::string>& planners, double time_limit,
@@ -51,10 +51,12 @@ void ShapePlans::choose_plan(Shape& s) {
   }
   std::optional<StepCost> dtr;
   if (!s.dtr_failed) dtr = options_.screen(nullptr, false);
-  s.screened.push_back({{"plan", "dtr"},
-                        {"simulated_overhead", dtr            ? nlohmann::json(dtr->overhead())
-                                               : s.dtr_failed ? "out of memory (real step)"
-                                                              : "failed"}});
+  ScreenedPlan dtr_row{.plan = "dtr"};
+  if (dtr)
+    dtr_row.simulated_overhead = dtr->overhead();
+  else
+    dtr_row.failure = s.dtr_failed ? "out of memory (real step)" : "failed";
+  s.screened.push_back(std::move(dtr_row));
   std::optional<StepPlan> best;
   double best_recompute = dtr ? dtr->recompute : INFINITY;
   // Plans and screens the plan at `fraction`; returns its arena's excess over the room the
@@ -62,19 +64,22 @@ void ShapePlans::choose_plan(Shape& s) {
   auto candidate = [&](double fraction) -> std::optional<double> {
     StepPlan plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
                                        options_.time_limit, fraction, !s.dtr_failed);
-    nlohmann::json j = {{"fraction", fraction}, {"plan", plan.source}};
+    ScreenedPlan row{.plan = plan.source, .fraction = fraction};
     if (plan.empty()) {
-      s.screened.push_back(std::move(j));
+      s.screened.push_back(std::move(row));
       return std::nullopt;
     }
     const std::optional<StepCost> cost = options_.screen(&plan, !s.dtr_failed);
-    j["simulated_overhead"] = cost ? nlohmann::json(cost->overhead()) : "out of memory or thrash";
+    if (cost)
+      row.simulated_overhead = cost->overhead();
+    else
+      row.failure = "out of memory or thrash";
     std::optional<double> excess;
     if (plan.placement && plan.arena) {
-      j["arena_bytes"] = plan.arena->arena_bytes;
+      row.arena_bytes = plan.arena->arena_bytes;
       excess = static_cast<double>(plan.arena->arena_bytes) - static_cast<double>(plan.arena->room);
     }
-    s.screened.push_back(std::move(j));
+    s.screened.push_back(std::move(row));
     if (cost && cost->recompute < best_recompute) {
       best_recompute = cost->recompute;
       best = std::move(plan);
@@ -229,6 +234,11 @@ StepOptions ShapePlans::plan_after_oom(const PlanCache::Key& key, RecordedStep r
   return planned_step(s);
 }
 
+bool ShapePlans::in_trial(const PlanCache::Key& key) const {
+  auto it = shapes_.find(key);
+  return it != shapes_.end() && it->second.state == State::kTrial;
+}
+
 void ShapePlans::plan_recording(const PlanCache::Key& key, Shape& s) {
   choose_plan(s);
   s.recording.reset();
@@ -244,42 +254,40 @@ StepOptions ShapePlans::planned_step(const Shape& s) {
   return opt;
 }
 
-nlohmann::json ShapePlans::report() const {
-  nlohmann::json list = nlohmann::json::array();
+ShapeDecision ShapePlans::decision(State state) {
+  switch (state) {
+    case State::kUnplanned:
+      return ShapeDecision::kNotPlannedYet;
+    case State::kTrial:
+      return ShapeDecision::kTrial;
+    case State::kPlanned:
+      return ShapeDecision::kPlan;
+    case State::kDynamic:
+      return ShapeDecision::kDtr;
+  }
+  return ShapeDecision::kDtr;
+}
+
+std::vector<ShapeReport> ShapePlans::report() const {
+  std::vector<ShapeReport> list;
   for (const auto& [key, s] : shapes_) {
-    nlohmann::json j;
-    j["shape"] = key;
-    j["steps"] = s.steps;
-    switch (s.state) {
-      case State::kUnplanned:
-        j["decision"] = "dtr (not planned yet)";
-        break;
-      case State::kTrial:
-        j["decision"] = "trial";
-        break;
-      case State::kPlanned:
-        j["decision"] = "plan";
-        break;
-      case State::kDynamic:
-        j["decision"] = "dtr";
-        break;
-    }
-    if (!s.why.empty()) j["why"] = s.why;
+    ShapeReport r{.shape = key, .steps = s.steps, .decision = decision(s.state), .why = s.why};
     if (s.plan.hints) {
-      j["plan"] = s.plan.source;
-      j["plan_seconds"] = s.plan.seconds;
+      r.planned = true;
+      r.plan = s.plan.source;
+      r.plan_seconds = s.plan.seconds;
       if (s.plan.placement) {
-        if (s.plan.arena) j["arena_bytes"] = s.plan.arena->arena_bytes;
-        j["placed_peak_live_bytes"] = s.plan.placement->peak_live_bytes;
+        if (s.plan.arena) r.arena_bytes = s.plan.arena->arena_bytes;
+        r.placed_peak_live_bytes = s.plan.placement->peak_live_bytes;
       }
-      if (!s.dtr_failed) j["dtr_step_overhead"] = s.dtr.overhead();
-      if (s.trial.base > 0) j["plan_step_overhead"] = s.trial.overhead();  // a trial ran
-      j["reused_steps"] = s.reused;
+      if (!s.dtr_failed) r.dtr_step_overhead = s.dtr.overhead();
+      if (s.trial.base > 0) r.plan_step_overhead = s.trial.overhead();  // a trial ran
+      r.reused_steps = s.reused;
     }
-    if (!s.screened.empty()) j["screened"] = s.screened;
-    list.push_back(std::move(j));
+    r.screened = s.screened;
+    list.push_back(std::move(r));
   }
   return list;
 }
 
-}  // namespace remat::examples
+}  // namespace remat::detail

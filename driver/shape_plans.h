@@ -1,5 +1,6 @@
-// The trainer's policy `auto`: dynamic eviction for shapes seen once, a static plan for
-// shapes that repeat, kept only where it recomputes no more than the dynamic run did.
+// The step driver's policy `auto` (remat/step_driver.h): dynamic eviction for shapes seen
+// once, a static plan for shapes that repeat, kept only where it recomputes no more than the
+// dynamic run did.
 //
 //   ShapePlans plans({.budget = budget, .planners = {"rockmate", "mincut"}, .screen = sim});
 //   for (int step = 0; ...; ++step) {
@@ -7,7 +8,7 @@
 //     rt.begin_step(opt);  ...;  RecordedStep r = rt.end_step();
 //     plans.after(key, std::move(r), stats_delta);  // records, plans, or judges a trial
 //   }
-//   nlohmann::json report = plans.report();          // per shape: plan, seconds, reuse
+//   std::vector<ShapeReport> report = plans.report();  // per shape: plan, seconds, reuse
 //
 // Note [Planning repeated shapes]
 // A shape's first step runs under DTR; its second too, recorded (a first step is unlike
@@ -36,15 +37,14 @@
 // the simulated DTR step goes to the real trial; where none does, DTR stays. A plan that
 // runs out of memory in its screening never reaches a real step. On a 6-layer GPT at 238
 // MB, DTR recomputes 1.10 of each step's cost; the chosen plan, placed, 0.19 in every step.
-#ifndef REMAT_EXAMPLES_COMMON_SHAPE_PLANS_H_
-#define REMAT_EXAMPLES_COMMON_SHAPE_PLANS_H_
+#ifndef REMAT_DRIVER_SHAPE_PLANS_H_
+#define REMAT_DRIVER_SHAPE_PLANS_H_
 
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,8 +53,9 @@
 #include "remat/placement.h"
 #include "remat/plan_cache.h"
 #include "remat/runtime.h"
+#include "remat/step_driver.h"
 
-namespace remat::examples {
+namespace remat::detail {
 
 // The hints a recorded step's plan gives the runtime, with what was chosen and why.
 struct StepPlan {
@@ -116,14 +117,17 @@ class ShapePlans {
   // be run again: its options, or no hints where no plan survived its screening.
   StepOptions plan_after_oom(const PlanCache::Key& key, RecordedStep recording);
 
+  // Whether the shape's steps are on a plan's trial (before() gave them its hints).
+  bool in_trial(const PlanCache::Key& key) const;
   std::size_t plans_made() const { return plans_made_; }
   std::size_t planned_steps() const { return planned_steps_; }  // trials and kept plans
   // One entry per shape seen: its state, the plan, its planning seconds, the costs compared
   // and how many steps reused the plan.
-  nlohmann::json report() const;
+  std::vector<ShapeReport> report() const;
 
  private:
   enum class State { kUnplanned, kTrial, kPlanned, kDynamic };
+  static ShapeDecision decision(State state);
   struct Shape {
     State state = State::kUnplanned;
     int steps = 0;
@@ -134,7 +138,7 @@ class ShapePlans {
     StepPlan plan;
     int reused = 0;  // steps on the kept plan after its trial
     std::string why;
-    nlohmann::json screened = nlohmann::json::array();  // Note [Screening plans]
+    std::vector<ScreenedPlan> screened;  // Note [Screening plans]
   };
   // Plans the recorded shape `s` and screens the candidates: s.plan is the winner, or empty.
   void choose_plan(Shape& s);
@@ -148,6 +152,6 @@ class ShapePlans {
   std::size_t plans_made_ = 0, planned_steps_ = 0;
 };
 
-}  // namespace remat::examples
+}  // namespace remat::detail
 
-#endif  // REMAT_EXAMPLES_COMMON_SHAPE_PLANS_H_
+#endif  // REMAT_DRIVER_SHAPE_PLANS_H_

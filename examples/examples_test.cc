@@ -15,12 +15,18 @@
 #include "examples/resnet_model.h"
 #include "examples/treelstm_model.h"
 #include "remat/cuda_api.h"
+#include "tools/report/report_json.h"
 
 namespace remat::examples {
 namespace {
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A shape's report as the trainers print it, for failure messages.
+std::string describe(const ShapeReport& shape) {
+  return report::shape_reports_json({shape}).dump();
 }
 
 struct Case {
@@ -77,13 +83,14 @@ TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
   std::unique_ptr<Model> model = c.make();
   TrainConfig config;
   config.steps = c.steps;
-  config.seed = 7;
-  config.measure_costs = false;  // declared costs: the same eviction choices on every run
+  config.driver.runtime.seed = 7;
+  config.driver.runtime.measure_costs =
+      false;  // declared costs: the same eviction choices on every run
   const TrainResult base = train(*model, config);
   ASSERT_EQ(base.status, "ok") << base.error;
   ASSERT_EQ(base.losses.size(), static_cast<std::size_t>(c.steps));
   // Budgets so tight that a run would recompute for long are cut off as thrashing.
-  config.clock_limit = 3 * base.stats.base_cost;
+  config.driver.runtime.clock_limit = 3 * base.stats.base_cost;
   EXPECT_LT(base.losses.back(), base.losses.front() * 1.5f) << "training diverged";
 
   int evicting_runs = 0;
@@ -93,8 +100,8 @@ TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
     // peak includes whole cached segments, which at these sizes is mostly slack).
     for (int tenth = 10; tenth >= 1; --tenth) {
       TrainConfig run = config;
-      run.policy = policy;
-      run.budget =
+      run.driver.policy = policy;
+      run.driver.runtime.budget =
           static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
       const TrainResult r = train(*model, run);
       if (r.status != "ok") {
@@ -102,7 +109,7 @@ TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
         continue;
       }
       SCOPED_TRACE(c.name + " " + policy + " at " + std::to_string(tenth / 10.0));
-      EXPECT_LE(r.peak_reserved, run.budget) << "the budget is a hard cap";
+      EXPECT_LE(r.peak_reserved, run.driver.runtime.budget) << "the budget is a hard cap";
       EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
       ASSERT_EQ(r.final_state.size(), base.final_state.size());
       for (std::size_t i = 0; i < r.final_state.size(); ++i)
@@ -129,23 +136,23 @@ TEST(ExampleTest, CudaBudgetsMatchTheUnconstrainedCudaRunBitwise) {
     std::unique_ptr<Model> model = c.make();
     TrainConfig config;
     config.steps = c.steps;
-    config.seed = 7;
-    config.backend = Backend::kCuda;
+    config.driver.runtime.seed = 7;
+    config.driver.runtime.backend = Backend::kCuda;
     const TrainResult base = train(*model, config);
     ASSERT_EQ(base.status, "ok") << base.error;
     TrainConfig cpu_config = config;
-    cpu_config.backend = Backend::kCpu;
+    cpu_config.driver.runtime.backend = Backend::kCpu;
     const TrainResult cpu = train(*model, cpu_config);
     ASSERT_EQ(cpu.status, "ok") << cpu.error;
     EXPECT_NEAR(base.losses[0], cpu.losses[0], 1e-3 * std::abs(cpu.losses[0]));
     int evicting = 0;
     for (int tenth = 10; tenth >= 3; --tenth) {
       TrainConfig run = config;
-      run.budget =
+      run.driver.runtime.budget =
           static_cast<std::size_t>(tenth / 10.0 * static_cast<double>(base.peak_allocated));
       const TrainResult r = train(*model, run);
       if (r.status != "ok") continue;
-      EXPECT_LE(r.peak_reserved, run.budget);
+      EXPECT_LE(r.peak_reserved, run.driver.runtime.budget);
       EXPECT_TRUE(bitwise_equal(r.losses, base.losses)) << tenth;
       for (std::size_t i = 0; i < r.final_state.size(); ++i)
         EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << tenth << " " << i;
@@ -181,36 +188,38 @@ TEST(ExampleTest, GptPlansMadeAtOneLengthAreReusedAtOthersBitwise) {
                            .dropout = 0.1f});
   TrainConfig config;
   config.steps = 5;
-  config.seed = 11;
-  config.measure_costs = false;
+  config.driver.runtime.seed = 11;
+  config.driver.runtime.measure_costs = false;
   const TrainResult base = train(model, config);
   ASSERT_EQ(base.status, "ok") << base.error;
   std::set<std::int64_t> lengths;
-  for (int s = 0; s < config.steps; ++s) lengths.insert(model.seq_len(s, config.seed));
+  for (int s = 0; s < config.steps; ++s)
+    lengths.insert(model.seq_len(s, config.driver.runtime.seed));
   ASSERT_GT(lengths.size(), 2u);
   int checked = 0;
   for (double fraction : {0.9, 0.8, 0.7}) {
     TrainConfig run = config;
-    run.policy = "hinted";
-    run.budget = static_cast<std::size_t>(fraction * static_cast<double>(base.peak_allocated));
-    run.clock_limit = 3 * base.stats.base_cost;
+    run.driver.policy = "hinted";
+    run.driver.runtime.budget =
+        static_cast<std::size_t>(fraction * static_cast<double>(base.peak_allocated));
+    run.driver.runtime.clock_limit = 3 * base.stats.base_cost;
     const TrainResult r = train(model, run);
     if (r.status != "ok") continue;
     // A step is planned where no plan made at a length no larger exists (Note [Reusing
     // plans across shapes]); every other step runs on one.
-    EXPECT_GE(r.plans_made, 1u);
-    EXPECT_LT(r.plans_made, lengths.size());
-    EXPECT_EQ(r.exact_plan_steps + r.reused_plan_steps + r.plans_made,
+    EXPECT_GE(r.totals.plans_made, 1u);
+    EXPECT_LT(r.totals.plans_made, lengths.size());
+    EXPECT_EQ(r.totals.exact_plan_steps + r.totals.reused_plan_steps + r.totals.plans_made,
               static_cast<std::size_t>(config.steps));
-    EXPECT_GT(r.reused_plan_steps, 0u);
+    EXPECT_GT(r.totals.reused_plan_steps, 0u);
     EXPECT_EQ(r.stats.hint_mismatches, 0u) << "every step makes the same calls";
-    EXPECT_LE(r.peak_reserved, run.budget);
+    EXPECT_LE(r.peak_reserved, run.driver.runtime.budget);
     for (int s = 0; s < config.steps; ++s)
       EXPECT_EQ(std::memcmp(&r.losses[s], &base.losses[s], sizeof(float)), 0) << "step " << s;
     ASSERT_EQ(r.final_state.size(), base.final_state.size());
     for (std::size_t i = 0; i < r.final_state.size(); ++i)
       EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
-    if (r.stats.hint_evictions > 0 && !r.plan_source.empty()) ++checked;
+    if (r.stats.hint_evictions > 0 && !r.totals.first_plan_source.empty()) ++checked;
   }
   EXPECT_GT(checked, 0) << "no budget ran on hints that evicted";
 }
@@ -232,65 +241,65 @@ TEST(ExampleTest, AutoPlansRepeatedShapesAndKeepsAPlanOnlyWhereItRecomputesLess)
                              .dropout = 0.1f});
     TrainConfig config;
     config.steps = fixed ? 6 : 8;
-    config.seed = 5;
+    config.driver.runtime.seed = 5;
     const TrainResult base = train(model, config);
     ASSERT_EQ(base.status, "ok") << base.error;
     std::map<std::int64_t, int> length_steps;
-    for (int s = 0; s < config.steps; ++s) ++length_steps[model.seq_len(s, config.seed)];
+    for (int s = 0; s < config.steps; ++s)
+      ++length_steps[model.seq_len(s, config.driver.runtime.seed)];
     for (double fraction : {0.8, 0.6}) {
       SCOPED_TRACE((fixed ? "fixed length at " : "varying lengths at ") + std::to_string(fraction));
       TrainConfig run = config;
-      run.policy = "auto";
-      run.planners = {"chen", "mincut", "rockmate"};
-      run.plan_time_limit = 1;
-      run.budget = static_cast<std::size_t>(fraction * static_cast<double>(base.peak_allocated));
-      run.clock_limit = 3 * base.stats.base_cost;
+      run.driver.policy = "auto";
+      run.driver.planners = {"chen", "mincut", "rockmate"};
+      run.driver.plan_time_limit = 1;
+      run.driver.runtime.budget =
+          static_cast<std::size_t>(fraction * static_cast<double>(base.peak_allocated));
+      run.driver.runtime.clock_limit = 3 * base.stats.base_cost;
       const TrainResult r = train(model, run);
       ASSERT_EQ(r.status, "ok") << r.error;
-      EXPECT_LE(r.peak_reserved, run.budget);
+      EXPECT_LE(r.peak_reserved, run.driver.runtime.budget);
       EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
       ASSERT_EQ(r.final_state.size(), base.final_state.size());
       for (std::size_t i = 0; i < r.final_state.size(); ++i)
         EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
       ASSERT_EQ(r.shape_plans.size(), length_steps.size());
       std::size_t planned = 0, planned_steps = 0;
-      for (const nlohmann::json& shape : r.shape_plans) {
-        const int steps = shape["steps"];
-        EXPECT_EQ(steps, length_steps[shape["shape"][1].get<std::int64_t>()]) << shape.dump();
-        EXPECT_EQ(shape.contains("plan"), steps >= 3) << shape.dump();
-        if (!shape.contains("plan_step_overhead")) continue;
+      for (const ShapeReport& shape : r.shape_plans) {
+        const std::string dump = describe(shape);
+        EXPECT_EQ(shape.steps, length_steps[shape.shape[1]]) << dump;
+        EXPECT_EQ(shape.planned, shape.steps >= 3) << dump;
+        if (!shape.plan_step_overhead) continue;
         ++planned;
-        const double plan = shape["plan_step_overhead"], dtr = shape["dtr_step_overhead"];
+        const double plan = *shape.plan_step_overhead, dtr = *shape.dtr_step_overhead;
         // Note [Screening plans]: the simulated backend priced the tried plan at its dearest
         // screened step, which the trial does not pass, and, at a fixed length (the same steps
         // before it), DTR's step nearly as it ran (the real step reads its loss back, the
         // simulated one has no values to read).
-        const nlohmann::json& screened = shape["screened"];
-        ASSERT_GE(screened.size(), 2u) << shape.dump();
+        ASSERT_GE(shape.screened.size(), 2u) << dump;
         bool found = false;
-        for (const nlohmann::json& c : screened)
-          found |= c["plan"] == shape["plan"] && c["simulated_overhead"].is_number() &&
-                   plan <= c["simulated_overhead"].get<double>() + 1e-12;
-        EXPECT_TRUE(found) << "the tried plan's screening does not match its trial: "
-                           << shape.dump();
+        for (const ScreenedPlan& c : shape.screened)
+          found |=
+              c.plan == shape.plan && c.simulated_overhead && plan <= *c.simulated_overhead + 1e-12;
+        EXPECT_TRUE(found) << "the tried plan's screening does not match its trial: " << dump;
         if (fixed) {
-          EXPECT_NEAR(screened[0]["simulated_overhead"].get<double>(), dtr, 0.02 * dtr)
-              << shape.dump();
+          ASSERT_TRUE(shape.screened[0].simulated_overhead) << dump;
+          EXPECT_NEAR(*shape.screened[0].simulated_overhead, dtr, 0.02 * dtr) << dump;
         }
-        if (shape["decision"] == "plan") {
-          EXPECT_LE(plan, dtr) << shape.dump();
-          EXPECT_EQ(shape["reused_steps"], steps - 3) << shape.dump();
-          planned_steps += steps - 2;
+        if (shape.decision == ShapeDecision::kPlan) {
+          EXPECT_LE(plan, dtr) << dump;
+          EXPECT_EQ(shape.reused_steps, shape.steps - 3) << dump;
+          planned_steps += static_cast<std::size_t>(shape.steps - 2);
         } else {
-          EXPECT_EQ(shape["decision"], "dtr") << shape.dump();
-          EXPECT_GT(plan, dtr) << shape.dump();
+          EXPECT_EQ(shape.decision, ShapeDecision::kDtr) << dump;
+          EXPECT_GT(plan, dtr) << dump;
           planned_steps += 1;
         }
       }
       if (fixed) {
         EXPECT_EQ(planned, 1u);
       }
-      EXPECT_EQ(r.planned_steps, planned_steps);
+      EXPECT_EQ(r.totals.planned_steps, planned_steps);
     }
   }
 }
@@ -303,28 +312,29 @@ TEST(ExampleTest, AutoPlansAStepDtrCannotRunAndPlacesItsTensors) {
   GptModel model(GptConfig{.min_t = 256, .max_t = 256});
   TrainConfig config;
   config.steps = 3;
-  config.seed = 3;
+  config.driver.runtime.seed = 3;
   const TrainResult base = train(model, config);
   ASSERT_EQ(base.status, "ok") << base.error;
   int replanned = 0, placed = 0;
   for (double fraction : {0.28, 0.25, 0.23}) {
     SCOPED_TRACE("budget " + std::to_string(fraction) + " of the peak");
     TrainConfig run = config;
-    run.policy = "auto";
-    run.planners = {"mincut", "rockmate", "chen"};
-    run.plan_time_limit = 1;
-    run.budget = static_cast<std::size_t>(fraction * static_cast<double>(base.peak_reserved));
+    run.driver.policy = "auto";
+    run.driver.planners = {"mincut", "rockmate", "chen"};
+    run.driver.plan_time_limit = 1;
+    run.driver.runtime.budget =
+        static_cast<std::size_t>(fraction * static_cast<double>(base.peak_reserved));
     const TrainResult r = train(model, run);
     ASSERT_EQ(r.status, "ok") << r.error;
-    EXPECT_LE(r.peak_reserved, run.budget);
+    EXPECT_LE(r.peak_reserved, run.driver.runtime.budget);
     EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
     for (std::size_t i = 0; i < r.final_state.size(); ++i)
       EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
     ASSERT_EQ(r.shape_plans.size(), 1u);
-    const nlohmann::json& shape = r.shape_plans[0];
-    if (shape.value("why", "").starts_with("DTR ran out of memory")) {
+    const ShapeReport& shape = r.shape_plans[0];
+    if (shape.why.starts_with("DTR ran out of memory")) {
       ++replanned;
-      EXPECT_EQ(r.planned_steps, static_cast<std::size_t>(config.steps)) << shape.dump();
+      EXPECT_EQ(r.totals.planned_steps, static_cast<std::size_t>(config.steps)) << describe(shape);
     }
     if (r.stats.memory.placed_allocations > 0) ++placed;
   }
@@ -350,7 +360,7 @@ TEST(ExampleTest, CompactionFitsWhatFragmentationAloneWouldNot) {
   ASSERT_EQ(with.run.final_state.size(), with.baseline.final_state.size());
   for (std::size_t i = 0; i < with.run.final_state.size(); ++i)
     EXPECT_TRUE(bitwise_equal(with.run.final_state[i], with.baseline.final_state[i])) << i;
-  config.compaction = false;
+  config.driver.runtime.compaction = false;
   const Comparison without = train_with_baseline(model, config);
   EXPECT_EQ(without.run.status, "oom");
   EXPECT_EQ(without.run.stats.compactions, 0u);
@@ -360,7 +370,7 @@ TEST(ExampleTest, InfeasibleBudgetIsReportedAsOutOfMemory) {
   MlpModel model(MlpConfig{.batch = 32, .in = 8, .hidden = 16, .layers = 2, .classes = 3});
   TrainConfig config;
   config.steps = 1;
-  config.budget = 4096;
+  config.driver.runtime.budget = 4096;
   const TrainResult r = train(model, config);
   EXPECT_EQ(r.status, "oom");
   EXPECT_NE(r.error.find("budget"), std::string::npos) << r.error;
@@ -371,10 +381,10 @@ TEST(ExampleTest, SimulatedBackendAccountsMemoryWithoutRunningKernels) {
       .layers = 2, .channels = 64, .heads = 2, .vocab = 128, .batch = 2, .min_t = 32, .max_t = 32});
   TrainConfig config;
   config.steps = 1;
-  config.backend = Backend::kSimulated;
+  config.driver.runtime.backend = Backend::kSimulated;
   const TrainResult sim = train(model, config);
   ASSERT_EQ(sim.status, "ok") << sim.error;
-  config.backend = Backend::kCpu;
+  config.driver.runtime.backend = Backend::kCpu;
   const TrainResult cpu = train(model, config);
   ASSERT_EQ(cpu.status, "ok") << cpu.error;
   EXPECT_EQ(sim.forward_activation_bytes, cpu.forward_activation_bytes);

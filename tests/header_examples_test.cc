@@ -5,8 +5,10 @@
 // ../shared (REMAT_SHARED_DIR); a test that needs a shared file skips where it is absent.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/autograd.h"
+#include "kernels/ops.h"
+#include "remat/byte_size.h"
 #include "remat/caching_allocator.h"
 #include "remat/cuda_api.h"
 #include "remat/dtr_trace.h"
@@ -32,6 +37,7 @@
 #include "remat/schedule.h"
 #include "remat/segment_source.h"
 #include "remat/static_replay.h"
+#include "remat/step_driver.h"
 #include "remat/step_planner.h"
 #include "remat/tensor.h"
 #include "remat/timeline.h"
@@ -457,6 +463,81 @@ TEST(HeaderExamples, Runtime) {
             << "h" << k << "[" << r << "][" << c << "]";
   }
   EXPECT_GT(rt.stats().recomputations, 0u);
+}
+
+TEST(HeaderExamples, ByteSize) {
+  absl::StatusOr<std::uint64_t> b = remat::parse_byte_size("1.5GiB");  // 1610612736
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*b, 1610612736u);
+  std::string s = remat::format_byte_size(*b);  // "1.50 GiB"
+  EXPECT_EQ(s, "1.50 GiB");
+  EXPECT_FALSE(remat::parse_byte_size("1.5 parsecs").ok());
+}
+
+// The loop of step_driver.h's example: a linear classifier over 64 inputs whose batch
+// alternates between 256 and 192 rows.
+class Loop : public remat::TrainingProgram {
+ public:
+  struct Weights : State {
+    remat::Tensor w, m, v;
+    float loss = 0;
+  };
+  std::unique_ptr<State> make_state(remat::Runtime& rt) override {
+    const bool runs = rt.options().backend != remat::Backend::kSimulated;
+    const std::vector<float> init(4 * 64, 0.01f), none(4 * 64, 0.0f);
+    const float* w0 = runs ? init.data() : nullptr;
+    const float* zeros = runs ? none.data() : nullptr;
+    auto s = std::make_unique<Weights>();
+    s->w = rt.constant({{4, 64}}, w0);  // data: null on the simulated backend
+    s->m = rt.constant({{4, 64}}, zeros);
+    s->v = rt.constant({{4, 64}}, zeros);
+    return s;
+  }
+  void run_step(remat::Runtime& rt, State& state, int step) override {
+    auto& s = static_cast<Weights&>(state);
+    remat::ad::Tape tape(rt);
+    remat::ad::Var w = tape.leaf(s.w);
+    const std::vector<float> xs = remat::testing::iota(batch(step) * 64, 0.001f * step);
+    const float* inputs = rt.options().backend != remat::Backend::kSimulated ? xs.data() : nullptr;
+    remat::ad::Var x = tape.input(rt.constant({{batch(step), 64}}, inputs));
+    remat::ad::Var loss = my_loss(tape, x, w, step);
+    rt.mark_backward();
+    tape.backward(loss);
+    remat::read_back(rt, loss.value, &s.loss);  // read(); materialize() when simulated
+    remat::ops::adamw(rt, s.w, s.m, s.v, tape.grad(w), {}, step + 1);
+  }  // the step's tensors go here
+  remat::PlanCache::Key shape_key(int step) const override { return {batch(step)}; }
+  static std::int64_t batch(int step) { return step % 2 == 0 ? 256 : 192; }
+
+ private:
+  static remat::ad::Var my_loss(remat::ad::Tape& tape, const remat::ad::Var& x,
+                                const remat::ad::Var& w, int step) {
+    remat::Runtime& rt = tape.rt();
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(batch(step)));
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 4);
+    const bool runs = rt.options().backend != remat::Backend::kSimulated;
+    remat::Tensor y =
+        rt.constant({{batch(step)}, remat::DType::kI32}, runs ? labels.data() : nullptr);
+    return remat::ad::cross_entropy_mean(tape, remat::ad::linear(tape, x, w, remat::ad::Var{}), y);
+  }
+};
+
+TEST(HeaderExamples, StepDriver) {
+  Loop loop;
+  remat::StepDriverOptions options;
+  options.runtime.budget = std::size_t{256} << 20;  // policy "auto" by default
+  options.plan_time_limit = 1;
+  remat::StepDriver driver(loop, options);
+  for (int step = 0; step < 6; ++step) {
+    const remat::StepReport& r = driver.run(step);  // r.kind, r.overhead(), ...
+    EXPECT_EQ(r.step, step);
+    EXPECT_EQ(r.overhead(), 0.0) << "nothing to recompute under 256 MiB";
+  }
+  std::puts(driver.runtime().stats().summary().c_str());
+  const std::vector<remat::ShapeReport> shapes = driver.shapes();
+  ASSERT_EQ(shapes.size(), 2u);
+  for (const remat::ShapeReport& s : shapes) EXPECT_EQ(s.steps, 3);  // plan, decision, seconds
+  EXPECT_TRUE(std::isfinite(static_cast<Loop::Weights&>(driver.state()).loss));
 }
 
 TEST(HeaderExamples, Schedule) {

@@ -1,5 +1,6 @@
-// The training loop the examples share: parameters pinned in the runtime, a gradient tape
-// per step, AdamW in place, and the statistics and flags every example reports.
+// The training loop the examples share: a Model as a remat::TrainingProgram (parameters and
+// AdamW state pinned in the runtime, a gradient tape per step, AdamW in place) run by the
+// library's StepDriver, and the statistics and flags every example reports.
 //
 //   class MyModel : public remat::examples::Model { ... };
 //   int main(int argc, char** argv) { return remat::examples::run_main(argc, argv, my_model); }
@@ -20,13 +21,11 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include "kernels/autograd.h"
 #include "kernels/ops.h"
-#include "remat/hints.h"
 #include "remat/plan_cache.h"
 #include "remat/runtime.h"
-#include "remat/step_planner.h"
+#include "remat/step_driver.h"
 #include "tools/cli/flags.h"
 
 namespace remat::examples {
@@ -61,39 +60,24 @@ class Model {
   virtual PlanCache::Key shape_key(int /*step*/, std::uint64_t /*seed*/) const { return {}; }
 };
 
+// The trainer's defaults: seed 1, DTR alone, plan_step()'s planners (run_main's: the driver's).
+StepDriverOptions trainer_driver_options();
+
 struct TrainConfig {
-  Backend backend = Backend::kCpu;
-  std::size_t budget = SIZE_MAX;
+  // The runtime's options (backend, budget, seed, costs, CUDA, allocator, compaction) and
+  // the policy's (auto, hinted or an eviction policy alone; planners, placement, plan cache).
+  StepDriverOptions driver = trainer_driver_options();
   double budget_fraction = 0;  // > 0: the budget is this fraction of a first unconstrained run
-  std::string policy = "dtr";
   int steps = 10;
-  std::uint64_t seed = 1;
   ops::AdamW adamw = {.lr = 1e-3f, .weight_decay = 0.0f};
   bool progress = false;  // a progress line on stderr
-  // Op costs from timing first runs (--costs measured) rather than each op's declared work
-  // priced by the roofline (the default): measured costs make eviction order, and whether a
-  // tight budget fits, vary from run to run.
-  bool measure_costs = false;
-  double clock_limit = INFINITY;  // runtime clock (summed op costs) past which a run thrashes
-  int record_step = -1;           // >= 0: record that step (TrainResult::recorded)
-  // Policy `hinted`: the first step of a shape with no usable plan in the cache is recorded
-  // and planned (remat::plan_step: the cheapest of the schedule the runtime realized and the
-  // feasible plans of `planners`, fast ones by default, at 0.9 x the budget); later steps
-  // take its hints, at their own shape or, through Note [Hints by position], at others.
-  // Policy `auto` (Note [Planning repeated shapes] in shape_plans.h): DTR for a shape's first
-  // two steps, the second recorded; at its third the recording is planned with `planners`
-  // at several fractions of the budget, screened on the simulated backend, and the plan is
-  // kept where its steps recompute no more than DTR's did.
-  std::vector<std::string> planners = StepPlanOptions().planners;
-  double plan_time_limit = 5;             // seconds per planner
-  std::shared_ptr<PlanCache> plan_cache;  // null: one per run
+  int record_step = -1;   // >= 0: record that step (TrainResult::recorded)
   // Run the unconstrained baseline first (--baseline no skips it: a batch that only fits
   // under the budget cannot run unconstrained on a real device).
   bool baseline = true;
-  CudaOptions cuda;                  // --cuda-device N, --sync-after-launch
-  bool expandable_segments = false;  // --expandable-segments: one arena (Note [Expandable arena])
-  bool compaction = true;            // --compaction no: RuntimeOptions::compaction off
-  bool placement = true;             // policy auto places its plans' steps (--placement)
+  Backend backend() const { return driver.runtime.backend; }
+  std::size_t budget() const { return driver.runtime.budget; }
+  std::uint64_t seed() const { return driver.runtime.seed; }
 };
 
 struct TrainResult {
@@ -115,13 +99,8 @@ struct TrainResult {
   std::vector<double> step_seconds;      // wall time of each step that completed
   std::vector<double> step_overheads;    // each one's recomputed cost / its first runs' cost
   std::optional<RecordedStep> recorded;  // TrainConfig::record_step
-  // Policy `hinted`: plans made, steps that ran a plan made at their own shape, and steps
-  // that ran one made at another shape.
-  std::size_t plans_made = 0, exact_plan_steps = 0, reused_plan_steps = 0;
-  std::string plan_source;  // what made the first plan
-  // Policy `auto`: trials and steps on a kept plan, and ShapePlans::report().
-  std::size_t planned_steps = 0;
-  nlohmann::json shape_plans;
+  DriverTotals totals;                   // plans made, planned steps (auto, hinted)
+  std::vector<ShapeReport> shape_plans;  // policy auto: StepDriver::shapes()
 };
 
 // One training run with the budget as given (budget_fraction ignored).
@@ -134,18 +113,6 @@ struct Comparison {
 // The unconstrained run, then the budgeted one (budget = fraction x its peak reserved bytes,
 // or config.budget when no fraction is given).
 Comparison train_with_baseline(Model& model, const TrainConfig& config);
-
-// The common flags that do not map one to one onto TrainConfig.
-struct TrainFlags {
-  std::string backend = "cpu", baseline = "yes", costs = "estimated", compaction = "yes",
-              placement = "yes";
-  cli::BudgetFlags budget;
-  bool json = false;
-};
-// Declares the flags every example takes (--backend, --budget, --steps, ...).
-void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& extra);
-// Moves what add_train_flags read into `config`.
-void apply_train_flags(const TrainFlags& extra, TrainConfig& config);
 
 // The examples' main: the common flags and the model's, a baseline and a budgeted run.
 int run_main(int argc, char** argv, Model& model);

@@ -2,7 +2,7 @@
 // when shapes change (part of the IR, remat::ir; the cache of plans by shape is
 // remat/plan_cache.h).
 //
-// Usage (see examples/common/trainer.cc for the whole loop):
+// Usage (remat/step_driver.h runs the whole loop: record, plan, follow):
 //   remat::Runtime rt({.policy = "hinted"});            // other policies ignore hints
 //   remat::PlanCache cache;                              // remat/plan_cache.h
 //   remat::PlanOptions opt;                              // remat/planner.h

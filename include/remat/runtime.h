@@ -149,6 +149,9 @@ struct RuntimeStats {
   CudaStartup cuda;
   // Recomputed cost over base cost.
   double compute_overhead() const { return base_cost > 0 ? recompute_cost / base_cost : 0.0; }
+  // One line for a log: peak reserved, evictions, recomputations, the compute overhead, and
+  // compactions and out-of-memory errors where there were any.
+  std::string summary() const;
 };
 
 // What begin_step() is told about the step that follows.

@@ -3,7 +3,7 @@
 // under a budget, the schedule the runtime realized competing with them, the cheapest
 // feasible plan, and that plan as the runtime's hints (remat/hints.h).
 //
-// Usage (examples/common/trainer.cc has the whole loop):
+// Usage (remat/step_driver.h runs the whole loop: record, plan, follow):
 //   remat::RecordedStep step = rt.end_step();            // recorded with StepOptions::record
 //   remat::StepPlanOptions opt;
 //   opt.budget_bytes = 100 << 20;                        // the planners' budget

@@ -3,10 +3,12 @@
 #include "remat/runtime.h"
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 
 #include <cstring>
 #include <stdexcept>
 
+#include "remat/byte_size.h"
 #include "runtime/core/runtime_impl.h"
 
 namespace remat {
@@ -30,6 +32,23 @@ detail::Id id_of(const Tensor& t, const Runtime* rt, const char* what) {
 }  // namespace
 
 std::vector<std::string> eviction_policy_names() { return detail::policy_names(); }
+
+std::string RuntimeStats::summary() const {
+  std::string line = absl::StrFormat(
+      "peak reserved %s (allocated %s), evictions %zu, recomputations %zu, compute overhead "
+      "%.4f",
+      format_byte_size(memory.peak_reserved), format_byte_size(memory.peak_allocated), evictions,
+      recomputations, compute_overhead());
+  if (compactions > 0)
+    absl::StrAppend(&line, ", compactions ", compactions, " (", format_byte_size(compaction_bytes),
+                    ")");
+  if (memory.placed_allocations > 0)
+    absl::StrAppend(&line, ", placed allocations ", memory.placed_allocations, " (misses ",
+                    memory.placement_misses, ")");
+  if (ooms > 0) absl::StrAppend(&line, ", out-of-memory errors ", ooms);
+  if (thrashes > 0) absl::StrAppend(&line, ", thrashes ", thrashes);
+  return line;
+}
 
 Runtime::Runtime(RuntimeOptions options)
     : impl_(std::make_unique<detail::RuntimeImpl>(std::move(options))) {}

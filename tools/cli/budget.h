@@ -16,14 +16,14 @@
 #include <cstdint>
 #include <optional>
 
+#include "remat/byte_size.h"
+
 namespace remat::cli {
 
 // The largest budget a tool accepts: the planners count bytes in int64_t.
-inline constexpr std::uint64_t kMaxBudgetBytes = (std::uint64_t{1} << 62);
+inline constexpr std::uint64_t kMaxBudgetBytes = kMaxByteSize;
 
-// "1234", "1234B", "512KiB", "1.5GiB", "2GB", "300kB": SI units are powers of 1000, IEC
-// units (KiB, MiB, GiB, TiB) powers of 1024. Fractions of a byte round down. Errors for
-// anything else: negative, not a number, inf, nan, over kMaxBudgetBytes.
+// remat::parse_byte_size (remat/byte_size.h), its errors worded as a budget's.
 absl::StatusOr<std::uint64_t> parse_bytes(absl::string_view text);
 
 // A number in (0, 1]; anything else (0, negative, above 1, inf, nan, text) is an error.

@@ -46,10 +46,10 @@ absl::StatusOr<remat::Graph> load_program(const std::string& input, remat::examp
                                           remat::compare::CompareOptions& opt) {
   if (model != nullptr) {
     remat::examples::TrainConfig config;
-    config.backend = remat::Backend::kSimulated;
+    config.driver.runtime.backend = remat::Backend::kSimulated;
     config.steps = 1;
     config.record_step = 0;
-    config.measure_costs = false;
+    config.driver.runtime.measure_costs = false;
     remat::examples::TrainResult r = remat::examples::train(*model, config);
     if (r.status != "ok" || !r.recorded)
       return absl::InternalError("recording the example failed: " + r.error);

@@ -1,0 +1,246 @@
+// The step driver on a small training loop of its own (residual MLP blocks whose batch changes from
+// step to step): every policy against the unconstrained run, bit for bit, at random budgets;
+// what `auto` does per shape; the runtime usable after an out-of-memory step.
+#include "remat/step_driver.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/autograd.h"
+#include "kernels/ops.h"
+#include "remat/errors.h"
+
+namespace remat {
+namespace {
+
+// A stack of pre-norm residual MLP blocks (h + W2 gelu(W1 layernorm(h))) trained with AdamW;
+// step s draws its batch and inputs from s.
+class ResidualMlp final : public TrainingProgram {
+ public:
+  struct Weights : State {
+    std::vector<Tensor> params, m, v;
+    std::vector<float> losses;  // of the steps run in this state, where kernels ran
+  };
+  static constexpr std::int64_t kWidth = 64, kHidden = 256, kBlocks = 4, kClasses = 4;
+
+  explicit ResidualMlp(std::vector<std::int64_t> batches) : batches_(std::move(batches)) {}
+
+  std::unique_ptr<State> make_state(Runtime& rt) override {
+    const bool runs = rt.options().backend != Backend::kSimulated;
+    auto w = std::make_unique<Weights>();
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 0.1f);
+    auto add = [&](const TensorSpec& spec, float fill) {
+      std::vector<float> values(static_cast<std::size_t>(spec.numel()), fill);
+      if (std::isnan(fill))
+        for (float& x : values) x = normal(rng);
+      const std::vector<float> zero(values.size(), 0.0f);
+      w->params.push_back(rt.constant(spec, runs ? values.data() : nullptr));
+      w->m.push_back(rt.constant(spec, runs ? zero.data() : nullptr));
+      w->v.push_back(rt.constant(spec, runs ? zero.data() : nullptr));
+    };
+    for (std::int64_t b = 0; b < kBlocks; ++b) {
+      add({{kWidth}}, 1.0f);  // layernorm
+      add({{kWidth}}, 0.0f);
+      add({{kHidden, kWidth}}, NAN);
+      add({{kHidden}}, 0.0f);
+      add({{kWidth, kHidden}}, NAN);
+      add({{kWidth}}, 0.0f);
+    }
+    add({{kClasses, kWidth}}, NAN);
+    add({{kClasses}}, 0.0f);
+    return w;
+  }
+
+  void run_step(Runtime& rt, State& state, int step) override {
+    auto& w = static_cast<Weights&>(state);
+    const std::int64_t batch = batch_of(step);
+    std::mt19937 rng(static_cast<unsigned>(1000 + step));
+    std::normal_distribution<float> normal;
+    std::vector<float> x(static_cast<std::size_t>(batch * kWidth));
+    for (float& e : x) e = normal(rng);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = x[i * kWidth] > 0 ? 1 : 2;
+    const bool runs = rt.options().backend != Backend::kSimulated;
+    ad::Tape tape(rt);
+    std::vector<ad::Var> p;
+    for (const Tensor& t : w.params) p.push_back(tape.leaf(t));
+    ad::Var h = tape.input(rt.constant({{batch, kWidth}}, runs ? x.data() : nullptr));
+    const Tensor targets = rt.constant({{batch}, DType::kI32}, runs ? labels.data() : nullptr);
+    for (std::size_t b = 0; b < kBlocks; ++b) {
+      const ad::Var* q = &p[6 * b];
+      ad::Var u = ad::layernorm(tape, h, q[0], q[1]);
+      u = ad::gelu(tape, ad::linear(tape, u, q[2], q[3]));
+      h = ad::add(tape, h, ad::linear(tape, u, q[4], q[5]));
+    }
+    ad::Var loss =
+        ad::cross_entropy_mean(tape, ad::linear(tape, h, p[6 * kBlocks], p.back()), targets);
+    h = ad::Var();
+    rt.mark_backward();
+    tape.backward(loss);
+    float value = NAN;
+    if (read_back(rt, loss.value, &value)) w.losses.push_back(value);
+    loss = ad::Var();
+    for (std::size_t i = 0; i < w.params.size(); ++i)
+      ops::adamw(rt, w.params[i], w.m[i], w.v[i], tape.grad(p[i]), {.lr = 1e-2f}, step + 1);
+  }
+
+  PlanCache::Key shape_key(int step) const override { return {batch_of(step)}; }
+  std::int64_t batch_of(int step) const {
+    return batches_[static_cast<std::size_t>(step) % batches_.size()];
+  }
+
+ private:
+  std::vector<std::int64_t> batches_;
+};
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;
+  std::vector<StepReport> reports;
+  RuntimeStats stats;
+};
+
+Trained train(ResidualMlp& program, const StepDriverOptions& options, int steps) {
+  StepDriver driver(program, options);
+  Trained t;
+  for (int s = 0; s < steps; ++s) {
+    t.reports.push_back(driver.run(s));
+    t.reports.back().recorded.reset();
+  }
+  auto& w = static_cast<ResidualMlp::Weights&>(driver.state());
+  t.losses = w.losses;
+  for (const Tensor& p : w.params) {
+    t.params.emplace_back(static_cast<std::size_t>(p.spec().numel()));
+    driver.runtime().read(p, t.params.back().data());
+  }
+  t.stats = driver.runtime().stats();
+  return t;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+StepDriverOptions options_at(std::size_t budget, const std::string& policy) {
+  StepDriverOptions o;
+  o.runtime.budget = budget;
+  o.policy = policy;
+  o.planners = {"chen", "mincut", "twremat"};
+  o.plan_time_limit = 1;
+  return o;
+}
+
+// Random budgets between 0.45 of the unconstrained peak and all of it, under every
+// policy the driver knows: a run that fits stays within its budget and is bitwise the
+// unconstrained run; `auto` follows plans somewhere in the sweep.
+TEST(StepDriverTest, RandomBudgetsMatchTheUnconstrainedRunBitwise) {
+  ResidualMlp program({1024, 768, 1024, 768});
+  constexpr int kSteps = 8;
+  const std::size_t peak = measure_unconstrained_peak(program, {}, kSteps);
+  const Trained base = train(program, options_at(SIZE_MAX, "dtr"), kSteps);
+  ASSERT_EQ(base.losses.size(), static_cast<std::size_t>(kSteps));
+  EXPECT_EQ(base.stats.memory.peak_reserved, peak);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> fraction(0.45, 1.0);
+  std::map<std::string, int> fitted;
+  std::size_t planned_steps = 0;
+  for (int trial = 0; trial < 4; ++trial) {
+    const double f = fraction(rng);
+    for (const char* policy : {"auto", "dtr", "hinted"}) {
+      SCOPED_TRACE(std::string(policy) + " at " + std::to_string(f));
+      const auto budget = static_cast<std::size_t>(f * static_cast<double>(peak));
+      Trained run;
+      try {
+        run = train(program, options_at(budget, policy), kSteps);
+      } catch (const OutOfMemoryError&) {
+        continue;
+      }
+      ++fitted[policy];
+      EXPECT_LE(run.stats.memory.peak_reserved, budget) << "the budget is a hard cap";
+      EXPECT_TRUE(bitwise_equal(run.losses, base.losses));
+      ASSERT_EQ(run.params.size(), base.params.size());
+      for (std::size_t i = 0; i < run.params.size(); ++i)
+        EXPECT_TRUE(bitwise_equal(run.params[i], base.params[i])) << "parameter " << i;
+      for (const StepReport& r : run.reports) {
+        if (std::string(policy) == "dtr") {
+          EXPECT_EQ(r.kind, StepKind::kDynamic);
+        }
+        if (std::string(policy) == "auto" && r.kind == StepKind::kPlanned) ++planned_steps;
+      }
+    }
+  }
+  EXPECT_GT(fitted["auto"], 0);
+  EXPECT_GT(fitted["dtr"], 0);
+  EXPECT_GT(planned_steps, 0u) << "auto kept no plan at any budget";
+}
+
+// Note [Planning repeated shapes]: per shape, DTR, then DTR recorded, then a plan's trial
+// (or DTR where no plan beat it); the shapes' reports add up to the steps run.
+TEST(StepDriverTest, AutoRecordsThenTriesAPlanPerShape) {
+  ResidualMlp program({1024, 768});
+  const std::size_t peak = measure_unconstrained_peak(program, {}, 2);
+  StepDriver driver(program, options_at(peak * 7 / 10, "auto"));
+  std::map<std::int64_t, std::vector<StepKind>> kinds;
+  for (int s = 0; s < 8; ++s) {
+    const StepReport& r = driver.run(s);
+    EXPECT_EQ(r.step, s);
+    EXPECT_EQ(r.shape, PlanCache::Key{program.batch_of(s)});
+    EXPECT_GT(r.base_cost, 0);
+    EXPECT_GE(r.seconds, r.planning_seconds);
+    kinds[program.batch_of(s)].push_back(r.kind);
+  }
+  const std::vector<ShapeReport> shapes = driver.shapes();
+  ASSERT_EQ(shapes.size(), 2u);
+  for (const ShapeReport& shape : shapes) {
+    SCOPED_TRACE(shape.why);
+    const std::vector<StepKind>& k = kinds[shape.shape[0]];
+    ASSERT_EQ(k.size(), 4u);
+    EXPECT_EQ(shape.steps, 4);
+    EXPECT_EQ(k[0], StepKind::kDynamic);
+    EXPECT_EQ(k[1], StepKind::kRecorded);
+    EXPECT_TRUE(shape.planned);
+    EXPECT_FALSE(shape.screened.empty());
+    if (shape.decision == ShapeDecision::kPlan) {
+      EXPECT_EQ(k[2], StepKind::kPlanTrial);
+      EXPECT_EQ(k[3], StepKind::kPlanned);
+      EXPECT_LE(*shape.plan_step_overhead, *shape.dtr_step_overhead);
+    } else if (k[2] == StepKind::kPlanTrial) {
+      EXPECT_EQ(shape.decision, ShapeDecision::kDtr);
+      EXPECT_EQ(k[3], StepKind::kDynamic);
+    }
+  }
+  EXPECT_EQ(driver.totals().plans_made, 2u);
+}
+
+// An out-of-memory step is aborted: with the budget lifted, the same step runs again in the
+// same driver and computes what an unconstrained run computes.
+TEST(StepDriverTest, AnOutOfMemoryStepLeavesTheDriverUsable) {
+  ResidualMlp program({64});
+  const Trained base = train(program, options_at(SIZE_MAX, "dtr"), 2);
+  for (const char* policy : {"auto", "dtr"}) {
+    StepDriver driver(program, options_at(SIZE_MAX, policy));
+    // Room for the parameters and their AdamW state, and little else.
+    driver.runtime().set_budget(driver.runtime().stats().memory.reserved + (std::size_t{64} << 10));
+    EXPECT_THROW(driver.run(0), OutOfMemoryError) << policy;
+    driver.runtime().set_budget(SIZE_MAX);
+    driver.run(0);
+    driver.run(1);
+    EXPECT_TRUE(
+        bitwise_equal(static_cast<ResidualMlp::Weights&>(driver.state()).losses, base.losses));
+  }
+}
+
+TEST(StepDriverTest, RejectsAnUnknownPolicy) {
+  ResidualMlp program({8});
+  EXPECT_THROW(StepDriver(program, options_at(SIZE_MAX, "clairvoyant")), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace remat

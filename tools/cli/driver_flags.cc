@@ -1,0 +1,57 @@
+#include "tools/cli/driver_flags.h"
+
+namespace remat::cli {
+
+void add_driver_flags(FlagSet& flags, StepDriverOptions& options, DriverFlags& f,
+                      const std::string& budget_baseline) {
+  RuntimeOptions& rt = options.runtime;
+  flags.add_choice("backend", &f.backend, {"cpu", "cuda", "sim"}, "where the kernels run");
+  flags.add_budget(&f.budget, budget_baseline);
+  flags.add("policy", &options.policy,
+            "eviction policy (remat-replay --policy list names them; hinted: plan-seeded; auto: "
+            "DTR, and a static plan for shapes that repeat where it recomputes less)");
+  flags.add_list("planners", &options.planners, "the planners that seed --policy hinted and auto");
+  flags.add("plan-time-limit", &options.plan_time_limit,
+            "seconds each planner may take on a recorded step (--policy hinted, auto)", 0.0);
+  flags.add("seed", &rt.seed, "seed of the parameters, the data and the dropout masks");
+  flags.add_choice("costs", &f.costs, {"estimated", "measured"},
+                   "op costs the eviction policy weighs: estimated from each op's declared work "
+                   "(the same on every run) or measured by timing first runs (vary run to run)");
+  flags.add_choice("compaction", &f.compaction, {"yes", "no"},
+                   "move pinned and locked tensors together when nothing is left to evict, "
+                   "before reporting out of memory");
+  flags.add_choice("placement", &f.placement, {"yes", "no"},
+                   "policy auto: serve a plan's steps at offsets planned from a simulated "
+                   "trace of the plan, in the holes beside the parameters and one arena, "
+                   "instead of by best fit");
+  flags.add_switch("expandable-segments", &rt.allocator.expandable_segments,
+                   "one expandable arena instead of pooled segments");
+  flags.add("cuda-device", &rt.cuda.device, "CUDA device", 0);
+  flags.add_switch("sync-after-launch", &rt.cuda.sync_after_launch,
+                   "synchronize after each CUDA kernel, naming the op that failed (debugging)");
+}
+
+void apply_driver_flags(const DriverFlags& f, StepDriverOptions& options) {
+  RuntimeOptions& rt = options.runtime;
+  rt.backend = f.backend == "cuda"  ? Backend::kCuda
+               : f.backend == "sim" ? Backend::kSimulated
+                                    : Backend::kCpu;
+  if (f.budget.bytes) rt.budget = static_cast<std::size_t>(*f.budget.bytes);
+  rt.measure_costs = f.costs == "measured";
+  rt.compaction = f.compaction == "yes";
+  options.placement = f.placement == "yes";
+}
+
+std::string_view backend_name(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+    case Backend::kSimulated:
+      return "sim";
+  }
+  return "?";
+}
+
+}  // namespace remat::cli
