@@ -178,7 +178,7 @@ class DtrLocalPolicy final : public PolicyBase {
 //   msps_sqrt the same ancestors, staleness^0.5: MSPS with a little of DTR's recency, which
 //             keeps it from evicting a cheap tensor the running block is about to read;
 //   hinted    h_DTR times the storage's hint weight (Note [Hinted eviction] in
-//             runtime/steps/step.cc), set by a step that follows a plan.
+//             runtime/core/step.cc), set by a step that follows a plan.
 class NeighbourhoodPolicy final : public PolicyBase {
  public:
   NeighbourhoodPolicy(LineageView v, std::string_view name, bool descendants, double exponent,

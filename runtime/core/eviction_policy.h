@@ -64,7 +64,7 @@ class EvictionPolicy {
   virtual void on_resident(Id /*storage*/) {}
   virtual void on_destroyed(Id /*storage*/) {}
   // Whether the policy acts on a static plan's hints: a step given hints under such a policy
-  // is a hinted step (runtime/steps/step.cc); under any other the hints are ignored.
+  // is a hinted step (runtime/core/step.cc); under any other the hints are ignored.
   virtual bool uses_hints() const { return false; }
   // A factor on the storage's score from a static plan's hints (Note [Hinted eviction]).
   virtual void set_weight(Id /*storage*/, float /*weight*/) {}

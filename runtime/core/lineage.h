@@ -35,7 +35,7 @@ struct StorageRec {
   std::uint32_t recomputed_in = 0;
   std::uint32_t keep_in = 0;
   // Holds a step places on a storage nothing else may need yet (a deferred op's pending read,
-  // a followed plan's instance: runtime/steps/plan_follower.h); a dead storage stays while
+  // a followed plan's instance: runtime/core/plan_follower.h); a dead storage stays while
   // any is held.
   std::uint32_t holds = 0;
 };

@@ -1,5 +1,4 @@
-// The public facade: Runtime's members (the step ones are in runtime/steps/step.cc) and
-// Tensor handles.
+// The public facade: Runtime's members and Tensor handles.
 #include "remat/runtime.h"
 
 #include <absl/strings/str_cat.h>
@@ -7,6 +6,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "remat/byte_size.h"
 #include "runtime/core/runtime_impl.h"
@@ -59,7 +59,7 @@ Runtime::~Runtime() = default;
 using DeviceScope = detail::CudaDevice::Scope;
 
 Tensor Runtime::constant(const TensorSpec& spec, const void* data) {
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   return Tensor(this, impl_->new_constant(spec, data));
 }
 
@@ -78,7 +78,7 @@ std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> 
       throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' aliases input ",
                                                o.alias_of, " of ", inputs.size()));
   }
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   std::vector<detail::Id> ids = impl_->run_new(op, ids_of(inputs, this), outputs, cost);
   std::vector<Tensor> result;
   result.reserve(ids.size());
@@ -109,17 +109,17 @@ void Runtime::call_inplace(const OpPtr& op, std::span<Tensor* const> args,
 }
 
 const void* Runtime::data(const Tensor& t) {
-  if (!impl_->runs_kernels)
+  if (!impl_->kernels_run())
     throw std::logic_error("remat: tensor data is not readable on the simulated backend");
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   return impl_->data_pointer(id_of(t, this, "data()"));
 }
 
 void Runtime::read(const Tensor& t, void* dst) {
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   const void* src = data(t);
-  if (impl_->cuda != nullptr) {
-    impl_->cuda->download(dst, src, t.bytes());
+  if (detail::CudaDevice* device = impl_->device()) {
+    device->download(dst, src, t.bytes());
   } else {
     std::memcpy(dst, src, t.bytes());
   }
@@ -130,55 +130,50 @@ void Runtime::record_stream(const Tensor& t, CudaStream stream) {
 }
 
 CudaStream Runtime::stream() const {
-  return impl_->cuda != nullptr ? impl_->cuda->stream() : nullptr;
+  return impl_->device() != nullptr ? impl_->device()->stream() : nullptr;
 }
 
 void Runtime::update(const OpPtr& op, std::span<const Tensor> args, std::span<const int> mutated) {
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   impl_->update_pinned(op, ids_of(args, this), mutated);
 }
 
 void Runtime::materialize(const Tensor& t) {
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   const detail::Id id = id_of(t, this, "materialize");
-  impl_->make_resident(id);
-  if (impl_->step) impl_->step->on_host_read(id);
+  impl_->materialize(id);
 }
 bool Runtime::evict(const Tensor& t) {
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   return impl_->evict_tensor(id_of(t, this, "evict"));
 }
 void Runtime::set_budget(std::size_t budget) {
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   impl_->set_budget(budget);
 }
-const Timeline& Runtime::timeline() const { return impl_->timeline; }
-std::size_t Runtime::budget() const { return impl_->options.budget; }
-const RuntimeOptions& Runtime::options() const { return impl_->options; }
-MemoryResource& Runtime::memory() { return *impl_->memory; }
-double Runtime::clock() const { return impl_->clock; }
+const Timeline& Runtime::timeline() const { return impl_->memory_timeline(); }
+std::size_t Runtime::budget() const { return impl_->runtime_options().budget; }
+const RuntimeOptions& Runtime::options() const { return impl_->runtime_options(); }
+MemoryResource& Runtime::memory() { return impl_->memory_resource(); }
+double Runtime::clock() const { return impl_->simulated_clock(); }
 
-RuntimeStats Runtime::stats() const {
-  RuntimeStats s = impl_->stats;
-  s.memory = impl_->memory->stats();
-  s.live_tensors = impl_->tensors.live();
-  return s;
-}
+RuntimeStats Runtime::stats() const { return impl_->current_stats(); }
+void Runtime::reset_peaks() { impl_->reset_peaks(); }
 
-void Runtime::reset_peaks() {
-  impl_->memory->reset_peaks();
-  impl_->stats.peak_resident_bytes = impl_->stats.resident_bytes;
-}
+// Steps (step_lifecycle.cc).
+void Runtime::begin_step(StepOptions options) { impl_->begin_step(std::move(options)); }
+void Runtime::mark_backward() { impl_->mark_backward(); }
+RecordedStep Runtime::end_step() { return impl_->end_step(); }
+void Runtime::abort_step() { impl_->abort_step(); }
+AllocationTrace Runtime::take_allocation_trace() { return impl_->take_allocation_trace(); }
 
 void Runtime::retain(std::uint32_t id) { impl_->retain(id); }
 void Runtime::release(std::uint32_t id) {
-  DeviceScope scope(impl_->cuda.get());
+  DeviceScope scope(impl_->device());
   impl_->release(id);
 }
-const TensorSpec& Runtime::spec_of(std::uint32_t id) const { return impl_->tensors[id].spec; }
-bool Runtime::resident_of(std::uint32_t id) const {
-  return impl_->storages[impl_->tensors[id].storage].resident;
-}
+const TensorSpec& Runtime::spec_of(std::uint32_t id) const { return impl_->spec_of(id); }
+bool Runtime::resident_of(std::uint32_t id) const { return impl_->resident_of(id); }
 
 // ---------------------------------------------------------------------------------------
 // Tensor handles

@@ -329,4 +329,16 @@ void RuntimeImpl::note_memory() {
   timeline.memory.push_back({clock, m.allocated, m.reserved});
 }
 
+RuntimeStats RuntimeImpl::current_stats() const {
+  RuntimeStats s = stats;
+  s.memory = memory->stats();
+  s.live_tensors = tensors.live();
+  return s;
+}
+
+void RuntimeImpl::reset_peaks() {
+  memory->reset_peaks();
+  stats.peak_resident_bytes = stats.resident_bytes;
+}
+
 }  // namespace remat::detail

@@ -1,5 +1,6 @@
 // The runtime core: lineage records, residency, locks, eviction and recomputation. A step
-// (recording, plan following) joins it through StepHooks; see docs/architecture.md.
+// (recording, plan following) joins it through StepHooks and reaches it through StepHost;
+// see docs/architecture.md.
 #ifndef REMAT_RUNTIME_CORE_RUNTIME_IMPL_H_
 #define REMAT_RUNTIME_CORE_RUNTIME_IMPL_H_
 
@@ -22,7 +23,7 @@
 
 namespace remat::detail {
 
-class RuntimeImpl final : public MemoryReclaimer {
+class RuntimeImpl final : public MemoryReclaimer, public StepHost {
  public:
   explicit RuntimeImpl(RuntimeOptions options);
   ~RuntimeImpl() override;
@@ -34,6 +35,7 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::vector<Id> run_new(const OpPtr& op, const std::vector<Id>& inputs, const Outputs& outputs,
                           double cost);
   void make_resident(Id tensor);
+  void materialize(Id tensor);  // make_resident, counted by a recording as read back
   // Runs `op` writing into the pinned storages of args[mutated[i]]; see
   // Note [Updating pinned tensors].
   void update_pinned(const OpPtr& op, const std::vector<Id>& args, std::span<const int> mutated);
@@ -47,19 +49,60 @@ class RuntimeImpl final : public MemoryReclaimer {
   void retain(Id tensor);
   void release(Id tensor);
   bool reclaim(std::size_t bytes) override;
+  RuntimeStats current_stats() const;
+  void reset_peaks();
+  const RuntimeOptions& runtime_options() const { return options; }
+  MemoryResource& memory_resource() { return *memory; }
+  const Timeline& memory_timeline() const { return timeline; }
+  double simulated_clock() const { return clock; }
+  bool kernels_run() const { return runs_kernels; }
+  CudaDevice* device() const { return cuda.get(); }
+  const TensorSpec& spec_of(Id tensor) const { return tensors[tensor].spec; }
+  bool resident_of(Id tensor) const { return storages[tensors[tensor].storage].resident; }
 
-  // What a step (StepHooks) may ask of it.
+  // Steps (step_lifecycle.cc): Runtime::begin_step, mark_backward, end_step, abort_step and
+  // take_allocation_trace.
+  void begin_step(StepOptions options);
+  void mark_backward();
+  RecordedStep end_step();
+  void abort_step();
+  AllocationTrace take_allocation_trace();
+
+  // StepHost: what a step may ask of the core (step_lifecycle.cc).
+  const TensorRec& tensor(Id t) const override { return tensors[t]; }
+  const OpRec& op(Id o) const override { return ops[o]; }
+  const StorageRec& storage(Id s) const override { return storages[s]; }
+  void set_tensor_site(Id t, std::uint32_t stamp, int position, int output) override;
+  void set_tensor_node(Id t, int node) override { tensors[t].node = node; }
+  void set_op_site(Id op, std::uint32_t stamp, int position) override;
+  void set_holds(Id s, std::uint32_t holds) override { storages[s].holds = holds; }
+  void defer(Id op) override;
+  void end_deferral(Id op) override { ops[op].deferred = false; }
+  void note_deferred(Id op) override;
+  void run_op(Id op, bool recompute) override;
+  bool evictable(Id s) const override { return evictable(storages[s]); }
+  void evict_for_hint(Id s) override;
+  void release_if_dead(Id s) override;  // frees a resident storage that nothing holds
+  void release_op_ref(Id op) override;  // drops a reference to an op, then whatever that frees
+  bool uses_hints() const override;
+  void set_hint_weight(Id s, float weight) override;
+  void count_hint_mismatch() override { ++stats.hint_mismatches; }
+  OutOfMemoryError annotated(const OutOfMemoryError& e) override {
+    return annotated(e, current_op);
+  }
+
+ private:
   // Runs `root_op` (a recomputation if `recompute`) once its inputs are resident, recomputing
   // what they need first (Note [Iterative recomputation]).
   void run_frames(Id root_op, bool recompute);
   bool evictable(const StorageRec& r) const;
   void evict(Id s);
-  void release_if_dead(Id s);  // frees a resident storage that nothing holds
-  void release_op_ref(Id op);  // drops a reference to an op, then whatever that frees
-  void free_lingering();       // Note [Lingering storages]; at the end of each step
+  void free_lingering();  // Note [Lingering storages]; at the end of each step
   // The memory resource's error, counted and completed with the op and the locked bytes.
   OutOfMemoryError annotated(const OutOfMemoryError& e, const std::string& op);
   void note_memory();  // appends a memory sample (timeline on)
+  std::uint64_t rng_counter() const { return rng_counter_; }
+  void rewind_rng(std::uint64_t counter) { rng_counter_ = counter; }
 
   RuntimeOptions options;
   SlotMap<StorageRec> storages;
@@ -79,14 +122,11 @@ class RuntimeImpl final : public MemoryReclaimer {
   std::size_t workspace_bytes = 0;
   Timeline timeline;
   std::string current_op;            // the op being run or recomputed, for errors
-  std::unique_ptr<StepHooks> step;   // the step under way (runtime/steps); null: none
+  std::unique_ptr<StepHooks> step;   // the step under way (step.h); null: none
   std::uint32_t steps_begun = 0;     // stamps each step's records (TensorRec::step, OpRec::step)
   std::uint64_t step_rng_start = 0;  // the RNG counter when the step began (abort_step)
   bool step_unfinished = false;      // begun, and not ended without an error
-  std::uint64_t rng_counter() const { return rng_counter_; }
-  void rewind_rng(std::uint64_t counter) { rng_counter_ = counter; }
 
- private:
   struct Frame {
     Id op;
     bool recompute;

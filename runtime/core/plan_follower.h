@@ -3,8 +3,8 @@
 // plan recomputes, and frees what it frees. Its holds on storages (a deferred op's pending
 // reads, the plan's instances) are its own; the core sees only their sum
 // (StorageRec::holds), which keeps a dead storage resident.
-#ifndef REMAT_RUNTIME_STEPS_PLAN_FOLLOWER_H_
-#define REMAT_RUNTIME_STEPS_PLAN_FOLLOWER_H_
+#ifndef REMAT_RUNTIME_CORE_PLAN_FOLLOWER_H_
+#define REMAT_RUNTIME_CORE_PLAN_FOLLOWER_H_
 
 #include <absl/container/flat_hash_map.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "remat/hints.h"
-#include "runtime/core/runtime_impl.h"
+#include "runtime/core/step_hooks.h"
 
 namespace remat::detail {
 
@@ -20,7 +20,7 @@ class Step;
 
 class PlanFollower {
  public:
-  PlanFollower(RuntimeImpl& rt, const Step& step);
+  PlanFollower(StepHost& rt, const Step& step);
 
   bool following() const { return following_; }
   // The new op at `position` starts deferred; the plan's steps up to it run, its own first
@@ -62,7 +62,7 @@ class PlanFollower {
   void run_deferred();
   void stop_following();
 
-  RuntimeImpl& rt_;
+  StepHost& rt_;
   const Step& step_;
   bool following_ = true;
   std::size_t cursor_ = 0;         // the plan's next step
@@ -76,4 +76,4 @@ class PlanFollower {
 
 }  // namespace remat::detail
 
-#endif  // REMAT_RUNTIME_STEPS_PLAN_FOLLOWER_H_
+#endif  // REMAT_RUNTIME_CORE_PLAN_FOLLOWER_H_

@@ -1,8 +1,8 @@
 // A training step under way: op positions, the step's signature, hints from a static plan,
 // and the two collaborators a step may have, a StepRecorder (StepOptions::record) and a
 // PlanFollower (hints that carry a schedule). It joins the runtime core through StepHooks.
-#ifndef REMAT_RUNTIME_STEPS_STEP_H_
-#define REMAT_RUNTIME_STEPS_STEP_H_
+#ifndef REMAT_RUNTIME_CORE_STEP_H_
+#define REMAT_RUNTIME_CORE_STEP_H_
 
 #include <cstdint>
 #include <memory>
@@ -12,7 +12,6 @@
 
 #include "remat/hints.h"
 #include "remat/runtime.h"
-#include "runtime/core/runtime_impl.h"
 #include "runtime/core/step_hooks.h"
 
 namespace remat::detail {
@@ -22,7 +21,7 @@ class PlanFollower;
 
 class Step final : public StepHooks {
  public:
-  Step(RuntimeImpl& rt, StepOptions options, std::uint32_t stamp);
+  Step(StepHost& rt, StepOptions options, std::uint32_t stamp);
   ~Step() override;
 
   int next_position() override { return position_++; }
@@ -64,7 +63,7 @@ class Step final : public StepHooks {
   bool is_step_tensor(Id t, int position, int output) const;
   void evict_hinted(const OpHint& hint);
 
-  RuntimeImpl& rt_;
+  StepHost& rt_;
   std::uint32_t stamp_;
   int position_ = 0;  // of the next op
   Phase phase_ = Phase::kForward;
@@ -80,4 +79,4 @@ class Step final : public StepHooks {
 
 }  // namespace remat::detail
 
-#endif  // REMAT_RUNTIME_STEPS_STEP_H_
+#endif  // REMAT_RUNTIME_CORE_STEP_H_

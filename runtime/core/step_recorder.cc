@@ -1,12 +1,12 @@
 // Recording a step as a remat-graph-v1 graph and a DTR log (RecordedStep).
-#include "runtime/steps/step_recorder.h"
+#include "runtime/core/step_recorder.h"
 
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/steps/step.h"
+#include "runtime/core/step.h"
 
 namespace remat::detail {
 namespace {
@@ -17,7 +17,7 @@ std::uint64_t time_of(double cost) {
 
 }  // namespace
 
-StepRecorder::StepRecorder(RuntimeImpl& rt, const Step& step, const std::string& name)
+StepRecorder::StepRecorder(StepHost& rt, const Step& step, const std::string& name)
     : rt_(rt), step_(step) {
   graph_.name = name;
   graph_.source = "remat runtime recording";
@@ -27,7 +27,7 @@ StepRecorder::StepRecorder(RuntimeImpl& rt, const Step& step, const std::string&
 // The node of tensor `t` in the recording; a tensor made before the step becomes an input
 // node (a CONSTANT of the trace) the first time the step reads it.
 int StepRecorder::recorded_node(Id t) {
-  TensorRec& tr = rt_.tensors[t];
+  const TensorRec& tr = rt_.tensor(t);
   if (tr.step == step_.stamp() && tr.node >= 0) return tr.node;
   const int node = graph_.size();
   Node n;
@@ -44,16 +44,13 @@ int StepRecorder::recorded_node(Id t) {
   in.results = {static_cast<std::uint32_t>(node)};
   in.bytes = {tr.spec.bytes()};
   trace_.instructions.push_back(std::move(in));
-  if (tr.step != step_.stamp()) {
-    tr.step = step_.stamp();
-    tr.position = -1;
-  }
-  tr.node = node;
+  if (tr.step != step_.stamp()) rt_.set_tensor_site(t, step_.stamp(), -1, tr.output);
+  rt_.set_tensor_node(t, node);
   return node;
 }
 
 void StepRecorder::record_call(Id op_id, int position) {
-  const OpRec& op = rt_.ops[op_id];
+  const OpRec& op = rt_.op(op_id);
   DtrInstruction in;
   in.kind = DtrInstruction::Kind::kCall;
   in.op = op.op->name;
@@ -88,7 +85,7 @@ void StepRecorder::record_call(Id op_id, int position) {
     in.bytes.push_back(op.output_specs[k].bytes());
     in.alias.push_back(op.alias_of[k]);
     const Id t = op.outputs[k];
-    rt_.tensors[t].node = node;
+    rt_.set_tensor_node(t, node);
     made_.emplace_back(t, node);
   }
   if (call_at_.size() <= static_cast<std::size_t>(position))
@@ -114,12 +111,12 @@ void StepRecorder::record_update(const OpDef& op, const std::vector<Id>& args, d
   // What the update froze is read too (Note [Updating pinned tensors]): a plan must have it
   // resident here. The trace's CALL takes it as arguments for the same reason.
   for (Id s : frozen) {
-    const Id producer = rt_.storages[s].producer;
+    const Id producer = rt_.storage(s).producer;
     if (producer == kNone) continue;
-    const OpRec& made = rt_.ops[producer];
+    const OpRec& made = rt_.op(producer);
     for (std::size_t k = 0; k < made.outputs.size(); ++k) {
       if (made.out_storages[k] != s || made.alias_of[k] >= 0) continue;
-      const TensorRec& tr = rt_.tensors[made.outputs[k]];
+      const TensorRec& tr = rt_.tensor(made.outputs[k]);
       if (tr.step != step_.stamp() || tr.node < 0) continue;
       in.args.push_back(static_cast<std::uint32_t>(tr.node));
       g.inputs.push_back(tr.node);
@@ -161,12 +158,12 @@ void StepRecorder::note_run(const OpRec& op, bool first_run) {
 // handle is gone by the end: a plan made from the recording must not free it before the
 // read, which the graph would otherwise not show.
 void StepRecorder::on_host_read(Id t) {
-  const TensorRec& tr = rt_.tensors[t];
+  const TensorRec& tr = rt_.tensor(t);
   if (tr.step == step_.stamp() && tr.node >= 0) host_read_.push_back(tr.node);
 }
 
 void StepRecorder::on_handles_gone(Id t) {
-  const TensorRec& tr = rt_.tensors[t];
+  const TensorRec& tr = rt_.tensor(t);
   if (tr.step != step_.stamp() || tr.node < 0) return;
   DtrInstruction in;
   in.kind = DtrInstruction::Kind::kRelease;
@@ -183,7 +180,7 @@ void StepRecorder::mark_backward() {
 // What the program still holds is what the step produced, with what it read back.
 void StepRecorder::finish(RecordedStep& out) {
   for (auto [t, node] : made_) {
-    const TensorRec& tr = rt_.tensors[t];
+    const TensorRec& tr = rt_.tensor(t);
     if (tr.step == step_.stamp() && tr.node == node && tr.handles > 0)
       graph_.outputs.push_back(node);
   }

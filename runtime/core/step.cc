@@ -1,13 +1,13 @@
 // A training step: op positions, the signature, hints from a static plan, and the
-// collaborators that record the step and follow the plan; Runtime's step members.
-#include "runtime/steps/step.h"
+// collaborators that record the step and follow the plan.
+#include "runtime/core/step.h"
 
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
 
-#include "runtime/steps/plan_follower.h"
-#include "runtime/steps/step_recorder.h"
+#include "runtime/core/plan_follower.h"
+#include "runtime/core/step_recorder.h"
 
 namespace remat::detail {
 namespace {
@@ -47,8 +47,8 @@ std::uint64_t hash_spec(std::uint64_t h, const TensorSpec& spec) {
 // Hints make a hinted step where the policy acts on them (`hinted`): the runtime follows the
 // plan's schedule where they carry one, evicts what the plan frees, and the policy weighs its
 // scores by them. Other policies ignore hints.
-Step::Step(RuntimeImpl& rt, StepOptions options, std::uint32_t stamp)
-    : rt_(rt), stamp_(stamp), hints_(rt.policy->uses_hints() ? std::move(options.hints) : nullptr) {
+Step::Step(StepHost& rt, StepOptions options, std::uint32_t stamp)
+    : rt_(rt), stamp_(stamp), hints_(rt.uses_hints() ? std::move(options.hints) : nullptr) {
   if (options.record) recorder_ = std::make_unique<StepRecorder>(rt, *this, options.name);
   if (hints_ != nullptr && !hints_->schedule.empty())
     follower_ = std::make_unique<PlanFollower>(rt, *this);
@@ -68,7 +68,7 @@ void Step::finish() {
     follower_->finish(position_);
   } catch (const OutOfMemoryError& e) {
     follower_->abandon();
-    throw rt_.annotated(e, rt_.current_op);
+    throw rt_.annotated(e);
   } catch (...) {
     follower_->abandon();
     throw;
@@ -93,7 +93,7 @@ void Step::enter_position(const std::string& name, const std::vector<Id>& inputs
   StepSignature& sig = signature_;
   sig.structure = mix(mix(mix(sig.structure, hash_string(name)), inputs.size()), outputs.size());
   sig.shapes = mix(sig.shapes, sig.structure);
-  for (Id t : inputs) sig.shapes = hash_spec(sig.shapes, rt_.tensors[t].spec);
+  for (Id t : inputs) sig.shapes = hash_spec(sig.shapes, rt_.tensor(t).spec);
   for (const TensorSpec& spec : outputs) sig.shapes = hash_spec(sig.shapes, spec);
   ++sig.ops;
   if (outputs_.size() <= static_cast<std::size_t>(position)) {
@@ -103,43 +103,35 @@ void Step::enter_position(const std::string& name, const std::vector<Id>& inputs
 }
 
 bool Step::is_step_tensor(Id t, int position, int output) const {
-  const TensorRec& tr = rt_.tensors[t];
+  const TensorRec& tr = rt_.tensor(t);
   return tr.step == stamp_ && tr.position == position && tr.output == output;
 }
 
 void Step::on_constant(Id t) {
-  rt_.tensors[t].step = stamp_;
-  rt_.tensors[t].position = -1;
-  rt_.tensors[t].node = -1;
+  rt_.set_tensor_site(t, stamp_, -1, rt_.tensor(t).output);
   if (recorder_) recorder_->on_constant(t);
 }
 
 const OpHint* Step::place_op(Id op_id, int position) {
-  OpRec& op = rt_.ops[op_id];
-  op.position = position;
-  op.step = stamp_;
+  rt_.set_op_site(op_id, stamp_, position);
+  const OpRec& op = rt_.op(op_id);
   enter_position(op.op->name, op.inputs, op.output_specs, position);
   outputs_[static_cast<std::size_t>(position)] = op.outputs;
   ops_at_[static_cast<std::size_t>(position)] = op_id;
-  for (std::size_t k = 0; k < op.outputs.size(); ++k) {
-    TensorRec& tr = rt_.tensors[op.outputs[k]];
-    tr.step = stamp_;
-    tr.position = position;
-    tr.output = static_cast<std::int32_t>(k);
-    tr.node = -1;
-  }
+  for (std::size_t k = 0; k < op.outputs.size(); ++k)
+    rt_.set_tensor_site(op.outputs[k], stamp_, position, static_cast<int>(k));
   if (recorder_) recorder_->record_call(op_id, position);
   if (hints_ == nullptr || static_cast<std::size_t>(position) >= hints_->ops.size()) return nullptr;
   const OpHint& hint = hints_->ops[static_cast<std::size_t>(position)];
   if (hint.op != op.op->name) {
-    ++rt_.stats.hint_mismatches;
+    rt_.count_hint_mismatch();
     return nullptr;
   }
   for (std::size_t k = 0; k < op.outputs.size() && k < hint.outputs.size(); ++k) {
     const Id s = op.out_storages[k];
     if (s == kNone) continue;
     const OutputHint& h = hint.outputs[k];
-    rt_.policy->set_weight(s, h.keep ? kKeepWeight : h.recomputed ? kRecomputeWeight : 1.0f);
+    rt_.set_hint_weight(s, h.keep ? kKeepWeight : h.recomputed ? kRecomputeWeight : 1.0f);
   }
   return &hint;
 }
@@ -152,7 +144,7 @@ void Step::run_new_op(Id op_id, int position) {
   if (new_op_followed_) {
     follower_->follow(op_id, position, new_op_hint_);
   } else {
-    rt_.run_frames(op_id, /*recompute=*/false);
+    rt_.run_op(op_id, /*recompute=*/false);
   }
 }
 
@@ -169,17 +161,15 @@ void Step::evict_hinted(const OpHint& hint) {
     if (site.output < 0 || static_cast<std::size_t>(site.output) >= outs.size()) continue;
     const Id t = outs[static_cast<std::size_t>(site.output)];
     if (t == kNone || !is_step_tensor(t, site.position, site.output)) continue;
-    const Id s = rt_.tensors[t].storage;
-    if (!rt_.evictable(rt_.storages[s])) continue;
-    rt_.evict(s);
-    ++rt_.stats.hint_evictions;
+    const Id s = rt_.tensor(t).storage;
+    if (rt_.evictable(s)) rt_.evict_for_hint(s);
   }
 }
 
 bool Step::cancel_new_op(Id op) { return follower_ != nullptr && follower_->cancel_deferral(op); }
 
 void Step::on_ran(Id op, bool first_run) {
-  if (recorder_) recorder_->note_run(rt_.ops[op], first_run);
+  if (recorder_) recorder_->note_run(rt_.op(op), first_run);
   if (follower_) follower_->on_ran(op);
 }
 
@@ -219,7 +209,7 @@ void Step::on_destroyed(Id storage) {
 Id Step::op_at(int position) const {
   if (position < 0 || static_cast<std::size_t>(position) >= ops_at_.size()) return kNone;
   const Id op = ops_at_[static_cast<std::size_t>(position)];
-  if (op == kNone || rt_.ops[op].step != stamp_ || rt_.ops[op].position != position) return kNone;
+  if (op == kNone || rt_.op(op).step != stamp_ || rt_.op(op).position != position) return kNone;
   return op;
 }
 
@@ -232,70 +222,3 @@ Id Step::site_tensor(const StepSite& site) const {
 }
 
 }  // namespace remat::detail
-
-namespace remat {
-
-void Runtime::begin_step(StepOptions options) {
-  if (impl_->step != nullptr) end_step();  // runs what the unfinished step deferred
-  if (CachingAllocator* caching = impl_->caching) {
-    // Note [Plans start from an empty cache]
-    // A plan's step meets the allocator as the last step left it: cached segments of the
-    // sizes that step happened to reserve, which best fit then cuts the plan's tensors
-    // from. The layout, and with it the evictions the plan did not choose, drifts from step
-    // to step: on a 6-layer GPT at 238 MB a plan that recomputed 0.20 of a step's cost in
-    // its first step recomputed 6.22 in its fourth and ran out of memory in its sixth. A
-    // step that follows a plan therefore starts with every cached segment given back, so
-    // that it starts where its screening started and costs the same every time (0.28
-    // there, against DTR's 1.10); one with a placement starts in its own arena (Note
-    // [Placed allocations]).
-    caching->end_placement();
-    if (options.trace_allocations) caching->start_trace();
-    const bool placed = options.placement != nullptr && caching->begin_placement(options.placement);
-    const bool follows_plan = impl_->policy->uses_hints() && options.hints != nullptr &&
-                              !options.hints->schedule.empty();  // as Step decides
-    if (!placed && follows_plan) caching->release_cached();
-  }
-  impl_->step_rng_start = impl_->rng_counter();
-  impl_->step_unfinished = true;
-  impl_->step = std::make_unique<detail::Step>(*impl_, std::move(options), ++impl_->steps_begun);
-}
-
-void Runtime::mark_backward() {
-  if (impl_->step != nullptr) static_cast<detail::Step&>(*impl_->step).mark_backward();
-}
-
-RecordedStep Runtime::end_step() {
-  auto* step = static_cast<detail::Step*>(impl_->step.get());
-  if (step != nullptr) {
-    try {
-      step->finish();
-    } catch (...) {
-      impl_->step.reset();
-      throw;
-    }
-  }
-  impl_->free_lingering();
-  impl_->step_unfinished = false;
-  const std::unique_ptr<detail::StepHooks> done = std::move(impl_->step);  // gone, whatever
-  return step != nullptr ? step->result() : RecordedStep{};
-}
-
-void Runtime::abort_step() {
-  // Also after an end_step() that threw: that step is gone but did not end well.
-  if (!impl_->step_unfinished) return;
-  impl_->step_unfinished = false;
-  if (auto* step = static_cast<detail::Step*>(impl_->step.get())) step->abandon();
-  impl_->free_lingering();
-  impl_->step.reset();
-  impl_->rewind_rng(impl_->step_rng_start);
-  if (CachingAllocator* caching = impl_->caching) {
-    caching->end_placement();
-    caching->take_trace();
-  }
-}
-
-AllocationTrace Runtime::take_allocation_trace() {
-  return impl_->caching != nullptr ? impl_->caching->take_trace() : AllocationTrace{};
-}
-
-}  // namespace remat

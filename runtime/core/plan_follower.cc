@@ -1,11 +1,11 @@
 // Following a static plan's schedule (Note [Following a schedule] in remat/hints.h).
-#include "runtime/steps/plan_follower.h"
+#include "runtime/core/plan_follower.h"
 
-#include "runtime/steps/step.h"
+#include "runtime/core/step.h"
 
 namespace remat::detail {
 
-PlanFollower::PlanFollower(RuntimeImpl& rt, const Step& step) : rt_(rt), step_(step) {}
+PlanFollower::PlanFollower(StepHost& rt, const Step& step) : rt_(rt), step_(step) {}
 
 PlanFollower::Hold* PlanFollower::find_hold(Id s) {
   auto it = holds_.find(s);
@@ -16,8 +16,9 @@ void PlanFollower::sync(Id s) {
   auto it = holds_.find(s);
   if (it == holds_.end()) return;
   const Hold& h = it->second;
-  rt_.storages[s].holds = h.pending_reads + h.plan_refs + (h.plan_spec ? 1 : 0);
-  if (rt_.storages[s].holds == 0) holds_.erase(it);
+  const std::uint32_t holds = h.pending_reads + h.plan_refs + (h.plan_spec ? 1 : 0);
+  rt_.set_holds(s, holds);
+  if (holds == 0) holds_.erase(it);
 }
 
 void PlanFollower::forget(Id s) { holds_.erase(s); }
@@ -27,22 +28,20 @@ void PlanFollower::forget(Id s) { holds_.erase(s); }
 void PlanFollower::follow(Id op_id, int position, const OpHint* hint) {
   if (hint == nullptr) {
     stop_following();
-    rt_.run_frames(op_id, /*recompute=*/false);
+    rt_.run_op(op_id, /*recompute=*/false);
     return;
   }
   try {
-    if (rt_.ops[op_id].outputs.empty()) {
+    if (rt_.op(op_id).outputs.empty()) {
       // Nothing reads what it makes: it runs where the program calls it, after the plan's
       // steps before it (Note [Following a schedule]).
       run_plan_through(position - 1);
-      rt_.run_frames(op_id, /*recompute=*/false);
+      rt_.run_op(op_id, /*recompute=*/false);
       return;
     }
-    OpRec& op = rt_.ops[op_id];
-    op.deferred = true;
-    ++op.refs;  // the op must outlive its outputs' handles until it has run
-    for (Id t : op.inputs) {
-      const Id s = rt_.tensors[t].storage;
+    rt_.defer(op_id);  // the op outlives its outputs' handles until it has run
+    for (Id t : rt_.op(op_id).inputs) {
+      const Id s = rt_.tensor(t).storage;
       ++holds_[s].pending_reads;
       sync(s);
     }
@@ -52,10 +51,7 @@ void PlanFollower::follow(Id op_id, int position, const OpHint* hint) {
     stop_following();
     throw;
   }
-  if (!rt_.ops[op_id].deferred) return;
-  ++rt_.stats.deferred_ops;
-  for (Id s : rt_.ops[op_id].out_storages)
-    if (s != kNone) rt_.policy->on_evicted(s);  // born evicted, as far as the policy can tell
+  if (rt_.op(op_id).deferred) rt_.note_deferred(op_id);
 }
 
 // The plan's steps from the cursor on, while they name ops at positions up to `last`.
@@ -70,7 +66,7 @@ void PlanFollower::run_plan_through(int last, Id called) {
     run_plan_step(plan[cursor_++]);
     release_unclaimed();
     const bool ran_called =
-        called != kNone && !rt_.ops[called].deferred && plan[cursor_ - 1].site.position == last;
+        called != kNone && !rt_.op(called).deferred && plan[cursor_ - 1].site.position == last;
     // (The op's other outputs' steps, which come next in the plan, still run now.)
     if (ran_called && (cursor_ == plan.size() || plan[cursor_].site.position != last)) return;
   }
@@ -85,20 +81,19 @@ void PlanFollower::run_plan_step(const PlanStep& step) {
   const Id op = step_.op_at(step.site.position);
   Id root = kNone;
   bool recompute = false;
-  if (op != kNone && rt_.ops[op].deferred) {
+  if (op != kNone && rt_.op(op).deferred) {
     root = op;
   } else if (const Id t = step_.site_tensor(step.site); t != kNone) {
-    const Id s = rt_.tensors[t].storage;
-    if (!rt_.storages[s].resident && rt_.storages[s].producer != kNone) {
-      root = rt_.storages[s].producer;
+    const Id s = rt_.tensor(t).storage;
+    if (!rt_.storage(s).resident && rt_.storage(s).producer != kNone) {
+      root = rt_.storage(s).producer;
       recompute = true;
     }
   }
   if (root != kNone) {
-    rt_.current_op = rt_.ops[root].op->name;
     plan_run_ = true;
     try {
-      rt_.run_frames(root, recompute);
+      rt_.run_op(root, recompute);
     } catch (...) {
       plan_run_ = false;
       throw;
@@ -106,8 +101,8 @@ void PlanFollower::run_plan_step(const PlanStep& step) {
     plan_run_ = false;
   }
   if (const Id t = step_.site_tensor(step.site);
-      t != kNone && rt_.storages[rt_.tensors[t].storage].resident)
-    claim_for_plan(rt_.tensors[t].storage);
+      t != kNone && rt_.storage(rt_.tensor(t).storage).resident)
+    claim_for_plan(rt_.tensor(t).storage);
   for (const StepSite& site : step.free_after) free_planned(site, /*evict=*/true);
   for (const StepSite& site : step.drop_after) free_planned(site, /*evict=*/false);
 }
@@ -152,21 +147,18 @@ void PlanFollower::release_unclaimed() {
     h->plan_spec = false;
     const std::uint32_t pending = h->pending_reads;
     sync(s);
-    if (rt_.storages[s].resident) let_go(s, pending, /*evict_held=*/pending == 0);
+    if (rt_.storage(s).resident) let_go(s, pending, /*evict_held=*/pending == 0);
   }
 }
 
 // A storage the plan no longer holds: freed outright when no handle holds it and no deferred
 // op waits for it, else evicted (it stays recomputable) where `evict_held`.
 void PlanFollower::let_go(Id s, std::uint32_t pending, bool evict_held) {
-  StorageRec& r = rt_.storages[s];
-  if (r.handles == 0 && pending == 0) {
+  if (rt_.storage(s).handles == 0 && pending == 0) {
     rt_.release_if_dead(s);
     return;
   }
-  if (!evict_held || !rt_.evictable(r)) return;
-  rt_.evict(s);
-  ++rt_.stats.hint_evictions;
+  if (evict_held && rt_.evictable(s)) rt_.evict_for_hint(s);
 }
 
 // The plan no longer says what happens next: its holds end, and dead storages go.
@@ -190,7 +182,7 @@ void PlanFollower::stop_following() {
 void PlanFollower::free_planned(const StepSite& site, bool evict_held) {
   const Id t = step_.site_tensor(site);
   if (t == kNone) return;
-  const Id s = rt_.tensors[t].storage;
+  const Id s = rt_.tensor(t).storage;
   Hold* h = find_hold(s);
   if (h != nullptr) {
     if (h->plan_refs > 0 && --h->plan_refs > 0) {
@@ -219,9 +211,8 @@ void PlanFollower::run_remaining_plan(int end) {
 void PlanFollower::run_deferred() {
   for (std::size_t i = 0; i < deferred_.size(); ++i) {
     const Id op = deferred_[i];
-    if (!rt_.ops[op].deferred) continue;
-    rt_.current_op = rt_.ops[op].op->name;
-    rt_.run_frames(op, /*recompute=*/false);
+    if (!rt_.op(op).deferred) continue;
+    rt_.run_op(op, /*recompute=*/false);
   }
   deferred_.clear();
 }
@@ -240,7 +231,7 @@ void PlanFollower::settle_before_update(int position) {
     run_deferred();
   } catch (const OutOfMemoryError& e) {
     stop_following();
-    throw rt_.annotated(e, rt_.current_op);
+    throw rt_.annotated(e);
   } catch (...) {
     stop_following();
     throw;
@@ -250,11 +241,10 @@ void PlanFollower::settle_before_update(int position) {
 // The op is no longer deferred: its pending reads stop holding its inputs. False if it was not
 // deferred.
 bool PlanFollower::end_deferral(Id op_id) {
-  OpRec& op = rt_.ops[op_id];
-  if (!op.deferred) return false;
-  op.deferred = false;
-  for (Id t : op.inputs) {
-    const Id s = rt_.tensors[t].storage;
+  if (!rt_.op(op_id).deferred) return false;
+  rt_.end_deferral(op_id);
+  for (Id t : rt_.op(op_id).inputs) {
+    const Id s = rt_.tensor(t).storage;
     if (Hold* h = find_hold(s)) {
       --h->pending_reads;
       sync(s);
@@ -283,7 +273,7 @@ void PlanFollower::abandon() {
 
 bool PlanFollower::cancel_deferral(Id op_id) {
   if (!end_deferral(op_id)) return false;
-  for (Id t : rt_.ops[op_id].inputs) rt_.release_if_dead(rt_.tensors[t].storage);
+  for (Id t : rt_.op(op_id).inputs) rt_.release_if_dead(rt_.tensor(t).storage);
   return true;
 }
 

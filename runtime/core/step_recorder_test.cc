@@ -1,4 +1,4 @@
-// Recording a step (runtime/steps/step_recorder.h).
+// Recording a step (runtime/core/step_recorder.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,14 +1,14 @@
 // Records a step as it runs: a remat-graph-v1 graph (every op output a node, with its site),
 // the same step as a DTR log, and the positions of every op run (RecordedStep).
-#ifndef REMAT_RUNTIME_STEPS_STEP_RECORDER_H_
-#define REMAT_RUNTIME_STEPS_STEP_RECORDER_H_
+#ifndef REMAT_RUNTIME_CORE_STEP_RECORDER_H_
+#define REMAT_RUNTIME_CORE_STEP_RECORDER_H_
 
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "remat/runtime.h"
-#include "runtime/core/runtime_impl.h"
+#include "runtime/core/step_hooks.h"
 
 namespace remat::detail {
 
@@ -16,7 +16,7 @@ class Step;
 
 class StepRecorder {
  public:
-  StepRecorder(RuntimeImpl& rt, const Step& step, const std::string& name);
+  StepRecorder(StepHost& rt, const Step& step, const std::string& name);
 
   void on_constant(Id tensor) { recorded_node(tensor); }
   void record_call(Id op_id, int position);
@@ -34,7 +34,7 @@ class StepRecorder {
  private:
   int recorded_node(Id tensor);
 
-  RuntimeImpl& rt_;
+  StepHost& rt_;
   const Step& step_;
   Graph graph_;
   DtrTrace trace_;
@@ -47,4 +47,4 @@ class StepRecorder {
 
 }  // namespace remat::detail
 
-#endif  // REMAT_RUNTIME_STEPS_STEP_RECORDER_H_
+#endif  // REMAT_RUNTIME_CORE_STEP_RECORDER_H_

@@ -1,4 +1,4 @@
-// Following a plan's schedule (runtime/steps/plan_follower.h, Note [Following a schedule]).
+// Following a plan's schedule (runtime/core/plan_follower.h, Note [Following a schedule]).
 #include <gtest/gtest.h>
 
 #include <algorithm>

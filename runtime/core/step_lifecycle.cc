@@ -1,0 +1,120 @@
+// Steps on the core's side: beginning, ending and aborting the Step that joins the core
+// (step.h), and StepHost, what that step may ask of the core.
+#include <memory>
+#include <utility>
+
+#include "runtime/core/runtime_impl.h"
+#include "runtime/core/step.h"
+
+namespace remat::detail {
+
+void RuntimeImpl::begin_step(StepOptions options) {
+  if (step != nullptr) end_step();  // runs what the unfinished step deferred
+  if (caching != nullptr) {
+    // Note [Plans start from an empty cache]
+    // A plan's step meets the allocator as the last step left it: cached segments of the
+    // sizes that step happened to reserve, which best fit then cuts the plan's tensors
+    // from. The layout, and with it the evictions the plan did not choose, drifts from step
+    // to step: on a 6-layer GPT at 238 MB a plan that recomputed 0.20 of a step's cost in
+    // its first step recomputed 6.22 in its fourth and ran out of memory in its sixth. A
+    // step that follows a plan therefore starts with every cached segment given back, so
+    // that it starts where its screening started and costs the same every time (0.28
+    // there, against DTR's 1.10); one with a placement starts in its own arena (Note
+    // [Placed allocations]).
+    caching->end_placement();
+    if (options.trace_allocations) caching->start_trace();
+    const bool placed = options.placement != nullptr && caching->begin_placement(options.placement);
+    const bool follows_plan = policy->uses_hints() && options.hints != nullptr &&
+                              !options.hints->schedule.empty();  // as Step decides
+    if (!placed && follows_plan) caching->release_cached();
+  }
+  step_rng_start = rng_counter();
+  step_unfinished = true;
+  step = std::make_unique<Step>(*this, std::move(options), ++steps_begun);
+}
+
+void RuntimeImpl::mark_backward() {
+  if (step != nullptr) static_cast<Step&>(*step).mark_backward();
+}
+
+RecordedStep RuntimeImpl::end_step() {
+  auto* ending = static_cast<Step*>(step.get());
+  if (ending != nullptr) {
+    try {
+      ending->finish();
+    } catch (...) {
+      step.reset();
+      throw;
+    }
+  }
+  free_lingering();
+  step_unfinished = false;
+  const std::unique_ptr<StepHooks> done = std::move(step);  // gone, whatever
+  return ending != nullptr ? ending->result() : RecordedStep{};
+}
+
+void RuntimeImpl::abort_step() {
+  // Also after an end_step() that threw: that step is gone but did not end well.
+  if (!step_unfinished) return;
+  step_unfinished = false;
+  if (auto* aborted = static_cast<Step*>(step.get())) aborted->abandon();
+  free_lingering();
+  step.reset();
+  rewind_rng(step_rng_start);
+  if (caching != nullptr) {
+    caching->end_placement();
+    caching->take_trace();
+  }
+}
+
+AllocationTrace RuntimeImpl::take_allocation_trace() {
+  return caching != nullptr ? caching->take_trace() : AllocationTrace{};
+}
+
+void RuntimeImpl::materialize(Id tensor) {
+  make_resident(tensor);
+  if (step) step->on_host_read(tensor);
+}
+
+// ---------------------------------------------------------------------------------------
+// StepHost
+
+void RuntimeImpl::set_tensor_site(Id t, std::uint32_t stamp, int position, int output) {
+  TensorRec& tr = tensors[t];
+  tr.step = stamp;
+  tr.position = position;
+  tr.output = output;
+  tr.node = -1;
+}
+
+void RuntimeImpl::set_op_site(Id o, std::uint32_t stamp, int position) {
+  ops[o].step = stamp;
+  ops[o].position = position;
+}
+
+void RuntimeImpl::defer(Id o) {
+  ops[o].deferred = true;
+  ++ops[o].refs;  // the op must outlive its outputs' handles until it has run
+}
+
+void RuntimeImpl::note_deferred(Id o) {
+  ++stats.deferred_ops;
+  for (Id s : ops[o].out_storages)
+    if (s != kNone) policy->on_evicted(s);  // born evicted, as far as the policy can tell
+}
+
+void RuntimeImpl::run_op(Id o, bool recompute) {
+  current_op = ops[o].op->name;
+  run_frames(o, recompute);
+}
+
+void RuntimeImpl::evict_for_hint(Id s) {
+  evict(s);
+  ++stats.hint_evictions;
+}
+
+bool RuntimeImpl::uses_hints() const { return policy->uses_hints(); }
+
+void RuntimeImpl::set_hint_weight(Id s, float weight) { policy->set_weight(s, weight); }
+
+}  // namespace remat::detail
