@@ -383,6 +383,34 @@ TEST(HeaderExamples, Op) {
   rt.read(y, out.data());
   EXPECT_EQ(out, (std::vector<float>{0, 2, 0, 4, 0, 6}));
   EXPECT_EQ(rt.clock(), 6.0);  // the declared cost
+
+  // make_op_with_work: priced by the runtime's roofline, not a cost function.
+  auto infer = [](remat::SpecList in) {
+    return remat::Outputs{{remat::TensorSpec{{in[0].shape[0], in[1].shape[1]}}}};
+  };
+  auto kernel = [](const remat::KernelContext& k) {
+    const std::int64_t m = k.input_spec(0).shape[0], kk = k.input_spec(0).shape[1],
+                       n = k.input_spec(1).shape[1];
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        float acc = 0;
+        for (std::int64_t p = 0; p < kk; ++p)
+          acc += k.input<float>(0)[i * kk + p] * k.input<float>(1)[p * n + j];
+        k.output<float>(0)[i * n + j] = acc;
+      }
+  };
+  auto gemm = remat::make_op_with_work("my_gemm", infer, kernel, [](remat::SpecList in) {
+    const double m = in[0].shape[0], k = in[0].shape[1], n = in[1].shape[1];
+    return remat::OpWork{.flops = 2 * m * k * n, .bytes = 4 * (m * k + k * n + m * n)};
+  });
+  const double before = rt.clock();
+  remat::Tensor w = rt.constant({{3, 2}}, in.data());
+  remat::Tensor z = rt.call1(gemm, {x, w});  // (2, 3) x (3, 2)
+  EXPECT_EQ(rt.clock() - before,
+            remat::Roofline::cpu().price({.flops = 2 * 2 * 3 * 2, .bytes = 4 * (6 + 6 + 4)}));
+  std::vector<float> zs(4);
+  rt.read(z, zs.data());
+  EXPECT_EQ(zs[0], -1 * -1 + 2 * -3 + -3 * -5);
 }
 
 TEST(HeaderExamples, PlanCache) {

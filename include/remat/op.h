@@ -30,10 +30,19 @@
 
 namespace remat {
 
+// Note [Outputs start uninitialised]
+// An output's memory comes from the runtime's allocator, which reuses the blocks of freed and
+// evicted tensors: a kernel must write every byte of its outputs, and one that accumulates
+// (`y[i] += ...`) must zero first or declare `copy_of`. Such a kernel passes on fresh memory
+// and fails once memory is reused; RuntimeOptions::poison_outputs makes it fail at once.
 struct OutputSpec {
   TensorSpec spec;
   int alias_of = -1;             // >= 0: a view into the storage of that input
   std::size_t alias_offset = 0;  // byte offset of the view inside the input's data
+  // >= 0: the output starts as a copy of that input's bytes (same size) before the kernel
+  // runs, on its first run and on every recomputation: the new version of an in-place op
+  // (Runtime::call_inplace), or an accumulation into a copy of what it accumulates into.
+  int copy_of = -1;
   OutputSpec() = default;
   OutputSpec(TensorSpec s) : spec(std::move(s)) {}  // NOLINT: implicit on purpose
   OutputSpec(TensorSpec s, int alias, std::size_t offset = 0)
@@ -131,6 +140,25 @@ inline OpPtr make_op(std::string name, std::function<Outputs(SpecList)> infer,
   op->infer = std::move(infer);
   op->kernel = std::move(kernel);
   op->cost = std::move(cost);
+  op->random = random;
+  return op;
+}
+
+// The same with the op's work declared instead of a cost: the runtime prices it with its
+// roofline (RuntimeOptions::roofline), as the op library's own ops are.
+//
+//   auto gemm = remat::make_op_with_work("my_gemm", infer, kernel, [](remat::SpecList in) {
+//     const double m = in[0].shape[0], k = in[0].shape[1], n = in[1].shape[1];
+//     return remat::OpWork{.flops = 2 * m * k * n, .bytes = 4 * (m * k + k * n + m * n)};
+//   });
+inline OpPtr make_op_with_work(std::string name, std::function<Outputs(SpecList)> infer,
+                               std::function<void(const KernelContext&)> kernel,
+                               std::function<OpWork(SpecList)> work, bool random = false) {
+  auto op = std::make_shared<OpDef>();
+  op->name = std::move(name);
+  op->infer = std::move(infer);
+  op->kernel = std::move(kernel);
+  op->work = std::move(work);
   op->random = random;
   return op;
 }

@@ -106,6 +106,11 @@ struct RuntimeOptions {
   // Keep a memory timeline (every op run, recomputation and eviction, with the memory after
   // it) for write_chrome_trace. Costs a few bytes per event; off by default.
   bool record_timeline = false;
+  // Debugging (CPU backend): fill every new output that is neither a view nor a copy with
+  // 0xFF bytes (NaN in float32) before its kernel runs, so that a kernel reading an output it
+  // did not write fails at once rather than once memory is reused (Note [Outputs start
+  // uninitialised] in remat/op.h).
+  bool poison_outputs = false;
   // Allocator settings; the budget field is replaced by `budget`. The expandable arena is
   // opt-in: pooled segments did better on the recorded steps. On CUDA it is built on the
   // virtual memory API where the device supports it.
@@ -217,9 +222,11 @@ class Runtime {
   std::vector<Tensor> call_with(const OpPtr& op, std::span<const Tensor> inputs,
                                 const Outputs& outputs, double cost);
 
-  // An in-place op, run as copy-on-write: the op writes new versions of `args[i]` for each i
-  // in `mutated` (its outputs, in that order), and those handles are rebound to them. Other
-  // handles to the old versions keep seeing the old data.
+  // An in-place op, run as copy-on-write: for each i in `mutated` the op's output (in that
+  // order) is a new version of `args[i]` that starts as a copy of the old one
+  // (OutputSpec::copy_of), so a kernel that updates it in place (`x[j] += 1`) sees the old
+  // values; those handles are rebound to the new versions. Other handles to the old versions
+  // keep seeing the old data, and a recomputation copies the old version again.
   void call_inplace(const OpPtr& op, std::span<Tensor* const> args, std::span<const int> mutated,
                     double cost = -1);
 

@@ -211,6 +211,7 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
   bool measure = false;
   if (runs_kernels && kernel_of(*op.op)) {
     kernel_inputs(op.inputs, in_ptrs, in_specs);
+    prepare_outputs(op, in_ptrs, outs);
     out_specs.resize(n);
     for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
     ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, op.rng, rerun};
@@ -225,6 +226,29 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
   }
   return launch(*op.op, ctx, op.cost, measure,
                 rerun ? TimelineEvent::Kind::kRecompute : TimelineEvent::Kind::kCompute, bytes);
+}
+
+// Before a kernel runs: outputs that start as a copy of an input get it (on the runtime's
+// stream on CUDA), and under RuntimeOptions::poison_outputs the others on the host are
+// filled with 0xFF (Note [Outputs start uninitialised] in remat/op.h).
+void RuntimeImpl::prepare_outputs(const OpRec& op, const std::vector<const void*>& in_ptrs,
+                                  const std::vector<void*>& outs) {
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i] == nullptr || op.alias_of[i] >= 0) continue;
+    const std::size_t bytes = op.output_specs[i].bytes();
+    if (op.copy_of[i] < 0) {
+      if (options.poison_outputs && cuda == nullptr) std::memset(outs[i], 0xFF, bytes);
+      continue;
+    }
+    const void* src = in_ptrs[static_cast<std::size_t>(op.copy_of[i])];
+    if (cuda != nullptr) {
+      cuda->check(
+          cuda->api().memcpy_async(outs[i], src, bytes, CudaCopy::kDeviceToDevice, cuda->stream()),
+          "cudaMemcpyAsync", op.op->name);
+    } else {
+      std::memcpy(outs[i], src, bytes);
+    }
+  }
 }
 
 namespace {
@@ -406,13 +430,13 @@ std::vector<Id> RuntimeImpl::make_outputs(Id op_id, const std::vector<Id>& input
       tr.storage = storages.add(std::move(sr));
       ++ops[op_id].refs;  // the storage keeps its producer alive: see Note [Lineage lifetime]
     }
-    result.push_back(add_output(op_id, std::move(tr), out.alias_of));
+    result.push_back(add_output(op_id, std::move(tr), out.alias_of, out.copy_of));
   }
   return result;
 }
 
 // Adds an output tensor record of the op, holding one handle.
-Id RuntimeImpl::add_output(Id op_id, TensorRec tr, int alias_of) {
+Id RuntimeImpl::add_output(Id op_id, TensorRec tr, int alias_of, int copy_of) {
   ++storages[tr.storage].tensor_refs;
   const Id t = tensors.add(std::move(tr));
   OpRec& o = ops[op_id];
@@ -420,6 +444,7 @@ Id RuntimeImpl::add_output(Id op_id, TensorRec tr, int alias_of) {
   o.output_storage.push_back(tensors[t].storage);
   o.out_storages.push_back(alias_of >= 0 ? kNone : tensors[t].storage);
   o.alias_of.push_back(alias_of);
+  o.copy_of.push_back(copy_of);
   o.output_specs.push_back(tensors[t].spec);
   ++o.refs;
   retain(t);

@@ -63,6 +63,7 @@ struct OpRec {
   std::vector<Id> output_storage;        // each output's storage (a view's: its base's), or kNone
   std::vector<Id> out_storages;          // storages it makes (kNone: a view, or the record died)
   std::vector<int> alias_of;             // per output
+  std::vector<int> copy_of;              // per output (OutputSpec::copy_of)
   std::vector<TensorSpec> output_specs;  // kept so dead outputs can still be written
   double cost = 0;
   RngState rng;

@@ -77,6 +77,12 @@ std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> 
     if (o.alias_of >= static_cast<int>(inputs.size()))
       throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' aliases input ",
                                                o.alias_of, " of ", inputs.size()));
+    if (o.copy_of < 0) continue;
+    if (o.alias_of >= 0 || o.copy_of >= static_cast<int>(inputs.size()) ||
+        inputs[static_cast<std::size_t>(o.copy_of)].bytes() != o.spec.bytes())
+      throw std::invalid_argument(absl::StrCat(
+          "remat: op '", op->name, "' declares an output that copies input ", o.copy_of, " of ",
+          inputs.size(), ": it must be an input of the same size, and not a view"));
   }
   DeviceScope scope(impl_->device());
   std::vector<detail::Id> ids = impl_->run_new(op, ids_of(inputs, this), outputs, cost);
@@ -100,7 +106,9 @@ void Runtime::call_inplace(const OpPtr& op, std::span<Tensor* const> args,
     if (m < 0 || m >= static_cast<int>(args.size()))
       throw std::invalid_argument(
           absl::StrCat("remat: op '", op->name, "' mutates argument ", m, " of ", args.size()));
-    outputs.emplace_back(specs[static_cast<std::size_t>(m)]);
+    OutputSpec version(specs[static_cast<std::size_t>(m)]);
+    version.copy_of = m;  // copy-on-write: the new version starts as the old one
+    outputs.push_back(std::move(version));
   }
   if (cost < 0) cost = impl_->declared_cost(*op, specs);
   std::vector<Tensor> fresh = call_with(op, inputs, outputs, cost);

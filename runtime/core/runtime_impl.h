@@ -178,7 +178,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Running ops (execution.cc).
   Id register_op(const OpPtr& op, const std::vector<Id>& inputs, double cost);
   std::vector<Id> make_outputs(Id op_id, const std::vector<Id>& inputs, const Outputs& outputs);
-  Id add_output(Id op_id, TensorRec tr, int alias_of);
+  Id add_output(Id op_id, TensorRec tr, int alias_of, int copy_of);
   void unregister_op(Id op_id, const std::vector<Id>& inputs, const std::vector<Id>& outputs);
   void abandon_new_op(Id op_id, const std::vector<Id>& outputs);
   std::size_t thrash_limit() const;
@@ -190,6 +190,8 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void release_outputs(OutputMemory& m);
   void settle_fresh_outputs(const std::vector<Id>& fresh, bool recompute, const OpRec* waiting);
   double run_op(const OpRec& op, const std::vector<void*>& outs, bool rerun);
+  void prepare_outputs(const OpRec& op, const std::vector<const void*>& in_ptrs,
+                       const std::vector<void*>& outs);
   const std::function<void(const KernelContext&)>& kernel_of(const OpDef& op) const;
   void kernel_inputs(const std::vector<Id>& inputs, std::vector<const void*>& ptrs,
                      std::vector<const TensorSpec*>& specs) const;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -131,6 +132,72 @@ TEST(RuntimeTest, InPlaceOpIsCopyOnWrite) {
   rt.evict(a);
   rt.evict(alias);
   EXPECT_EQ(read(rt, a), (std::vector<float>{2, 4, 6}));
+}
+
+// An op that adds 1 to its output in place, reading nothing else: what call_inplace's
+// copy-on-write must hand it is the old version.
+OpPtr IncrementInPlace() {
+  return make_op(
+      "increment_", [](SpecList in) { return Outputs{{in[0]}}; },
+      [](const KernelContext& k) {
+        float* y = k.output<float>(0);
+        for (std::int64_t i = 0; i < k.output_spec(0).numel(); ++i) y[i] += 1.0f;
+      },
+      testing::numel_cost);
+}
+
+// The block a freed tensor of 7s leaves is reused for the new version of x (2s): it starts
+// as a copy of x, on the first run and when recomputed after an eviction.
+TEST(RuntimeTest, CallInplaceStartsTheNewVersionFromTheOldOne) {
+  for (const Accounting accounting : {Accounting::kAllocator, Accounting::kLogical}) {
+    RuntimeOptions o;
+    o.accounting = accounting;
+    Runtime rt(o);
+    const std::vector<float> sevens(256, 7.0f), twos(256, 2.0f);
+    auto src = rt.constant(vec(256), sevens.data());
+    Tensor junk = rt.call1(testing::affine(1, 0), {src});
+    junk.reset();  // its block, full of 7s, is free
+    auto base = rt.constant(vec(256), twos.data());
+    Tensor x = rt.call1(testing::affine(1, 0), {base});
+    Tensor* args[] = {&x};
+    const int mutated[] = {0};
+    rt.call_inplace(IncrementInPlace(), args, mutated);
+    EXPECT_EQ(read(rt, x), std::vector<float>(256, 3.0f));
+    ASSERT_TRUE(rt.evict(x));
+    EXPECT_EQ(read(rt, x), std::vector<float>(256, 3.0f)) << "recomputed from a copy again";
+  }
+}
+
+// Note [Outputs start uninitialised]: an op that accumulates into an output it never zeroed
+// reads whatever the block held; poisoned, that is NaN at once.
+TEST(RuntimeTest, PoisonedOutputsExposeAKernelThatReadsWhatItDidNotWrite) {
+  auto accumulate = make_op(
+      "accumulate", [](SpecList in) { return Outputs{{in[0]}}; },
+      [](const KernelContext& k) {
+        const float* x = k.input<float>(0);
+        float* y = k.output<float>(0);
+        for (std::int64_t i = 0; i < k.output_spec(0).numel(); ++i) y[i] += x[i];  // no zeroing
+      },
+      testing::numel_cost);
+  RuntimeOptions o;
+  o.poison_outputs = true;
+  Runtime rt(o);
+  auto x = rt.constant(vec(16), iota(16).data());
+  for (float v : read(rt, rt.call1(accumulate, {x}))) EXPECT_TRUE(std::isnan(v));
+  for (float v : read(rt, rt.call1(testing::affine(2, 0), {x}))) EXPECT_FALSE(std::isnan(v));
+}
+
+TEST(RuntimeTest, ACopyOfAnInputOfAnotherSizeIsRejected) {
+  Runtime rt;
+  auto x = rt.constant(vec(4), iota(4).data());
+  OutputSpec wrong(vec(8));
+  wrong.copy_of = 0;
+  EXPECT_THROW(rt.call_with(testing::affine(1, 0), std::vector<Tensor>{x}, {wrong}, 1.0),
+               std::invalid_argument);
+  OutputSpec missing(vec(4));
+  missing.copy_of = 3;
+  EXPECT_THROW(rt.call_with(testing::affine(1, 0), std::vector<Tensor>{x}, {missing}, 1.0),
+               std::invalid_argument);
 }
 
 TEST(RuntimeTest, RandomOpRecomputesTheSameMask) {
