@@ -230,6 +230,17 @@ class Runtime {
   void call_inplace(const OpPtr& op, std::span<Tensor* const> args, std::span<const int> mutated,
                     double cost = -1);
 
+  // A kernel that makes new outputs and also adds into constants in place, in one call: a
+  // backward kernel that writes an activation gradient and accumulates into parameter
+  // gradients (`dweight[i] += ...`). The kernel's outputs are the op's own (op->infer), then
+  // the memory of args[accumulated[0]], args[accumulated[1]], ..., which must be constants.
+  // The new outputs are recomputable like any op's; a recomputation writes its accumulation
+  // into scratch that is thrown away, so it adds into the constants exactly once (and the new
+  // outputs must not depend on what the constants held). Held tensors whose recomputation
+  // reads the constants' old values are frozen first, as update() does.
+  std::vector<Tensor> call_accumulate(const OpPtr& op, std::span<const Tensor> args,
+                                      std::span<const int> accumulated);
+
   // Runs `op` in place on pinned tensors (parameters, optimizer state, running statistics):
   // the kernel's output i is the memory of `args[mutated[i]]`, which must be constants; the
   // other arguments are read. Tensors still held whose recomputation would read the old
@@ -302,6 +313,9 @@ class Runtime {
 
  private:
   friend class Tensor;
+  std::vector<Tensor> call_new(const OpPtr& op, std::span<const Tensor> inputs,
+                               const Outputs& outputs, double cost,
+                               std::span<const int> accumulated);
   void retain(std::uint32_t id);
   void release(std::uint32_t id);
   const TensorSpec& spec_of(std::uint32_t id) const;

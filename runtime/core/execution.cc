@@ -119,6 +119,7 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   // A deferred op's first run is a first run wherever it comes from.
   const bool rerun = recompute && !ops[op_id].deferred;
   OutputMemory m;
+  m.rerun = rerun;
   m.ptrs.assign(ops[op_id].outputs.size(), nullptr);
   try {
     give_outputs_memory(op_id, m);
@@ -185,10 +186,27 @@ void RuntimeImpl::give_outputs_memory(Id op_id, OutputMemory& m) {
       m.ptrs[i] = p;
     }
   }
+  // What the kernel accumulates into: the constants on a first run, scratch on a
+  // recomputation (Note [Accumulating into constants] in update.cc).
+  const std::vector<int>& acc = ops[op_id].accumulates;
+  for (std::size_t j = 0; j < acc.size(); ++j) {
+    void* p = nullptr;
+    if (runs_kernels && m.rerun) {
+      const std::size_t b =
+          tensors[ops[op_id].inputs[static_cast<std::size_t>(acc[j])]].spec.bytes();
+      p = memory->allocate(b);
+      m.scratch.emplace_back(p, b);
+    }
+    m.ptrs.push_back(p);
+  }
   // Last: making room for the scratch outputs may have moved the others (Note [Compaction]).
   for (std::size_t i = 0; i < n; ++i) {
     const Id s = ops[op_id].out_storages[i];
     if (s != kNone) m.ptrs[i] = storages[s].ptr;
+  }
+  for (std::size_t j = 0; j < acc.size() && !m.rerun; ++j) {
+    const Id t = ops[op_id].inputs[static_cast<std::size_t>(acc[j])];
+    m.ptrs[n + j] = static_cast<char*>(storages[tensors[t].storage].ptr) + tensors[t].offset;
   }
 }
 
@@ -213,7 +231,10 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
     kernel_inputs(op.inputs, in_ptrs, in_specs);
     prepare_outputs(op, in_ptrs, outs);
     out_specs.resize(n);
-    for (std::size_t i = 0; i < n; ++i) out_specs[i] = &op.output_specs[i];
+    const std::size_t made = op.output_specs.size();  // then what it accumulates into
+    for (std::size_t i = 0; i < n; ++i)
+      out_specs[i] = i < made ? &op.output_specs[i]
+                              : in_specs[static_cast<std::size_t>(op.accumulates[i - made])];
     ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, op.rng, rerun};
     // First runs are timed where asked, or where the op declares no cost: on the host by
     // the clock, on CUDA by events around the kernel (Note [Kernel checks and timing]).
@@ -221,7 +242,7 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
   }
   std::size_t bytes = 0;
   if (options.record_timeline) {
-    for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t i = 0; i < op.output_specs.size(); ++i)
       if (op.alias_of[i] < 0) bytes += op.output_specs[i].bytes();
   }
   return launch(*op.op, ctx, op.cost, measure,
@@ -233,7 +254,7 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
 // filled with 0xFF (Note [Outputs start uninitialised] in remat/op.h).
 void RuntimeImpl::prepare_outputs(const OpRec& op, const std::vector<const void*>& in_ptrs,
                                   const std::vector<void*>& outs) {
-  for (std::size_t i = 0; i < outs.size(); ++i) {
+  for (std::size_t i = 0; i < op.output_specs.size(); ++i) {
     if (outs[i] == nullptr || op.alias_of[i] >= 0) continue;
     const std::size_t bytes = op.output_specs[i].bytes();
     if (op.copy_of[i] < 0) {
@@ -354,11 +375,14 @@ void RuntimeImpl::settle_fresh_outputs(const std::vector<Id>& fresh, bool recomp
 }
 
 std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inputs,
-                                     const Outputs& outputs, double cost) {
+                                     const Outputs& outputs, double cost,
+                                     std::span<const int> accumulates) {
   if (options.backend == Backend::kCuda && op->kernel && !op->cuda_kernel)
     throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' has no CUDA kernel"));
   const int position = step ? step->next_position() : -1;
+  if (!accumulates.empty()) prepare_accumulation(*op, inputs, accumulates, position);
   const Id op_id = register_op(op, inputs, cost);
+  ops[op_id].accumulates.assign(accumulates.begin(), accumulates.end());
   const std::vector<Id> result = make_outputs(op_id, inputs, outputs);
   current_op = op->name;
   try {
@@ -375,6 +399,7 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
     throw;
   }
   for (Id t : result) touch(tensors[t].storage);
+  if (!accumulates.empty()) ++stats.updates;  // pinned memory written
   if (step) step->after_new_op();
   return result;
 }

@@ -57,13 +57,16 @@ struct TensorRec {
 
 struct OpRec {
   OpPtr op;
-  std::vector<Id> inputs;                // tensors
-  std::vector<Id> in_storages;           // their storages (fixed: a tensor never changes storage)
-  std::vector<Id> outputs;               // tensors, kNone once an output record has died
-  std::vector<Id> output_storage;        // each output's storage (a view's: its base's), or kNone
-  std::vector<Id> out_storages;          // storages it makes (kNone: a view, or the record died)
-  std::vector<int> alias_of;             // per output
-  std::vector<int> copy_of;              // per output (OutputSpec::copy_of)
+  std::vector<Id> inputs;          // tensors
+  std::vector<Id> in_storages;     // their storages (fixed: a tensor never changes storage)
+  std::vector<Id> outputs;         // tensors, kNone once an output record has died
+  std::vector<Id> output_storage;  // each output's storage (a view's: its base's), or kNone
+  std::vector<Id> out_storages;    // storages it makes (kNone: a view, or the record died)
+  std::vector<int> alias_of;       // per output
+  std::vector<int> copy_of;        // per output (OutputSpec::copy_of)
+  // Inputs (constants) the kernel also accumulates into in place, after its outputs
+  // (Runtime::call_accumulate); on a recomputation it writes scratch instead.
+  std::vector<int> accumulates;
   std::vector<TensorSpec> output_specs;  // kept so dead outputs can still be written
   double cost = 0;
   RngState rng;

@@ -32,8 +32,9 @@ void PlanFollower::follow(Id op_id, int position, const OpHint* hint) {
     return;
   }
   try {
-    if (rt_.op(op_id).outputs.empty()) {
-      // Nothing reads what it makes: it runs where the program calls it, after the plan's
+    if (rt_.op(op_id).outputs.empty() || !rt_.op(op_id).accumulates.empty()) {
+      // Nothing reads what it makes, or it writes constants (Note [Accumulating into
+      // constants] in update.cc): it runs where the program calls it, after the plan's
       // steps before it (Note [Following a schedule]).
       run_plan_through(position - 1);
       rt_.run_op(op_id, /*recompute=*/false);

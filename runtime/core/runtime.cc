@@ -73,6 +73,19 @@ std::vector<Tensor> Runtime::call(const OpPtr& op, std::span<const Tensor> input
 
 std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> inputs,
                                        const Outputs& outputs, double cost) {
+  return call_new(op, inputs, outputs, cost, {});
+}
+
+std::vector<Tensor> Runtime::call_accumulate(const OpPtr& op, std::span<const Tensor> args,
+                                             std::span<const int> accumulated) {
+  std::vector<TensorSpec> specs;
+  for (const Tensor& t : args) specs.push_back(t.spec());
+  return call_new(op, args, op->infer(specs), impl_->declared_cost(*op, specs), accumulated);
+}
+
+std::vector<Tensor> Runtime::call_new(const OpPtr& op, std::span<const Tensor> inputs,
+                                      const Outputs& outputs, double cost,
+                                      std::span<const int> accumulated) {
   for (const OutputSpec& o : outputs) {
     if (o.alias_of >= static_cast<int>(inputs.size()))
       throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' aliases input ",
@@ -85,7 +98,8 @@ std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> 
           inputs.size(), ": it must be an input of the same size, and not a view"));
   }
   DeviceScope scope(impl_->device());
-  std::vector<detail::Id> ids = impl_->run_new(op, ids_of(inputs, this), outputs, cost);
+  const std::vector<detail::Id> ids =
+      impl_->run_new(op, ids_of(inputs, this), outputs, cost, accumulated);
   std::vector<Tensor> result;
   result.reserve(ids.size());
   // run_new gave each output one handle; the Tensor objects take them over.

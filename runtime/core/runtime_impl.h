@@ -32,8 +32,10 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   Id new_constant(const TensorSpec& spec, const void* data);
   // Registers a new op on `inputs` with the given outputs, runs it, and returns the ids of
   // its output tensors, each holding one user handle.
+  // `accumulates`: inputs (constants) the kernel also adds into in place (Note [Accumulating
+  // into constants] in update.cc).
   std::vector<Id> run_new(const OpPtr& op, const std::vector<Id>& inputs, const Outputs& outputs,
-                          double cost);
+                          double cost, std::span<const int> accumulates = {});
   void make_resident(Id tensor);
   void materialize(Id tensor);  // make_resident, counted by a recording as read back
   // Runs `op` writing into the pinned storages of args[mutated[i]]; see
@@ -135,7 +137,8 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // An op's outputs while it runs: `held` are locked until the kernel has run, `fresh` got
   // memory from this run, `scratch` is memory for outputs whose records died.
   struct OutputMemory {
-    std::vector<void*> ptrs;
+    bool rerun = false;
+    std::vector<void*> ptrs;  // the outputs', then what the op accumulates into
     std::vector<Id> held;
     std::vector<Id> fresh;
     std::vector<std::pair<void*, std::size_t>> scratch;
@@ -204,6 +207,9 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   std::vector<Id> pinned_targets(const OpDef& op, const std::vector<Id>& args,
                                  std::span<const int> mutated) const;
   std::vector<Id> freeze_dependents(const std::vector<Id>& roots);  // the storages frozen
+  // Before a new op that accumulates into `accumulates` runs at `position`.
+  void prepare_accumulation(const OpDef& op, const std::vector<Id>& inputs,
+                            std::span<const int> accumulates, int position);
 
   // Lineage lifetime (lineage_lifetime.cc).
   void drop_tensor_ref(Id tensor);

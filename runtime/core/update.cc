@@ -66,16 +66,33 @@ std::vector<Id> RuntimeImpl::pinned_targets(const OpDef& op, const std::vector<I
   std::vector<Id> targets;
   for (int m : mutated) {
     if (m < 0 || m >= static_cast<int>(args.size()))
-      throw std::invalid_argument(absl::StrCat("remat: update op '", op.name, "' mutates argument ",
-                                               m, " of ", args.size()));
+      throw std::invalid_argument(absl::StrCat("remat: op '", op.name, "' writes argument ", m,
+                                               " of ", args.size(), " in place"));
     const Id s = tensors[args[static_cast<std::size_t>(m)]].storage;
     if (!storages[s].pinned || storages[s].producer != kNone)
-      throw std::invalid_argument(absl::StrCat("remat: update op '", op.name, "' argument ", m,
+      throw std::invalid_argument(absl::StrCat("remat: op '", op.name, "' argument ", m,
                                                " is not a constant; only pinned tensors are "
-                                               "updated in place (use call_inplace)"));
+                                               "written in place (use call_inplace)"));
     targets.push_back(s);
   }
   return targets;
+}
+
+// Note [Accumulating into constants]
+// A backward kernel of an existing loop writes an activation gradient and adds into
+// parameter gradients (`dweight[i] += ...`) in one call (Runtime::call_accumulate). Its new
+// outputs are ordinary lineage: they may be evicted and recomputed. Its accumulation must
+// happen once: the kernel's extra outputs are the constants' own memory on its first run,
+// and scratch on a recomputation, whose contents are thrown away (so the new outputs may not
+// depend on what the constants held). Writing pinned memory, it is treated as an update
+// before it runs: the step settles first (deferred ops run, so nothing that read the old
+// values runs after it; a followed plan never defers it), and every held tensor whose
+// recomputation reads the old values is frozen. It counts in RuntimeStats::updates.
+void RuntimeImpl::prepare_accumulation(const OpDef& op, const std::vector<Id>& inputs,
+                                       std::span<const int> accumulates, int position) {
+  const std::vector<Id> targets = pinned_targets(op, inputs, accumulates);
+  if (step) step->before_update(position - 1);
+  freeze_dependents(targets);
 }
 
 void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
