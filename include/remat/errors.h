@@ -15,12 +15,23 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "remat/cuda_api.h"
 
 namespace remat {
 
 // What an out-of-memory error knows about the state it failed in.
+// Tensors the program holds handles to, grouped by the op that made them ("constant": made by
+// Runtime::constant), as Runtime::held_tensors() and an out-of-memory error report them: what
+// keeps memory alive that only the program can let go of.
+struct HeldTensors {
+  std::string op;
+  std::size_t tensors = 0;
+  std::size_t bytes = 0;           // of their storages, each counted once
+  std::size_t resident_bytes = 0;  // of those in memory now
+};
+
 struct OutOfMemoryInfo {
   std::string op;                // the op being run or recomputed ("" outside an op)
   std::size_t requested = 0;     // bytes asked for (after rounding)
@@ -34,6 +45,9 @@ struct OutOfMemoryInfo {
   // bytes that the budget had room for: the failure is the device's, below the budget.
   std::size_t source_refused = 0;
   std::string source;  // the segment source's name, where source_refused is set
+  // The groups of held tensors with the most resident unpinned bytes (at most 5; constants
+  // are in `pinned`), with the op their producer: what the program could let go of.
+  std::vector<HeldTensors> held;
 };
 
 class OutOfMemoryError : public std::runtime_error {

@@ -302,6 +302,10 @@ class Runtime {
   // The memory timeline since construction (RuntimeOptions::record_timeline).
   const Timeline& timeline() const;
 
+  // The tensors the program holds handles to, by the op that made them, the groups with the
+  // most resident bytes first: what keeps memory alive that only the program can let go of.
+  std::vector<HeldTensors> held_tensors() const;
+
   void set_budget(std::size_t budget);
   std::size_t budget() const;
   RuntimeStats stats() const;

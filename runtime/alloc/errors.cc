@@ -5,12 +5,28 @@
 namespace remat {
 namespace {
 
+// The allocated bytes neither pinned nor locked, and who holds them.
+std::string unaccounted(const OutOfMemoryInfo& i) {
+  const std::size_t known = i.pinned + i.locked;
+  std::string out;
+  if (i.allocated > known)
+    absl::StrAppend(&out, "; ", i.allocated - known,
+                    " allocated bytes are neither pinned nor locked (rounding, tensors kept for "
+                    "recomputations, or held below)");
+  if (i.held.empty()) return out;
+  absl::StrAppend(&out, "; resident tensors the program holds:");
+  for (std::size_t g = 0; g < i.held.size(); ++g)
+    absl::StrAppend(&out, g == 0 ? " " : ", ", i.held[g].tensors, " from '", i.held[g].op, "' (",
+                    i.held[g].resident_bytes, " bytes)");
+  return out;
+}
+
 std::string describe(const OutOfMemoryInfo& i) {
   return absl::StrCat(
       "remat: out of memory", i.op.empty() ? "" : absl::StrCat(" in op '", i.op, "'"),
       ": requested ", i.requested, " bytes under a budget of ", i.budget, " bytes (reserved ",
       i.reserved, ", allocated ", i.allocated, ", pinned ", i.pinned, ", locked by running ops ",
-      i.locked, ", largest free block ", i.largest_free, ")",
+      i.locked, ", largest free block ", i.largest_free, ")", unaccounted(i),
       i.source_refused == 0
           ? ""
           : absl::StrCat("; the ", i.source, " source refused a reservation of ", i.source_refused,

@@ -504,6 +504,11 @@ OutOfMemoryError RuntimeImpl::annotated(const OutOfMemoryError& e, const std::st
   info.pinned = stats.pinned_bytes;
   info.locked = failed_locked_bytes_ ? *failed_locked_bytes_ : unpinned_locked_bytes();
   failed_locked_bytes_.reset();
+  info.held.clear();  // an error annotated again (an outer request) is described anew
+  for (const HeldTensors& g : held_tensors()) {
+    if (g.op == "constant" || g.resident_bytes == 0 || info.held.size() == 5) continue;
+    info.held.push_back(g);
+  }
   return OutOfMemoryError(std::move(info));
 }
 

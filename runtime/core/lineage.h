@@ -101,6 +101,7 @@ class SlotMap {
   const T& operator[](Id id) const { return items_[id]; }
   const T* data() const { return items_.data(); }  // valid until the next insert
   std::size_t live() const { return items_.size() - free_.size(); }
+  std::size_t slots() const { return items_.size(); }  // ids below this, removed ones included
   // Visits every slot, removed ones included (they hold a default-constructed T).
   template <class F>
   void for_each_slot(F&& f) const {

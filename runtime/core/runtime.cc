@@ -180,6 +180,7 @@ MemoryResource& Runtime::memory() { return impl_->memory_resource(); }
 double Runtime::clock() const { return impl_->simulated_clock(); }
 
 RuntimeStats Runtime::stats() const { return impl_->current_stats(); }
+std::vector<HeldTensors> Runtime::held_tensors() const { return impl_->held_tensors(); }
 void Runtime::reset_peaks() { impl_->reset_peaks(); }
 
 // Steps (step_lifecycle.cc).

@@ -1,6 +1,8 @@
 // The runtime core: construction, residency, the candidate index, lingering storages.
 #include "runtime/core/runtime_impl.h"
 
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
@@ -327,6 +329,30 @@ void RuntimeImpl::set_budget(std::size_t budget) {
 void RuntimeImpl::note_memory() {
   const MemoryStats m = memory->stats();
   timeline.memory.push_back({clock, m.allocated, m.reserved});
+}
+
+std::vector<HeldTensors> RuntimeImpl::held_tensors() const {
+  absl::flat_hash_map<std::string, HeldTensors> groups;
+  absl::flat_hash_set<Id> counted;  // storages, each once (views share their base's)
+  for (Id t = 0; t < tensors.slots(); ++t) {
+    const TensorRec& tr = tensors[t];
+    if (tr.handles == 0 || tr.storage == kNone) continue;
+    const std::string op =
+        tr.producer == kNone ? std::string("constant") : ops[tr.producer].op->name;
+    HeldTensors& g = groups[op];
+    g.op = op;
+    ++g.tensors;
+    if (!counted.insert(tr.storage).second) continue;
+    const StorageRec& s = storages[tr.storage];
+    g.bytes += s.bytes;
+    if (s.resident) g.resident_bytes += s.bytes;
+  }
+  std::vector<HeldTensors> out;
+  for (auto& [name, g] : groups) out.push_back(std::move(g));
+  std::sort(out.begin(), out.end(), [](const HeldTensors& a, const HeldTensors& b) {
+    return a.resident_bytes != b.resident_bytes ? a.resident_bytes > b.resident_bytes : a.op < b.op;
+  });
+  return out;
 }
 
 RuntimeStats RuntimeImpl::current_stats() const {

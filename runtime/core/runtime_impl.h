@@ -52,6 +52,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void release(Id tensor);
   bool reclaim(std::size_t bytes) override;
   RuntimeStats current_stats() const;
+  std::vector<HeldTensors> held_tensors() const;
   void reset_peaks();
   const RuntimeOptions& runtime_options() const { return options; }
   MemoryResource& memory_resource() { return *memory; }

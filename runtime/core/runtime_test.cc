@@ -284,6 +284,54 @@ OpPtr with_scratch(std::size_t scratch_floats) {
       testing::numel_cost);
 }
 
+// Runtime::held_tensors: what the program keeps, by producer, each storage counted once.
+TEST(RuntimeTest, HeldTensorsGroupWhatTheProgramKeepsByTheOpThatMadeIt) {
+  Runtime rt(logical(SIZE_MAX));
+  auto x = rt.constant(vec(100), iota(100).data());  // 400 bytes
+  std::vector<Tensor> ys;
+  for (int i = 0; i < 3; ++i) ys.push_back(rt.call1(testing::affine(2, 0), {x}));
+  Tensor again = ys[0];  // a second handle: the same storage, counted once
+  auto z = rt.call1(testing::concat(), {x, ys[1]});  // 800 bytes
+  ASSERT_TRUE(rt.evict(ys[2]));
+  std::vector<HeldTensors> held = rt.held_tensors();
+  ASSERT_EQ(held.size(), 3u);
+  EXPECT_EQ(held[0].op, "affine");
+  EXPECT_EQ(held[0].tensors, 3u);
+  EXPECT_EQ(held[0].bytes, 1200u);
+  EXPECT_EQ(held[0].resident_bytes, 800u) << "one was evicted";
+  EXPECT_EQ(held[1].op, "concat");
+  EXPECT_EQ(held[1].resident_bytes, 800u);
+  EXPECT_EQ(held[2].op, "constant");
+  z.reset();
+  ys.clear();
+  again.reset();
+  held = rt.held_tensors();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].op, "constant");
+}
+
+// An out-of-memory error names the held tensors the program could let go of (here the
+// inputs the failing op locked), and how much allocated memory is neither pinned nor locked.
+TEST(RuntimeTest, OutOfMemoryErrorNamesTheTensorsTheProgramHolds) {
+  Runtime rt(logical(1500));
+  auto x = rt.constant(vec(100), iota(100).data());  // 400 bytes, pinned
+  auto y1 = rt.call1(testing::affine(2, 0), {x});    // 400
+  auto y2 = rt.call1(testing::affine(3, 0), {x});    // 400
+  try {
+    rt.call1(testing::concat(), {y1, y2});  // 800 more, with y1 and y2 locked
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    ASSERT_EQ(e.info().held.size(), 1u);
+    EXPECT_EQ(e.info().held[0].op, "affine");
+    EXPECT_EQ(e.info().held[0].tensors, 2u);
+    EXPECT_EQ(e.info().held[0].resident_bytes, 800u);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("resident tensors the program holds: 2 from 'affine' (800 bytes)"),
+              std::string::npos)
+        << what;
+  }
+}
+
 TEST(RuntimeTest, KernelScratchIsUnderTheBudgetAndGivenBack) {
   Runtime rt({.budget = 8 << 20});
   auto x = rt.constant(vec(1 << 18), iota(1 << 18).data());  // 1 MiB
