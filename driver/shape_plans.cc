@@ -234,6 +234,14 @@ StepOptions ShapePlans::plan_after_oom(const PlanCache::Key& key, RecordedStep r
   return planned_step(s);
 }
 
+void ShapePlans::planned_step_failed(const PlanCache::Key& key, const std::string& why) {
+  Shape& s = shape(key);
+  if (s.state != State::kTrial && s.state != State::kPlanned) return;
+  s.state = State::kDynamic;
+  s.why = absl::StrCat("a step following the plan failed (", why, "): DTR from now on");
+  if (planned_steps_ > 0) --planned_steps_;
+}
+
 bool ShapePlans::in_trial(const PlanCache::Key& key) const {
   auto it = shapes_.find(key);
   return it != shapes_.end() && it->second.state == State::kTrial;

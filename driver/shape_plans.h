@@ -117,6 +117,9 @@ class ShapePlans {
   // be run again: its options, or no hints where no plan survived its screening.
   StepOptions plan_after_oom(const PlanCache::Key& key, RecordedStep recording);
 
+  // A step of the shape that followed its plan failed (out of memory, thrash): the shape goes
+  // back to DTR, and the step does not count as planned.
+  void planned_step_failed(const PlanCache::Key& key, const std::string& why);
   // Whether the shape's steps are on a plan's trial (before() gave them its hints).
   bool in_trial(const PlanCache::Key& key) const;
   std::size_t plans_made() const { return plans_made_; }

@@ -145,8 +145,7 @@ StepOptions StepDriver::Impl::prepare(int step, const PlanCache::Key& key, bool 
       report_.kind = StepKind::kRecorded;
     } else {
       report_.kind = StepKind::kPlanned;
-      report_.exact_plan = found.exact;
-      ++(found.exact ? totals_.exact_plan_steps : totals_.reused_plan_steps);
+      report_.exact_plan = found.exact;  // counted once the step has run
     }
   } else if (options_.policy == "auto") {
     const auto start = Clock::now();
@@ -209,8 +208,12 @@ const StepReport& StepDriver::Impl::run(int step, bool record) {
   RecordedStep recorded;
   try {
     recorded = run_prepared(step, key, options);
-  } catch (...) {
+  } catch (const std::exception& e) {
     runtime_.abort_step();  // a no-op where the step already ended
+    if (options_.policy == "auto" && options.hints != nullptr) {
+      shape_plans_.planned_step_failed(key, e.what());
+      totals_.planned_steps = shape_plans_.planned_steps();
+    }
     throw;
   }
   const RuntimeStats after = runtime_.stats();
@@ -227,6 +230,7 @@ const StepReport& StepDriver::Impl::run(int step, bool record) {
     totals_.planned_steps = shape_plans_.planned_steps();
   } else if (report_.kind == StepKind::kPlanned) {
     ++totals_.planned_steps;
+    ++(report_.exact_plan ? totals_.exact_plan_steps : totals_.reused_plan_steps);
   }
   report_.seconds = seconds_since(start);
   return report_;

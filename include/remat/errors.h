@@ -30,6 +30,7 @@ struct HeldTensors {
   std::size_t tensors = 0;
   std::size_t bytes = 0;           // of their storages, each counted once
   std::size_t resident_bytes = 0;  // of those in memory now
+  std::size_t pinned_bytes = 0;    // of those pinned (constants; tensors frozen by an update)
 };
 
 struct OutOfMemoryInfo {
@@ -45,8 +46,9 @@ struct OutOfMemoryInfo {
   // bytes that the budget had room for: the failure is the device's, below the budget.
   std::size_t source_refused = 0;
   std::string source;  // the segment source's name, where source_refused is set
-  // The groups of held tensors with the most resident unpinned bytes (at most 5; constants
-  // are in `pinned`), with the op their producer: what the program could let go of.
+  // The groups of held tensors with the most resident unpinned bytes (at most 5), by the op
+  // that made them: what the program could let go of. Their unpinned bytes may include the
+  // inputs the failing op had locked (counted in `locked` too).
   std::vector<HeldTensors> held;
 };
 

@@ -41,7 +41,7 @@ struct OutputSpec {
   std::size_t alias_offset = 0;  // byte offset of the view inside the input's data
   // >= 0: the output starts as a copy of that input's bytes (same size) before the kernel
   // runs, on its first run and on every recomputation: the new version of an in-place op
-  // (Runtime::call_inplace), or an accumulation into a copy of what it accumulates into.
+  // (Runtime::call_inplace), or an op that accumulates into a copy of an input it only reads.
   int copy_of = -1;
   OutputSpec() = default;
   OutputSpec(TensorSpec s) : spec(std::move(s)) {}  // NOLINT: implicit on purpose
@@ -129,19 +129,41 @@ struct OpDef {
   std::function<OpWork(SpecList)> work;
   bool random = false;
   std::uint64_t rng_counters = 1;  // counters one call may consume (random ops)
+  // Scratch the kernel asks for (KernelContext::scratch), declared: the runtime reserves it
+  // with the op's outputs, before the kernel runs, where making room may move other tensors
+  // together (Note [Compaction]); the kernel's first scratch request of at most this many
+  // bytes gets it. Undeclared requests are served while the kernel runs, when nothing may
+  // move. Empty or 0: none declared.
+  std::function<std::size_t(SpecList)> scratch_bytes;
 };
 using OpPtr = std::shared_ptr<const OpDef>;
 
-inline OpPtr make_op(std::string name, std::function<Outputs(SpecList)> infer,
-                     std::function<void(const KernelContext&)> kernel,
-                     std::function<double(SpecList)> cost = {}, bool random = false) {
+namespace detail {
+inline std::shared_ptr<OpDef> new_op(std::string name, std::function<Outputs(SpecList)> infer,
+                                     std::function<void(const KernelContext&)> kernel,
+                                     bool random) {
   auto op = std::make_shared<OpDef>();
   op->name = std::move(name);
   op->infer = std::move(infer);
   op->kernel = std::move(kernel);
-  op->cost = std::move(cost);
   op->random = random;
   return op;
+}
+}  // namespace detail
+
+inline OpPtr make_op(std::string name, std::function<Outputs(SpecList)> infer,
+                     std::function<void(const KernelContext&)> kernel,
+                     std::function<double(SpecList)> cost = {}, bool random = false) {
+  auto op = detail::new_op(std::move(name), std::move(infer), std::move(kernel), random);
+  op->cost = std::move(cost);
+  return op;
+}
+
+// `op` with the scratch its kernel asks for declared (OpDef::scratch_bytes).
+inline OpPtr with_scratch(const OpPtr& op, std::function<std::size_t(SpecList)> bytes) {
+  auto declared = std::make_shared<OpDef>(*op);
+  declared->scratch_bytes = std::move(bytes);
+  return declared;
 }
 
 // The same with the op's work declared instead of a cost: the runtime prices it with its
@@ -154,12 +176,8 @@ inline OpPtr make_op(std::string name, std::function<Outputs(SpecList)> infer,
 inline OpPtr make_op_with_work(std::string name, std::function<Outputs(SpecList)> infer,
                                std::function<void(const KernelContext&)> kernel,
                                std::function<OpWork(SpecList)> work, bool random = false) {
-  auto op = std::make_shared<OpDef>();
-  op->name = std::move(name);
-  op->infer = std::move(infer);
-  op->kernel = std::move(kernel);
+  auto op = detail::new_op(std::move(name), std::move(infer), std::move(kernel), random);
   op->work = std::move(work);
-  op->random = random;
   return op;
 }
 

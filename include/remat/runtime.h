@@ -134,8 +134,11 @@ struct RuntimeStats {
   std::size_t ooms = 0;
   std::size_t thrashes = 0;
   std::size_t pinned_bytes = 0;
-  std::size_t frozen = 0;   // tensors pinned by update() (Note [Updating pinned tensors])
-  std::size_t updates = 0;  // update() calls whose kernel ran: pinned memory written
+  // Tensors pinned by update() or call_accumulate() (Note [Updating pinned tensors]).
+  std::size_t frozen = 0;
+  // update() calls and first runs of call_accumulate() that reached their kernel: pinned
+  // memory may have been written (a step that did so cannot be run again).
+  std::size_t updates = 0;
   // Pinned storages moved below where they were, so that they do not split free memory
   // (Note [Packing pinned storages]).
   std::size_t packed_storages = 0;

@@ -14,10 +14,10 @@ std::string unaccounted(const OutOfMemoryInfo& i) {
                     " allocated bytes are neither pinned nor locked (rounding, tensors kept for "
                     "recomputations, or held below)");
   if (i.held.empty()) return out;
-  absl::StrAppend(&out, "; resident tensors the program holds:");
+  absl::StrAppend(&out, "; resident unpinned tensors the program holds:");
   for (std::size_t g = 0; g < i.held.size(); ++g)
     absl::StrAppend(&out, g == 0 ? " " : ", ", i.held[g].tensors, " from '", i.held[g].op, "' (",
-                    i.held[g].resident_bytes, " bytes)");
+                    i.held[g].resident_bytes - i.held[g].pinned_bytes, " bytes)");
   return out;
 }
 

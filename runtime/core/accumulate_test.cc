@@ -163,6 +163,35 @@ TEST(AccumulateTest, FreezesWhatReadTheOldValueAndRefusesNonConstants) {
   EXPECT_THROW(rt.call_accumulate(LinearBackward(), bad, acc), std::invalid_argument);
   const int out_of_range[] = {7};
   EXPECT_THROW(rt.call_accumulate(LinearBackward(), args, out_of_range), std::invalid_argument);
+  // An output that copies what the op accumulates into would change with the accumulation.
+  const OpPtr copies_target = make_op(
+      "copies_target",
+      [](SpecList in) {
+        OutputSpec o(in[3]);
+        o.copy_of = 3;
+        return Outputs{o};
+      },
+      [](const KernelContext&) {}, testing::numel_cost);
+  EXPECT_THROW(rt.call_accumulate(copies_target, args, acc), std::invalid_argument);
+  EXPECT_EQ(read(rt, dw), std::vector<float>(8, 2.0f)) << "a rejected call changes nothing";
+}
+
+// A second accumulation into the same constant does not freeze the first one's output: by
+// the contract it never read what the constant held.
+TEST(AccumulateTest, AnotherAccumulationDoesNotFreezeTheFirstOnesOutput) {
+  Runtime rt(testing::logical(SIZE_MAX));
+  const std::vector<float> ones(8, 1.0f), zeros(8, 0.0f);
+  Tensor x = rt.constant(vec(8), ones.data());
+  Tensor dw = rt.constant(vec(8), zeros.data());
+  const int acc[] = {3};
+  const Tensor args[] = {x, x, x, dw};
+  Tensor first = rt.call_accumulate(LinearBackward(), args, acc).at(0);
+  Tensor second = rt.call_accumulate(LinearBackward(), args, acc).at(0);
+  EXPECT_EQ(rt.stats().frozen, 0u);
+  EXPECT_TRUE(rt.evict(first));
+  EXPECT_EQ(read(rt, first), std::vector<float>(8, 2.0f));
+  EXPECT_EQ(read(rt, dw), std::vector<float>(8, 2.0f));
+  EXPECT_EQ(rt.stats().updates, 2u);
 }
 
 }  // namespace

@@ -128,8 +128,11 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
     throw;
   }
   OpRec& op = ops[op_id];
+  // A first run that accumulates into constants writes pinned memory from here on, even if
+  // its kernel fails half-way: a step that did so cannot run again (StepDriver).
+  if (!rerun && !op.accumulates.empty()) ++stats.updates;
   try {
-    op.cost = run_op(op, m.ptrs, rerun);
+    op.cost = run_op(op, m, rerun);
     if (clock > options.clock_limit) {
       ++stats.thrashes;
       throw ThrashError(absl::StrCat("remat: simulated time passed the clock limit of ",
@@ -157,6 +160,33 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   settle_fresh_outputs(m.fresh, recompute, waiting);
 }
 
+// OpDef::scratch_bytes: reserved before the op's outputs (it is usually the larger request),
+// while no kernel runs, so that making room may move storages (Note [Compaction]).
+void RuntimeImpl::reserve_declared_scratch(Id op_id, OutputMemory& m) {
+  const OpDef& op = *ops[op_id].op;
+  if (!runs_kernels || !op.scratch_bytes) return;
+  std::vector<TensorSpec> specs;
+  for (Id t : ops[op_id].inputs) specs.push_back(tensors[t].spec);
+  const std::size_t b = op.scratch_bytes(specs);
+  if (b == 0) return;
+  m.reserved = {allocate_unplaced(b), b};
+  m.scratch.push_back(m.reserved);
+}
+
+// Memory outside a step's placed requests (Note [Placed allocations] in
+// caching_allocator.cc): the simulated traces a placement is made from never ask for it.
+void* RuntimeImpl::allocate_unplaced(std::size_t bytes) {
+  if (caching != nullptr) caching->pause_placement(true);
+  try {
+    void* p = memory->allocate(bytes);
+    if (caching != nullptr) caching->pause_placement(false);
+    return p;
+  } catch (...) {
+    if (caching != nullptr) caching->pause_placement(false);
+    throw;
+  }
+}
+
 // Outputs that are still resident are locked first, so that making room for the others
 // cannot evict them while the kernel is about to write them. Outputs whose records died
 // still have to be written somewhere: scratch memory, where kernels run.
@@ -168,6 +198,7 @@ void RuntimeImpl::give_outputs_memory(Id op_id, OutputMemory& m) {
     lock(s);
     m.held.push_back(s);
   }
+  reserve_declared_scratch(op_id, m);
   for (std::size_t i = 0; i < n; ++i) {
     const Id s = ops[op_id].out_storages[i];
     if (s == kNone || storages[s].resident) continue;  // views and dead ones: below
@@ -192,10 +223,9 @@ void RuntimeImpl::give_outputs_memory(Id op_id, OutputMemory& m) {
   for (std::size_t j = 0; j < acc.size(); ++j) {
     void* p = nullptr;
     if (runs_kernels && m.rerun) {
-      const std::size_t b =
-          tensors[ops[op_id].inputs[static_cast<std::size_t>(acc[j])]].spec.bytes();
-      p = memory->allocate(b);
-      m.scratch.emplace_back(p, b);
+      const Id t = ops[op_id].inputs[static_cast<std::size_t>(acc[j])];
+      p = allocate_unplaced(tensors[t].spec.bytes());
+      m.scratch.emplace_back(p, tensors[t].spec.bytes());
     }
     m.ptrs.push_back(p);
   }
@@ -220,7 +250,8 @@ void RuntimeImpl::release_outputs(OutputMemory& m) {
 
 // Runs the op's kernel on its resident inputs, writing `outs`; returns its cost, measured on
 // a first run on the CPU where asked or where the op declares none.
-double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool rerun) {
+double RuntimeImpl::run_op(const OpRec& op, const OutputMemory& m, bool rerun) {
+  const std::vector<void*>& outs = m.ptrs;
   const std::size_t n = outs.size();
   KernelContext ctx;
   std::vector<const void*> in_ptrs;
@@ -246,7 +277,8 @@ double RuntimeImpl::run_op(const OpRec& op, const std::vector<void*>& outs, bool
       if (op.alias_of[i] < 0) bytes += op.output_specs[i].bytes();
   }
   return launch(*op.op, ctx, op.cost, measure,
-                rerun ? TimelineEvent::Kind::kRecompute : TimelineEvent::Kind::kCompute, bytes);
+                rerun ? TimelineEvent::Kind::kRecompute : TimelineEvent::Kind::kCompute, bytes,
+                m.reserved);
 }
 
 // Before a kernel runs: outputs that start as a copy of an input get it (on the runtime's
@@ -280,8 +312,9 @@ class KernelScratch {
  public:
   // A kernel's scratch is not part of a step's traced or placed requests (Note [Placed
   // allocations] in caching_allocator.cc): kernels do not run on the simulated backend.
-  KernelScratch(MemoryResource& memory, CachingAllocator* caching)
-      : memory_(memory), caching_(caching) {
+  KernelScratch(MemoryResource& memory, CachingAllocator* caching,
+                std::pair<void*, std::size_t> reserved)
+      : memory_(memory), caching_(caching), reserved_(reserved) {
     if (caching_ != nullptr) caching_->pause_placement(true);
   }
   ~KernelScratch() {
@@ -292,6 +325,11 @@ class KernelScratch {
   KernelScratch& operator=(const KernelScratch&) = delete;
   static void* allocate(void* self, std::size_t bytes) {
     auto* s = static_cast<KernelScratch*>(self);
+    if (s->reserved_.first != nullptr && bytes <= s->reserved_.second) {
+      void* p = s->reserved_.first;  // given back by execute(), which reserved it
+      s->reserved_ = {nullptr, 0};
+      return p;
+    }
     void* p = s->memory_.allocate(bytes);
     s->blocks_.emplace_back(p, bytes);
     return p;
@@ -301,6 +339,7 @@ class KernelScratch {
   MemoryResource& memory_;
   CachingAllocator* caching_;
   std::vector<std::pair<void*, std::size_t>> blocks_;
+  std::pair<void*, std::size_t> reserved_;
 };
 }  // namespace
 
@@ -313,10 +352,11 @@ class KernelScratch {
 // that are measured are timed with events on the stream, which waits for the kernel: once
 // per op, then the measured cost is reused by every recomputation.
 double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool measure,
-                           TimelineEvent::Kind kind, std::size_t bytes) {
+                           TimelineEvent::Kind kind, std::size_t bytes,
+                           std::pair<void*, std::size_t> reserved) {
   const auto& kernel = kernel_of(op);
   if (runs_kernels && kernel) {
-    KernelScratch scratch(*memory, caching);
+    KernelScratch scratch(*memory, caching, reserved);
     ctx.stream = cuda != nullptr ? cuda->stream() : nullptr;
     ctx.workspace = workspace;
     ctx.workspace_bytes = workspace_bytes;
@@ -379,8 +419,11 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
                                      std::span<const int> accumulates) {
   if (options.backend == Backend::kCuda && op->kernel && !op->cuda_kernel)
     throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' has no CUDA kernel"));
+  // Checked before the op takes a position: a rejected call leaves the step as it was.
+  const std::vector<Id> targets =
+      accumulates.empty() ? std::vector<Id>{} : pinned_targets(*op, inputs, accumulates);
   const int position = step ? step->next_position() : -1;
-  if (!accumulates.empty()) prepare_accumulation(*op, inputs, accumulates, position);
+  if (!targets.empty()) prepare_accumulation(targets, position);
   const Id op_id = register_op(op, inputs, cost);
   ops[op_id].accumulates.assign(accumulates.begin(), accumulates.end());
   const std::vector<Id> result = make_outputs(op_id, inputs, outputs);
@@ -399,7 +442,6 @@ std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inp
     throw;
   }
   for (Id t : result) touch(tensors[t].storage);
-  if (!accumulates.empty()) ++stats.updates;  // pinned memory written
   if (step) step->after_new_op();
   return result;
 }
@@ -505,10 +547,13 @@ OutOfMemoryError RuntimeImpl::annotated(const OutOfMemoryError& e, const std::st
   info.locked = failed_locked_bytes_ ? *failed_locked_bytes_ : unpinned_locked_bytes();
   failed_locked_bytes_.reset();
   info.held.clear();  // an error annotated again (an outer request) is described anew
-  for (const HeldTensors& g : held_tensors()) {
-    if (g.op == "constant" || g.resident_bytes == 0 || info.held.size() == 5) continue;
-    info.held.push_back(g);
-  }
+  std::vector<HeldTensors> held = held_tensors();
+  std::erase_if(held, [](const HeldTensors& g) { return g.resident_bytes == g.pinned_bytes; });
+  std::sort(held.begin(), held.end(), [](const HeldTensors& a, const HeldTensors& b) {
+    return a.resident_bytes - a.pinned_bytes > b.resident_bytes - b.pinned_bytes;
+  });
+  if (held.size() > 5) held.resize(5);
+  info.held = std::move(held);
   return OutOfMemoryError(std::move(info));
 }
 

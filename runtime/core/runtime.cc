@@ -4,6 +4,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -86,10 +87,19 @@ std::vector<Tensor> Runtime::call_accumulate(const OpPtr& op, std::span<const Te
 std::vector<Tensor> Runtime::call_new(const OpPtr& op, std::span<const Tensor> inputs,
                                       const Outputs& outputs, double cost,
                                       std::span<const int> accumulated) {
+  auto accumulated_into = [&](int i) {
+    return std::find(accumulated.begin(), accumulated.end(), i) != accumulated.end();
+  };
   for (const OutputSpec& o : outputs) {
     if (o.alias_of >= static_cast<int>(inputs.size()))
       throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' aliases input ",
                                                o.alias_of, " of ", inputs.size()));
+    // An output read from what the op accumulates into would change with the accumulation.
+    if ((o.alias_of >= 0 && accumulated_into(o.alias_of)) ||
+        (o.copy_of >= 0 && accumulated_into(o.copy_of)))
+      throw std::invalid_argument(absl::StrCat("remat: op '", op->name,
+                                               "' has an output that views or copies an "
+                                               "argument it accumulates into"));
     if (o.copy_of < 0) continue;
     if (o.alias_of >= 0 || o.copy_of >= static_cast<int>(inputs.size()) ||
         inputs[static_cast<std::size_t>(o.copy_of)].bytes() != o.spec.bytes())

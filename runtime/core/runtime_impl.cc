@@ -346,6 +346,7 @@ std::vector<HeldTensors> RuntimeImpl::held_tensors() const {
     const StorageRec& s = storages[tr.storage];
     g.bytes += s.bytes;
     if (s.resident) g.resident_bytes += s.bytes;
+    if (s.resident && s.pinned) g.pinned_bytes += s.bytes;
   }
   std::vector<HeldTensors> out;
   for (auto& [name, g] : groups) out.push_back(std::move(g));

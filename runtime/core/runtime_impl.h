@@ -143,6 +143,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
     std::vector<Id> held;
     std::vector<Id> fresh;
     std::vector<std::pair<void*, std::size_t>> scratch;
+    std::pair<void*, std::size_t> reserved{nullptr, 0};  // OpDef::scratch_bytes, in `scratch`
   };
 
   void reserve_workspace();  // Note [CUDA start-up memory]
@@ -191,9 +192,10 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void release_request_dead();
   void execute(Id op, bool recompute, const OpRec* waiting);
   void give_outputs_memory(Id op_id, OutputMemory& m);
+  void reserve_declared_scratch(Id op_id, OutputMemory& m);
   void release_outputs(OutputMemory& m);
   void settle_fresh_outputs(const std::vector<Id>& fresh, bool recompute, const OpRec* waiting);
-  double run_op(const OpRec& op, const std::vector<void*>& outs, bool rerun);
+  double run_op(const OpRec& op, const OutputMemory& m, bool rerun);
   void prepare_outputs(const OpRec& op, const std::vector<const void*>& in_ptrs,
                        const std::vector<void*>& outs);
   const std::function<void(const KernelContext&)>& kernel_of(const OpDef& op) const;
@@ -201,16 +203,18 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
                      std::vector<const TensorSpec*>& specs) const;
   // The one place an op's run takes time: runs its kernel where kernels run, measured if
   // asked, and advances the clock by its cost with a timeline event. Returns the cost.
+  // `reserved`: scratch reserved before the kernel (OpDef::scratch_bytes).
   double launch(const OpDef& op, KernelContext ctx, double cost, bool measure,
-                TimelineEvent::Kind kind, std::size_t bytes);
+                TimelineEvent::Kind kind, std::size_t bytes,
+                std::pair<void*, std::size_t> reserved = {nullptr, 0});
 
   // Updates of pinned tensors (update.cc).
   std::vector<Id> pinned_targets(const OpDef& op, const std::vector<Id>& args,
                                  std::span<const int> mutated) const;
   std::vector<Id> freeze_dependents(const std::vector<Id>& roots);  // the storages frozen
-  // Before a new op that accumulates into `accumulates` runs at `position`.
-  void prepare_accumulation(const OpDef& op, const std::vector<Id>& inputs,
-                            std::span<const int> accumulates, int position);
+  // Before a new op that accumulates into the constants `targets` runs at `position`.
+  void prepare_accumulation(const std::vector<Id>& targets, int position);
+  void* allocate_unplaced(std::size_t bytes);
 
   // Lineage lifetime (lineage_lifetime.cc).
   void drop_tensor_ref(Id tensor);

@@ -326,7 +326,7 @@ TEST(RuntimeTest, OutOfMemoryErrorNamesTheTensorsTheProgramHolds) {
     EXPECT_EQ(e.info().held[0].tensors, 2u);
     EXPECT_EQ(e.info().held[0].resident_bytes, 800u);
     const std::string what = e.what();
-    EXPECT_NE(what.find("resident tensors the program holds: 2 from 'affine' (800 bytes)"),
+    EXPECT_NE(what.find("resident unpinned tensors the program holds: 2 from 'affine' (800 bytes)"),
               std::string::npos)
         << what;
   }

@@ -4,6 +4,7 @@
 #include <absl/container/flat_hash_set.h>
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace remat::detail {
@@ -20,6 +21,20 @@ namespace remat::detail {
 // the frozen tensors are the gradients and the loss; they are freed with their last handle.
 // A recorded step shows the freeze as inputs of the update's node: whatever it froze must be
 // resident when the update runs, which is what a plan of the step has to budget for.
+namespace {
+// Whether `op` reads storage `s` only as a constant it accumulates into.
+bool only_accumulates_into(const OpRec& op, Id s) {
+  if (op.accumulates.empty()) return false;
+  for (std::size_t i = 0; i < op.in_storages.size(); ++i) {
+    if (op.in_storages[i] != s) continue;
+    if (std::find(op.accumulates.begin(), op.accumulates.end(), static_cast<int>(i)) ==
+        op.accumulates.end())
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
 std::vector<Id> RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
   std::vector<Id> work = roots;
   std::vector<Id> frontier;
@@ -28,6 +43,7 @@ std::vector<Id> RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
     const Id s = work.back();
     work.pop_back();
     for (Id c : storages[s].consumers) {
+      if (only_accumulates_into(ops[c], s)) continue;  // its outputs never read s's values
       for (Id out : ops[c].out_storages) {
         if (out == kNone || !seen.insert(out).second) continue;  // views share `s`'s storage
         const StorageRec& r = storages[out];
@@ -87,10 +103,10 @@ std::vector<Id> RuntimeImpl::pinned_targets(const OpDef& op, const std::vector<I
 // depend on what the constants held). Writing pinned memory, it is treated as an update
 // before it runs: the step settles first (deferred ops run, so nothing that read the old
 // values runs after it; a followed plan never defers it), and every held tensor whose
-// recomputation reads the old values is frozen. It counts in RuntimeStats::updates.
-void RuntimeImpl::prepare_accumulation(const OpDef& op, const std::vector<Id>& inputs,
-                                       std::span<const int> accumulates, int position) {
-  const std::vector<Id> targets = pinned_targets(op, inputs, accumulates);
+// recomputation reads the old values is frozen (not the outputs of other accumulations into
+// them, which do not depend on what they held). Its first run counts in
+// RuntimeStats::updates once its kernel is reached.
+void RuntimeImpl::prepare_accumulation(const std::vector<Id>& targets, int position) {
   if (step) step->before_update(position - 1);
   freeze_dependents(targets);
 }
@@ -135,13 +151,13 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
       }
       ctx = KernelContext{in_ptrs, in_specs, outs, out_specs, RngState{}, false};
     }
+    ++stats.updates;  // pinned memory may be written from here on, even if the kernel fails
     cost = launch(*op, ctx, cost, /*measure=*/false, TimelineEvent::Kind::kCompute, 0);
   } catch (...) {
     unlock_all();
     throw;
   }
   ++stats.calls;
-  ++stats.updates;
   stats.base_cost += cost;
   unlock_all();
   if (step) step->on_update(*op, args, cost, position, frozen);

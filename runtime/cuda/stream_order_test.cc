@@ -10,6 +10,8 @@
 // the CPU computes.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cstdlib>
 #include <random>
@@ -298,6 +300,54 @@ TEST(Compaction, MovesAConstantToServeARequestOnTheHost) {
 TEST(Compaction, MovesAConstantToServeARequestOnTheSimulatedDevice) {
   compaction_scenario(Backend::kCuda, true);
   compaction_scenario(Backend::kCuda, false);
+}
+
+// The same fragmented memory, and an op whose kernel asks for 2 MiB of scratch (its output
+// is 4 bytes): a request from a running kernel may not move anything, so undeclared it is out
+// of memory; declared (OpDef::scratch_bytes) it is reserved before the kernel runs, where
+// compaction makes the room, and the kernel gets it.
+TEST(Compaction, DeclaredScratchIsReservedWhereCompactionCanServeIt) {
+  for (const bool declared : {false, true}) {
+    SCOPED_TRACE(declared ? "declared" : "undeclared");
+    RuntimeOptions o;
+    o.budget = std::size_t{8} << 20;
+    o.allocator.medium_segment = std::size_t{4} << 20;
+    Runtime rt(o);
+    const std::int64_t mib = 1 << 18;  // floats
+    Tensor d = rt.constant(vec(2 * mib), testing::iota(2 * mib).data());
+    std::vector<Tensor> constants, transients;
+    for (int i = 0; i < 3; ++i) {
+      constants.push_back(rt.constant(vec(mib), testing::iota(mib, 10.0f * i).data()));
+      transients.push_back(rt.call1(affine(2, 1), {constants.back()}));
+    }
+    transients.clear();  // three 1 MiB holes
+    OpPtr sum = make_op(
+        "sum_through_scratch", [](SpecList) { return Outputs{{vec(1)}}; },
+        [](const KernelContext& k) {
+          const std::size_t n = static_cast<std::size_t>(k.input_spec(0).numel());
+          auto* copy = static_cast<float*>(k.scratch(n * sizeof(float)));
+          if (copy == nullptr) throw std::runtime_error("no scratch");
+          std::memcpy(copy, k.input<float>(0), n * sizeof(float));
+          double total = 0;
+          for (std::size_t i = 0; i < n; ++i) total += copy[i];
+          k.output<float>(0)[0] = static_cast<float>(total);
+        },
+        [](SpecList in) { return static_cast<double>(in[0].numel()); });
+    if (declared) sum = with_scratch(sum, [](SpecList in) { return in[0].bytes(); });
+    if (!declared) {
+      EXPECT_THROW(rt.call1(sum, {d}), OutOfMemoryError);
+      continue;
+    }
+    Tensor y = rt.call1(sum, {d});
+    EXPECT_GE(rt.stats().compactions, 1u);
+    EXPECT_LE(rt.stats().memory.peak_reserved, o.budget);
+    double expected = 0;
+    for (std::int64_t i = 0; i < 2 * mib; ++i) expected += 1.0 + static_cast<double>(i);
+    EXPECT_EQ(testing::read(rt, y)[0], static_cast<float>(expected));
+    for (int c = 0; c < 3; ++c)
+      EXPECT_EQ(testing::read(rt, constants[static_cast<std::size_t>(c)]),
+                testing::iota(mib, 10.0f * c));
+  }
 }
 
 // A device with less free memory than the budget (another process holds the rest): its

@@ -1,6 +1,7 @@
 #include "tools/compare/compare.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/property_tree/ptree.hpp>
 #include <boost/property_tree/xml_parser.hpp>
@@ -94,7 +95,9 @@ TEST(Compare, RendersAPlotAndTimelinesThatParse) {
   o.planners = {"chen", "twremat", "checkmate"};
   o.planner_time_limit = 5;
   o.policies = {"dtr", "msps"};
-  const auto dir = std::filesystem::temp_directory_path() / "remat_compare_test";
+  // One per process: test runs on one machine must not share it.
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("remat_compare_test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   o.timeline_dir = dir.string();
   o.all_timelines = true;
