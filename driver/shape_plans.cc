@@ -42,6 +42,71 @@ StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
 
 ShapePlans::Shape& ShapePlans::shape(const PlanCache::Key& key) { return shapes_[key]; }
 
+// Plans and screens the plan at `fraction`, keeping it in q.best where it is the cheapest so
+// far; returns its arena's excess over the room the budget leaves it (negative: it fits), or
+// nothing where it has no placement.
+std::optional<double> ShapePlans::screen_candidate(Search& q, double fraction) {
+  Shape& s = q.shape;
+  StepPlan plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
+                                     options_.time_limit, fraction, !s.dtr_failed);
+  ScreenedPlan row{.plan = plan.source, .fraction = fraction};
+  if (plan.empty()) {
+    s.screened.push_back(std::move(row));
+    return std::nullopt;
+  }
+  const std::optional<StepCost> cost = options_.screen(&plan, !s.dtr_failed);
+  if (cost)
+    row.simulated_overhead = cost->overhead();
+  else
+    row.failure = "out of memory or thrash";
+  std::optional<double> excess;
+  if (plan.placement && plan.arena) {
+    row.arena_bytes = plan.arena->arena_bytes;
+    excess = static_cast<double>(plan.arena->arena_bytes) - static_cast<double>(plan.arena->room);
+  }
+  s.screened.push_back(std::move(row));
+  if (cost && cost->recompute < q.best_recompute) {
+    q.best_recompute = cost->recompute;
+    q.best = std::move(plan);
+  }
+  return excess;
+}
+
+// Note [Plans that fit their arena]
+// A placed plan recomputes only what it chose, and the largest plan whose arena fits beside
+// the constants is usually the cheapest step there is; the fixed fractions rarely hit it.
+// From the smallest fraction whose arena was too large, the fraction moves down by the excess
+// (as a share of the budget) and a little more, or halfway to the largest fraction below it
+// already tried (none planned, or its arena fit), a few times at most, until an arena fits.
+void ShapePlans::screen_fractions(Search& q) {
+  std::optional<double> fit_from;  // the smallest fraction whose arena did not fit
+  double excess_there = 0;
+  std::vector<double> below;  // fractions with no plan, none placed, or an arena that fits
+  for (double fraction : options_.fractions) {
+    const std::optional<double> excess = screen_candidate(q, fraction);
+    if (!excess || *excess <= 0) below.push_back(fraction);
+    if (excess && *excess > 0 && (!fit_from || fraction < *fit_from)) {
+      fit_from = fraction;
+      excess_there = *excess;
+    }
+  }
+  double low = 0;
+  for (double f : below)
+    if (fit_from && f < *fit_from) low = std::max(low, f);
+  for (int tries = 0; fit_from && tries < 4; ++tries) {
+    double fraction = *fit_from - excess_there / static_cast<double>(options_.budget) - 0.005;
+    if (fraction <= low) fraction = (low + *fit_from) / 2;
+    const std::optional<double> excess = screen_candidate(q, fraction);
+    if (!excess) {
+      low = fraction;  // no plan (or none placed) this low
+      continue;
+    }
+    if (*excess <= 0) break;
+    fit_from = fraction;
+    excess_there = *excess;
+  }
+}
+
 void ShapePlans::choose_plan(Shape& s) {
   const auto start = std::chrono::steady_clock::now();
   if (!options_.screen) {
@@ -57,70 +122,10 @@ void ShapePlans::choose_plan(Shape& s) {
   else
     dtr_row.failure = s.dtr_failed ? "out of memory (real step)" : "failed";
   s.screened.push_back(std::move(dtr_row));
-  std::optional<StepPlan> best;
-  double best_recompute = dtr ? dtr->recompute : INFINITY;
-  // Plans and screens the plan at `fraction`; returns its arena's excess over the room the
-  // budget leaves it (negative: it fits), or nothing where it has no placement.
-  auto candidate = [&](double fraction) -> std::optional<double> {
-    StepPlan plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
-                                       options_.time_limit, fraction, !s.dtr_failed);
-    ScreenedPlan row{.plan = plan.source, .fraction = fraction};
-    if (plan.empty()) {
-      s.screened.push_back(std::move(row));
-      return std::nullopt;
-    }
-    const std::optional<StepCost> cost = options_.screen(&plan, !s.dtr_failed);
-    if (cost)
-      row.simulated_overhead = cost->overhead();
-    else
-      row.failure = "out of memory or thrash";
-    std::optional<double> excess;
-    if (plan.placement && plan.arena) {
-      row.arena_bytes = plan.arena->arena_bytes;
-      excess = static_cast<double>(plan.arena->arena_bytes) - static_cast<double>(plan.arena->room);
-    }
-    s.screened.push_back(std::move(row));
-    if (cost && cost->recompute < best_recompute) {
-      best_recompute = cost->recompute;
-      best = std::move(plan);
-    }
-    return excess;
-  };
-  std::optional<double> fit_from;  // the smallest fraction whose arena did not fit
-  double excess_there = 0;
-  std::vector<double> below;  // fractions with no plan, none placed, or an arena that fits
-  for (double fraction : options_.fractions) {
-    const std::optional<double> excess = candidate(fraction);
-    if (!excess || *excess <= 0) below.push_back(fraction);
-    if (excess && *excess > 0 && (!fit_from || fraction < *fit_from)) {
-      fit_from = fraction;
-      excess_there = *excess;
-    }
-  }
-  // Note [Plans that fit their arena]
-  // A placed plan recomputes only what it chose, and the largest plan whose arena fits
-  // beside the constants is usually the cheapest step there is; the fixed fractions rarely
-  // hit it. From the smallest fraction whose arena was too large, the fraction moves down
-  // by the excess (as a share of the budget) and a little more, or halfway to the largest
-  // fraction below it already tried (none planned, or its arena fit), a few times at most,
-  // until an arena fits.
-  double low = 0;
-  for (double f : below)
-    if (fit_from && f < *fit_from) low = std::max(low, f);
-  for (int tries = 0; fit_from && tries < 4; ++tries) {
-    double fraction = *fit_from - excess_there / static_cast<double>(options_.budget) - 0.005;
-    if (fraction <= low) fraction = (low + *fit_from) / 2;
-    const std::optional<double> excess = candidate(fraction);
-    if (!excess) {
-      low = fraction;  // no plan (or none placed) this low
-      continue;
-    }
-    if (*excess <= 0) break;
-    fit_from = fraction;
-    excess_there = *excess;
-  }
-  if (best) {
-    s.plan = *std::move(best);
+  Search q{.shape = s, .best = std::nullopt, .best_recompute = dtr ? dtr->recompute : INFINITY};
+  screen_fractions(q);
+  if (q.best) {
+    s.plan = *std::move(q.best);
   } else {
     s.plan = StepPlan{};
     s.plan.hints = std::make_shared<StepHints>();

@@ -145,6 +145,13 @@ class ShapePlans {
   };
   // Plans the recorded shape `s` and screens the candidates: s.plan is the winner, or empty.
   void choose_plan(Shape& s);
+  struct Search {  // choose_plan's candidates so far
+    Shape& shape;
+    std::optional<StepPlan> best;
+    double best_recompute;
+  };
+  std::optional<double> screen_candidate(Search& q, double fraction);
+  void screen_fractions(Search& q);  // the fixed fractions, then Note [Plans that fit ...]
   Shape& shape(const PlanCache::Key& key);
   StepOptions planned_step(const Shape& s);  // the options of a step that follows s.plan
   void plan_recording(const PlanCache::Key& key, Shape& s);  // choose_plan, then drop it
