@@ -237,6 +237,32 @@ TEST(StepDriverTest, AnOutOfMemoryStepLeavesTheDriverUsable) {
   }
 }
 
+// A step that follows a kept plan and fails (here the budget shrank under it) sends its shape
+// back to DTR for good: the next step of that shape runs DTR, not the plan that failed, and
+// the failed step is not counted as planned.
+TEST(StepDriverTest, AFailedPlannedStepSendsItsShapeBackToDtr) {
+  ResidualMlp program({1024});
+  const std::size_t peak = measure_unconstrained_peak(program, {}, 2);
+  const std::size_t budget = peak * 7 / 10;
+  StepDriverOptions options = options_at(budget, "auto");
+  options.placement = false;  // a placed step keeps the arena it reserved before
+  StepDriver driver(program, options);
+  int step = 0;
+  for (; step < 8 && driver.run(step).kind != StepKind::kPlanned; ++step) {
+  }
+  ASSERT_LT(step, 8) << "no plan was kept to fail";
+  const std::size_t planned = driver.totals().planned_steps;
+  driver.runtime().set_budget(driver.runtime().stats().pinned_bytes + (std::size_t{1} << 20));
+  EXPECT_THROW(driver.run(++step), OutOfMemoryError);
+  EXPECT_EQ(driver.totals().planned_steps, planned);
+  ASSERT_EQ(driver.shapes().size(), 1u);
+  EXPECT_EQ(driver.shapes()[0].decision, ShapeDecision::kDtr);
+  EXPECT_NE(driver.shapes()[0].why.find("a step following the plan failed"), std::string::npos)
+      << driver.shapes()[0].why;
+  driver.runtime().set_budget(budget);
+  EXPECT_EQ(driver.run(++step).kind, StepKind::kDynamic);
+}
+
 TEST(StepDriverTest, RejectsAnUnknownPolicy) {
   ResidualMlp program({8});
   EXPECT_THROW(StepDriver(program, options_at(SIZE_MAX, "clairvoyant")), std::invalid_argument);
