@@ -237,23 +237,20 @@ TEST(StepDriverTest, AnOutOfMemoryStepLeavesTheDriverUsable) {
   }
 }
 
-// A step that follows a kept plan and fails (here the budget shrank under it) sends its shape
-// back to DTR for good: the next step of that shape runs DTR, not the plan that failed, and
-// the failed step is not counted as planned.
-TEST(StepDriverTest, AFailedPlannedStepSendsItsShapeBackToDtr) {
-  ResidualMlp program({1024});
-  const std::size_t peak = measure_unconstrained_peak(program, {}, 2);
-  const std::size_t budget = peak * 7 / 10;
-  StepDriverOptions options = options_at(budget, "auto");
-  options.placement = false;  // a placed step keeps the arena it reserved before
+// The planned steps of `options` run until one is planned; under a budget shrunk below it
+// (and below the arena a placed plan reserved), the next one fails within that budget.
+void failed_planned_step_goes_back_to_dtr(ResidualMlp& program, const StepDriverOptions& options) {
+  const std::size_t budget = options.runtime.budget;
   StepDriver driver(program, options);
   int step = 0;
   for (; step < 8 && driver.run(step).kind != StepKind::kPlanned; ++step) {
   }
   ASSERT_LT(step, 8) << "no plan was kept to fail";
   const std::size_t planned = driver.totals().planned_steps;
-  driver.runtime().set_budget(driver.runtime().stats().pinned_bytes + (std::size_t{1} << 20));
+  const std::size_t small = driver.runtime().stats().pinned_bytes + (std::size_t{1} << 20);
+  driver.runtime().set_budget(small);
   EXPECT_THROW(driver.run(++step), OutOfMemoryError);
+  EXPECT_LE(driver.runtime().stats().memory.reserved, small) << "the budget is a hard cap";
   EXPECT_EQ(driver.totals().planned_steps, planned);
   ASSERT_EQ(driver.shapes().size(), 1u);
   EXPECT_EQ(driver.shapes()[0].decision, ShapeDecision::kDtr);
@@ -261,6 +258,22 @@ TEST(StepDriverTest, AFailedPlannedStepSendsItsShapeBackToDtr) {
       << driver.shapes()[0].why;
   driver.runtime().set_budget(budget);
   EXPECT_EQ(driver.run(++step).kind, StepKind::kDynamic);
+}
+
+// A step that follows a kept plan and fails (here the budget shrank under it, below the
+// arena a placed plan had reserved too, which goes back: the budget stays a hard cap) sends its
+// shape back to DTR for good: the next step of that shape runs DTR, not the plan that failed, and
+// the failed step is not counted as planned.
+TEST(StepDriverTest, AFailedPlannedStepSendsItsShapeBackToDtr) {
+  for (const bool placement : {false, true}) {
+    SCOPED_TRACE(placement ? "placed" : "best fit");
+    ResidualMlp program({1024});
+    const std::size_t peak = measure_unconstrained_peak(program, {}, 2);
+    const std::size_t budget = peak * 7 / 10;
+    StepDriverOptions options = options_at(budget, "auto");
+    options.placement = placement;
+    failed_planned_step_goes_back_to_dtr(program, options);
+  }
 }
 
 TEST(StepDriverTest, RejectsAnUnknownPolicy) {

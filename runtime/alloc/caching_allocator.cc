@@ -295,7 +295,9 @@ void CachingAllocator::reset_peaks() {
 
 void CachingAllocator::set_budget(std::size_t budget) {
   options_.budget = budget;
-  if (stats_.reserved > budget) release_cached();
+  if (stats_.reserved <= budget) return;
+  end_placement();  // its holes and arena are cached memory like any other now
+  release_cached();
 }
 
 // Note [Whole segments for large tensors]
@@ -894,10 +896,11 @@ bool CachingAllocator::begin_placement(std::shared_ptr<const Placement> placemen
   const std::size_t need = layout->arena_bytes == 0 ? 0 : round_up(layout->arena_bytes, granule);
   // The last step's arena, if it is empty and large enough; else a new one, after every
   // cached segment (the old arena among them) has gone back.
+  // Not where the budget has since been lowered below what is reserved: the arena goes back.
   Segment* arena = nullptr;
   for (Segment* s : pools_->segments)
     if (need > 0 && s->serial == pl.last_arena && s->live_blocks == 0 && s->size >= need &&
-        s != arena_)
+        s != arena_ && stats_.reserved <= options_.budget)
       arena = s;
   if (arena == nullptr && need > 0) release_cached();
   pl.outcome =
