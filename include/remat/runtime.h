@@ -320,6 +320,8 @@ class Runtime {
 
  private:
   friend class Tensor;
+  std::vector<Tensor> call_inferred(const OpPtr& op, std::span<const Tensor> inputs,
+                                    std::span<const int> accumulated);
   std::vector<Tensor> call_new(const OpPtr& op, std::span<const Tensor> inputs,
                                const Outputs& outputs, double cost,
                                std::span<const int> accumulated);

@@ -176,15 +176,8 @@ void RuntimeImpl::reserve_declared_scratch(Id op_id, OutputMemory& m) {
 // Memory outside a step's placed requests (Note [Placed allocations] in
 // caching_allocator.cc): the simulated traces a placement is made from never ask for it.
 void* RuntimeImpl::allocate_unplaced(std::size_t bytes) {
-  if (caching != nullptr) caching->pause_placement(true);
-  try {
-    void* p = memory->allocate(bytes);
-    if (caching != nullptr) caching->pause_placement(false);
-    return p;
-  } catch (...) {
-    if (caching != nullptr) caching->pause_placement(false);
-    throw;
-  }
+  const PlacementPause pause(caching);
+  return memory->allocate(bytes);
 }
 
 // Outputs that are still resident are locked first, so that making room for the others
@@ -314,12 +307,9 @@ class KernelScratch {
   // allocations] in caching_allocator.cc): kernels do not run on the simulated backend.
   KernelScratch(MemoryResource& memory, CachingAllocator* caching,
                 std::pair<void*, std::size_t> reserved)
-      : memory_(memory), caching_(caching), reserved_(reserved) {
-    if (caching_ != nullptr) caching_->pause_placement(true);
-  }
+      : memory_(memory), pause_(caching), reserved_(reserved) {}
   ~KernelScratch() {
     for (auto [p, b] : blocks_) memory_.deallocate(p, b);
-    if (caching_ != nullptr) caching_->pause_placement(false);
   }
   KernelScratch(const KernelScratch&) = delete;
   KernelScratch& operator=(const KernelScratch&) = delete;
@@ -337,7 +327,7 @@ class KernelScratch {
 
  private:
   MemoryResource& memory_;
-  CachingAllocator* caching_;
+  PlacementPause pause_;
   std::vector<std::pair<void*, std::size_t>> blocks_;
   std::pair<void*, std::size_t> reserved_;
 };

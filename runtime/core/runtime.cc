@@ -65,11 +65,7 @@ Tensor Runtime::constant(const TensorSpec& spec, const void* data) {
 }
 
 std::vector<Tensor> Runtime::call(const OpPtr& op, std::span<const Tensor> inputs) {
-  std::vector<TensorSpec> specs;
-  specs.reserve(inputs.size());
-  for (const Tensor& t : inputs) specs.push_back(t.spec());
-  Outputs outputs = op->infer(specs);
-  return call_with(op, inputs, outputs, impl_->declared_cost(*op, specs));
+  return call_inferred(op, inputs, {});
 }
 
 std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> inputs,
@@ -79,9 +75,16 @@ std::vector<Tensor> Runtime::call_with(const OpPtr& op, std::span<const Tensor> 
 
 std::vector<Tensor> Runtime::call_accumulate(const OpPtr& op, std::span<const Tensor> args,
                                              std::span<const int> accumulated) {
+  return call_inferred(op, args, accumulated);
+}
+
+// Outputs from the op's shape function, cost from what it declares.
+std::vector<Tensor> Runtime::call_inferred(const OpPtr& op, std::span<const Tensor> inputs,
+                                           std::span<const int> accumulated) {
   std::vector<TensorSpec> specs;
-  for (const Tensor& t : args) specs.push_back(t.spec());
-  return call_new(op, args, op->infer(specs), impl_->declared_cost(*op, specs), accumulated);
+  specs.reserve(inputs.size());
+  for (const Tensor& t : inputs) specs.push_back(t.spec());
+  return call_new(op, inputs, op->infer(specs), impl_->declared_cost(*op, specs), accumulated);
 }
 
 std::vector<Tensor> Runtime::call_new(const OpPtr& op, std::span<const Tensor> inputs,

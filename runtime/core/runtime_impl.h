@@ -23,6 +23,24 @@
 
 namespace remat::detail {
 
+// Requests made while it lives are outside a step's placed sequence (Note [Placed
+// allocations] in caching_allocator.cc): a kernel's scratch, what the simulated traces a
+// placement is made from never ask for.
+class PlacementPause {
+ public:
+  explicit PlacementPause(CachingAllocator* caching) : caching_(caching) {
+    if (caching_ != nullptr) caching_->pause_placement(true);
+  }
+  ~PlacementPause() {
+    if (caching_ != nullptr) caching_->pause_placement(false);
+  }
+  PlacementPause(const PlacementPause&) = delete;
+  PlacementPause& operator=(const PlacementPause&) = delete;
+
+ private:
+  CachingAllocator* caching_;
+};
+
 class RuntimeImpl final : public MemoryReclaimer, public StepHost {
  public:
   explicit RuntimeImpl(RuntimeOptions options);
