@@ -1,6 +1,7 @@
-// The CudaApi of a GPU build: each call is the CUDA runtime's (cudart), but for the virtual
-// memory calls, which only the driver API has (Note [Driver entry points]). A build without
-// CUDA has no such API: `cuda_runtime_api()` returns null there.
+// The CudaApi of a GPU build: each call is the CUDA runtime's (cudart, opened at run time:
+// Note [cudart opened, not linked] in cudart_library.h), but for the virtual memory calls,
+// which only the driver API has (Note [Driver entry points]). A build without CUDA has no such
+// API: `cuda_runtime_api()` returns null there.
 #include "remat/cuda_api.h"
 
 #ifdef REMAT_HAVE_CUDA
@@ -12,6 +13,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "runtime/cuda/cudart_library.h"
 #endif
 
 namespace remat {
@@ -32,8 +34,16 @@ CudaStatus status_of(cudaError_t e) {
   }
 }
 
+using detail::cudart;
+
 CudaResult result_of(cudaError_t e) {
-  return {status_of(e), static_cast<int>(e), cudaGetErrorString(e)};
+  return {status_of(e), static_cast<int>(e), cudart().get_error_string(e)};
+}
+
+// Every call where libcudart did not open: an error that names it and why.
+CudaResult cudart_missing() {
+  return {CudaStatus::kError, static_cast<int>(cudaErrorSharedObjectInitFailed),
+          cudart().error.c_str()};
 }
 
 // A failed call also leaves its error as the thread's last error, where the next kernel's
@@ -41,8 +51,15 @@ CudaResult result_of(cudaError_t e) {
 // error here, so it is cleared; a sticky error cannot be cleared and is still reported by
 // every later call. Not-ready is an answer, not an error.
 CudaResult call_result(cudaError_t e) {
-  if (e != cudaSuccess && e != cudaErrorNotReady) cudaGetLastError();
+  if (e != cudaSuccess && e != cudaErrorNotReady) cudart().get_last_error();
   return result_of(e);
+}
+
+// `fn(args...)` of the opened library, or the error saying that it did not open.
+template <typename Fn, typename... Args>
+CudaResult call(Fn cudart_function, Args... args) {
+  if (!cudart().loaded) return cudart_missing();
+  return call_result(cudart_function(args...));
 }
 
 cudaMemcpyKind memcpy_kind(CudaCopy kind) {
@@ -86,8 +103,9 @@ template <typename Fn>
 bool find_entry_point(const char* symbol, Fn* fn) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion(symbol, &p, kDriverAbiVersion, cudaEnableDefault, &found) !=
-          cudaSuccess ||
+  if (!cudart().loaded ||
+      cudart().get_driver_entry_point_by_version(symbol, &p, kDriverAbiVersion, cudaEnableDefault,
+                                                 &found) != cudaSuccess ||
       found != cudaDriverEntryPointSuccess || p == nullptr) {
     return false;
   }
@@ -154,63 +172,64 @@ class CudaRuntimeApi final : public CudaApi {
  public:
   const char* name() const override { return "cuda-runtime"; }
 
-  CudaResult device_count(int* count) override { return call_result(cudaGetDeviceCount(count)); }
-  CudaResult get_device(int* device) override { return call_result(cudaGetDevice(device)); }
-  CudaResult set_device(int device) override { return call_result(cudaSetDevice(device)); }
+  CudaResult device_count(int* count) override { return call(cudart().get_device_count, count); }
+  CudaResult get_device(int* device) override { return call(cudart().get_device, device); }
+  CudaResult set_device(int device) override { return call(cudart().set_device, device); }
   CudaResult mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
-    return call_result(cudaMemGetInfo(free_bytes, total_bytes));
+    return call(cudart().mem_get_info, free_bytes, total_bytes);
   }
   CudaResult compute_capability(int device, int* major, int* minor) override {
-    cudaError_t e = cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device);
-    if (e == cudaSuccess)
-      e = cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, device);
-    return call_result(e);
+    CudaResult r =
+        call(cudart().device_get_attribute, major, cudaDevAttrComputeCapabilityMajor, device);
+    if (!r.ok()) return r;
+    return call(cudart().device_get_attribute, minor, cudaDevAttrComputeCapabilityMinor, device);
   }
 
   CudaResult malloc(void** p, std::size_t bytes) override {
-    return call_result(cudaMalloc(p, bytes));
+    return call(cudart().malloc, p, bytes);
   }
-  CudaResult free(void* p) override { return call_result(cudaFree(p)); }
+  CudaResult free(void* p) override { return call(cudart().free, p); }
   CudaResult malloc_host(void** p, std::size_t bytes) override {
-    return call_result(cudaMallocHost(p, bytes));
+    return call(cudart().malloc_host, p, bytes);
   }
-  CudaResult free_host(void* p) override { return call_result(cudaFreeHost(p)); }
+  CudaResult free_host(void* p) override { return call(cudart().free_host, p); }
   CudaResult memcpy_async(void* dst, const void* src, std::size_t bytes, CudaCopy kind,
                           CudaStream stream) override {
-    return call_result(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), stream));
+    return call(cudart().memcpy_async, dst, src, bytes, memcpy_kind(kind), stream);
   }
 
   CudaResult stream_create(CudaStream* stream) override {
-    return call_result(cudaStreamCreate(stream));  // blocking: ordered with the legacy stream
+    return call(cudart().stream_create, stream);  // blocking: ordered with the legacy stream
   }
   CudaResult stream_destroy(CudaStream stream) override {
-    return call_result(cudaStreamDestroy(stream));
+    return call(cudart().stream_destroy, stream);
   }
   CudaResult stream_synchronize(CudaStream stream) override {
-    return call_result(cudaStreamSynchronize(stream));
+    return call(cudart().stream_synchronize, stream);
   }
   CudaResult stream_wait_event(CudaStream stream, CudaEvent event) override {
-    return call_result(cudaStreamWaitEvent(stream, event, 0));
+    return call(cudart().stream_wait_event, stream, event, 0u);
   }
   CudaResult event_create(CudaEvent* event, bool timing) override {
-    return call_result(timing ? cudaEventCreate(event)
-                              : cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+    if (timing) return call(cudart().event_create, event);
+    return call(cudart().event_create_with_flags, event, cudaEventDisableTiming);
   }
-  CudaResult event_destroy(CudaEvent event) override {
-    return call_result(cudaEventDestroy(event));
-  }
+  CudaResult event_destroy(CudaEvent event) override { return call(cudart().event_destroy, event); }
   CudaResult event_record(CudaEvent event, CudaStream stream) override {
-    return call_result(cudaEventRecord(event, stream));
+    return call(cudart().event_record, event, stream);
   }
-  CudaResult event_query(CudaEvent event) override { return call_result(cudaEventQuery(event)); }
+  CudaResult event_query(CudaEvent event) override { return call(cudart().event_query, event); }
   CudaResult event_synchronize(CudaEvent event) override {
-    return call_result(cudaEventSynchronize(event));
+    return call(cudart().event_synchronize, event);
   }
   CudaResult event_elapsed_ms(float* ms, CudaEvent start, CudaEvent end) override {
-    return call_result(cudaEventElapsedTime(ms, start, end));
+    return call(cudart().event_elapsed_time, ms, start, end);
   }
 
-  CudaResult last_launch_error() override { return result_of(cudaGetLastError()); }
+  CudaResult last_launch_error() override {
+    if (!cudart().loaded) return cudart_missing();
+    return result_of(cudart().get_last_error());
+  }
 
   CudaResult vmm_granularity(int device, std::size_t* granularity) override;
   CudaResult address_reserve(void** p, std::size_t bytes) override;
