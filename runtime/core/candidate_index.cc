@@ -24,6 +24,18 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // recomputes the key, stores it if it grew, and goes on; the bound stays valid. When a
 // storage comes back the keys it cuts may shrink; the runtime lowers them to their floors
 // (EvictionPolicy::for_each_lowered).
+//
+// Note [Ties go to the earliest]
+// Equal scores are common: outputs of one op, or inputs of one op, share their last access,
+// and a layer repeated has the same sizes and costs. Among equal scores the search takes the
+// candidate that entered the index first (the lowest position), whatever the tree's shape.
+// The first leaf the search happened to reach would depend on where the step's candidates
+// fall in the tree, which moves from step to step as positions grow: two steps of the same
+// program would then evict different tensors of a tie, lay memory out differently, and one
+// could run out of memory where the other fit. Positions keep the order of entry, and a step
+// enters its candidates in the same order every time, so the earliest is the same tensor in
+// every step. A subtree whose bound equals the best score is searched only where it holds an
+// earlier position, so ties cost a path, not a scan.
 CandidateIndex::CandidateIndex(std::function<double(Id)> key, double staleness_exponent,
                                std::function<double(Id)> key_floor)
     : key_(std::move(key)),
@@ -124,13 +136,20 @@ Id CandidateIndex::best_by(double now, Rank rank_of) {
   if (count_ == 0) return kNone;
   Id best = kNone;
   double best_rank = kInf;
+  std::size_t best_position = next_;
+  // Whether a subtree with bound `bound` may hold a better candidate: a lower score, or an
+  // equal one at an earlier position (Note [Ties go to the earliest]).
+  auto may_win = [&](std::size_t node, double bound) {
+    return bound < best_rank ||
+           (bound == best_rank && bound != kInf && first_position(node) < best_position);
+  };
   // Each pending node carries its bound, computed once when its parent was expanded.
   stack_.clear();
   stack_.push_back({1, node_rank(1)});
   while (!stack_.empty()) {
     const auto [node, node_bound] = stack_.back();
     stack_.pop_back();
-    if (!(node_bound < best_rank)) continue;
+    if (!may_win(node, node_bound)) continue;
     if (node >= capacity_) {
       const std::size_t position = node - capacity_;
       Leaf leaf = leaves_[position];
@@ -140,21 +159,22 @@ Id CandidateIndex::best_by(double now, Rank rank_of) {
         set_leaf(position, leaf);
       }
       const double r = rank_of(key, now - leaf.last_access + 1.0);
-      if (r < best_rank || best == kNone) {
+      if (r < best_rank || (r == best_rank && position < best_position) || best == kNone) {
         best_rank = r;
         best = leaf.storage;
+        best_position = position;
       }
       continue;
     }
-    // Visit the child with the better bound first: push it last.
+    // Visit the child with the better bound first (the left one on a tie): push it last.
     const std::size_t l = 2 * node, r = 2 * node + 1;
     const double bl = node_rank(l), br = node_rank(r);
     if (bl <= br) {
-      if (br < best_rank) stack_.push_back({r, br});
-      if (bl < best_rank) stack_.push_back({l, bl});
+      if (may_win(r, br)) stack_.push_back({r, br});
+      if (may_win(l, bl)) stack_.push_back({l, bl});
     } else {
-      if (bl < best_rank) stack_.push_back({l, bl});
-      if (br < best_rank) stack_.push_back({r, br});
+      if (may_win(l, bl)) stack_.push_back({l, bl});
+      if (may_win(r, br)) stack_.push_back({r, br});
     }
   }
   if (best == kNone) {

@@ -76,6 +76,11 @@ class CandidateIndex {
     double min_access;
   };
   void pull(std::size_t node);
+  // The lowest position under `node`: its leftmost leaf's.
+  std::size_t first_position(std::size_t node) const {
+    while (node < capacity_) node *= 2;
+    return node - capacity_;
+  }
   void set_leaf(std::size_t position, const Leaf& leaf);
   void rebuild(std::size_t capacity);
   template <Staleness kKind>
