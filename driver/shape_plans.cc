@@ -129,7 +129,8 @@ void ShapePlans::choose_plan(Shape& s) {
   } else {
     s.plan = StepPlan{};
     s.plan.hints = std::make_shared<StepHints>();
-    s.plan.source = "no plan recomputed less than DTR on the simulated backend";
+    s.plan.source = s.dtr_failed ? "no plan fit the budget on the simulated backend"
+                                 : "no plan recomputed less than DTR on the simulated backend";
   }
   s.plan.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -148,6 +148,9 @@ class CachingAllocator final : public MemoryResource {
   std::uint64_t segment_serial(const void* p) const;
   bool used_by_other_streams(const void* p) const;
   void* allocate_outside(std::size_t bytes, const std::vector<std::uint64_t>& avoid);
+  // Note [Evacuating segments] (packed_segment.cc).
+  std::vector<void*> allocate_packed(const std::vector<std::size_t>& bytes);
+  bool tracing_or_placing() const;
   bool places_outside(std::vector<std::size_t> bytes,
                       const std::vector<std::uint64_t>& avoid) const;
   // True when `have` free bytes (one block, or a window of a segment that is `whole` or not)

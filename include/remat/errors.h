@@ -34,13 +34,17 @@ struct HeldTensors {
 };
 
 struct OutOfMemoryInfo {
-  std::string op;                // the op being run or recomputed ("" outside an op)
-  std::size_t requested = 0;     // bytes asked for (after rounding)
-  std::size_t budget = 0;        // the hard cap on reserved bytes
-  std::size_t reserved = 0;      // reserved bytes when it failed
-  std::size_t allocated = 0;     // bytes in live allocations when it failed
-  std::size_t pinned = 0;        // bytes of constants that can never be evicted
-  std::size_t locked = 0;        // unpinned bytes locked by running ops when eviction gave up
+  std::string op;             // the op being run or recomputed ("" outside an op)
+  std::size_t requested = 0;  // bytes asked for (after rounding)
+  std::size_t budget = 0;     // the hard cap on reserved bytes
+  std::size_t reserved = 0;   // reserved bytes when it failed
+  std::size_t allocated = 0;  // bytes in live allocations when it failed
+  // `allocated` = pinned + locked + kept + untracked, each storage at its allocated
+  // (rounded) size (Note [Where the memory went] in runtime/core/execution.cc).
+  std::size_t pinned = 0;        // constants and frozen tensors: never evicted
+  std::size_t locked = 0;        // unpinned, locked by running ops when eviction gave up
+  std::size_t kept = 0;          // neither, but no eviction candidate (recomputed in this request)
+  std::size_t untracked = 0;     // in no tensor: a running kernel's scratch, workspaces
   std::size_t largest_free = 0;  // largest free block (0 where memory is counted logically)
   // Non-zero when the segment source (cudaMalloc on CUDA) refused a reservation of this many
   // bytes that the budget had room for: the failure is the device's, below the budget.

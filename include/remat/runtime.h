@@ -146,6 +146,10 @@ struct RuntimeStats {
   // locked storages together instead, and the bytes moved (Note [Compaction]).
   std::size_t compactions = 0;
   std::size_t compaction_bytes = 0;
+  // Segments emptied through the host and reserved again packed, when compaction had nowhere
+  // to move blocks to, and the bytes copied (Note [Evacuating segments]).
+  std::size_t evacuations = 0;
+  std::size_t evacuation_bytes = 0;
   std::size_t hint_evictions = 0;  // storages evicted because a hint said the plan frees them
   std::size_t hint_mismatches =
       0;                           // ops whose hint named another op (see Note [Hints by position])

@@ -5,14 +5,19 @@
 namespace remat {
 namespace {
 
-// The allocated bytes neither pinned nor locked, and who holds them.
-std::string unaccounted(const OutOfMemoryInfo& i) {
-  const std::size_t known = i.pinned + i.locked;
-  std::string out;
-  if (i.allocated > known)
-    absl::StrAppend(&out, "; ", i.allocated - known,
-                    " allocated bytes are neither pinned nor locked (rounding, tensors kept for "
-                    "recomputations, or held below)");
+// Who holds the allocated bytes: what keeps them from being evicted, and the program's
+// handles.
+std::string holders(const OutOfMemoryInfo& i) {
+  std::string out = absl::StrCat("; allocated ", i.allocated, " = pinned ", i.pinned,
+                                 " + locked by running ops ", i.locked);
+  if (i.kept > 0) absl::StrAppend(&out, " + kept (recomputed in this request) ", i.kept);
+  if (i.untracked > 0) absl::StrAppend(&out, " + kernel scratch and workspace ", i.untracked);
+  // Free budget that could not serve the request: fragmentation, not a lack of bytes.
+  if (i.reserved > i.allocated && i.largest_free < i.requested)
+    absl::StrAppend(&out, "; free: ", i.reserved - i.allocated,
+                    " reserved bytes in pieces of at most ", i.largest_free, " and ",
+                    i.budget > i.reserved ? i.budget - i.reserved : 0,
+                    " unreserved, which no move of the blocks between them could join");
   if (i.held.empty()) return out;
   absl::StrAppend(&out, "; resident unpinned tensors the program holds:");
   for (std::size_t g = 0; g < i.held.size(); ++g)
@@ -25,8 +30,7 @@ std::string describe(const OutOfMemoryInfo& i) {
   return absl::StrCat(
       "remat: out of memory", i.op.empty() ? "" : absl::StrCat(" in op '", i.op, "'"),
       ": requested ", i.requested, " bytes under a budget of ", i.budget, " bytes (reserved ",
-      i.reserved, ", allocated ", i.allocated, ", pinned ", i.pinned, ", locked by running ops ",
-      i.locked, ", largest free block ", i.largest_free, ")", unaccounted(i),
+      i.reserved, ", largest free block ", i.largest_free, ")", holders(i),
       i.source_refused == 0
           ? ""
           : absl::StrCat("; the ", i.source, " source refused a reservation of ", i.source_refused,

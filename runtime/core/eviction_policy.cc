@@ -142,7 +142,11 @@ class LargestPolicy final : public PolicyBase {
 };
 
 // A fixed pseudo-random key per (storage, residency): the same storage keeps its key until
-// it is touched again, which the candidate index needs.
+// it is touched again, which the candidate index needs. The draws follow storage ids and
+// the clock, which differ from step to step, so two steps of one program evict differently
+// and a later step can run out of memory at a budget an earlier one fit: the one policy
+// without that guarantee (tests/repeated_steps_property_test.cc). It is a baseline to
+// compare against, not one to train with.
 class RandomPolicy final : public PolicyBase {
  public:
   RandomPolicy(LineageView v, std::uint64_t seed) : PolicyBase(v), seed_(seed) {}

@@ -533,9 +533,13 @@ OutOfMemoryError RuntimeImpl::annotated(const OutOfMemoryError& e, const std::st
   ++stats.ooms;
   OutOfMemoryInfo info = e.info();
   info.op = op;
-  info.pinned = stats.pinned_bytes;
-  info.locked = failed_locked_bytes_ ? *failed_locked_bytes_ : unpinned_locked_bytes();
-  failed_locked_bytes_.reset();
+  const ResidentBreakdown resident = failed_breakdown_ ? *failed_breakdown_ : resident_breakdown();
+  failed_breakdown_.reset();
+  info.pinned = resident.pinned;
+  info.locked = resident.locked;
+  info.kept = resident.kept;
+  const std::size_t in_storages = resident.pinned + resident.locked + resident.kept;
+  info.untracked = info.allocated > in_storages ? info.allocated - in_storages : 0;
   info.held.clear();  // an error annotated again (an outer request) is described anew
   std::vector<HeldTensors> held = held_tensors();
   std::erase_if(held, [](const HeldTensors& g) { return g.resident_bytes == g.pinned_bytes; });
@@ -547,14 +551,27 @@ OutOfMemoryError RuntimeImpl::annotated(const OutOfMemoryError& e, const std::st
   return OutOfMemoryError(std::move(info));
 }
 
-// Locked storages that are not pinned: pinned ones are reported as pinned, once. O(storages),
-// paid only when an allocation fails.
-std::size_t RuntimeImpl::unpinned_locked_bytes() const {
-  std::size_t bytes = 0;
+// Note [Where the memory went]
+// An out-of-memory error splits the allocated bytes into what kept them from being evicted,
+// each resident storage once and at its allocated (rounded) size, so that the parts add up
+// to the allocator's own figure: pinned (constants, frozen tensors), locked by the ops
+// running now (a pinned one counts as pinned), and kept (resident, neither pinned nor
+// locked, yet no eviction candidate: recomputed twice in this request, or held for an op a
+// followed plan deferred). What no storage owns is a running kernel's scratch and the
+// runtime's workspace. O(storages), paid only when an allocation fails.
+RuntimeImpl::ResidentBreakdown RuntimeImpl::resident_breakdown() const {
+  ResidentBreakdown b;
   storages.for_each_slot([&](const StorageRec& r) {
-    if (r.resident && r.locks > 0 && !r.pinned) bytes += r.bytes;
+    if (!r.resident || r.bytes == 0) return;
+    const std::size_t bytes = memory->rounded_size(r.bytes);
+    if (r.pinned)
+      b.pinned += bytes;
+    else if (r.locks > 0)
+      b.locked += bytes;
+    else
+      b.kept += bytes;
   });
-  return bytes;
+  return b;
 }
 
 Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {

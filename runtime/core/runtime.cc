@@ -43,6 +43,9 @@ std::string RuntimeStats::summary() const {
   if (compactions > 0)
     absl::StrAppend(&line, ", compactions ", compactions, " (", format_byte_size(compaction_bytes),
                     ")");
+  if (evacuations > 0)
+    absl::StrAppend(&line, ", evacuations ", evacuations, " (", format_byte_size(evacuation_bytes),
+                    ")");
   if (memory.placed_allocations > 0)
     absl::StrAppend(&line, ", placed allocations ", memory.placed_allocations, " (misses ",
                     memory.placement_misses, ")");

@@ -183,9 +183,18 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Moves pinned and locked storages out of the way of a request nothing is left to evict
   // for (Note [Compaction] in eviction_choice.cc); false when that cannot make room.
   bool compact(std::size_t bytes);
+  // Empties fragmented segments through the host and reserves their blocks again back to
+  // back (Note [Evacuating segments] in runtime/alloc/packed_segment.cc); false when that
+  // cannot make room (evacuation.cc).
+  bool evacuate(std::size_t bytes);
+  void evacuate_segment(const std::vector<Id>& moving);
   void free_storage(Id s);
   bool releasable(const StorageRec& r) const;
-  std::size_t unpinned_locked_bytes() const;
+  // Resident memory by why it stays, as allocated (Note [Where the memory went]).
+  struct ResidentBreakdown {
+    std::size_t pinned = 0, locked = 0, kept = 0;
+  };
+  ResidentBreakdown resident_breakdown() const;
   void recompute_storage(Id s);
 
   // Choosing what to evict (eviction_choice.cc).
@@ -246,9 +255,9 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   WindowSearch window_search_;
   std::vector<bool> window_refreshed_;
   std::vector<Id> evicting_;  // what `reclaim` chose
-  // Unpinned bytes that were locked when `reclaim` last found nothing to evict: what the
-  // out-of-memory error reports, since the locks are gone once the failed op has unwound.
-  std::optional<std::size_t> failed_locked_bytes_;
+  // Resident memory when `reclaim` last found nothing to evict: what the out-of-memory error
+  // reports, since the locks are gone once the failed op has unwound.
+  std::optional<ResidentBreakdown> failed_breakdown_;
   // Storages that lingered (Note [Lingering storages]); freed at the end of each step.
   std::vector<Id> lingering_;
   std::uint64_t rng_counter_ = 0;
@@ -259,6 +268,8 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   bool kernel_running_ = false;    // a kernel may be asking for scratch: nothing moves
   static constexpr int kMaxCompactionsPerRequest = 8;
   std::uint32_t compacted_request_ = 0;
+  std::uint32_t evacuated_request_ = 0;
+  int evacuations_in_request_ = 0;
   int compactions_in_request_ = 0;
 };
 

@@ -311,7 +311,7 @@ TEST(RuntimeTest, HeldTensorsGroupWhatTheProgramKeepsByTheOpThatMadeIt) {
 }
 
 // An out-of-memory error names the held tensors the program could let go of (here the
-// inputs the failing op locked), and how much allocated memory is neither pinned nor locked.
+// inputs the failing op locked).
 TEST(RuntimeTest, OutOfMemoryErrorNamesTheTensorsTheProgramHolds) {
   Runtime rt(logical(1500));
   auto x = rt.constant(vec(100), iota(100).data());  // 400 bytes, pinned
@@ -329,6 +329,31 @@ TEST(RuntimeTest, OutOfMemoryErrorNamesTheTensorsTheProgramHolds) {
     EXPECT_NE(what.find("resident unpinned tensors the program holds: 2 from 'affine' (800 bytes)"),
               std::string::npos)
         << what;
+  }
+}
+
+// In allocator accounting the error's parts are allocated (rounded) sizes and add up to the
+// allocated bytes: 400-byte tensors take 512-byte blocks.
+TEST(RuntimeTest, OutOfMemoryPartsAddUpToTheAllocatedBytes) {
+  RuntimeOptions o;
+  o.budget = 2048;
+  o.allocator.small_segment = 512;
+  Runtime rt(o);
+  auto x = rt.constant(vec(100), iota(100).data());  // pinned
+  auto y1 = rt.call1(testing::affine(2, 0), {x});
+  auto y2 = rt.call1(testing::affine(3, 0), {x});
+  try {
+    rt.call1(testing::concat(), {y1, y2});  // 1024 more, with y1 and y2 locked
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const OutOfMemoryInfo& i = e.info();
+    EXPECT_EQ(i.pinned, 512u);
+    EXPECT_EQ(i.locked, 1024u);
+    EXPECT_EQ(i.pinned + i.locked + i.kept + i.untracked, i.allocated);
+    EXPECT_NE(
+        std::string(e.what()).find("allocated 1536 = pinned 512 + locked by running ops 1024"),
+        std::string::npos)
+        << e.what();
   }
 }
 

@@ -56,6 +56,8 @@ void add_runtime_stats(nlohmann::json& j, const RuntimeStats& s, bool cuda) {
   j["deferred_frees"] = s.memory.deferred_frees;
   j["compactions"] = s.compactions;
   j["compaction_bytes"] = s.compaction_bytes;
+  j["evacuations"] = s.evacuations;
+  j["evacuation_bytes"] = s.evacuation_bytes;
   j["packed_storages"] = s.packed_storages;
   j["placed_allocations"] = s.memory.placed_allocations;
   j["placement_misses"] = s.memory.placement_misses;

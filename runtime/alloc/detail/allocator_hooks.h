@@ -57,6 +57,16 @@ class AllocatorHooks {
                              const std::vector<std::uint64_t>& avoid) {
     return a.places_outside(std::move(bytes), avoid);
   }
+  // For evacuation (Note [Evacuating segments] in runtime/alloc/packed_segment.cc): one new
+  // segment holding a live block for each of `bytes`, in order and back to back; empty
+  // where the budget or the source refuses it. And whether a trace is being recorded or a
+  // placement followed (freeing and reallocating blocks would break either, so no
+  // evacuation runs then).
+  static std::vector<void*> allocate_packed(CachingAllocator& a,
+                                            const std::vector<std::size_t>& bytes) {
+    return a.allocate_packed(bytes);
+  }
+  static bool tracing_or_placing(const CachingAllocator& a) { return a.tracing_or_placing(); }
   // The runtime moved a live block from `from` to `to` (and frees `from` next): a trace
   // follows the allocation to its new block (Note [Placed allocations]).
   static void moved(CachingAllocator& a, const void* from, const void* to) { a.moved(from, to); }

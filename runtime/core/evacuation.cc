@@ -1,0 +1,118 @@
+// Evacuating fragmented segments through the host, when nothing is left to evict and
+// compaction has nowhere to move blocks (Note [Evacuating segments] in
+// runtime/alloc/packed_segment.cc).
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "runtime/alloc/detail/allocator_hooks.h"
+#include "runtime/alloc/detail/blocks.h"
+#include "runtime/core/runtime_impl.h"
+
+namespace remat::detail {
+namespace {
+
+// A segment an evacuation may empty: the storages in it, and the free bytes it would turn
+// into unreserved budget.
+struct EvacuableSegment {
+  std::vector<Id> storages;
+  std::size_t free_bytes = 0;
+};
+
+}  // namespace
+
+// Segments whose every live block is a resident storage that nothing but the runtime's
+// stream uses, with free bytes beside them; the ones with the most free bytes first. Not
+// while a kernel runs (it may hold pointers), a trace is recorded or a placement followed,
+// and not where the budget would not hold the request even unfragmented: then the bytes do
+// not exist, and the error should say so.
+bool RuntimeImpl::evacuate(std::size_t bytes) {
+  if (caching == nullptr || kernel_running_ || !options.compaction ||
+      options.allocator.expandable_segments || AllocatorHooks::tracing_or_placing(*caching))
+    return false;
+  if (evacuated_request_ != request_) {
+    evacuated_request_ = request_;
+    evacuations_in_request_ = 0;
+  }
+  // Bounded like compaction (Note [Compaction]), so two layouts cannot trade blocks forever.
+  if (evacuations_in_request_ >= kMaxCompactionsPerRequest) return false;
+  const std::size_t need = caching->rounded_size(bytes);
+  if (caching->stats().allocated + need > caching->budget()) return false;
+  std::vector<EvacuableSegment> found;
+  AllocatorBlocks blocks(*caching);
+  for (std::size_t k = 0; k < blocks.segments(); ++k) {
+    if (blocks.segment(k).view.placed) continue;
+    EvacuableSegment e;
+    bool movable = true;
+    for (auto c = blocks.blocks(k); movable && !c.done(); c.next()) {
+      const std::uint32_t tag = c.tag();
+      if (tag == BlockLayout::kFree) {
+        e.free_bytes += c.size();
+      } else if (tag == kNoTag || !storages[tag].resident ||
+                 AllocatorHooks::used_by_other_streams(*caching, storages[tag].ptr)) {
+        movable = false;  // scratch, a workspace, or a block another stream still reads
+      } else {
+        e.storages.push_back(tag);
+      }
+    }
+    if (movable && e.free_bytes > 0 && !e.storages.empty()) found.push_back(std::move(e));
+  }
+  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.free_bytes > b.free_bytes;
+  });
+  bool moved = false;
+  ++evacuations_in_request_;
+  for (const EvacuableSegment& e : found) {
+    evacuate_segment(e.storages);
+    moved = true;
+    if (AllocatorHooks::unreserved(*caching) >= need || caching->largest_free_block() >= need)
+      break;
+  }
+  return moved;
+}
+
+// Copies the storages' bytes to the host, frees their blocks, gives the emptied segment back
+// and reserves one segment holding them back to back, then copies the bytes in.
+void RuntimeImpl::evacuate_segment(const std::vector<Id>& moving) {
+  std::vector<std::vector<unsigned char>> staged(moving.size());
+  std::vector<std::size_t> sizes;
+  for (std::size_t i = 0; i < moving.size(); ++i) {
+    StorageRec& r = storages[moving[i]];
+    sizes.push_back(r.bytes);
+    if (runs_kernels) {
+      staged[i].resize(r.bytes);
+      if (cuda != nullptr)
+        cuda->download(staged[i].data(), r.ptr, r.bytes);
+      else
+        std::memcpy(staged[i].data(), r.ptr, r.bytes);
+    }
+    memory->deallocate(r.ptr, r.bytes);
+    r.ptr = nullptr;
+  }
+  caching->release_cached();
+  const std::vector<void*> to = AllocatorHooks::allocate_packed(*caching, sizes);
+  if (to.size() != moving.size()) {
+    // The source refused memory the segment it just took back had held (a device shared
+    // with another process that took it in between). The bytes are on the host only.
+    throw std::runtime_error(
+        "remat: the memory source refused to give back a segment the runtime had just "
+        "released while evacuating it; the tensors it held are lost");
+  }
+  for (std::size_t i = 0; i < moving.size(); ++i) {
+    StorageRec& r = storages[moving[i]];
+    r.ptr = to[i];
+    AllocatorHooks::set_tag(*caching, to[i], moving[i]);
+    if (runs_kernels) {
+      if (cuda != nullptr)
+        cuda->upload(r.ptr, staged[i].data(), r.bytes);
+      else
+        std::memcpy(r.ptr, staged[i].data(), r.bytes);
+    }
+    stats.evacuation_bytes += r.bytes;
+  }
+  ++stats.evacuations;
+}
+
+}  // namespace remat::detail
