@@ -85,7 +85,7 @@ struct Outcome {
 };
 
 struct Layer {
-  Tensor act;     // the activation the backward step reads (null: released early)
+  Tensor act;      // the activation the backward step reads (null: released early)
   int param = -1;  // the parameter this layer's op read, or -1
 };
 
@@ -246,7 +246,8 @@ TEST_P(RepeatedSteps, ABudgetTheFirstStepFitsFitsEveryStepBitwise) {
     ASSERT_FALSE(base.failure) << *base.failure;
     for (int b = 0; b < 3; ++b) {
       const double fraction = std::uniform_real_distribution<double>(0.3, 1.0)(rng);
-      o.budget = static_cast<std::size_t>(fraction * static_cast<double>(peak_of(base, c.accounting)));
+      o.budget =
+          static_cast<std::size_t>(fraction * static_cast<double>(peak_of(base, c.accounting)));
       const Outcome got = run(p, o);
       if (got.steps_run == 0) continue;  // the first step does not fit: allowed, and typed
       // `random` draws anew each step (eviction_policy.cc): what ran must still be exact.

@@ -62,5 +62,25 @@ TEST(PlainCTest, EveryPolicyThatFitsTrainsToTheReferenceBits) {
   EXPECT_GT(fitted_tight, 0) << "nothing fit at 0.3 of the peak";
 }
 
+// The debugging options a port is checked with (docs/integrating.md, section 5): outputs
+// poisoned before each kernel and inputs hashed around it. The example's kernels write every
+// output byte and no input, so the run is still bitwise.
+TEST(PlainCTest, TheKernelsPassTheDebuggingChecks) {
+  const Config config;
+  ReferenceLoop reference(config);
+  for (int s = 0; s < 2; ++s) reference.step(s);
+  RematLoop loop(config);
+  remat::StepDriverOptions options;
+  options.policy = "dtr";
+  options.runtime.budget = static_cast<std::size_t>(
+      0.3 * static_cast<double>(remat::measure_unconstrained_peak(loop, {}, 2)));
+  options.runtime.poison_outputs = true;
+  options.runtime.check_inputs = true;
+  remat::StepDriver driver(loop, options);
+  for (int s = 0; s < 2; ++s) driver.run(s);
+  EXPECT_GT(driver.runtime().stats().recomputations, 0u);
+  EXPECT_TRUE(same_bits(RematLoop::losses(driver.state()), reference.losses()));
+}
+
 }  // namespace
 }  // namespace plain_c

@@ -83,6 +83,13 @@ struct KernelContext {
   const T* input(std::size_t i) const {
     return static_cast<const T*>(inputs[i]);
   }
+  // An input as a C kernel's non-const pointer (`void matmul(float* out, float* inp, ...)`):
+  // the kernel still must not write through it, since recomputation reads the input again
+  // (RuntimeOptions::check_inputs catches a kernel that does).
+  template <typename T>
+  T* c_input(std::size_t i) const {
+    return const_cast<T*>(static_cast<const T*>(inputs[i]));
+  }
   template <typename T>
   T* output(std::size_t i) const {
     return static_cast<T*>(outputs[i]);

@@ -111,6 +111,12 @@ struct RuntimeOptions {
   // did not write fails at once rather than once memory is reused (Note [Outputs start
   // uninitialised] in remat/op.h).
   bool poison_outputs = false;
+  // Debugging (CPU backend): hash every input a kernel is given (but those that share memory
+  // with its outputs: updates, accumulations) before and after it runs, and throw
+  // std::logic_error naming the op and the input where the bytes changed. For kernels that
+  // take inputs as non-const pointers (KernelContext::c_input): a write into an input
+  // corrupts what recomputation reads. Costs a pass over the inputs per kernel.
+  bool check_inputs = false;
   // Allocator settings; the budget field is replaced by `budget`. The expandable arena is
   // opt-in: pooled segments did better on the recorded steps. On CUDA it is built on the
   // virtual memory API where the device supports it.

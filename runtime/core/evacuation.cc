@@ -59,9 +59,8 @@ bool RuntimeImpl::evacuate(std::size_t bytes) {
     }
     if (movable && e.free_bytes > 0 && !e.storages.empty()) found.push_back(std::move(e));
   }
-  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
-    return a.free_bytes > b.free_bytes;
-  });
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.free_bytes > b.free_bytes; });
   bool moved = false;
   ++evacuations_in_request_;
   for (const EvacuableSegment& e : found) {

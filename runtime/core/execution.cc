@@ -1,5 +1,6 @@
 // Running ops: registering a new op, making its inputs resident (recomputing them), running
 // its kernel.
+#include "runtime/core/input_check.h"
 #include "runtime/core/runtime_impl.h"
 #include "runtime/core/wall_clock.h"
 
@@ -364,9 +365,12 @@ double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool
       cuda->check_launch(op.name);
       if (measure) cost = cuda->stop_timing_ns();
     } else {
+      const std::optional<InputCheck> inputs =
+          options.check_inputs ? std::optional<InputCheck>(ctx) : std::nullopt;
       const auto start = SteadyClock::now();
       kernel(ctx);
       if (measure) cost = seconds_since(start) * 1e9;
+      if (inputs) inputs->verify(ctx, op.name);
     }
   }
   if (cost < 0) cost = 0;

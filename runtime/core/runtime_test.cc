@@ -187,6 +187,37 @@ TEST(RuntimeTest, PoisonedOutputsExposeAKernelThatReadsWhatItDidNotWrite) {
   for (float v : read(rt, rt.call1(testing::affine(2, 0), {x}))) EXPECT_FALSE(std::isnan(v));
 }
 
+// A C kernel takes its inputs as non-const pointers (KernelContext::c_input); one that writes
+// through them is caught by check_inputs, naming the op; updates, which write their
+// constants, are not flagged.
+TEST(RuntimeTest, CheckInputsCatchesAKernelThatWritesItsInput) {
+  auto scribble = make_op(
+      "scribble", [](SpecList in) { return Outputs{{in[0]}}; },
+      [](const KernelContext& k) {
+        float* x = k.c_input<float>(0);
+        float* y = k.output<float>(0);
+        for (std::int64_t i = 0; i < k.output_spec(0).numel(); ++i) y[i] = x[i]++;
+      },
+      testing::numel_cost);
+  RuntimeOptions o;
+  o.check_inputs = true;
+  Runtime rt(o);
+  auto x = rt.constant(vec(16), iota(16).data());
+  try {
+    rt.call1(scribble, {x});
+    FAIL() << "expected std::logic_error";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("op 'scribble' wrote into its input 0"), std::string::npos)
+        << e.what();
+  }
+  auto w = rt.constant(vec(16), iota(16).data());
+  rt.update(testing::add_into_first(), {w, x}, {0});  // writes w, its output: not an input write
+  EXPECT_EQ(read(rt, rt.call1(testing::affine(1, 0), {w}))[0], 1.0f + read(rt, x)[0]);
+  Runtime unchecked;
+  auto z = unchecked.constant(vec(16), iota(16).data());
+  EXPECT_NO_THROW(unchecked.call1(scribble, {z}));
+}
+
 TEST(RuntimeTest, ACopyOfAnInputOfAnotherSizeIsRejected) {
   Runtime rt;
   auto x = rt.constant(vec(4), iota(4).data());
