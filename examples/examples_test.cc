@@ -15,6 +15,7 @@
 #include "examples/resnet_model.h"
 #include "examples/treelstm_model.h"
 #include "remat/cuda_api.h"
+#include "remat/system_cuda.h"
 #include "tools/report/report_json.h"
 
 namespace remat::examples {

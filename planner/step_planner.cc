@@ -43,6 +43,28 @@ bool CheapestPlan::offer(double cost, const Schedule& schedule, std::string_view
   return true;
 }
 
+namespace {
+
+// The cheapest candidate as the chosen plan, with its hints; or why no candidate fits.
+void choose(ChosenPlan& chosen, const CheapestPlan& best, const SimResult& best_sim,
+            const std::vector<StepSite>& sites, std::int64_t budget_bytes) {
+  if (best.empty()) {
+    std::vector<std::string> why;
+    for (const StepCandidate& c : chosen.candidates)
+      why.push_back(absl::StrCat(c.source, ": ", c.reason));
+    chosen.reason =
+        absl::StrCat("no plan fits ", budget_bytes, " B (", absl::StrJoin(why, "; "), ")");
+    return;
+  }
+  chosen.feasible = true;
+  chosen.source = best.source();
+  chosen.schedule = best.schedule();
+  chosen.sim = best_sim;
+  chosen.hints = hints_from_schedule(chosen.graph, chosen.schedule, sites, chosen.source);
+}
+
+}  // namespace
+
 absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>& executed,
                                      const StepPlanOptions& options) {
   if (options.budget_bytes < 0)
@@ -96,19 +118,7 @@ absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>&
           absl::StrCat(algo, " @ ", options.budget_bytes, " B"));
   }
 
-  if (best.empty()) {
-    std::vector<std::string> why;
-    for (const StepCandidate& c : chosen.candidates)
-      why.push_back(absl::StrCat(c.source, ": ", c.reason));
-    chosen.reason =
-        absl::StrCat("no plan fits ", options.budget_bytes, " B (", absl::StrJoin(why, "; "), ")");
-    return chosen;
-  }
-  chosen.feasible = true;
-  chosen.source = best.source();
-  chosen.schedule = best.schedule();
-  chosen.sim = best_sim;
-  chosen.hints = hints_from_schedule(g, chosen.schedule, sites, chosen.source);
+  choose(chosen, best, best_sim, sites, options.budget_bytes);
   return chosen;
 }
 

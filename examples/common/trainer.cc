@@ -18,6 +18,7 @@
 #include "remat/cuda_api.h"
 #include "remat/errors.h"
 #include "remat/step_planner.h"
+#include "remat/system_cuda.h"
 #include "tools/cli/driver_flags.h"
 #include "tools/report/report_json.h"
 

@@ -1,6 +1,6 @@
 // Every CUDA call the allocator and the runtime make goes through this interface: the CUDA
-// runtime in a GPU build (`cuda_runtime_api()`), a simulated device in the tests
-// (runtime/cuda/simulated_cuda.h), or a framework's own wrapper.
+// runtime in a GPU build (`cuda_runtime_api()`, remat/system_cuda.h), a simulated device in
+// the tests (runtime/cuda/simulated_cuda.h), or a framework's own wrapper.
 //
 //   std::shared_ptr<remat::CudaApi> api = remat::cuda_runtime_api();  // null: no CUDA build
 //   if (remat::cuda_device_available(api.get())) {
@@ -92,14 +92,6 @@ class CudaApi {
   virtual CudaResult map(void* p, std::size_t bytes, int device) = 0;
   virtual CudaResult unmap(void* p, std::size_t bytes) = 0;
 };
-
-// The CUDA runtime (cudart, with the driver's virtual-memory calls found through it), shared
-// by every user in the process; null in a build without CUDA.
-std::shared_ptr<CudaApi> cuda_runtime_api();
-
-// True when `api` (default: the CUDA runtime) reports at least one device. Any error (no
-// driver, a driver too old for the toolkit) counts as no device.
-bool cuda_device_available(CudaApi* api = nullptr);
 
 }  // namespace remat
 

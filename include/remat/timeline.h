@@ -1,11 +1,5 @@
-// remat/timeline.h: a memory timeline of a run, written in the Chrome trace event format so
-// that it opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
-//
-// Usage:
-//   remat::Runtime rt({.backend = remat::Backend::kSimulated, .record_timeline = true});
-//   ... run a step ...
-//   std::ofstream out("step.trace.json");
-//   absl::Status s = remat::write_chrome_trace(rt.timeline(), "gpt step 0 @ 0.5", out);
+// remat/timeline.h: a memory timeline of a run, as the runtime records it
+// (RuntimeOptions::record_timeline); remat/chrome_trace.h writes it for a viewer.
 //
 // Times are the runtime's clock (the summed cost of the ops run so far, in the cost unit of
 // the ops: nanoseconds for measured and recorded costs), so a timeline of the simulated
@@ -15,12 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <iosfwd>
 #include <string>
-#include <string_view>
 #include <vector>
-
-#include "absl/status/status.h"
 
 namespace remat {
 
@@ -50,13 +40,6 @@ struct Timeline {
   std::vector<MemorySample> memory;   // one per event, same order, non-decreasing time
   std::size_t budget = SIZE_MAX;      // SIZE_MAX: none
 };
-
-// Writes `timeline` as one JSON object {"traceEvents": [...], "displayTimeUnit": "ns", ...}:
-// op slices ("ph": "X") on one track, recomputations on a second, evictions as instants
-// ("ph": "i"), and counters ("ph": "C") for allocated, reserved and the budget. Timestamps
-// are microseconds (clock / 1000) as the format requires. `title` names the process track.
-absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
-                                std::ostream& out);
 
 }  // namespace remat
 

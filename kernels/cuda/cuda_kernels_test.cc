@@ -9,7 +9,7 @@
 #ifdef REMAT_CUDA_HOST_EXECUTION
 #include <cublas_v2.h>  // the host shim's: what cublasSetWorkspace was given
 #else
-#include "remat/cuda_api.h"
+#include "remat/system_cuda.h"
 #endif
 
 #include <cuda_runtime.h>

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "remat/errors.h"
+#include "remat/system_cuda.h"
 
 namespace remat::detail {
 namespace {

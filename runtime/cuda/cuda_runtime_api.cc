@@ -3,6 +3,7 @@
 // which only the driver API has (Note [Driver entry points]). A build without CUDA has no such
 // API: `cuda_runtime_api()` returns null there.
 #include "remat/cuda_api.h"
+#include "remat/system_cuda.h"
 
 #ifdef REMAT_HAVE_CUDA
 #include <cuda.h>          // the driver API's types only: its functions are found at run time

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "remat/errors.h"
+#include "remat/system_cuda.h"
 #include "runtime/cuda/simulated_cuda.h"
 
 namespace remat {

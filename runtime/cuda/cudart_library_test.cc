@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "remat/cuda_api.h"
+#include "remat/system_cuda.h"
 
 namespace remat::detail {
 namespace {

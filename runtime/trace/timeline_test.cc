@@ -1,4 +1,4 @@
-#include "remat/timeline.h"
+#include "remat/chrome_trace.h"
 
 #include <gtest/gtest.h>
 

@@ -10,13 +10,13 @@
 #include <memory>
 #include <optional>
 
+#include "remat/chrome_trace.h"
 #include "remat/graph_transforms.h"
 #include "remat/planner.h"
 #include "remat/replay.h"
 #include "remat/schedule.h"
 #include "remat/static_replay.h"
 #include "remat/step_planner.h"
-#include "remat/timeline.h"
 
 namespace remat::compare {
 namespace {

@@ -1,4 +1,4 @@
-#include "remat/timeline.h"
+#include "remat/chrome_trace.h"
 
 #include <absl/strings/str_cat.h>
 
@@ -54,6 +54,30 @@ absl::Status Validate(const Timeline& timeline) {
   return absl::OkStatus();
 }
 
+// One trace event for a timeline event: a slice on the ops or the recomputations track, or
+// an instant for an eviction.
+json EventOf(const TimelineEvent& e) {
+  if (e.kind == TimelineEvent::Kind::kEvict) {
+    return {{"ph", "i"},
+            {"s", "t"},
+            {"pid", kPid},
+            {"tid", kOpsTid},
+            {"name", absl::StrCat("evict ", e.name)},
+            {"cat", "evict"},
+            {"ts", Micros(e.start)},
+            {"args", {{"bytes", e.bytes}}}};
+  }
+  const bool first_run = e.kind == TimelineEvent::Kind::kCompute;
+  return {{"ph", "X"},
+          {"pid", kPid},
+          {"tid", first_run ? kOpsTid : kRecomputeTid},
+          {"name", e.name},
+          {"cat", first_run ? "compute" : "recompute"},
+          {"ts", Micros(e.start)},
+          {"dur", Micros(e.duration)},
+          {"args", {{"bytes", e.bytes}}}};
+}
+
 }  // namespace
 
 absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
@@ -68,34 +92,7 @@ absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title
                     {"args", {{"name", title}}}});
   events.push_back(ThreadName(kOpsTid, "ops"));
   events.push_back(ThreadName(kRecomputeTid, "recomputations"));
-
-  for (const TimelineEvent& e : timeline.events) {
-    switch (e.kind) {
-      case TimelineEvent::Kind::kCompute:
-      case TimelineEvent::Kind::kRecompute: {
-        const bool first_run = e.kind == TimelineEvent::Kind::kCompute;
-        events.push_back({{"ph", "X"},
-                          {"pid", kPid},
-                          {"tid", first_run ? kOpsTid : kRecomputeTid},
-                          {"name", e.name},
-                          {"cat", first_run ? "compute" : "recompute"},
-                          {"ts", Micros(e.start)},
-                          {"dur", Micros(e.duration)},
-                          {"args", {{"bytes", e.bytes}}}});
-        break;
-      }
-      case TimelineEvent::Kind::kEvict:
-        events.push_back({{"ph", "i"},
-                          {"s", "t"},
-                          {"pid", kPid},
-                          {"tid", kOpsTid},
-                          {"name", absl::StrCat("evict ", e.name)},
-                          {"cat", "evict"},
-                          {"ts", Micros(e.start)},
-                          {"args", {{"bytes", e.bytes}}}});
-        break;
-    }
-  }
+  for (const TimelineEvent& e : timeline.events) events.push_back(EventOf(e));
 
   const bool has_budget = timeline.budget != SIZE_MAX;
   for (const MemorySample& m : timeline.memory) {

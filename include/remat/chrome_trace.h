@@ -1,0 +1,29 @@
+// remat/chrome_trace.h: a memory timeline written in the Chrome trace event format, so that
+// it opens in Perfetto (ui.perfetto.dev) or chrome://tracing. Part of remat::trace.
+//
+// Usage:
+//   remat::Runtime rt({.backend = remat::Backend::kSimulated, .record_timeline = true});
+//   ... run a step ...
+//   std::ofstream out("step.trace.json");
+//   absl::Status s = remat::write_chrome_trace(rt.timeline(), "gpt step 0 @ 0.5", out);
+#ifndef REMAT_CHROME_TRACE_H_
+#define REMAT_CHROME_TRACE_H_
+
+#include <iosfwd>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "remat/timeline.h"
+
+namespace remat {
+
+// Writes `timeline` as one JSON object {"traceEvents": [...], "displayTimeUnit": "ns", ...}:
+// op slices ("ph": "X") on one track, recomputations on a second, evictions as instants
+// ("ph": "i"), and counters ("ph": "C") for allocated, reserved and the budget. Timestamps
+// are microseconds (clock / 1000) as the format requires. `title` names the process track.
+absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
+                                std::ostream& out);
+
+}  // namespace remat
+
+#endif  // REMAT_CHROME_TRACE_H_
