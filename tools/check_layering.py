@@ -62,8 +62,6 @@ EXCEPTIONS = {
         "every op wrapper of the op library in one table; to be split by op family",
     "kernels/cpu/cpu_kernels.cc": "every CPU kernel; to be split by op family with ops.cc",
     "planner/twremat.cc": "TWRemat's tree decomposition and its scheduler; to be split in two",
-    "planner/remat_plan_main.cc:main":
-        "a tool's main in planner/; moves beside the other tools (issue 36, item 2)",
     "planner/rockmate.cc:PlanRockmate":
         "Rockmate's entry point; split with the planner's naming pass (issue 36, item 3)",
     "runtime/ir/fuzz_mutator.h:MutateOnce":
