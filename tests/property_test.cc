@@ -14,6 +14,7 @@
 
 #include "remat/replay.h"
 #include "remat/runtime.h"
+#include "tests/policy_configs.h"
 #include "tests/random_order.h"
 #include "tests/test_ops.h"
 
@@ -95,15 +96,10 @@ Outcome run(const Program& p, RuntimeOptions options, StepOptions step = {}) {
   return out;
 }
 
-struct Config {
-  std::string policy;
-  Accounting accounting;
-};
-
-class PropertyTest : public ::testing::TestWithParam<Config> {};
+class PropertyTest : public ::testing::TestWithParam<testing::PolicyConfig> {};
 
 TEST_P(PropertyTest, RandomBudgetsReadBackTheUnconstrainedBytes) {
-  const Config c = GetParam();
+  const testing::PolicyConfig c = GetParam();
   std::mt19937_64 rng(1234);
   int constrained_passes = 0, with_evictions = 0, failures = 0;
   for (int trial = 0; trial < 30; ++trial) {
@@ -145,21 +141,9 @@ TEST_P(PropertyTest, RandomBudgetsReadBackTheUnconstrainedBytes) {
   EXPECT_GE(with_evictions, 30);
 }
 
-std::vector<Config> configs() {
-  std::vector<Config> out;
-  for (const std::string& p : eviction_policy_names()) {
-    out.push_back({p, Accounting::kLogical});
-    out.push_back({p, Accounting::kAllocator});
-  }
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllPolicies, PropertyTest, ::testing::ValuesIn(configs()),
-                         [](const ::testing::TestParamInfo<Config>& info) {
-                           return info.param.policy + (info.param.accounting == Accounting::kLogical
-                                                           ? "_logical"
-                                                           : "_allocator");
-                         });
+INSTANTIATE_TEST_SUITE_P(AllPolicies, PropertyTest,
+                         ::testing::ValuesIn(testing::all_policy_configs()),
+                         testing::policy_config_name);
 
 // A recorded step, written in the DTR log format and parsed back, replays to the very peak
 // the live run had (logical accounting), and its graph is well formed: topological, every

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "remat/runtime.h"
+#include "tests/policy_configs.h"
 #include "tests/test_ops.h"
 
 namespace remat {
@@ -219,11 +220,6 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-struct Config {
-  std::string policy;
-  Accounting accounting;
-};
-
 // Programs per policy and accounting: REMAT_PROPERTY_TRIALS, or 24 (three budgets each).
 int trials() {
   const char* env = std::getenv("REMAT_PROPERTY_TRIALS");
@@ -233,10 +229,10 @@ int trials() {
 // How far above a budget where a later step failed at the edge the program must fit.
 constexpr double kEdge = 0.03;
 
-class RepeatedSteps : public ::testing::TestWithParam<Config> {};
+class RepeatedSteps : public ::testing::TestWithParam<testing::PolicyConfig> {};
 
 TEST_P(RepeatedSteps, ABudgetTheFirstStepFitsFitsEveryStepBitwise) {
-  const Config c = GetParam();
+  const testing::PolicyConfig c = GetParam();
   std::mt19937_64 rng(4321);
   int fitted = 0, with_evictions = 0, edge_failures = 0;
   for (int trial = 0; trial < trials(); ++trial) {
@@ -288,21 +284,9 @@ TEST_P(RepeatedSteps, ABudgetTheFirstStepFitsFitsEveryStepBitwise) {
   if (edge_failures > 0) std::printf("%d later-step failures at the edge\n", edge_failures);
 }
 
-std::vector<Config> configs() {
-  std::vector<Config> out;
-  for (const std::string& p : eviction_policy_names()) {
-    out.push_back({p, Accounting::kAllocator});
-    out.push_back({p, Accounting::kLogical});
-  }
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllPolicies, RepeatedSteps, ::testing::ValuesIn(configs()),
-                         [](const ::testing::TestParamInfo<Config>& info) {
-                           return info.param.policy + (info.param.accounting == Accounting::kLogical
-                                                           ? "_logical"
-                                                           : "_allocator");
-                         });
+INSTANTIATE_TEST_SUITE_P(AllPolicies, RepeatedSteps,
+                         ::testing::ValuesIn(testing::all_policy_configs()),
+                         testing::policy_config_name);
 
 // Under dtr every budget from the lowest that fits (in steps of 0.01 of the peak) to the
 // peak fits all steps: feasibility is monotone in the budget.
