@@ -73,7 +73,9 @@ class CudaApi {
   virtual CudaResult event_create(CudaEvent* event, bool timing) = 0;
   virtual CudaResult event_destroy(CudaEvent event) = 0;
   virtual CudaResult event_record(CudaEvent event, CudaStream stream) = 0;
-  // kOk once the work before the event has completed, kNotReady while it is pending.
+  // kOk once the work before the event has completed, kNotReady while it is pending. A
+  // failed call, not-ready included, tells its caller and leaves nothing for
+  // last_launch_error to blame on the next kernel.
   virtual CudaResult event_query(CudaEvent event) = 0;
   virtual CudaResult event_synchronize(CudaEvent event) = 0;
   virtual CudaResult event_elapsed_ms(float* ms, CudaEvent start, CudaEvent end) = 0;

@@ -36,31 +36,32 @@ CudaStatus status_of(cudaError_t e) {
 }
 
 using detail::cudart;
+using detail::CudartLibrary;
 
-CudaResult result_of(cudaError_t e) {
-  return {status_of(e), static_cast<int>(e), cudart().get_error_string(e)};
+CudaResult result_of(const CudartLibrary& lib, cudaError_t e) {
+  return {status_of(e), static_cast<int>(e), lib.get_error_string(e)};
 }
 
 // Every call where libcudart did not open: an error that names it and why.
-CudaResult cudart_missing() {
-  return {CudaStatus::kError, static_cast<int>(cudaErrorSharedObjectInitFailed),
-          cudart().error.c_str()};
+CudaResult cudart_missing(const CudartLibrary& lib) {
+  return {CudaStatus::kError, static_cast<int>(cudaErrorSharedObjectInitFailed), lib.error.c_str()};
 }
 
 // A failed call also leaves its error as the thread's last error, where the next kernel's
 // launch check (cudaGetLastError) would blame that kernel for it. The caller is told of the
 // error here, so it is cleared; a sticky error cannot be cleared and is still reported by
-// every later call. Not-ready is an answer, not an error.
-CudaResult call_result(cudaError_t e) {
-  if (e != cudaSuccess && e != cudaErrorNotReady) cudart().get_last_error();
-  return result_of(e);
+// every later call. Not-ready is an answer, not an error, but the runtime records it as the
+// last error all the same, so it is cleared too (as PyTorch does after cudaEventQuery).
+CudaResult call_result(const CudartLibrary& lib, cudaError_t e) {
+  if (e != cudaSuccess) lib.get_last_error();
+  return result_of(lib, e);
 }
 
 // `fn(args...)` of the opened library, or the error saying that it did not open.
 template <typename Fn, typename... Args>
-CudaResult call(Fn cudart_function, Args... args) {
-  if (!cudart().loaded) return cudart_missing();
-  return call_result(cudart_function(args...));
+CudaResult call(const CudartLibrary& lib, Fn cudart_function, Args... args) {
+  if (!lib.loaded) return cudart_missing(lib);
+  return call_result(lib, cudart_function(args...));
 }
 
 cudaMemcpyKind memcpy_kind(CudaCopy kind) {
@@ -171,65 +172,68 @@ CUmemAllocationProp device_memory(int device) {
 
 class CudaRuntimeApi final : public CudaApi {
  public:
+  explicit CudaRuntimeApi(const CudartLibrary& lib) : lib_(lib) {}
   const char* name() const override { return "cuda-runtime"; }
 
-  CudaResult device_count(int* count) override { return call(cudart().get_device_count, count); }
-  CudaResult get_device(int* device) override { return call(cudart().get_device, device); }
-  CudaResult set_device(int device) override { return call(cudart().set_device, device); }
+  CudaResult device_count(int* count) override { return call(lib_, lib_.get_device_count, count); }
+  CudaResult get_device(int* device) override { return call(lib_, lib_.get_device, device); }
+  CudaResult set_device(int device) override { return call(lib_, lib_.set_device, device); }
   CudaResult mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
-    return call(cudart().mem_get_info, free_bytes, total_bytes);
+    return call(lib_, lib_.mem_get_info, free_bytes, total_bytes);
   }
   CudaResult compute_capability(int device, int* major, int* minor) override {
     CudaResult r =
-        call(cudart().device_get_attribute, major, cudaDevAttrComputeCapabilityMajor, device);
+        call(lib_, lib_.device_get_attribute, major, cudaDevAttrComputeCapabilityMajor, device);
     if (!r.ok()) return r;
-    return call(cudart().device_get_attribute, minor, cudaDevAttrComputeCapabilityMinor, device);
+    return call(lib_, lib_.device_get_attribute, minor, cudaDevAttrComputeCapabilityMinor, device);
   }
 
   CudaResult malloc(void** p, std::size_t bytes) override {
-    return call(cudart().malloc, p, bytes);
+    return call(lib_, lib_.malloc, p, bytes);
   }
-  CudaResult free(void* p) override { return call(cudart().free, p); }
+  CudaResult free(void* p) override { return call(lib_, lib_.free, p); }
   CudaResult malloc_host(void** p, std::size_t bytes) override {
-    return call(cudart().malloc_host, p, bytes);
+    return call(lib_, lib_.malloc_host, p, bytes);
   }
-  CudaResult free_host(void* p) override { return call(cudart().free_host, p); }
+  CudaResult free_host(void* p) override { return call(lib_, lib_.free_host, p); }
   CudaResult memcpy_async(void* dst, const void* src, std::size_t bytes, CudaCopy kind,
                           CudaStream stream) override {
-    return call(cudart().memcpy_async, dst, src, bytes, memcpy_kind(kind), stream);
+    return call(lib_, lib_.memcpy_async, dst, src, bytes, memcpy_kind(kind), stream);
   }
 
   CudaResult stream_create(CudaStream* stream) override {
-    return call(cudart().stream_create, stream);  // blocking: ordered with the legacy stream
+    return call(lib_, lib_.stream_create, stream);  // blocking: ordered with the legacy stream
   }
   CudaResult stream_destroy(CudaStream stream) override {
-    return call(cudart().stream_destroy, stream);
+    return call(lib_, lib_.stream_destroy, stream);
   }
   CudaResult stream_synchronize(CudaStream stream) override {
-    return call(cudart().stream_synchronize, stream);
+    return call(lib_, lib_.stream_synchronize, stream);
   }
   CudaResult stream_wait_event(CudaStream stream, CudaEvent event) override {
-    return call(cudart().stream_wait_event, stream, event, 0u);
+    return call(lib_, lib_.stream_wait_event, stream, event, 0u);
   }
   CudaResult event_create(CudaEvent* event, bool timing) override {
-    if (timing) return call(cudart().event_create, event);
-    return call(cudart().event_create_with_flags, event, cudaEventDisableTiming);
+    if (timing) return call(lib_, lib_.event_create, event);
+    return call(lib_, lib_.event_create_with_flags, event, cudaEventDisableTiming);
   }
-  CudaResult event_destroy(CudaEvent event) override { return call(cudart().event_destroy, event); }
+  CudaResult event_destroy(CudaEvent event) override {
+    return call(lib_, lib_.event_destroy, event);
+  }
   CudaResult event_record(CudaEvent event, CudaStream stream) override {
-    return call(cudart().event_record, event, stream);
+    return call(lib_, lib_.event_record, event, stream);
   }
-  CudaResult event_query(CudaEvent event) override { return call(cudart().event_query, event); }
+  CudaResult event_query(CudaEvent event) override { return call(lib_, lib_.event_query, event); }
   CudaResult event_synchronize(CudaEvent event) override {
-    return call(cudart().event_synchronize, event);
+    return call(lib_, lib_.event_synchronize, event);
   }
   CudaResult event_elapsed_ms(float* ms, CudaEvent start, CudaEvent end) override {
-    return call(cudart().event_elapsed_time, ms, start, end);
+    return call(lib_, lib_.event_elapsed_time, ms, start, end);
   }
 
   CudaResult last_launch_error() override {
-    if (!cudart().loaded) return cudart_missing();
-    return result_of(cudart().get_last_error());
+    if (!lib_.loaded) return cudart_missing(lib_);
+    return result_of(lib_, lib_.get_last_error());
   }
 
   CudaResult vmm_granularity(int device, std::size_t* granularity) override;
@@ -239,6 +243,7 @@ class CudaRuntimeApi final : public CudaApi {
   CudaResult unmap(void* p, std::size_t bytes) override;
 
  private:
+  const CudartLibrary& lib_;
   // The physical allocation behind each range `map` mapped, by the range's start, for `unmap`
   // to release. Shared by every thread and device that uses this process-wide instance.
   struct Mapping {
@@ -332,8 +337,14 @@ CudaResult CudaRuntimeApi::unmap(void* p, std::size_t bytes) {
 
 }  // namespace
 
+namespace detail {
+std::shared_ptr<CudaApi> cuda_api_over(const CudartLibrary& library) {
+  return std::make_shared<CudaRuntimeApi>(library);
+}
+}  // namespace detail
+
 std::shared_ptr<CudaApi> cuda_runtime_api() {
-  static const std::shared_ptr<CudaApi> api = std::make_shared<CudaRuntimeApi>();
+  static const std::shared_ptr<CudaApi> api = detail::cuda_api_over(cudart());
   return api;
 }
 #else

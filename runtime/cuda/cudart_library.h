@@ -15,8 +15,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "remat/cuda_api.h"
 
 namespace remat::detail {
 
@@ -61,6 +64,10 @@ std::vector<std::string> cudart_names();
 // Opens the first of `names` that the loader finds and looks up every function; the handle
 // stays open for the life of the process.
 CudartLibrary open_cudart(const std::vector<std::string>& names);
+
+// The CUDA runtime's CudaApi over `library`, which must outlive it: cuda_runtime_api() is this
+// over cudart(); tests give it a library of stand-ins (cudart_library_test.cc).
+std::shared_ptr<CudaApi> cuda_api_over(const CudartLibrary& library);
 
 }  // namespace remat::detail
 
