@@ -162,6 +162,7 @@ class CachingAllocator final : public MemoryResource {
   detail::Block* grow_arena(std::size_t size);
   std::size_t arena_room() const;  // bytes the arena may still grow by, within the budget
   void shrink_arena();
+  void wait_before_release();
   bool small_pool(std::size_t rounded) const;
   bool one_pool() const;
   detail::Block* try_serve(std::size_t size);

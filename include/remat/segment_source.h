@@ -32,6 +32,10 @@ class SegmentSource {
   // device refused the memory. `bytes` is a multiple of `commit_granularity()`.
   virtual bool commit_prefix(void* /*base*/, std::size_t /*bytes*/) { return true; }
   virtual std::size_t commit_granularity() const { return 1; }
+  // False where `release` (and unbacking by commit_prefix) gives memory back at once, without
+  // waiting for device work queued on it (CUDA's unmap; cudaFree waits): the caller must wait
+  // for the work that used it first.
+  virtual bool release_waits_for_device() const { return true; }
 };
 
 // Host memory, 256-byte aligned (the alignment cudaMalloc gives).

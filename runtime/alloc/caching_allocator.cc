@@ -112,6 +112,8 @@ CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source,
 CachingAllocator::~CachingAllocator() {
   // Pending blocks' memory goes back with its segment; the device must be done with it.
   // Nothing may throw here: errors are dropped (a sticky error has been raised already).
+  if (cuda_ != nullptr && !source_->release_waits_for_device())
+    cuda_->stream_synchronize(stream_);  // unmapping does not wait (wait_before_release)
   if (stream_uses_ != nullptr) {
     for (auto& p : stream_uses_->pending)
       for (CudaEvent e : p.events) {
@@ -368,9 +370,23 @@ void* CachingAllocator::reserve_backed(std::size_t bytes) {
   return nullptr;
 }
 
+// Before segments go back to a source that does not wait for the device (CUDA's unmap):
+// kernels queued before their blocks were freed may still use them, so wait for the stream,
+// once, where any segment is about to go.
+void CachingAllocator::wait_before_release() {
+  if (cuda_ == nullptr || source_->release_waits_for_device()) return;
+  for (const Segment* s : pools_->segments) {
+    if (s->live_blocks == 0 && s != arena_ && !placed_segment(s)) {
+      CudaError::check(cuda_->stream_synchronize(stream_), "cudaStreamSynchronize");
+      return;
+    }
+  }
+}
+
 void CachingAllocator::release_cached() {
   shrink_arena();
   auto& segs = pools_->segments;
+  wait_before_release();
   // Compacts in place; a source that throws (a failing cudaFree) leaves its segment, and
   // every one not yet looked at, as they were.
   std::size_t kept = 0, i = 0;

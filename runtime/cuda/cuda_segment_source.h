@@ -53,6 +53,7 @@ class CudaVirtualSegmentSource final : public SegmentSource {
   const char* name() const override { return "cuda-vmm"; }
   bool host_accessible() const override { return false; }
   bool lazily_committed() const override { return true; }
+  bool release_waits_for_device() const override { return false; }  // unmapping does not
   // Backs exactly the first round_up(bytes, granularity) bytes of the reservation at `base`.
   // False where the device is out of memory, with the reservation backed as it was before.
   bool commit_prefix(void* base, std::size_t bytes) override;

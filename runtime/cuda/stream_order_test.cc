@@ -21,6 +21,7 @@
 #include "remat/errors.h"
 #include "remat/runtime.h"
 #include "runtime/cuda/simulated_cuda.h"
+#include "runtime/cuda/simulated_device_ops.h"
 #include "tests/test_ops.h"
 
 namespace remat {
@@ -29,44 +30,6 @@ namespace {
 using testing::affine;
 using testing::combine;
 using testing::vec;
-
-// `host` with a CUDA kernel that runs its host kernel as a simulated kernel of `ns`
-// nanoseconds on the runtime's stream: enqueued now, its body run when it completes.
-OpPtr on_device(const std::shared_ptr<SimulatedCuda>& sim, const OpPtr& host, double ns) {
-  auto op = std::make_shared<OpDef>(*host);
-  op->cuda_kernel = [sim = sim.get(), kernel = host->kernel, ns](const KernelContext& k) {
-    std::vector<const void*> ins(k.inputs.begin(), k.inputs.end());
-    std::vector<void*> outs(k.outputs.begin(), k.outputs.end());
-    std::vector<TensorSpec> in_specs, out_specs;
-    std::vector<DeviceRange> reads, writes;
-    for (std::size_t i = 0; i < ins.size(); ++i) {
-      in_specs.push_back(k.input_spec(i));
-      reads.push_back({ins[i], in_specs.back().bytes()});
-    }
-    for (std::size_t i = 0; i < outs.size(); ++i) {
-      out_specs.push_back(k.output_spec(i));
-      if (outs[i] != nullptr) writes.push_back({outs[i], out_specs.back().bytes()});
-    }
-    sim->launch(k.stream, ns, reads, writes,
-                [kernel, ins, outs, in_specs, out_specs, rng = k.rng, rerun = k.recompute] {
-                  std::vector<const TensorSpec*> ip, op;
-                  for (const TensorSpec& s : in_specs) ip.push_back(&s);
-                  for (const TensorSpec& s : out_specs) op.push_back(&s);
-                  KernelContext ctx{ins, ip, outs, op, rng, rerun};
-                  kernel(ctx);
-                });
-  };
-  return op;
-}
-
-RuntimeOptions on_sim(const std::shared_ptr<SimulatedCuda>& sim, std::size_t budget) {
-  RuntimeOptions o;
-  o.backend = Backend::kCuda;
-  o.budget = budget;
-  o.cuda.api = sim;
-  o.cuda.blas_workspace_bytes = 64 << 10;
-  return o;
-}
 
 // A random program over tensors of one size: constants, then ops reading random live
 // tensors; some tensors are read by a long kernel on a side stream, some released.
