@@ -24,8 +24,12 @@
 
 namespace remat::kernels::cuda::detail {
 
+// A failed call is also the thread's last error, which the next launch check would report
+// as that kernel's failure: it is cleared here, and reported once, by this throw (a sticky
+// error cannot be cleared, and every later call reports it too).
 inline void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
+    (void)cudaGetLastError();
     throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(status) + ": " +
                              cudaGetErrorString(status));
   }

@@ -8,6 +8,8 @@
 #include "kernels/cuda/cuda_kernels.h"
 #ifdef REMAT_CUDA_HOST_EXECUTION
 #include <cublas_v2.h>  // the host shim's: what cublasSetWorkspace was given
+
+#include "kernels/cuda/cuda_common.cuh"  // the status checks, tested on the shim
 #else
 #include "remat/system_cuda.h"
 #endif
@@ -254,6 +256,18 @@ class CudaKernelsTest : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
   std::mt19937 rng_{20240611};
 };
+
+#ifdef REMAT_CUDA_HOST_EXECUTION
+// Issue 32, item 7: a failed CUDA call inside a kernel wrapper (a scratch cache's cudaMalloc)
+// is also the thread's last error; thrown without clearing it, the next, unrelated launch
+// check reported it again as that kernel's failure.
+TEST(CudaStatusChecks, AFailedCallIsNotBlamedOnTheNextLaunch) {
+  remat_cuda_host::fail_next_mallocs(1);
+  void* p = nullptr;
+  EXPECT_THROW(REMAT_CUDA_CHECK(cudaMalloc(&p, 64)), std::runtime_error);
+  EXPECT_NO_THROW(remat::kernels::cuda::detail::check_launch("the_next_kernel"));
+}
+#endif
 
 TEST_F(CudaKernelsTest, Gemm) {
   const i64 m = 37, n = 29, k = 67;

@@ -24,7 +24,7 @@ TEST(VirtualMemorySegments, ReleasingOneWaitsForTheKernelsThatUseIt) {
   Runtime rt(o);
   ASSERT_STREQ(static_cast<CachingAllocator&>(rt.memory()).source().name(), "cuda-vmm");
   const Tensor x = rt.constant(vec(4 << 20), testing::iota(4 << 20).data());  // 16 MiB
-  Tensor y = rt.call1(on_device(sim, testing::affine(2, 0), 1e9), {x});      // a second
+  Tensor y = rt.call1(on_device(sim, testing::affine(2, 0), 1e9), {x});       // a second
   const std::size_t reserved = rt.stats().memory.reserved;
   y.reset();                // freed in stream order: the kernel still writes it
   rt.set_budget(18 << 20);  // below what is reserved: y's segment goes back

@@ -345,4 +345,18 @@ void* dynamic_shared() { return block_state->shared.data(); }
 
 cudaError_t take_last_error() { return last_error.exchange(cudaSuccess); }
 
+cudaError_t record_error(cudaError_t e) {
+  if (e != cudaSuccess) last_error = e;
+  return e;
+}
+
+std::atomic<int> malloc_failures{0};
+void fail_next_mallocs(int n) { malloc_failures = n; }
+bool take_malloc_failure() {
+  int n = malloc_failures.load();
+  while (n > 0 && !malloc_failures.compare_exchange_weak(n, n - 1)) {
+  }
+  return n > 0;
+}
+
 }  // namespace remat_cuda_host
