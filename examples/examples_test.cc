@@ -131,7 +131,8 @@ INSTANTIATE_TEST_SUITE_P(Examples, ExampleTest, ::testing::ValuesIn(cases()),
 // The same on the CUDA backend: budgeted runs against the unconstrained CUDA run, bit for bit
 // (the CUDA kernels are deterministic), and the losses close to the CPU's.
 TEST(ExampleTest, CudaBudgetsMatchTheUnconstrainedCudaRunBitwise) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no usable CUDA device";
+  if (!cuda_device_available())
+    GTEST_SKIP() << "no usable CUDA device: " << cuda_unavailable_reason();
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     std::unique_ptr<Model> model = c.make();

@@ -303,7 +303,8 @@ int run_main(int argc, char** argv, Model& model) {
     return cli::kExitError;
   }
   if (config.backend() == Backend::kCuda && !cuda_device_available()) {
-    std::cerr << model.name() << ": --backend cuda needs a CUDA device, and none is usable\n";
+    std::cerr << model.name() << ": --backend cuda needs a CUDA device, and none is usable: "
+              << cuda_unavailable_reason() << "\n";
     return cli::kExitError;
   }
   config.progress = !tf.json && isatty(STDERR_FILENO);

@@ -48,6 +48,14 @@ class CudaApi {
   virtual ~CudaApi() = default;
   virtual const char* name() const = 0;
 
+  // The CUDA version the driver supports and the one the runtime library was built for, as
+  // 1000 * major + 10 * minor (cudaDriverGetVersion, CUDART_VERSION): a driver older than the
+  // runtime makes every call fail. Unknown by default.
+  virtual CudaResult versions(int* driver, int* runtime) {
+    *driver = *runtime = 0;
+    return {CudaStatus::kError, 0, "the CUDA versions are unknown to this CudaApi"};
+  }
+
   // Devices.
   virtual CudaResult device_count(int* count) = 0;
   virtual CudaResult get_device(int* device) = 0;

@@ -9,6 +9,7 @@
 #define REMAT_SYSTEM_CUDA_H_
 
 #include <memory>
+#include <string>
 
 #include "remat/cuda_api.h"
 
@@ -21,6 +22,10 @@ std::shared_ptr<CudaApi> cuda_runtime_api();
 // True when `api` (default: the CUDA runtime) reports at least one device. Any error (no
 // driver, a driver too old for the toolkit) counts as no device.
 bool cuda_device_available(CudaApi* api = nullptr);
+
+// Why `api` (default: the CUDA runtime) offers no device, "" where it does: no CUDA in the
+// build, an error, or "the CUDA driver supports CUDA 12.4; this build needs 13.0 ...".
+std::string cuda_unavailable_reason(CudaApi* api = nullptr);
 
 }  // namespace remat
 

@@ -47,6 +47,7 @@ using i64 = std::int64_t;
 
 #ifdef REMAT_CUDA_HOST_EXECUTION
 bool gpu_available() { return true; }  // the host runs the kernels
+std::string unavailable_reason() { return ""; }
 
 // The __global__ kernels defined in the CUDA sources, by name.
 std::set<std::string> kernels_in_sources() {
@@ -95,6 +96,7 @@ const auto* const kHostReport = ::testing::AddGlobalTestEnvironment(new HostExec
 #else
 // False where the runtime reports any error (no driver, a driver too old, no device).
 bool gpu_available() { return remat::cuda_device_available(); }
+std::string unavailable_reason() { return remat::cuda_unavailable_reason(); }
 #endif
 
 void cuda_check(cudaError_t status, const char* what) {
@@ -208,7 +210,7 @@ class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!gpu_available()) {
-      GTEST_SKIP() << "no usable CUDA device (cudaGetDeviceCount failed or found none)";
+      GTEST_SKIP() << "no usable CUDA device: " << unavailable_reason();
     }
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
   }

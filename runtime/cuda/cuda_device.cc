@@ -28,9 +28,8 @@ std::unique_ptr<CudaDevice> CudaDevice::open(std::shared_ptr<CudaApi> api, int i
   int count = 0;
   const CudaResult counted = api->device_count(&count);
   if (!counted.ok() || count == 0) {
-    throw std::runtime_error(
-        absl::StrCat("remat: the CUDA backend needs a CUDA device; ", api->name(), " reports ",
-                     counted.ok() ? "none" : absl::StrCat("an error: ", counted.message)));
+    throw std::runtime_error(absl::StrCat("remat: the CUDA backend needs a CUDA device; ",
+                                          cuda_unavailable_reason(api.get())));
   }
   if (index < 0 || index >= count) {
     throw std::invalid_argument(absl::StrCat("remat: CUDA device ", index, " does not exist (",

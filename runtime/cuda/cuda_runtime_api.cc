@@ -5,6 +5,10 @@
 #include "remat/cuda_api.h"
 #include "remat/system_cuda.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 #ifdef REMAT_HAVE_CUDA
 #include <cuda.h>          // the driver API's types only: its functions are found at run time
 #include <cudaTypedefs.h>  // the PFN_ signatures of those functions
@@ -175,6 +179,11 @@ class CudaRuntimeApi final : public CudaApi {
   explicit CudaRuntimeApi(const CudartLibrary& lib) : lib_(lib) {}
   const char* name() const override { return "cuda-runtime"; }
 
+  CudaResult versions(int* driver, int* runtime) override {
+    *runtime = CUDART_VERSION;
+    *driver = 0;
+    return call(lib_, lib_.driver_get_version, driver);
+  }
   CudaResult device_count(int* count) override { return call(lib_, lib_.get_device_count, count); }
   CudaResult get_device(int* device) override { return call(lib_, lib_.get_device, device); }
   CudaResult set_device(int device) override { return call(lib_, lib_.set_device, device); }
@@ -351,16 +360,31 @@ std::shared_ptr<CudaApi> cuda_runtime_api() {
 std::shared_ptr<CudaApi> cuda_runtime_api() { return nullptr; }
 #endif
 
-bool cuda_device_available(CudaApi* api) {
+bool cuda_device_available(CudaApi* api) { return cuda_unavailable_reason(api).empty(); }
+
+namespace {
+std::string version_name(int v) { return absl::StrCat(v / 1000, ".", v % 1000 / 10); }
+}  // namespace
+
+// Any error (no driver, a driver older than the toolkit) means no usable device; the reason
+// names the versions where they explain it.
+std::string cuda_unavailable_reason(CudaApi* api) {
   std::shared_ptr<CudaApi> runtime;
   if (api == nullptr) {
     runtime = cuda_runtime_api();
     api = runtime.get();
   }
-  if (api == nullptr) return false;
+  if (api == nullptr) return "this build of remat has no CUDA backend";
   int count = 0;
-  // Any error (no driver, a driver older than the toolkit) means no usable device.
-  return api->device_count(&count).ok() && count > 0;
+  const CudaResult counted = api->device_count(&count);
+  if (counted.ok() && count > 0) return "";
+  int driver = 0, needs = 0;
+  if (api->versions(&driver, &needs).ok() && driver > 0 && driver < needs) {
+    return absl::StrCat("the CUDA driver supports CUDA ", version_name(driver),
+                        "; this build needs ", version_name(needs), " (update the driver)");
+  }
+  if (counted.ok()) return absl::StrCat(api->name(), " reports no CUDA device");
+  return absl::StrCat(api->name(), " reports an error: ", counted.message);
 }
 
 }  // namespace remat

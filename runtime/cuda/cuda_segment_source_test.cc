@@ -9,6 +9,7 @@
 
 #include "remat/errors.h"
 #include "remat/system_cuda.h"
+#include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/simulated_cuda.h"
 
 namespace remat {
@@ -244,6 +245,25 @@ TEST(CudaDeviceAvailable, AsksTheApiForDevices) {
   EXPECT_TRUE(cuda_device_available(sim.get()));
   sim->inject(SimulatedCall::kDeviceCount, SimulatedCuda::invalid_device());
   EXPECT_FALSE(cuda_device_available(sim.get()));
+}
+
+// Issue 32, item 4: a driver older than the build's CUDA makes every device query fail; the
+// reason, and the runtime's error, say which versions (not only "no usable device").
+TEST(CudaDeviceAvailable, ADriverTooOldIsNamedWithBothVersions) {
+  auto sim = std::make_shared<SimulatedCuda>(
+      SimulatedCudaOptions{.driver_version = 12040, .runtime_version = 13000});
+  EXPECT_FALSE(cuda_device_available(sim.get()));
+  const std::string why = cuda_unavailable_reason(sim.get());
+  EXPECT_NE(why.find("the CUDA driver supports CUDA 12.4; this build needs 13.0"),
+            std::string::npos)
+      << why;
+  try {
+    detail::CudaDevice::open(sim, 0, nullptr, false);
+    FAIL() << "expected std::runtime_error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("supports CUDA 12.4"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cuda_unavailable_reason(std::make_shared<SimulatedCuda>().get()), "");
 }
 
 // Without a device (no driver, or none present) every call of the CUDA runtime's api fails

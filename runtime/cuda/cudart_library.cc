@@ -35,6 +35,7 @@ CudartLibrary open_cudart(const std::vector<std::string>& names) {
   bool ok = find(h, "cudaGetErrorString", &c.get_error_string, e);
   ok &= find(h, "cudaGetLastError", &c.get_last_error, e);
   ok &= find(h, "cudaGetDeviceCount", &c.get_device_count, e);
+  ok &= find(h, "cudaDriverGetVersion", &c.driver_get_version, e);
   ok &= find(h, "cudaGetDevice", &c.get_device, e);
   ok &= find(h, "cudaSetDevice", &c.set_device, e);
   ok &= find(h, "cudaMemGetInfo", &c.mem_get_info, e);

@@ -28,6 +28,7 @@ struct CudartLibrary {
   decltype(&::cudaGetErrorString) get_error_string = nullptr;
   decltype(&::cudaGetLastError) get_last_error = nullptr;
   decltype(&::cudaGetDeviceCount) get_device_count = nullptr;
+  decltype(&::cudaDriverGetVersion) driver_get_version = nullptr;
   decltype(&::cudaGetDevice) get_device = nullptr;
   decltype(&::cudaSetDevice) set_device = nullptr;
   decltype(&::cudaMemGetInfo) mem_get_info = nullptr;

@@ -180,9 +180,19 @@ double SimulatedCuda::ready_time(CudaStream stream) const {
 
 // --- Devices --------------------------------------------------------------------------------
 
+CudaResult SimulatedCuda::versions(int* driver, int* runtime) {
+  *driver = options_.driver_version;
+  *runtime = options_.runtime_version;
+  return {};
+}
+
 CudaResult SimulatedCuda::device_count(int* count) {
   if (auto r = begin(SimulatedCall::kDeviceCount)) return *r;
   if (count == nullptr) return invalid_value();
+  if (options_.driver_version < options_.runtime_version) {
+    *count = 0;
+    return {CudaStatus::kError, 35, "CUDA driver version is insufficient for CUDA runtime version"};
+  }
   *count = options_.devices;
   return {};
 }

@@ -48,6 +48,10 @@ struct SimulatedCudaOptions {
   double host_call_ns = 100;  // simulated host time each API call takes
   double copy_bytes_per_ns = 10;
   double copy_latency_ns = 2000;
+  // The CUDA versions (1000 * major + 10 * minor): with a driver older than the runtime every
+  // device query fails with cudaErrorInsufficientDriver (35), as on a real machine.
+  int driver_version = 13000;
+  int runtime_version = 13000;
 };
 
 // The kinds of call, for fault injection and call counts.
@@ -132,6 +136,7 @@ class SimulatedCuda final : public CudaApi {
 
   const char* name() const override { return "simulated"; }
 
+  CudaResult versions(int* driver, int* runtime) override;
   CudaResult device_count(int* count) override;
   CudaResult get_device(int* device) override;
   CudaResult set_device(int device) override;
