@@ -6,7 +6,8 @@
 
 Runs the trainer unconstrained at batch B (its baseline), takes that run's peak reserved bytes
 as the budget, and runs batches B x factor under that budget. For each it reports the time per
-sample against the unconstrained batch's, and fails (exit 1) when the first factor's ratio is
+sample of a warm step (the median of the second half of the steps) against the unconstrained
+batch's, and fails (exit 1) when the first factor's ratio is
 above --limit (issue 5: the largest batch that fits, and twice it under the same memory at no
 more than 1.3x the per-sample time). Flags after `--` go to every trainer run (--backend cuda,
 model sizes). tools/gpu_check.sh runs it on the GPU with the largest batch that fits.
@@ -15,6 +16,14 @@ import argparse
 import json
 import subprocess
 import sys
+
+
+def steady_seconds(result):
+    """A step's time once warm: the median of the second half of the steps' times (the first
+    steps start the context and cuBLAS, reserve memory and, under `auto`, record and plan)."""
+    times = result.get("step_seconds") or [result["wall_seconds"]]
+    late = sorted(times[len(times) // 2:])
+    return late[len(late) // 2]
 
 
 def train(trainer, batch, extra, steps, budget=None):
@@ -48,7 +57,7 @@ def main():
     if base.get("status") != "ok":
         raise SystemExit(f"batch_scaling: the unconstrained batch {a.batch} failed: {base}")
     budget = base["peak_reserved_bytes"]
-    per_sample = base["wall_seconds"] / (a.steps * a.batch)
+    per_sample = steady_seconds(base) / a.batch
     rows = [{"batch": a.batch, "budget_bytes": None, "status": "ok",
              "peak_reserved_bytes": budget, "per_sample_seconds": per_sample, "ratio": 1.0}]
     for f in [int(x) for x in a.factors.split(",") if x]:
@@ -57,7 +66,7 @@ def main():
                "peak_reserved_bytes": r.get("peak_reserved_bytes"),
                "evictions": r.get("evictions"), "compute_overhead": r.get("compute_overhead")}
         if r.get("status") == "ok":
-            row["per_sample_seconds"] = r["wall_seconds"] / (a.steps * a.batch * f)
+            row["per_sample_seconds"] = steady_seconds(r) / (a.batch * f)
             row["ratio"] = row["per_sample_seconds"] / per_sample
         rows.append(row)
     first = rows[1] if len(rows) > 1 else None

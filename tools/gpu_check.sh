@@ -5,22 +5,24 @@
 #
 # With a GPU: builds (default architectures), checks the library carries code for them, runs
 # every CUDA test (none may skip), runs them under compute-sanitizer memcheck and racecheck
-# where it is installed, trains every example on --backend cuda under a budget and compares
+# (failing where it cannot), trains every example on --backend cuda under a budget and compares
 # it bit for bit with the unconstrained run, and runs the GPT-2 124M benchmarks: steps at 0.5
-# and 0.3 of the unconstrained peak, and the largest batch that fits unconstrained against
-# larger batches under that same memory (per-sample time, tools/batch_scaling.py, at most
-# 1.3x). --quick skips the benchmarks. Without a GPU: says so, runs the host-side tests (the
+# and 0.3 of the unconstrained peak, and the largest batch that fits unconstrained (no
+# eviction) against larger batches under that same memory (per-sample time of warm steps,
+# tools/batch_scaling.py, at most 1.3x). --quick skips the benchmarks. Without a GPU: says so, runs the host-side tests (the
 # CUDA kernel sources executed on the CPU, the CUDA backend on a simulated device) and exits
 # 0. The report (default gpu_check.json) lists every step with its status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The toolkit's tools (compute-sanitizer) are not on PATH on a fresh machine.
+[[ -d /usr/local/cuda/bin ]] && export PATH="$PATH:/usr/local/cuda/bin"
 report=gpu_check.json
 quick=0
 while (($#)); do
   case "$1" in
     --report) report="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -86,7 +88,8 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 build/bin/cuda_kernels_test
   step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 build/bin/cuda_kernels_test
 else
-  echo "gpu_check: compute-sanitizer not installed: memcheck and racecheck not run"
+  # On a GPU machine a sanitizer that cannot run is a failed check, not a skipped one.
+  step sanitizers sh -c 'echo "compute-sanitizer not found (PATH: $PATH)"; exit 1'
 fi
 
 # Every example on the GPU under a budget, bitwise against its unconstrained run.
@@ -105,11 +108,16 @@ if ((quick == 0)); then
   step gpt2_124m_0.5 bitwise gpt_train 0.5 "${gpt2[@]}" --batch 4
   step gpt2_124m_0.3 bitwise gpt_train 0.3 "${gpt2[@]}" --batch 4
   # The largest batch that fits unconstrained, then larger batches under its peak memory.
+  # Without a budget a cudaMalloc the device refuses makes the runtime evict, so a batch the
+  # device cannot hold would still run: fitting means no eviction at all.
+  fits_unconstrained() {
+    python3 -c 'import json,sys; d=json.loads(sys.stdin.read().splitlines()[-1]); sys.exit(0 if d.get("status")=="ok" and d.get("evictions")==0 else 1)'
+  }
   largest_batch() {
     local b=1 best=0 out
     while ((b <= 64)); do
       out="$(build/bin/gpt_train --backend cuda --json --steps 2 "${gpt2[@]}" --batch $b 2>/dev/null)" || break
-      grep -q '"status":"ok"' <<<"$out" || break
+      fits_unconstrained <<<"$out" || break
       best=$b; echo "$out" | cut -c1-300; b=$((b * 2))
     done
     ((best > 0)) && echo "largest unconstrained batch: $best" && echo "$best" > build/largest_batch
@@ -118,7 +126,7 @@ if ((quick == 0)); then
   # Twice that batch under its peak memory, at no more than 1.3x its per-sample time.
   if [[ -s build/largest_batch ]]; then
     step gpt2_124m_batch_scaling python3 tools/batch_scaling.py --batch "$(cat build/largest_batch)" \
-      --factors 2,4 --steps 3 --limit 1.3 -- --backend cuda "${gpt2[@]}"
+      --factors 2,4 --steps 6 --limit 1.3 -- --backend cuda "${gpt2[@]}"
   fi
 fi
 write_report "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$gpu_name")"
