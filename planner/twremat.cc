@@ -113,7 +113,10 @@ class FillGraph {
 
 class TwRemat {
  public:
-  explicit TwRemat(const Graph& g) : g_(g), n_(g.size()) {
+  // `deadline`, where given, bounds the tree decomposition: past it the decomposition stops
+  // and timed_out() says so (Note [A deadline for the decomposition]).
+  explicit TwRemat(const Graph& g, const Deadline* deadline = nullptr)
+      : g_(g), n_(g.size()), deadline_(deadline) {
     core_.assign(n_, 1);
     for (const Node& nd : g.nodes) {
       if (!nd.can_recompute() && nd.inputs.empty()) core_[nd.id] = 0;
@@ -133,12 +136,14 @@ class TwRemat {
     }
     users_ = g.users();
     Decompose();
+    if (timed_out_) return;
     stamp_.assign(n_ + 1, 0);
     stamp2_.assign(n_ + 1, 0);
     comp_.assign(n_, -1);
   }
 
   int width() const { return width_; }
+  bool timed_out() const { return timed_out_; }
 
   // Produces an order. depth_limit < 0: unlimited; budget: effective budget for the
   // "plain computation fits" stop rule (kNoBudget: never stop early). shortcuts: skip and
@@ -172,7 +177,7 @@ class TwRemat {
   // ---- tree decomposition (min fill-in) ----
   void Decompose() {
     EliminateByMinFill();
-    IndexTree(LinkBags());
+    if (!timed_out_) IndexTree(LinkBags());
   }
 
   // Eliminates the core vertices in min fill-in order (ties: lower degree, then lower id):
@@ -196,6 +201,15 @@ class TwRemat {
     bag_.assign(n_ + 1, {});
     int next = 0;
     while (remaining > 0) {
+      // Note [A deadline for the decomposition]
+      // Long skip connections make the fill graph dense: each elimination then joins
+      // hundreds of neighbours pairwise, and the decomposition alone took minutes on a
+      // 200,000-node graph where a tenth of the layers read any earlier one. The time limit
+      // is checked at every elimination (a clock read beside an elimination's hash work).
+      if (deadline_ != nullptr && deadline_->Expired()) {
+        timed_out_ = true;
+        return;
+      }
       auto [f, d, v, ver] = pq.top();
       pq.pop();
       if (gone[v] || ver != version[v]) continue;  // stale entry
@@ -632,6 +646,8 @@ class TwRemat {
   std::vector<int> pos_, parent_, depth_, tin_, tout_;
   std::vector<std::vector<int>> bag_, up_;
   int width_ = 0;
+  const Deadline* deadline_ = nullptr;
+  bool timed_out_ = false;
   std::vector<int> stamp_, stamp2_, comp_;
   std::vector<int> visit_ = std::vector<int>(n_, 0), sidx_ = std::vector<int>(n_, 0);
   std::vector<int> want_ = std::vector<int>(n_, 0), last_step_ = std::vector<int>(n_, 0);
@@ -754,7 +770,12 @@ std::vector<int> TwRematOrderForTest(const Graph& g, int k, int64_t budget, doub
 
 absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
   Deadline deadline(opt);
-  TwRemat tw(g);
+  TwRemat tw(g, &deadline);
+  if (tw.timed_out()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("twremat: the tree decomposition did not finish within the time limit (width ",
+                     tw.width(), " when it stopped)"));
+  }
   const int k = opt.twremat_k;
   if (!opt.budget_bytes) return LowestPeakPlan(g, tw, k);
   return BudgetedPlan(g, tw, k, *opt.budget_bytes, deadline);

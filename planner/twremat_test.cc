@@ -127,6 +127,24 @@ TEST(Twremat, BudgetStopsRecursionEarly) {
   EXPECT_LT(loose.sim.recomputations, deep.sim.recomputations);
 }
 
+// Note [A deadline for the decomposition]: the time limit bounds the tree decomposition too
+// (it took minutes on graphs with long skips, whatever the limit). A limit already past stops
+// it at once with DeadlineExceeded; the same graph with time to spare plans.
+TEST(Twremat, TheTimeLimitBoundsTheDecomposition) {
+  const Graph g = testing::RandomTrainingGraph(300, 5);
+  PlanOptions opt;
+  opt.budget_bytes = file_order_peak(g) * 6 / 10;
+  opt.time_limit_seconds = 0;
+  const absl::StatusOr<Plan> stopped = run_planner("twremat", g, opt);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kDeadlineExceeded) << stopped.status();
+  EXPECT_NE(stopped.status().message().find("tree decomposition"), std::string::npos);
+  opt.time_limit_seconds = 60;
+  const absl::StatusOr<Plan> planned = run_planner("twremat", g, opt);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_TRUE(planned->feasible) << planned->reason;
+}
+
 // A small DenseNet-like graph: 1 to 3 blocks of 1 to 5 layers, each reading all earlier ones.
 Graph RandomDenseNet(std::mt19937_64& rng, uint64_t seed) {
   std::vector<int> blocks(1 + rng() % 3);
