@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/cuda/simulated_cuda_internal.h"
 
 namespace remat {
 
@@ -60,30 +61,7 @@ namespace remat {
 // API call returns illegal_address and does nothing, as a CUDA context is unusable after an
 // illegal memory access. Pending work is dropped.
 
-namespace {
-
-constexpr std::size_t kMallocAlignment = 256;   // what cudaMalloc guarantees
-constexpr std::uintptr_t kHandleBase = 0x5100;  // stream and event handles: never dereferenced
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
-const void* pointer(std::uintptr_t a) { return reinterpret_cast<const void*>(a); }
-std::size_t index(SimulatedCall call) { return static_cast<std::size_t>(call); }
-
-// The entry of a map keyed by base address whose [base, base + bytes) holds `a`.
-template <typename Map>
-auto containing(Map& map, std::uintptr_t a) -> decltype(map.begin()) {
-  auto it = map.upper_bound(a);
-  if (it == map.begin()) return map.end();
-  --it;
-  return a < it->first + it->second.bytes ? it : map.end();
-}
-
-bool overlap(std::uintptr_t b1, std::uintptr_t e1, std::uintptr_t b2, std::uintptr_t e2) {
-  return b1 < e2 && b2 < e1;
-}
-
-}  // namespace
+using namespace simulated_cuda_internal;  // NOLINT: this file's own helpers
 
 SimulatedCuda::SimulatedCuda(SimulatedCudaOptions options)
     : options_(options), used_(std::max(options.devices, 0)) {
@@ -561,123 +539,6 @@ std::string SimulatedCuda::stream_name(CudaStream stream) const {
   auto it = streams_.find(stream);
   if (it == streams_.end()) return "a destroyed stream";
   return absl::StrCat("stream ", it->second.number);
-}
-
-// --- Virtual memory -------------------------------------------------------------------------
-
-CudaResult SimulatedCuda::vmm_granularity(int device, std::size_t* granularity) {
-  if (auto r = begin(SimulatedCall::kVmmGranularity)) return *r;
-  if (granularity == nullptr) return invalid_value();
-  if (!valid_device(device)) return invalid_device();
-  *granularity = options_.granularity;
-  return {};
-}
-
-CudaResult SimulatedCuda::address_reserve(void** p, std::size_t bytes) {
-  if (auto r = begin(SimulatedCall::kAddressReserve)) return *r;
-  const std::size_t g = options_.granularity;
-  if (p == nullptr || bytes == 0 || bytes % g != 0) return invalid_value();
-  // Address space only: the OS commits pages when they are touched.
-  const std::size_t mapping_bytes = bytes + g;
-  void* mapping = mmap(nullptr, mapping_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (mapping == MAP_FAILED) return out_of_memory();
-  const std::uintptr_t base = round_up(address(mapping), g);
-  reservations_[base] = {.bytes = bytes,
-                         .mapping = mapping,
-                         .mapping_bytes = mapping_bytes,
-                         .granule_device = std::vector<int>(bytes / g, -1)};
-  *p = reinterpret_cast<void*>(base);
-  return {};
-}
-
-CudaResult SimulatedCuda::address_free(void* p, std::size_t bytes) {
-  if (auto r = begin(SimulatedCall::kAddressFree)) return *r;
-  auto it = reservations_.find(address(p));
-  if (it == reservations_.end() || it->second.bytes != bytes) return invalid_value();
-  const std::vector<int>& devices = it->second.granule_device;
-  // CUDA requires the range to be unmapped before its addresses are freed.
-  if (std::any_of(devices.begin(), devices.end(), [](int d) { return d >= 0; })) {
-    return invalid_value();
-  }
-  munmap(it->second.mapping, it->second.mapping_bytes);
-  reservations_.erase(it);
-  return {};
-}
-
-const SimulatedCuda::Reservation* SimulatedCuda::find_reservation(std::uintptr_t a,
-                                                                  std::uintptr_t* base) const {
-  auto it = containing(reservations_, a);
-  if (it == reservations_.end()) return nullptr;
-  *base = it->first;
-  return &it->second;
-}
-
-// The reservation that holds the granularity-aligned range [p, p + bytes), and the range's
-// granules; null where there is none.
-SimulatedCuda::Reservation* SimulatedCuda::granules(void* p, std::size_t bytes, std::size_t* first,
-                                                    std::size_t* count) {
-  const std::size_t g = options_.granularity;
-  if (bytes == 0 || bytes % g != 0 || address(p) % g != 0) return nullptr;
-  auto it = containing(reservations_, address(p));
-  if (it == reservations_.end() || address(p) + bytes > it->first + it->second.bytes) {
-    return nullptr;
-  }
-  *first = (address(p) - it->first) / g;
-  *count = bytes / g;
-  return &it->second;
-}
-
-CudaResult SimulatedCuda::map(void* p, std::size_t bytes, int device) {
-  if (auto r = begin(SimulatedCall::kMap)) return *r;
-  if (!valid_device(device)) return invalid_device();
-  std::size_t first = 0, count = 0;
-  Reservation* r = granules(p, bytes, &first, &count);
-  if (r == nullptr) return invalid_value();
-  auto granule = r->granule_device.begin() + first;
-  if (std::any_of(granule, granule + count, [](int d) { return d >= 0; })) {
-    return invalid_value();  // already mapped
-  }
-  if (!fits(device, bytes)) return out_of_memory();
-  std::fill(granule, granule + count, device);
-  used_[device] += bytes;
-  return {};
-}
-
-CudaResult SimulatedCuda::unmap(void* p, std::size_t bytes) {
-  if (auto r = begin(SimulatedCall::kUnmap)) return *r;
-  std::size_t first = 0, count = 0;
-  Reservation* r = granules(p, bytes, &first, &count);
-  if (r == nullptr) return invalid_value();
-  auto granule = r->granule_device.begin() + first;
-  if (std::any_of(granule, granule + count, [](int d) { return d < 0; })) {
-    return invalid_value();  // not mapped
-  }
-  for (auto it = granule; it != granule + count; ++it) {
-    used_[*it] -= options_.granularity;
-    *it = -1;
-  }
-  // The physical memory is gone: a later map gets fresh (zero) pages.
-  madvise(p, bytes, MADV_DONTNEED);
-  // cuMemUnmap does not wait for the device: work still pending on the range loses its
-  // memory (Note [Race detection]).
-  const std::uintptr_t lo = address(p), hi = lo + bytes;
-  for (auto& [key, item] : pending_) {
-    for (const Access& a : item.accesses) {
-      if (!overlap(a.begin, a.end, lo, hi)) continue;
-      item.skip_body = true;
-      invalid_accesses_.push_back(
-          {.item = item.id,
-           .stream = item.stream,
-           .p = pointer(std::max(a.begin, lo)),
-           .bytes = std::min(a.end, hi) - std::max(a.begin, lo),
-           .write = a.write,
-           .start = item.start,
-           .what = absl::StrCat(describe(item), " was pending when its memory at 0x",
-                                absl::Hex(std::max(a.begin, lo)), " was unmapped")});
-    }
-  }
-  return {};
 }
 
 }  // namespace remat
