@@ -10,8 +10,9 @@
 
 namespace remat::simulated_cuda_internal {
 
-inline constexpr std::size_t kMallocAlignment = 256;   // what cudaMalloc guarantees
-inline constexpr std::uintptr_t kHandleBase = 0x5100;  // stream and event handles: never dereferenced
+inline constexpr std::size_t kMallocAlignment = 256;  // what cudaMalloc guarantees
+inline constexpr std::uintptr_t kHandleBase =
+    0x5100;  // stream and event handles: never dereferenced
 
 inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 inline std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
@@ -30,7 +31,6 @@ auto containing(Map& map, std::uintptr_t a) -> decltype(map.begin()) {
 inline bool overlap(std::uintptr_t b1, std::uintptr_t e1, std::uintptr_t b2, std::uintptr_t e2) {
   return b1 < e2 && b2 < e1;
 }
-
 
 }  // namespace remat::simulated_cuda_internal
 
