@@ -3,7 +3,6 @@
 // runtime/alloc/packed_segment.cc).
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -32,12 +31,8 @@ bool RuntimeImpl::evacuate(std::size_t bytes) {
   if (caching == nullptr || kernel_running_ || !options.compaction ||
       options.allocator.expandable_segments || AllocatorHooks::tracing_or_placing(*caching))
     return false;
-  if (evacuated_request_ != request_) {
-    evacuated_request_ = request_;
-    evacuations_in_request_ = 0;
-  }
-  // Bounded like compaction (Note [Compaction]), so two layouts cannot trade blocks forever.
-  if (evacuations_in_request_ >= kMaxCompactionsPerRequest) return false;
+  int& evacuations = evacuations_.in(request_);
+  if (evacuations >= kMaxCompactionsPerRequest) return false;
   const std::size_t need = caching->rounded_size(bytes);
   if (caching->stats().allocated + need > caching->budget()) return false;
   std::vector<EvacuableSegment> found;
@@ -48,21 +43,19 @@ bool RuntimeImpl::evacuate(std::size_t bytes) {
     bool movable = true;
     for (auto c = blocks.blocks(k); movable && !c.done(); c.next()) {
       const std::uint32_t tag = c.tag();
-      if (tag == BlockLayout::kFree) {
+      if (tag == BlockLayout::kFree)
         e.free_bytes += c.size();
-      } else if (tag == kNoTag || !storages[tag].resident ||
-                 AllocatorHooks::used_by_other_streams(*caching, storages[tag].ptr)) {
-        movable = false;  // scratch, a workspace, or a block another stream still reads
-      } else {
+      else if (movable_block(tag))
         e.storages.push_back(tag);
-      }
+      else
+        movable = false;  // scratch, a workspace, or a block another stream still reads
     }
     if (movable && e.free_bytes > 0 && !e.storages.empty()) found.push_back(std::move(e));
   }
   std::stable_sort(found.begin(), found.end(),
                    [](const auto& a, const auto& b) { return a.free_bytes > b.free_bytes; });
   bool moved = false;
-  ++evacuations_in_request_;
+  ++evacuations;
   for (const EvacuableSegment& e : found) {
     evacuate_segment(e.storages);
     moved = true;
@@ -82,10 +75,7 @@ void RuntimeImpl::evacuate_segment(const std::vector<Id>& moving) {
     sizes.push_back(r.bytes);
     if (runs_kernels) {
       staged[i].resize(r.bytes);
-      if (cuda != nullptr)
-        cuda->download(staged[i].data(), r.ptr, r.bytes);
-      else
-        std::memcpy(staged[i].data(), r.ptr, r.bytes);
+      copy_from_storage(staged[i].data(), r.ptr, r.bytes);
     }
     memory->deallocate(r.ptr, r.bytes);
     r.ptr = nullptr;
@@ -103,12 +93,7 @@ void RuntimeImpl::evacuate_segment(const std::vector<Id>& moving) {
     StorageRec& r = storages[moving[i]];
     r.ptr = to[i];
     AllocatorHooks::set_tag(*caching, to[i], moving[i]);
-    if (runs_kernels) {
-      if (cuda != nullptr)
-        cuda->upload(r.ptr, staged[i].data(), r.bytes);
-      else
-        std::memcpy(r.ptr, staged[i].data(), r.bytes);
-    }
+    if (runs_kernels) copy_to_storage(r.ptr, staged[i].data(), r.bytes);
     stats.evacuation_bytes += r.bytes;
   }
   ++stats.evacuations;

@@ -69,19 +69,14 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // compacts a bounded number of times, so two layouts cannot trade blocks forever.
 bool RuntimeImpl::compact(std::size_t bytes) {
   if (caching == nullptr || kernel_running_ || !options.compaction) return false;
-  if (compacted_request_ != request_) {
-    compacted_request_ = request_;
-    compactions_in_request_ = 0;
-  }
-  if (compactions_in_request_ >= kMaxCompactionsPerRequest) return false;
+  int& compactions = compactions_.in(request_);
+  if (compactions >= kMaxCompactionsPerRequest) return false;
   WindowSearch& w = window_search_;
   const std::size_t need = caching->rounded_size(bytes);
   price_windows(bytes, [this](std::size_t, std::uint32_t tag) {
-    if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
-    const StorageRec& r = storages[tag];
-    if (!r.resident || AllocatorHooks::used_by_other_streams(*caching, r.ptr))
-      return WindowSearch::kBarrier;
-    return static_cast<double>(r.bytes);
+    if (tag == BlockLayout::kFree) return 0.0;
+    if (!movable_block(tag)) return WindowSearch::kBarrier;
+    return static_cast<double>(storages[tag].bytes);
   });
   if (!w.choose(need, AllocatorHooks::unreserved(*caching)) || w.chosen().empty()) return false;
   std::vector<Id> moving;
@@ -105,9 +100,15 @@ bool RuntimeImpl::compact(std::size_t bytes) {
   }
   if (moved) {
     ++stats.compactions;
-    ++compactions_in_request_;
+    ++compactions;
   }
   return moved;
+}
+
+bool RuntimeImpl::movable_block(std::uint32_t tag) const {
+  static_assert(kNoTag > BlockLayout::kFree);
+  return tag < BlockLayout::kFree && storages[tag].resident &&
+         !AllocatorHooks::used_by_other_streams(*caching, storages[tag].ptr);
 }
 
 // Note [Contiguous eviction]

@@ -593,11 +593,7 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
   stats.pinned_bytes += spec.bytes();
   pack_pinned(s, /*copy_bytes=*/false);
   if (data != nullptr && runs_kernels && spec.bytes() > 0) {
-    if (cuda != nullptr) {
-      cuda->upload(storages[s].ptr, data, spec.bytes());
-    } else {
-      std::memcpy(storages[s].ptr, data, spec.bytes());
-    }
+    copy_to_storage(storages[s].ptr, data, spec.bytes());
   }
   TensorRec tr;
   tr.spec = spec;

@@ -5,7 +5,6 @@
 #include <absl/strings/str_format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -156,11 +155,7 @@ const void* Runtime::data(const Tensor& t) {
 void Runtime::read(const Tensor& t, void* dst) {
   DeviceScope scope(impl_->device());
   const void* src = data(t);
-  if (detail::CudaDevice* device = impl_->device()) {
-    device->download(dst, src, t.bytes());
-  } else {
-    std::memcpy(dst, src, t.bytes());
-  }
+  impl_->copy_from_storage(dst, src, t.bytes());
 }
 
 void Runtime::record_stream(const Tensor& t, CudaStream stream) {

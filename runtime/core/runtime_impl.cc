@@ -228,6 +228,20 @@ void RuntimeImpl::move_storage(Id s, void* to, bool copy_bytes) {
   AllocatorHooks::set_tag(*caching, to, s);
 }
 
+void RuntimeImpl::copy_to_storage(void* dst, const void* host, std::size_t bytes) {
+  if (cuda != nullptr)
+    cuda->upload(dst, host, bytes);
+  else
+    std::memcpy(dst, host, bytes);
+}
+
+void RuntimeImpl::copy_from_storage(void* host, const void* src, std::size_t bytes) {
+  if (cuda != nullptr)
+    cuda->download(host, src, bytes);
+  else
+    std::memcpy(host, src, bytes);
+}
+
 // Gives a resident storage's bytes back to the memory resource.
 void RuntimeImpl::release_memory(Id s) {
   StorageRec& r = storages[s];

@@ -78,6 +78,10 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   double simulated_clock() const { return clock; }
   bool kernels_run() const { return runs_kernels; }
   CudaDevice* device() const { return cuda.get(); }
+  // Host bytes to a storage's memory and back: through pinned staging on CUDA, memcpy on
+  // the host (kernels must run).
+  void copy_to_storage(void* dst, const void* host, std::size_t bytes);
+  void copy_from_storage(void* host, const void* src, std::size_t bytes);
   const TensorSpec& spec_of(Id tensor) const { return tensors[tensor].spec; }
   bool resident_of(Id tensor) const { return storages[tensors[tensor].storage].resident; }
 
@@ -183,6 +187,9 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Moves pinned and locked storages out of the way of a request nothing is left to evict
   // for (Note [Compaction] in eviction_choice.cc); false when that cannot make room.
   bool compact(std::size_t bytes);
+  // Whether the block tagged `tag` may move: a resident storage's that no other stream uses
+  // (not free, not scratch or a workspace).
+  bool movable_block(std::uint32_t tag) const;
   // Empties fragmented segments through the host and reserves their blocks again back to
   // back (Note [Evacuating segments] in runtime/alloc/packed_segment.cc); false when that
   // cannot make room (evacuation.cc).
@@ -266,11 +273,22 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   std::vector<Id> request_fresh_;  // dead storages kept until the running request ends
   std::uint32_t request_ = 0;      // counts top-level requests (run_frames calls)
   bool kernel_running_ = false;    // a kernel may be asking for scratch: nothing moves
+  // Compactions and evacuations are bounded per top-level request (Note [Compaction]), so
+  // that two layouts cannot trade blocks forever.
   static constexpr int kMaxCompactionsPerRequest = 8;
-  std::uint32_t compacted_request_ = 0;
-  std::uint32_t evacuated_request_ = 0;
-  int evacuations_in_request_ = 0;
-  int compactions_in_request_ = 0;
+  struct PerRequestCount {
+    std::uint32_t request = 0;
+    int count = 0;
+    // The count for request `current`, from 0 where it is a new one.
+    int& in(std::uint32_t current) {
+      if (request != current) {
+        request = current;
+        count = 0;
+      }
+      return count;
+    }
+  };
+  PerRequestCount compactions_, evacuations_;
 };
 
 }  // namespace remat::detail
