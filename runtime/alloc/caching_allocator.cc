@@ -97,8 +97,9 @@ using detail::kNoTag;
 using detail::Segment;
 using detail::SegmentView;
 
+using detail::round_up;
+
 namespace {
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 std::size_t round_down(std::size_t n, std::size_t to) { return n / to * to; }
 }  // namespace
 

@@ -31,7 +31,7 @@ std::vector<void*> CachingAllocator::allocate_packed(const std::vector<std::size
   }
   if (total == 0) return {};
   const std::size_t granule = source_->commit_granularity();
-  const std::size_t want = (total + granule - 1) / granule * granule;
+  const std::size_t want = detail::round_up(total, granule);
   if (want > unreserved()) return {};
   void* p = reserve_backed(want);
   if (p == nullptr) {

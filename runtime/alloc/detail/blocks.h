@@ -14,6 +14,9 @@ namespace remat::detail {
 
 inline constexpr std::uint32_t kNoTag = UINT32_MAX;  // a live block its owner did not label
 
+// `n` rounded up to a multiple of `to`: block sizes, granules.
+inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
 // What a caller choosing an address window needs to know of a segment.
 struct SegmentView {
   bool small;  // belongs to the small pool
