@@ -30,7 +30,7 @@
 // estimated costs, without kernels, so a step there costs what it costs for real. A plan's
 // tensor bytes say little about how the allocator will hold them, so plans are made at
 // several fractions of the budget, and at the fractions whose placement (Note [Placed
-// allocations] in caching_allocator.cc) just fits beside the constants (Note [Plans that
+// allocations] in step_placement.cc) just fits beside the constants (Note [Plans that
 // fit their arena] in shape_plans.cc). Each is traced on a simulated runtime without a
 // budget and placed, then screened by four simulated steps following it (after a DTR and a
 // recorded one, as the real steps go), its dearest step counting; the cheapest that beats
@@ -63,7 +63,7 @@ struct StepPlan {
   std::string source;                      // the winning candidate, or why none
   double seconds = 0;                      // planning time
   // Where the plan's steps put their tensors (Note [Placed allocations] in
-  // caching_allocator.cc), from a trace of the plan on the simulated backend; null: the
+  // step_placement.cc), from a trace of the plan on the simulated backend; null: the
   // allocator's best fit.
   std::shared_ptr<const Placement> placement;
   // In its screening: the arena its placement needed beside the holes it used, and the

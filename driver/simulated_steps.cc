@@ -42,7 +42,7 @@ std::pair<RecordedStep, AllocationTrace> SimulatedSteps::run_unbudgeted(
   return {std::move(recorded), rt.take_allocation_trace()};
 }
 
-// Note [Placed allocations] in caching_allocator.cc: the requests of step `step` following
+// Note [Placed allocations] in step_placement.cc: the requests of step `step` following
 // `hints`, traced without a budget.
 std::shared_ptr<const Placement> SimulatedSteps::place_plan(
     int step, const std::shared_ptr<const StepHints>& hints) {

@@ -56,8 +56,6 @@ LAYERING_EXCEPTIONS = {
 # Files and functions over the size limits, each with its reason. A function is named
 # "path:name" as the scan reports it.
 EXCEPTIONS = {
-    "runtime/alloc/caching_allocator.cc":
-        "one class of eight concerns; splitting it into parts is issue 36's first item",
     "kernels/ops.cc":
         "every op wrapper of the op library in one table; to be split by op family",
     "kernels/cpu/cpu_kernels.cc": "every CPU kernel; to be split by op family with ops.cc",

@@ -10,8 +10,8 @@
 // Without a budget the pools are PyTorch's: the same request would take a 2 MiB small-pool
 // segment (Note [One pool under a budget]).
 //
-// See Note [Serving a request] in caching_allocator.cc for the order in which a request that
-// does not fit is served.
+// The policy is summarized atop runtime/alloc/detail/allocator_core.h; Note [Serving a
+// request] in allocator_core.cc gives the order in which a request that does not fit is served.
 #ifndef REMAT_CACHING_ALLOCATOR_H_
 #define REMAT_CACHING_ALLOCATOR_H_
 
@@ -55,15 +55,8 @@ struct CachingAllocatorOptions {
 };
 
 namespace detail {
-struct Block;
-struct Segment;
-struct SegmentView;
-struct BlockLayout;
-class BlockPool;
-class AllocatorBlocks;
+class AllocatorCore;
 class AllocatorHooks;
-struct StreamUses;
-struct Placing;
 }  // namespace detail
 
 class CachingAllocator final : public MemoryResource {
@@ -72,9 +65,9 @@ class CachingAllocator final : public MemoryResource {
                             CachingAllocatorOptions options = {});
   ~CachingAllocator() override;
 
-  MemoryStats stats() const override { return stats_; }
+  MemoryStats stats() const override;
   void reset_peaks() override;
-  std::size_t budget() const override { return options_.budget; }
+  std::size_t budget() const override;
   void set_budget(std::size_t budget) override;
   std::size_t rounded_size(std::size_t bytes) const override;
 
@@ -94,9 +87,7 @@ class CachingAllocator final : public MemoryResource {
   void synchronize_pending();
   // Largest free block, in either pool.
   std::size_t largest_free_block() const;
-  // The size of segment a request of `bytes` (rounded) would reserve.
-  std::size_t segment_size_for(std::size_t rounded) const;
-  const SegmentSource& source() const { return *source_; }
+  const SegmentSource& source() const;
 
   // Placed allocations (Note [Placed allocations]). `start_trace` records every request from
   // now on and when it is given back; `take_trace` ends the recording and returns it.
@@ -127,73 +118,10 @@ class CachingAllocator final : public MemoryResource {
   void do_deallocate(void* p, std::size_t bytes) override;
 
  private:
-  // The runtime's eviction hooks and the tests' view of the blocks, through
-  // runtime/alloc/detail (AllocatorHooks, AllocatorBlocks).
-  friend class detail::AllocatorBlocks;
+  // The runtime's eviction hooks and the tests' view of the blocks reach the core through
+  // runtime/alloc/detail/allocator_hooks.h.
   friend class detail::AllocatorHooks;
-  bool is_small(std::size_t bytes) const;
-  void layout(detail::BlockLayout& out) const;
-  bool window_serves(const detail::SegmentView& segment, std::size_t window_bytes,
-                     std::size_t bytes) const;
-  std::size_t unreserved() const;
-  bool release_would_serve(const void* p, std::size_t bytes) const;
-  void set_tag(const void* p, std::uint32_t tag);
-  const std::vector<detail::Segment*>& segment_list() const;
-  // The best-fitting free block for a rounded request, outside the segments `avoid` names.
-  detail::Block* find_free(std::size_t size, const std::vector<std::uint64_t>* avoid = nullptr);
-  void* hand_out(detail::Block* b, std::size_t size, std::size_t bytes);
-  // A new block for `bytes` below the live block at `p`, from free cached blocks only; null
-  // where none is lower (Note [Packing pinned storages]).
-  void* allocate_below(std::size_t bytes, const void* p);
-  std::uint64_t segment_serial(const void* p) const;
-  bool used_by_other_streams(const void* p) const;
-  void* allocate_outside(std::size_t bytes, const std::vector<std::uint64_t>& avoid);
-  // Note [Evacuating segments] (packed_segment.cc).
-  std::vector<void*> allocate_packed(const std::vector<std::size_t>& bytes);
-  bool tracing_or_placing() const;
-  bool places_outside(std::vector<std::size_t> bytes,
-                      const std::vector<std::uint64_t>& avoid) const;
-  // True when `have` free bytes (one block, or a window of a segment that is `whole` or not)
-  // may serve a rounded request of `size` (Note [Whole segments for large tensors]).
-  bool fits(bool whole, std::size_t have, std::size_t size) const;
-  detail::Block* reserve_segment(std::size_t size);
-  detail::Segment* add_segment(void* p, std::size_t bytes, bool small, bool whole);
-  void* reserve_backed(std::size_t bytes);
-  detail::Block* grow_arena(std::size_t size);
-  std::size_t arena_room() const;  // bytes the arena may still grow by, within the budget
-  void shrink_arena();
-  void wait_before_release();
-  bool small_pool(std::size_t rounded) const;
-  bool one_pool() const;
-  detail::Block* try_serve(std::size_t size);
-  bool in_placed_range(const detail::Block* b) const;   // in a placement's region or arena
-  bool placed_segment(const detail::Segment* s) const;  // holds a placement's range
-  detail::Segment* placed_arena() const;
-  detail::Block* take_placed(std::size_t size);
-  void note_allocation(const void* p, std::size_t size);
-  void moved(const void* from, const void* to);
-  void mark_allocated(detail::Block* b, std::size_t bytes);
-  detail::Block* split_block(detail::Block* b, std::size_t keep);
-  void free_block(detail::Block* block);
-  void finish_free(detail::Block* block);
-  // Frees the blocks whose events have completed; with `wait`, waits for all of them first.
-  void process_pending(bool wait);
-  CudaEvent take_event();
-  detail::Block* reclaim_pending(std::size_t size);
-  [[noreturn]] void throw_oom(std::size_t size);
-
-  std::unique_ptr<SegmentSource> source_;
-  CachingAllocatorOptions options_;
-  std::unique_ptr<detail::BlockPool> pools_;
-  detail::Segment* arena_ = nullptr;
-  MemoryStats stats_;
-  std::size_t refused_ = 0;  // bytes of the last reservation the source refused in this request
-  std::uint64_t next_serial_ = 1;  // of the next segment reserved
-  // Note [Stream-ordered reuse].
-  CudaApi* cuda_ = nullptr;
-  CudaStream stream_ = nullptr;
-  std::unique_ptr<detail::StreamUses> stream_uses_;
-  std::unique_ptr<detail::Placing> placing_;  // Note [Placed allocations]
+  std::unique_ptr<detail::AllocatorCore> core_;
 };
 
 }  // namespace remat

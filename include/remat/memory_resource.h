@@ -37,7 +37,7 @@ struct MemoryStats {
   // cudaMalloc failed below the budget, because the device has less free memory than that).
   std::size_t source_refusals = 0;
   // Frees whose reuse waited on other streams' work (Note [Stream-ordered reuse] in
-  // caching_allocator.cc): all of them, those still waiting, and the times the allocator
+  // stream_ordered_frees.cc): all of them, those still waiting, and the times the allocator
   // had to block on such work because it needed the memory.
   std::size_t deferred_frees = 0;
   std::size_t pending_frees = 0;
@@ -45,7 +45,7 @@ struct MemoryStats {
   // Requests served at a placement's offset, and placements abandoned: a step whose requests
   // left the traced sequence, whose arena the budget had no room for, or where a request
   // the placement does not place found no room outside it (Note [Placed allocations] in
-  // caching_allocator.cc).
+  // step_placement.cc).
   std::size_t placed_allocations = 0;
   std::size_t placement_misses = 0;
   // 1 - peak allocated / peak reserved: the share of the peak reservation that never held data.

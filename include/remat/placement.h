@@ -9,7 +9,7 @@
 //                     // trace.peak_live_bytes() minus what they hold
 //   p.region[i], p.offsets[i];  // where the i-th request goes (region 2: the arena)
 //
-// See Note [Placed allocations] in caching_allocator.cc for how the allocator follows one.
+// See Note [Placed allocations] in step_placement.cc for how the allocator follows one.
 #ifndef REMAT_PLACEMENT_H_
 #define REMAT_PLACEMENT_H_
 

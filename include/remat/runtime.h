@@ -181,7 +181,7 @@ struct StepOptions {
   std::shared_ptr<const StepHints> hints;
   bool record = false;        // record the step; end_step() returns it as a graph and a trace
   std::string name = "step";  // the recorded graph's and trace's name
-  // Allocator accounting only (Note [Placed allocations] in caching_allocator.cc): trace the
+  // Allocator accounting only (Note [Placed allocations] in step_placement.cc): trace the
   // step's allocations, from begin_step() until take_allocation_trace(); or serve them at
   // the places a placement of such a trace gives (holes beside live blocks, then one arena)
   // until the next begin_step(). A step that makes other requests than the traced ones is served as

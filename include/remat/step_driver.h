@@ -102,7 +102,7 @@ struct StepDriverOptions {
   bool screen = true;
   int screened_steps = 4;  // simulated steps per candidate; the dearest counts
   // `auto`: serve a plan's steps at offsets placed from a simulated trace of the plan (Note
-  // [Placed allocations] in caching_allocator.cc), rather than by best fit.
+  // [Placed allocations] in step_placement.cc), rather than by best fit.
   bool placement = true;
   std::size_t max_recordings = 8;  // `auto`: shapes whose recording waits for a third step
   std::shared_ptr<PlanCache> plan_cache = nullptr;  // `hinted`; null: one of the driver's own

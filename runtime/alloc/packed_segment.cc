@@ -4,11 +4,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "remat/caching_allocator.h"
-#include "runtime/alloc/detail/block_pool.h"
-#include "runtime/alloc/detail/blocks.h"
+#include "runtime/alloc/detail/allocator_core.h"
 
-namespace remat {
+namespace remat::detail {
 
 // Note [Evacuating segments]
 // Compaction (runtime/core/eviction_choice.cc) moves blocks into free blocks of other
@@ -20,7 +18,7 @@ namespace remat {
 // one new segment of exactly their sizes. That segment fits where the old one was, since
 // it is no larger, and the crumbs the old one held become unreserved budget that a
 // request can reserve. The blocks come in the given order, the first at the segment's start.
-std::vector<void*> CachingAllocator::allocate_packed(const std::vector<std::size_t>& bytes) {
+std::vector<void*> AllocatorCore::allocate_packed(const std::vector<std::size_t>& bytes) {
   std::vector<std::size_t> sizes;
   std::size_t total = 0;
   bool small = !bytes.empty();
@@ -31,24 +29,24 @@ std::vector<void*> CachingAllocator::allocate_packed(const std::vector<std::size
   }
   if (total == 0) return {};
   const std::size_t granule = source_->commit_granularity();
-  const std::size_t want = detail::round_up(total, granule);
+  const std::size_t want = round_up(total, granule);
   if (want > unreserved()) return {};
   void* p = reserve_backed(want);
   if (p == nullptr) {
     ++stats_.source_refusals;
     return {};
   }
-  detail::Segment* segment = add_segment(p, want, small, /*whole=*/false);
+  Segment* segment = add_segment(p, want, small, /*whole=*/false);
   std::vector<void*> out;
-  detail::Block* b = segment->first;
+  Block* b = segment->first;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    detail::Block* rest = b->size > sizes[i] ? split_block(b, sizes[i]) : nullptr;
+    Block* rest = b->size > sizes[i] ? pool_.split(b, sizes[i]) : nullptr;
     mark_allocated(b, bytes[i]);
     out.push_back(reinterpret_cast<void*>(b->address));
     b = rest;
   }
-  if (b != nullptr) pools_->free_set(small).insert(b);
+  if (b != nullptr) pool_.insert_free(b);
   return out;
 }
 
-}  // namespace remat
+}  // namespace remat::detail

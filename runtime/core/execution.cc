@@ -175,7 +175,7 @@ void RuntimeImpl::reserve_declared_scratch(Id op_id, OutputMemory& m) {
 }
 
 // Memory outside a step's placed requests (Note [Placed allocations] in
-// caching_allocator.cc): the simulated traces a placement is made from never ask for it.
+// step_placement.cc): the simulated traces a placement is made from never ask for it.
 void* RuntimeImpl::allocate_unplaced(std::size_t bytes) {
   const PlacementPause pause(caching);
   return memory->allocate(bytes);
@@ -305,7 +305,7 @@ namespace {
 class KernelScratch {
  public:
   // A kernel's scratch is not part of a step's traced or placed requests (Note [Placed
-  // allocations] in caching_allocator.cc): kernels do not run on the simulated backend.
+  // allocations] in step_placement.cc): kernels do not run on the simulated backend.
   KernelScratch(MemoryResource& memory, CachingAllocator* caching,
                 std::pair<void*, std::size_t> reserved)
       : memory_(memory), pause_(caching), reserved_(reserved) {}

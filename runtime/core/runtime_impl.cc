@@ -198,7 +198,7 @@ void RuntimeImpl::allocate_storage(Id s) {
 }
 
 // Moves a pinned, resident storage nothing is running on to the lowest free block below it
-// (Note [Packing pinned storages] in caching_allocator.cc). The copy is ordered on the
+// (Note [Packing pinned storages] in compaction_support.cc). The copy is ordered on the
 // runtime's stream like any kernel; the old block is freed in stream order too.
 void RuntimeImpl::pack_pinned(Id s, bool copy_bytes) {
   StorageRec& r = storages[s];

@@ -24,7 +24,7 @@
 namespace remat::detail {
 
 // Requests made while it lives are outside a step's placed sequence (Note [Placed
-// allocations] in caching_allocator.cc): a kernel's scratch, what the simulated traces a
+// allocations] in step_placement.cc): a kernel's scratch, what the simulated traces a
 // placement is made from never ask for.
 class PlacementPause {
  public:

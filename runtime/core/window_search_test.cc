@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "runtime/alloc/detail/blocks.h"
+#include "runtime/alloc/detail/allocator_hooks.h"
 
 namespace remat::detail {
 namespace {

@@ -1,0 +1,121 @@
+// The caching allocator's placed allocations (Note [Placed allocations]): recording a step's
+// requests as an AllocationTrace, and following a Placement of them, request by request, in
+// the free regions and arena it was laid out for. Internal to the runtime.
+//
+//   detail::StepPlacement placement(pool);
+//   placement.start_trace();
+//   ...                                   // the allocator notes each request and free
+//   AllocationTrace trace = placement.take_trace();
+//   auto regions = placement.find_regions(nullptr);
+//   placement.follow(placement.layout_for(p, sizes_of(regions)), regions, arena);
+//   Block* b = placement.take(size);      // the free block at the next request's place
+#ifndef REMAT_RUNTIME_ALLOC_DETAIL_STEP_PLACEMENT_H_
+#define REMAT_RUNTIME_ALLOC_DETAIL_STEP_PLACEMENT_H_
+
+#include <absl/container/flat_hash_map.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "remat/placement.h"
+#include "runtime/alloc/detail/best_fit_pool.h"
+
+namespace remat::detail {
+
+class StepPlacement {
+ public:
+  explicit StepPlacement(BestFitPool& pool) : pool_(pool) {}
+
+  // Recording. Requests made while paused (a running kernel's scratch) are not recorded
+  // and not placed; pauses nest.
+  void start_trace();
+  AllocationTrace take_trace();
+  void pause(bool paused) { paused_ += paused ? 1 : -1; }
+  void note_allocation(std::uintptr_t address, std::size_t size) {
+    if (tracing_ && paused_ == 0) record(address, size);
+  }
+  void note_free(std::uintptr_t address) {
+    if (tracing_) record_end(address);
+  }
+  // The live block at `from` moved to `to`: the trace follows it.
+  void moved(std::uintptr_t from, std::uintptr_t to);
+  // Whether a trace is recorded or a placement's ranges are held.
+  bool active() const { return tracing_ || arena_ != nullptr || !ranges_.empty(); }
+
+  // Following. The fixed regions of a step: the largest free blocks, of 1 MiB and more, of
+  // segments (other than `skip`) that hold live blocks, in address order.
+  std::vector<Block*> find_regions(const Segment* skip) const;
+  // `given`, laid out for regions of `sizes` (made once per placement and regions).
+  std::shared_ptr<const Placement> layout_for(const std::shared_ptr<const Placement>& given,
+                                              const std::vector<std::size_t>& sizes);
+  // The last placement's arena, where it is free and holds `need` bytes; else null.
+  Segment* reusable_arena(std::size_t need) const;
+  // From now on, the i-th request of the traced size takes its block at its place in
+  // `regions` (then `arena`, which may be null where the layout needs none).
+  void follow(std::shared_ptr<const Placement> layout, const std::vector<Block*>& regions,
+              Segment* arena);
+  bool has_ranges() const { return !ranges_.empty(); }
+  // The free block at the next request's place, cut to `size`, out of its free set; null
+  // where the request is not placed, or missed its place (which ends the placement).
+  Block* take(std::size_t size) {
+    return following_ && paused_ == 0 ? take_at_place(size) : nullptr;
+  }
+  // Abandons the placement (a miss), or ends it: its ranges open to other requests.
+  void miss();
+  void end();
+  bool in_placed_range(const Block* b) const {
+    for (const Range& r : ranges_)
+      if (b->segment == r.segment && b->address < r.address + r.bytes &&
+          r.address < b->address + b->size)
+        return true;
+    return false;
+  }
+  bool holds_range(const Segment* s) const;
+  Segment* arena() const { return arena_; }
+
+  struct Outcome {
+    std::size_t arena_bytes = 0;
+    std::size_t room = 0;
+  };
+  std::optional<Outcome> outcome;  // what the last placement found, where it sized an arena
+  std::size_t placed = 0;          // requests served at their place
+  std::size_t misses = 0;          // placements abandoned
+
+ private:
+  struct Layout {
+    std::weak_ptr<const Placement> given;
+    std::shared_ptr<const Placement> layout;
+  };
+  struct Range {
+    Segment* segment;
+    std::uintptr_t address;
+    std::size_t bytes;
+  };
+  void record(std::uintptr_t address, std::size_t size);
+  void record_end(std::uintptr_t address);
+  Block* take_at_place(std::size_t size);
+  Block* block_at(std::size_t request, std::size_t size, std::uintptr_t* at) const;
+
+  BestFitPool& pool_;
+  // The trace being recorded.
+  bool tracing_ = false;
+  AllocationTrace trace_;
+  absl::flat_hash_map<std::uintptr_t, std::size_t> traced_;  // live block -> its allocation
+  std::size_t clock_ = 0;
+  int paused_ = 0;
+  // The placement being followed.
+  std::vector<Layout> layouts_;  // most recent last
+  std::shared_ptr<const Placement> layout_;
+  std::vector<Range> ranges_;     // the fixed regions, then the arena (if it needs one)
+  std::size_t next_ = 0;          // index of the next request in its sequence
+  bool following_ = false;        // no miss yet
+  Segment* arena_ = nullptr;      // the arena while it is closed
+  std::uint64_t last_arena_ = 0;  // the serial of the latest arena, for reuse
+};
+
+}  // namespace remat::detail
+
+#endif  // REMAT_RUNTIME_ALLOC_DETAIL_STEP_PLACEMENT_H_

@@ -1,0 +1,168 @@
+#include "runtime/alloc/detail/step_placement.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace remat::detail {
+
+// Note [Placed allocations]
+// A training step that follows a static plan makes the same requests in the same order
+// every time, and frees them at the same points. Best fit, which knows nothing of when a
+// block will be freed, scatters long-lived blocks (gradients, a plan's checkpoints) among
+// short-lived ones, and the holes between them can cost a tenth of the budget or more: a
+// plan that fits in live bytes then does not fit in reserved ones, and the runtime evicts
+// and recomputes what the plan meant to keep. So such a step's requests are traced once
+// (`start_trace`, on a run that has room: the simulated backend without a budget) and,
+// when the step begins, laid out by `place_allocations` (Note [Greedy placement by size]
+// in placement.cc) in the free holes of 1 MiB and more beside live blocks (the parameters'
+// segments' tails) and, for what they cannot hold, one arena segment, reused from step to
+// step. From then on the i-th request of the traced size is carved out of the free block at
+// its place. The holes and the arena are closed to every other request and to packing and
+// compaction (the arena to eviction's windows too), so that nothing lands where a later
+// placed block must go. Correctness never depends on the placement: a request of another
+// size, a placed range that is not free (the program or the runtime did something else
+// this time), or a request the placement does not place that finds no room elsewhere, ends
+// the placement for the step (a miss); its ranges open, and requests are served as usual
+// from then on. Allocations still live when the trace ended are served as usual, outside
+// the placed ranges, since they would hold them into the next step. A running kernel's
+// scratch is not part of the sequence (`pause_placement`), so a trace from the simulated
+// backend, where kernels do not run, matches a step that runs them.
+
+void StepPlacement::start_trace() {
+  tracing_ = true;
+  trace_ = AllocationTrace();
+  traced_.clear();
+  clock_ = 0;
+}
+
+AllocationTrace StepPlacement::take_trace() {
+  tracing_ = false;
+  traced_.clear();
+  return std::exchange(trace_, AllocationTrace());
+}
+
+void StepPlacement::record(std::uintptr_t address, std::size_t size) {
+  traced_[address] = trace_.allocations.size();
+  trace_.allocations.push_back({.bytes = size, .start = clock_++});
+}
+
+void StepPlacement::record_end(std::uintptr_t address) {
+  if (auto t = traced_.find(address); t != traced_.end()) {
+    trace_.allocations[t->second].end = clock_++;
+    traced_.erase(t);
+  }
+}
+
+void StepPlacement::moved(std::uintptr_t from, std::uintptr_t to) {
+  if (!tracing_) return;
+  auto t = traced_.find(from);
+  if (t == traced_.end()) return;
+  const std::size_t index = t->second;
+  traced_.erase(t);
+  traced_[to] = index;
+}
+
+constexpr std::size_t kMinRegion = std::size_t{1} << 20;
+constexpr std::size_t kMaxRegions = 16;
+
+std::vector<Block*> StepPlacement::find_regions(const Segment* skip) const {
+  std::vector<Block*> holes;
+  for (Segment* s : pool_.segments()) {
+    if (s->live_blocks == 0 || s == skip || s->whole) continue;
+    for (Block* b = s->first; b != nullptr; b = b->next)
+      if (!b->allocated && b->size >= kMinRegion) holes.push_back(b);
+  }
+  std::stable_sort(holes.begin(), holes.end(),
+                   [](const Block* a, const Block* b) { return a->size > b->size; });
+  if (holes.size() > kMaxRegions) holes.resize(kMaxRegions);
+  std::sort(holes.begin(), holes.end(), lies_below);
+  return holes;
+}
+
+std::shared_ptr<const Placement> StepPlacement::layout_for(
+    const std::shared_ptr<const Placement>& given, const std::vector<std::size_t>& sizes) {
+  if (given->regions == sizes) return given;
+  for (const Layout& l : layouts_)
+    if (l.given.lock() == given && l.layout->regions == sizes) return l.layout;
+  auto layout = std::make_shared<const Placement>(place_allocations(given->trace, sizes));
+  layouts_.push_back({given, layout});
+  if (layouts_.size() > 4) layouts_.erase(layouts_.begin());
+  return layout;
+}
+
+Segment* StepPlacement::reusable_arena(std::size_t need) const {
+  for (Segment* s : pool_.segments())
+    if (s->serial == last_arena_ && s->live_blocks == 0 && s->size >= need) return s;
+  return nullptr;
+}
+
+void StepPlacement::follow(std::shared_ptr<const Placement> layout,
+                           const std::vector<Block*>& regions, Segment* arena) {
+  layout_ = std::move(layout);
+  ranges_.clear();
+  for (Block* b : regions) ranges_.push_back({b->segment, b->address, b->size});
+  if (arena != nullptr) {
+    ranges_.push_back({arena, arena->address, arena->size});
+    last_arena_ = arena->serial;
+    arena_ = arena;
+  }
+  next_ = 0;
+  following_ = true;
+}
+
+void StepPlacement::miss() {
+  ++misses;
+  end();
+}
+
+void StepPlacement::end() {
+  layout_.reset();
+  ranges_.clear();
+  following_ = false;
+  arena_ = nullptr;
+}
+
+bool StepPlacement::holds_range(const Segment* s) const {
+  for (const Range& r : ranges_)
+    if (r.segment == s) return true;
+  return false;
+}
+
+// The free block that holds the place of request `request` (of `size` bytes), and that
+// place; null where it has none or the block there is not free.
+Block* StepPlacement::block_at(std::size_t request, std::size_t size, std::uintptr_t* at) const {
+  const Placement& p = *layout_;
+  if (p.region[request] >= ranges_.size()) return nullptr;
+  const Range& r = ranges_[p.region[request]];
+  *at = r.address + p.offsets[request];
+  Block* b = r.segment->first;
+  while (b != nullptr && b->address + b->size <= *at) b = b->next;
+  if (b != nullptr && (b->allocated || b->address > *at || b->address + b->size < *at + size))
+    return nullptr;
+  return b;
+}
+
+Block* StepPlacement::take_at_place(std::size_t size) {
+  const Placement& p = *layout_;
+  if (next_ >= p.trace.allocations.size()) return nullptr;  // past the sequence: as usual
+  const std::size_t i = next_++;
+  const bool same = p.trace.allocations[i].bytes == size;
+  if (same && p.region[i] == Placement::kUnplaced) return nullptr;
+  std::uintptr_t at = 0;
+  Block* b = same ? block_at(i, size, &at) : nullptr;
+  if (b == nullptr) {  // a miss: the regions open for the rest of the step
+    miss();
+    return nullptr;
+  }
+  pool_.erase_free(b);
+  if (b->address < at) {
+    Block* rest = pool_.split(b, at - b->address);
+    pool_.insert_free(b);
+    b = rest;
+  }
+  if (b->size > size) pool_.insert_free(pool_.split(b, size));
+  ++placed;
+  return b;
+}
+
+}  // namespace remat::detail
