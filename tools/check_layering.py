@@ -56,8 +56,6 @@ LAYERING_EXCEPTIONS = {
 # Files and functions over the size limits, each with its reason. A function is named
 # "path:name" as the scan reports it.
 EXCEPTIONS = {
-    "kernels/ops.cc":
-        "every op wrapper of the op library in one table; to be split by op family",
     "kernels/cpu/cpu_kernels.cc": "every CPU kernel; to be split by op family with ops.cc",
     "planner/twremat.cc": "TWRemat's tree decomposition and its scheduler; to be split in two",
     "planner/rockmate.cc:PlanRockmate":
