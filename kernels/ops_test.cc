@@ -1,7 +1,7 @@
 // What the ops of kernels/ops.h declare: every op that declares its work (OpDef::work) has a
-// `cost` equal to that work's price on Roofline::cpu(), and that price is, bit for bit, the
-// cost the op declared before ops declared work (max(flops / 20, bytes / 10) + 1 ns, written
-// out below per op from the formulas the ops had). The ops run on small shapes through a CPU
+// `cost` equal to that work's price on Roofline::cpu() (max(flops / 20, bytes / 10) + 1 ns),
+// and its flops and bytes are, bit for bit, those of a reference formula written out below
+// per op, independently of the op's own code. The ops run on small shapes through a CPU
 // runtime; set_op_observer shows each op and its input specs as it is called.
 #include "kernels/ops.h"
 
@@ -20,13 +20,13 @@ namespace {
 
 using i64 = std::int64_t;
 
-// The arguments the ops gave the cost model they had, estimate_ns(flops, bytes): a 2-core
-// CPU's 20 flops and 10 bytes per ns, plus 1 ns.
-struct Former {
+// An op's work by its reference formula, and its price on the CPU roofline: a 2-core CPU's
+// 20 flops and 10 bytes per ns, plus 1 ns.
+struct ReferenceWork {
   double flops, bytes;
   double ns() const { return std::max(flops / 20.0, bytes / 10.0) + 1.0; }
 };
-Former former(double flops, double bytes) { return {flops, bytes}; }
+ReferenceWork reference(double flops, double bytes) { return {flops, bytes}; }
 
 i64 last(const TensorSpec& s) { return s.shape.empty() ? 1 : s.shape.back(); }
 i64 rows(const TensorSpec& s) { return last(s) == 0 ? 0 : s.numel() / last(s); }
@@ -40,13 +40,13 @@ double fbytes(SpecList in) {
 constexpr i64 kStride = 2, kPad = 1;   // conv2d
 constexpr i64 kPoolK = 2, kPoolS = 2;  // maxpool2d
 
-Former legacy_gemm(SpecList in, bool ta, bool tb) {
+ReferenceWork gemm_work(SpecList in, bool ta, bool tb) {
   const i64 ar = rows(in[0]), ac = last(in[0]), br = rows(in[1]), bc = last(in[1]);
   const i64 m = ta ? ac : ar, k = ta ? ar : ac, n = tb ? br : bc;
-  return former(2.0 * m * n * k, fbytes(in) + 4.0 * m * n);
+  return reference(2.0 * m * n * k, fbytes(in) + 4.0 * m * n);
 }
-Former legacy_elementwise(SpecList in, const Outputs&) {
-  return former(static_cast<double>(in[0].numel()), fbytes(in) + in[0].bytes());
+ReferenceWork elementwise_work(SpecList in, const Outputs&) {
+  return reference(static_cast<double>(in[0].numel()), fbytes(in) + in[0].bytes());
 }
 double conv_flops_and_out(SpecList in, int x, int w, double* out_elems) {
   const auto& xs = in[static_cast<std::size_t>(x)].shape;
@@ -57,98 +57,97 @@ double conv_flops_and_out(SpecList in, int x, int w, double* out_elems) {
   return 2.0 * n * oc * oh * ow * ic * kh * kw;
 }
 
-// Each op's cost before ops declared work, by op name, from its input and output specs: the
-// flops and bytes it was priced from.
-using Legacy = std::function<Former(SpecList, const Outputs&)>;
-std::map<std::string, Legacy> legacy_costs() {
-  std::map<std::string, Legacy> m;
+// Each op's reference work, by op name, from its input and output specs.
+using Formula = std::function<ReferenceWork(SpecList, const Outputs&)>;
+std::map<std::string, Formula> reference_formulas() {
+  std::map<std::string, Formula> m;
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       m[std::string("matmul") + (ta ? "_ta" : "") + (tb ? "_tb" : "")] =
-          [ta, tb](SpecList in, const Outputs&) { return legacy_gemm(in, ta, tb); };
+          [ta, tb](SpecList in, const Outputs&) { return gemm_work(in, ta, tb); };
     }
   }
-  m["linear"] = [](SpecList in, const Outputs&) { return legacy_gemm(in, false, true); };
+  m["linear"] = [](SpecList in, const Outputs&) { return gemm_work(in, false, true); };
   for (const char* name : {"bias_add", "bias_grad", "add", "mul", "scale", "sum", "gelu",
                            "gelu_backward", "relu", "relu_backward", "sigmoid", "sigmoid_backward",
                            "tanh", "tanh_backward", "softmax", "softmax_backward", "avgpool"}) {
-    m[name] = legacy_elementwise;
+    m[name] = elementwise_work;
   }
   m["zeros"] = [](SpecList, const Outputs& out) {
-    return former(0, static_cast<double>(out[0].spec.bytes()));
+    return reference(0, static_cast<double>(out[0].spec.bytes()));
   };
-  m["concat"] = [](SpecList in, const Outputs&) { return former(0, 2 * fbytes(in)); };
+  m["concat"] = [](SpecList in, const Outputs&) { return reference(0, 2 * fbytes(in)); };
   m["layernorm"] = [](SpecList in, const Outputs&) {
-    return former(8.0 * in[0].numel(), 2 * fbytes(in));
+    return reference(8.0 * in[0].numel(), 2 * fbytes(in));
   };
   m["layernorm_backward"] = [](SpecList in, const Outputs&) {
-    return former(12.0 * in[0].numel(), 2 * fbytes(in));
+    return reference(12.0 * in[0].numel(), 2 * fbytes(in));
   };
   m["batchnorm"] = [](SpecList in, const Outputs&) {
-    return former(8.0 * in[0].numel(), 3 * fbytes(in));
+    return reference(8.0 * in[0].numel(), 3 * fbytes(in));
   };
   m["batchnorm_backward"] = [](SpecList in, const Outputs&) {
-    return former(12.0 * in[0].numel(), 3 * fbytes(in));
+    return reference(12.0 * in[0].numel(), 3 * fbytes(in));
   };
   m["batchnorm_running_update"] = [](SpecList in, const Outputs&) {
-    return former(4.0 * in[0].numel(), fbytes(in));
+    return reference(4.0 * in[0].numel(), fbytes(in));
   };
   m["attention"] = [](SpecList in, const Outputs& out) {
     const auto& s = in[0].shape;
     const i64 heads = out[1].spec.shape[1];
     const double b = s[0], t = s[1], c = s[2] / 3;
-    return former(2.0 * b * t * t * c + 5.0 * b * heads * t * t,
-                  fbytes(in) + 4.0 * (b * t * c + b * heads * t * t));
+    return reference(2.0 * b * t * t * c + 5.0 * b * heads * t * t,
+                     fbytes(in) + 4.0 * (b * t * c + b * heads * t * t));
   };
   m["attention_backward"] = [](SpecList in, const Outputs&) {
     const auto& s = in[1].shape;
     const i64 heads = in[2].shape[1];  // att (B, NH, T, T)
     const double b = s[0], t = s[1], c = s[2] / 3;
-    return former(4.0 * b * t * t * c + 8.0 * b * heads * t * t, 2 * fbytes(in));
+    return reference(4.0 * b * t * t * c + 8.0 * b * heads * t * t, 2 * fbytes(in));
   };
   m["embedding"] = [](SpecList in, const Outputs&) {
     const double n = static_cast<double>(in[0].numel()) * in[1].shape[1];
-    return former(n, 12.0 * n);
+    return reference(n, 12.0 * n);
   };
   m["embedding_backward"] = [](SpecList in, const Outputs& out) {
-    return former(static_cast<double>(in[0].numel()), fbytes(in) + 2.0 * out[0].spec.bytes());
+    return reference(static_cast<double>(in[0].numel()), fbytes(in) + 2.0 * out[0].spec.bytes());
   };
   m["cross_entropy"] = [](SpecList in, const Outputs&) {
-    return former(4.0 * in[0].numel(), fbytes(in));
+    return reference(4.0 * in[0].numel(), fbytes(in));
   };
   m["cross_entropy_backward"] = [](SpecList in, const Outputs&) {
-    return former(5.0 * in[0].numel(), 2 * fbytes(in));
+    return reference(5.0 * in[0].numel(), 2 * fbytes(in));
   };
   m["dropout"] = [](SpecList in, const Outputs&) {
-    return former(10.0 * in[0].numel(), 2.25 * in[0].bytes());
+    return reference(10.0 * in[0].numel(), 2.25 * in[0].bytes());
   };
   m["dropout_backward"] = [](SpecList in, const Outputs&) {
-    return former(static_cast<double>(in[0].numel()), fbytes(in) * 1.5);
+    return reference(static_cast<double>(in[0].numel()), fbytes(in) * 1.5);
   };
   m["conv2d"] = [](SpecList in, const Outputs&) {
     double out_elems = 0;
     const double flops = conv_flops_and_out(in, 0, 1, &out_elems);
-    return former(flops, fbytes(in) + out_elems);
+    return reference(flops, fbytes(in) + out_elems);
   };
   m["conv2d_backward"] = [](SpecList in, const Outputs& out) {
     double unused = 0;
     const bool need_dx = out[0].spec == in[1];  // dx first, shaped like x (not like w)
-    return former((need_dx ? 2 : 1) * conv_flops_and_out(in, 1, 2, &unused), 2 * fbytes(in));
+    return reference((need_dx ? 2 : 1) * conv_flops_and_out(in, 1, 2, &unused), 2 * fbytes(in));
   };
   m["maxpool2d"] = [](SpecList in, const Outputs&) {
-    return former(static_cast<double>(in[0].numel()) * kPoolK * kPoolK / (kPoolS * kPoolS),
-                  1.5 * fbytes(in));
+    return reference(static_cast<double>(in[0].numel()) * kPoolK * kPoolK / (kPoolS * kPoolS),
+                     1.5 * fbytes(in));
   };
   m["maxpool2d_backward"] = [](SpecList in, const Outputs& out) {
     const TensorSpec& x = out[0].spec;
-    return former(static_cast<double>(x.numel()), fbytes(in) + x.bytes());
+    return reference(static_cast<double>(x.numel()), fbytes(in) + x.bytes());
   };
   m["avgpool_backward"] = [](SpecList, const Outputs& out) {
     const TensorSpec& x = out[0].spec;
-    return former(static_cast<double>(x.numel()), 1.25 * x.bytes());
+    return reference(static_cast<double>(x.numel()), 1.25 * x.bytes());
   };
   m["adamw"] = [](SpecList in, const Outputs&) {
-    return former(10.0 * in[0].numel(), 7.0 * in[0].bytes());
+    return reference(10.0 * in[0].numel(), 7.0 * in[0].bytes());
   };
   return m;
 }
@@ -247,9 +246,9 @@ class OpsTest : public ::testing::Test {
   std::vector<Seen> seen_;
 };
 
-TEST_F(OpsTest, EveryOpDeclaresWorkPricedAtItsFormerCpuCost) {
+TEST_F(OpsTest, EveryOpDeclaresTheWorkOfItsReferenceFormula) {
   call_every_op();
-  const std::map<std::string, Legacy> legacy = legacy_costs();
+  const std::map<std::string, Formula> formulas = reference_formulas();
   std::set<std::string> checked;
   for (const Seen& s : seen_) {
     const OpDef& op = *s.op;
@@ -266,9 +265,9 @@ TEST_F(OpsTest, EveryOpDeclaresWorkPricedAtItsFormerCpuCost) {
     const OpWork work = op.work(s.inputs);
     EXPECT_GT(work.bytes, 0.0);
     EXPECT_EQ(cost, Roofline::cpu().price(work));
-    auto it = legacy.find(op.name);
-    ASSERT_NE(it, legacy.end()) << "an op this test has no former cost for";
-    const Former was = it->second(s.inputs, op.infer(s.inputs));
+    auto it = formulas.find(op.name);
+    ASSERT_NE(it, formulas.end()) << "an op this test has no reference formula for";
+    const ReferenceWork was = it->second(s.inputs, op.infer(s.inputs));
     EXPECT_EQ(cost, was.ns());
     // Both terms, not just the larger one these shapes happen to price by: on a roofline of
     // another balance the other one decides.
@@ -276,7 +275,7 @@ TEST_F(OpsTest, EveryOpDeclaresWorkPricedAtItsFormerCpuCost) {
     EXPECT_EQ(work.bytes, was.bytes);
     checked.insert(op.name);
   }
-  for (const auto& [name, formula] : legacy)
+  for (const auto& [name, formula] : formulas)
     EXPECT_EQ(checked.count(name), 1u) << name << ": never called";
 }
 

@@ -220,6 +220,19 @@ void AllocatorCore::finish_free(Block* b) {
   pool_.coalesce(b);
 }
 
+// Note [Whole segments for large tensors]
+// In one pool, a request may split any free block, and best fit will cut a smaller tensor
+// out of a big one's freed segment. Under a budget that is what fragments memory past repair:
+// the rest of the segment can serve no request bigger than itself, and the segment can no
+// longer be given back to make room for one. Large tensors come and go whole (a convolutional
+// net's activations are each tens to hundreds of megabytes), so with `whole_large_segments` a
+// request above `medium_max` gets a segment of its own that is never split, and a cached one
+// is reused only by a request within `large_round` of its size (AllocatorCore::fits); any
+// other request that needs the room gets it by the segment's release (Note [Serving a
+// request], step 3), which costs nothing on a simulated or virtual address space. Memory then
+// behaves like the sum of the large tensors' (rounded) sizes, and fragmentation is confined
+// to the shared segments of smaller tensors.
+
 // Reserves a segment for a request of `size` (already rounded), preferring the pool's usual
 // segment size and falling back to the bare request when the budget has no room for more (a
 // tight budget is a hard cap, so it wins over PyTorch's segment-size heuristics).

@@ -30,10 +30,10 @@ std::size_t AllocationTrace::peak_live_bytes() const {
 // Fixed regions (holes beside long-lived blocks) are tried before the arena, so that the
 // arena holds only what they cannot.
 // Which tie-break among equal sizes and which gap rule does best varies from step to step
-// (on the GPT steps each of them is from 1% to 14% above the peak of live bytes, which no
-// placement can beat), so a few are tried and the smallest arena wins. A caching
-// allocator's best fit at run time, which does not know when each block will be freed,
-// loses 10-20% there. The first rule wins ties, so the result depends on the trace alone.
+// (none is always closest to the peak of live bytes, which no placement can beat), so a few
+// are tried and the smallest arena wins; each still beats best fit at run time, which does
+// not know when each block will be freed (docs/measurements.md). The first rule wins ties,
+// so the result depends on the trace alone.
 namespace {
 
 using Allocation = AllocationTrace::Allocation;

@@ -134,7 +134,7 @@ void PlanFollower::claim_for_plan(Id s) {
 // follower holds them only until the plan's steps at that position have all run (a group's
 // other outputs come right after); then what no step claimed goes, evicted if the program
 // still holds it, as the plan assumed. Kept until the end of the step instead, they held
-// the 12 MB probabilities of every block of a GPT whose plan had counted them gone.
+// the attention probabilities of every block of a GPT whose plan had counted them gone.
 void PlanFollower::release_unclaimed() {
   // Only once the cursor has left the position (it stands on the step after the last run).
   const std::vector<PlanStep>& plan = step_.hints().schedule;

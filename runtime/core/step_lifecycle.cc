@@ -15,12 +15,11 @@ void RuntimeImpl::begin_step(StepOptions options) {
     // A plan's step meets the allocator as the last step left it: cached segments of the
     // sizes that step happened to reserve, which best fit then cuts the plan's tensors
     // from. The layout, and with it the evictions the plan did not choose, drifts from step
-    // to step: on a 6-layer GPT at 238 MB a plan that recomputed 0.20 of a step's cost in
-    // its first step recomputed 6.22 in its fourth and ran out of memory in its sixth. A
-    // step that follows a plan therefore starts with every cached segment given back, so
-    // that it starts where its screening started and costs the same every time (0.28
-    // there, against DTR's 1.10); one with a placement starts in its own arena (Note
-    // [Placed allocations]).
+    // to step, until a plan that was cheap in its first step recomputes several steps' cost
+    // or runs out of memory (docs/measurements.md). A step that follows a plan therefore
+    // starts with every cached segment given back, so that it starts where its screening
+    // started and costs the same every time; one with a placement starts in its own arena
+    // (Note [Placed allocations]).
     caching->end_placement();
     if (options.trace_allocations) caching->start_trace();
     const bool placed = options.placement != nullptr && caching->begin_placement(options.placement);
@@ -31,11 +30,10 @@ void RuntimeImpl::begin_step(StepOptions options) {
     // A step that follows no plan keeps the segments the last step cached. The first step of
     // a run starts from none, so under a tight budget a later step meets another layout,
     // evicts other tensors, and at a budget within a few hundredths of the lowest that fits
-    // can need more than the first did: in allocator accounting, 1 of 24,000 random
-    // repeated-step runs failed a later step where the first fit (all fit 0.03 higher;
-    // tests/repeated_steps_property_test.cc). Starting every step from an empty cache
-    // removes that, but costs more than it saves: on the 6-layer GPT at 238 MB, DTR's later
-    // steps recomputed about 2.0 of a step's cost instead of 1.10. What made later steps differ
+    // can need more than the first did (in allocator accounting, rarely: the property test
+    // tests/repeated_steps_property_test.cc allows it there). Starting every step from an
+    // empty cache removes that, but costs more than it saves: DTR's later steps then
+    // recompute about twice what they do warm (docs/measurements.md). What made later steps differ
     // everywhere else is gone: ties between candidates go to the earliest (Note [Ties go to
     // the earliest]), and fragmented free memory is joined by evacuation (Note [Evacuating
     // segments]).
