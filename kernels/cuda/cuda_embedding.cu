@@ -178,7 +178,10 @@ void sort_positions_by_id(const std::int32_t* idx, std::int32_t* ids, std::int32
 #ifdef REMAT_CUDA_HOST_EXECUTION
   const auto policy = thrust::cpp::par(memory);
 #else
-  const auto policy = thrust::cuda::par(memory).on(stream);
+  // par would synchronize the stream after each algorithm; everything that reads the sorted
+  // arrays, and the scratch memory's release, is ordered on the same stream, so no wait is
+  // needed (and a wait per backward step stalls the host's enqueueing).
+  const auto policy = thrust::cuda::par_nosync(memory).on(stream);
 #endif
   thrust::sequence(policy, positions, positions + tokens);
   thrust::stable_sort_by_key(policy, ids, ids + tokens, positions);

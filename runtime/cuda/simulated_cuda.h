@@ -46,6 +46,18 @@ struct SimulatedCudaOptions {
   int major = 9;
   int minor = 0;
   double host_call_ns = 100;  // simulated host time each API call takes
+  // What reserving and releasing device memory costs the host, on top of `host_call_ns`
+  // (Note [What memory calls cost] in simulated_cuda.cc): cudaMalloc a fixed part plus a
+  // part per GiB, up to a ceiling; cudaFree after it has waited for the device; a VMM map
+  // (cuMemCreate, cuMemMap and cuMemSetAccess of one physical allocation) per call and per
+  // granule; an unmap per call.
+  double malloc_ns = 100e3;
+  double malloc_ns_per_gib = 2e6;
+  double malloc_max_ns = 10e6;
+  double free_ns = 50e3;
+  double map_ns = 30e3;
+  double map_ns_per_granule = 5e3;
+  double unmap_ns = 10e3;
   double copy_bytes_per_ns = 10;
   double copy_latency_ns = 2000;
   // The CUDA versions (1000 * major + 10 * minor): with a driver older than the runtime every
@@ -256,6 +268,7 @@ class SimulatedCuda final : public CudaApi {
   double ready_time(CudaStream stream) const;
   bool valid_device(int device) const { return device >= 0 && device < options_.devices; }
   bool fits(int device, std::size_t bytes) const;
+  double malloc_price(std::size_t bytes) const;  // Note [What memory calls cost]
   CudaResult fail_launch(CudaResult result);
   void fault();
 

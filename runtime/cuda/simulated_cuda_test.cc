@@ -216,7 +216,7 @@ TEST(SimulatedCudaTest, SameStreamReuseIsNeverARace) {
 }
 
 TEST(SimulatedCudaTest, TheLegacyStreamOrdersBlockingStreams) {
-  SimulatedCuda sim({.host_call_ns = 0});
+  SimulatedCuda sim({.host_call_ns = 0, .malloc_ns = 0, .malloc_ns_per_gib = 0});
   char* buf = device_alloc(sim, 256);
   CudaStream a = make_stream(sim);
   CudaStream b = make_stream(sim);
@@ -229,6 +229,47 @@ TEST(SimulatedCudaTest, TheLegacyStreamOrdersBlockingStreams) {
   ASSERT_TRUE(sim.stream_synchronize(b).ok());
   EXPECT_EQ(sim.now(), 1'015);  // [0, 1000) on a, [1000, 1010) legacy, [1010, 1015) on b
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
+// Note [What memory calls cost]: reserving and releasing device memory is priced as on a
+// GPU, not as a plain call.
+TEST(SimulatedCudaTest, MemoryCallsCostWhatTheyCostOnAGpu) {
+  SimulatedCuda sim({.capacity = std::size_t{8} << 30, .host_call_ns = 0});
+  void* small = nullptr;
+  void* large = nullptr;
+  double before = sim.now();
+  ASSERT_TRUE(sim.malloc(&small, 1 << 20).ok());
+  const double small_ns = sim.now() - before;
+  before = sim.now();
+  ASSERT_TRUE(sim.malloc(&large, std::size_t{4} << 30).ok());
+  const double large_ns = sim.now() - before;
+  EXPECT_GE(small_ns, 100e3);  // 0.1 ms at least
+  EXPECT_GT(large_ns, small_ns);
+  EXPECT_LE(large_ns, 10e6);  // 10 ms at most
+  // cudaFree waits for the device, then takes its own time.
+  CudaStream s = make_stream(sim);
+  ASSERT_TRUE(sim.launch(s, 1e6, {}, {}).ok());
+  before = sim.now();
+  ASSERT_TRUE(sim.free(small).ok());
+  EXPECT_GE(sim.now() - before, 1e6 + 50e3);
+  // Mapping costs per call and per granule; a call refused on its arguments costs nothing.
+  void* range = nullptr;
+  const std::size_t g = std::size_t{2} << 20;
+  ASSERT_TRUE(sim.address_reserve(&range, 8 * g).ok());
+  before = sim.now();
+  ASSERT_TRUE(sim.map(range, g, 0).ok());
+  const double one = sim.now() - before;
+  before = sim.now();
+  ASSERT_TRUE(sim.map(static_cast<char*>(range) + g, 4 * g, 0).ok());
+  const double four = sim.now() - before;
+  EXPECT_GT(one, 0.0);
+  EXPECT_LT(four, 4 * one);  // one call for four granules is cheaper than four calls
+  EXPECT_GT(four, one);
+  before = sim.now();
+  EXPECT_FALSE(sim.unmap(static_cast<char*>(range) + 6 * g, g).ok());  // not mapped
+  EXPECT_EQ(sim.now(), before);
+  EXPECT_TRUE(sim.unmap(range, g).ok());
+  EXPECT_GT(sim.now(), before);
 }
 
 TEST(SimulatedCudaTest, WorkCompletesInEndTimeOrderAcrossStreams) {

@@ -88,6 +88,7 @@ CudaResult SimulatedCuda::map(void* p, std::size_t bytes, int device) {
   if (std::any_of(granule, granule + count, [](int d) { return d >= 0; })) {
     return invalid_value();  // already mapped
   }
+  advance(options_.map_ns + static_cast<double>(count) * options_.map_ns_per_granule);
   if (!fits(device, bytes)) return out_of_memory();
   std::fill(granule, granule + count, device);
   used_[device] += bytes;
@@ -127,6 +128,7 @@ CudaResult SimulatedCuda::unmap(void* p, std::size_t bytes) {
                                 absl::Hex(std::max(a.begin, lo)), " was unmapped")});
     }
   }
+  advance(options_.unmap_ns);  // after the unmap took effect: pending work did not finish first
   return {};
 }
 
