@@ -23,11 +23,13 @@
 
 struct CUstream_st;
 struct CUevent_st;
+struct CUctx_st;
 
 namespace remat {
 
 using CudaStream = CUstream_st*;  // a cudaStream_t; null is the legacy default stream
 using CudaEvent = CUevent_st*;    // a cudaEvent_t
+using CudaContext = CUctx_st*;    // a CUcontext; null: no context
 
 // How remat acts on a call's result: out-of-memory is a refusal the allocator handles by
 // evicting; not-ready is an answer (an event still pending); anything else is an error that
@@ -60,6 +62,16 @@ class CudaApi {
   virtual CudaResult device_count(int* count) = 0;
   virtual CudaResult get_device(int* device) = 0;
   virtual CudaResult set_device(int device) = 0;
+  // The calling thread's current context (null where it has none), and making a context
+  // current (null: none), as cuCtxGetCurrent and cuCtxSetCurrent. Unlike set_device, neither
+  // creates a context. Unsupported by default: callers then restore the device instead.
+  virtual CudaResult get_context(CudaContext* context) {
+    *context = nullptr;
+    return {CudaStatus::kError, 801, "contexts are unsupported by this CudaApi"};
+  }
+  virtual CudaResult set_context(CudaContext /*context*/) {
+    return {CudaStatus::kError, 801, "contexts are unsupported by this CudaApi"};
+  }
   virtual CudaResult mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) = 0;
   virtual CudaResult compute_capability(int device, int* major, int* minor) = 0;
 

@@ -64,17 +64,38 @@ CudaDevice::~CudaDevice() {
   }
 }
 
+// Note [Restoring the caller's context]
+// A scope makes the runtime's device current and gives the caller back what it had. What it
+// had is a context, not a device: a thread that never used CUDA has none, yet cudaGetDevice
+// answers 0 there, and restoring "device 0" with cudaSetDevice would create device 0's
+// primary context (hundreds of megabytes) on a device the program may never use. So the
+// scope saves the current context (cuCtxGetCurrent), and restores exactly it, none included
+// (cuCtxSetCurrent). A CudaApi that knows no contexts falls back to the device.
+//
 // A scope never throws (tensor handles release memory under one in their destructors): where
 // the device cannot be read or set, the calls that follow fail and raise the error.
 CudaDevice::Scope::Scope(const CudaDevice* device) noexcept : device_(device) {
   if (device_ == nullptr) return;
+  CudaApi& api = *device_->api_;
   int current = -1;
-  if (!device_->api_->get_device(&current).ok() || current == device_->index_) return;
-  if (device_->api_->set_device(device_->index_).ok()) previous_ = current;
+  CudaContext context = nullptr;
+  if (api.get_context(&context).ok()) {
+    if (context != nullptr && api.get_device(&current).ok() && current == device_->index_) return;
+    if (!api.set_device(device_->index_).ok()) return;
+    restore_context_ = true;
+    previous_context_ = context;
+    return;
+  }
+  if (!api.get_device(&current).ok() || current == device_->index_) return;
+  if (api.set_device(device_->index_).ok()) previous_ = current;
 }
 
 CudaDevice::Scope::~Scope() noexcept {
-  if (device_ != nullptr && previous_ >= 0) device_->api_->set_device(previous_);
+  if (device_ == nullptr) return;
+  if (restore_context_)
+    device_->api_->set_context(previous_context_);
+  else if (previous_ >= 0)
+    device_->api_->set_device(previous_);
 }
 
 void CudaDevice::check(const CudaResult& r, const char* call, const std::string& op) const {

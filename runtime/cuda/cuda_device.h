@@ -42,7 +42,9 @@ class CudaDevice {
 
    private:
     const CudaDevice* device_;
-    int previous_ = -1;
+    int previous_ = -1;             // the device to restore, where contexts are unknown
+    bool restore_context_ = false;  // else the context, which may be none
+    CudaContext previous_context_ = nullptr;
   };
 
   CudaApi& api() const { return *api_; }

@@ -103,6 +103,10 @@ struct DriverApi {
   PFN_cuMemSetAccess_v10020 set_access = nullptr;
   PFN_cuMemUnmap_v10020 unmap = nullptr;
   bool complete = false;  // every function above was found
+  // Not needed for virtual memory: where missing, scopes restore the device instead (Note
+  // [Restoring the caller's context] in cuda_device.cc).
+  PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
+  PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
 };
 
 template <typename Fn>
@@ -135,6 +139,8 @@ DriverApi find_driver_api() {
   found &= find_entry_point("cuMemSetAccess", &d.set_access);
   found &= find_entry_point("cuMemUnmap", &d.unmap);
   d.complete = found;
+  find_entry_point("cuCtxGetCurrent", &d.ctx_get_current);
+  find_entry_point("cuCtxSetCurrent", &d.ctx_set_current);
   return d;
 }
 
@@ -187,6 +193,8 @@ class CudaRuntimeApi final : public CudaApi {
   CudaResult device_count(int* count) override { return call(lib_, lib_.get_device_count, count); }
   CudaResult get_device(int* device) override { return call(lib_, lib_.get_device, device); }
   CudaResult set_device(int device) override { return call(lib_, lib_.set_device, device); }
+  CudaResult get_context(CudaContext* context) override;
+  CudaResult set_context(CudaContext context) override;
   CudaResult mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
     return call(lib_, lib_.mem_get_info, free_bytes, total_bytes);
   }
@@ -262,6 +270,22 @@ class CudaRuntimeApi final : public CudaApi {
   std::mutex mutex_;
   absl::flat_hash_map<void*, Mapping> mappings_;
 };
+
+CudaResult CudaRuntimeApi::get_context(CudaContext* context) {
+  *context = nullptr;
+  if (driver().ctx_get_current == nullptr)
+    return vmm_unsupported("the driver lacks cuCtxGetCurrent");
+  CUcontext current = nullptr;
+  const CudaResult r = driver_result(driver().ctx_get_current(&current));
+  if (r.ok()) *context = current;
+  return r;
+}
+
+CudaResult CudaRuntimeApi::set_context(CudaContext context) {
+  if (driver().ctx_set_current == nullptr)
+    return vmm_unsupported("the driver lacks cuCtxSetCurrent");
+  return driver_result(driver().ctx_set_current(context));
+}
 
 CudaResult CudaRuntimeApi::vmm_granularity(int device, std::size_t* granularity) {
   const DriverApi& d = driver();

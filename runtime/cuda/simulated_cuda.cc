@@ -64,7 +64,9 @@ namespace remat {
 using namespace simulated_cuda_internal;  // NOLINT: this file's own helpers
 
 SimulatedCuda::SimulatedCuda(SimulatedCudaOptions options)
-    : options_(options), used_(std::max(options.devices, 0)) {
+    : options_(options),
+      primary_contexts_(std::max(options.devices, 0), 0),
+      used_(std::max(options.devices, 0)) {
   if (options_.devices < 1) throw std::invalid_argument("SimulatedCuda: devices < 1");
   const std::size_t g = options_.granularity;
   if (g == 0 || (g & (g - 1)) != 0) {
@@ -101,6 +103,11 @@ std::optional<CudaResult> SimulatedCuda::begin(SimulatedCall call) {
   ++calls_[index(call)];
   if (sticky_) return illegal_address();
   advance_to(now_ + options_.host_call_ns);
+  const bool needs_context =
+      call != SimulatedCall::kDeviceCount && call != SimulatedCall::kGetDevice &&
+      call != SimulatedCall::kSetDevice && call != SimulatedCall::kGetContext &&
+      call != SimulatedCall::kSetContext;
+  if (needs_context && current_context_ < 0) make_current(current_device_);
   return take_injection(call);
 }
 
@@ -185,7 +192,40 @@ CudaResult SimulatedCuda::get_device(int* device) {
 CudaResult SimulatedCuda::set_device(int device) {
   if (auto r = begin(SimulatedCall::kSetDevice)) return *r;
   if (!valid_device(device)) return invalid_device();
+  make_current(device);
+  return {};
+}
+
+void SimulatedCuda::make_current(int device) {
+  primary_contexts_[device] = 1;
+  current_context_ = device;
   current_device_ = device;
+}
+
+bool SimulatedCuda::has_primary_context(int device) const {
+  return valid_device(device) && primary_contexts_[device] != 0;
+}
+
+CudaResult SimulatedCuda::get_context(CudaContext* context) {
+  if (auto r = begin(SimulatedCall::kGetContext)) return *r;
+  if (context == nullptr) return invalid_value();
+  *context = current_context_ < 0
+                 ? nullptr
+                 : reinterpret_cast<CudaContext>(&primary_contexts_[current_context_]);
+  return {};
+}
+
+CudaResult SimulatedCuda::set_context(CudaContext context) {
+  if (auto r = begin(SimulatedCall::kSetContext)) return *r;
+  if (context == nullptr) {
+    current_context_ = -1;
+    return {};
+  }
+  const char* handle = reinterpret_cast<const char*>(context);
+  if (handle < primary_contexts_.data() ||
+      handle >= primary_contexts_.data() + primary_contexts_.size())
+    return invalid_handle();
+  make_current(static_cast<int>(handle - primary_contexts_.data()));
   return {};
 }
 

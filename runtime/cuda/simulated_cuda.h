@@ -71,6 +71,8 @@ enum class SimulatedCall : std::uint8_t {
   kDeviceCount,
   kGetDevice,
   kSetDevice,
+  kGetContext,
+  kSetContext,
   kMemGetInfo,
   kComputeCapability,
   kMalloc,
@@ -152,6 +154,12 @@ class SimulatedCuda final : public CudaApi {
   CudaResult device_count(int* count) override;
   CudaResult get_device(int* device) override;
   CudaResult set_device(int device) override;
+  // Contexts: each device's primary context, created by set_device or by the first call that
+  // needs a context (as the CUDA runtime does), and current per host thread (one here).
+  CudaResult get_context(CudaContext* context) override;
+  CudaResult set_context(CudaContext context) override;
+  bool has_primary_context(int device) const;
+  int current_context_device() const { return current_context_; }  // -1: none current
   CudaResult mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) override;
   CudaResult compute_capability(int device, int* major, int* minor) override;
 
@@ -269,6 +277,7 @@ class SimulatedCuda final : public CudaApi {
   bool valid_device(int device) const { return device >= 0 && device < options_.devices; }
   bool fits(int device, std::size_t bytes) const;
   double malloc_price(std::size_t bytes) const;  // Note [What memory calls cost]
+  void make_current(int device);                 // creating its primary context
   CudaResult fail_launch(CudaResult result);
   void fault();
 
@@ -286,7 +295,9 @@ class SimulatedCuda final : public CudaApi {
   SimulatedCudaOptions options_;
   double now_ = 0;
   int current_device_ = 0;
-  std::vector<std::size_t> used_;  // per device
+  int current_context_ = -1;            // the device whose primary context is current
+  std::vector<char> primary_contexts_;  // per device: created; its address is the handle
+  std::vector<std::size_t> used_;       // per device
 
   std::map<std::uintptr_t, DeviceAllocation> device_allocations_;
   std::map<std::uintptr_t, HostAllocation> host_allocations_;  // pinned

@@ -518,6 +518,24 @@ TEST(CudaDevice, TheCallersDeviceIsRestoredAndMemoryGoesToTheRuntimes) {
   EXPECT_EQ(current, 1);
 }
 
+// Note [Restoring the caller's context]: a thread that has no context gets none back, and no
+// device the program never asked for gets a primary context.
+TEST(CudaDevice, AThreadWithoutAContextGetsNoneBack) {
+  auto sim = std::make_shared<SimulatedCuda>(SimulatedCudaOptions{.devices = 2});
+  RuntimeOptions o = on_sim(sim, 64 << 20);
+  o.cuda.device = 1;
+  {
+    Runtime rt(o);
+    Tensor x = rt.constant(vec(4096), testing::iota(4096).data());
+    Tensor y = rt.call1(on_device(sim, affine(2, 0), 1000), {x});
+    EXPECT_EQ(testing::read(rt, y)[1], 4.0f);
+    EXPECT_EQ(sim->current_context_device(), -1);
+  }
+  EXPECT_EQ(sim->current_context_device(), -1);
+  EXPECT_TRUE(sim->has_primary_context(1));
+  EXPECT_FALSE(sim->has_primary_context(0)) << "a context on a device the program never used";
+}
+
 TEST(CudaDevice, StartUpMemoryIsMeasuredAndTheWorkspaceIsUnderTheBudget) {
   auto sim = std::make_shared<SimulatedCuda>(
       SimulatedCudaOptions{.capacity = std::size_t{1} << 30, .context_bytes = 300 << 20});
