@@ -8,7 +8,9 @@ BUILD_DIR again with a codemodel query), then fails, listing each violation, whe
   - a file includes a header of a component (a library target) that its own target does not
     link, directly or through others; a header belongs to the library whose source of the
     same name sits beside it, a public header (include/remat/X.h) to the library with a
-    source X.cc, or to the owner PUBLIC_HEADERS names;
+    source X.cc, or to the owner PUBLIC_HEADERS names, and any other header (an internal or
+    detail/ one) to the one library with sources in its folder or the nearest above
+    (SELF_CONTAINED lists header-only files any target may include);
   - a non-test source in runtime/, planner/ or kernels/ passes 700 lines, or a function in one
     passes 60, unless EXCEPTIONS lists it with its reason.
 Exit status: 0 clean, 1 violations, 2 bad usage.
@@ -47,6 +49,13 @@ PUBLIC_HEADERS = {
 }
 
 # Includes the scan reports that the preprocessor never sees, by (file, target).
+# Header-only files that include nothing of the project: any target may include them.
+SELF_CONTAINED = {
+    "kernels/philox.h":
+        "the Philox generator (standard headers only), shared by the CPU and CUDA kernels and "
+        "their tests",
+}
+
 LAYERING_EXCEPTIONS = {
     ("kernels/cuda/cuda_kernels_test.cc", "cuda_kernels_host_test"):
         "includes remat/system_cuda.h only without REMAT_CUDA_HOST_EXECUTION (the device build, "
@@ -115,8 +124,33 @@ def resolve(include):
     return None
 
 
+def directory_owners(targets):
+    """Directory -> the library targets with a source file directly in it."""
+    dirs = {}
+    for name, (kind, sources, _) in targets.items():
+        if not kind.endswith("LIBRARY"):
+            continue
+        for src in sources:
+            dirs.setdefault(os.path.dirname(src), set()).add(name)
+    return dirs
+
+
+def folder_owner(header, dirs):
+    """The library of a header with no source of its own (a detail/ header, an internal one):
+    the one target with sources in its folder or the nearest folder above; None where that
+    folder holds sources of several targets, or none does."""
+    d = os.path.dirname(header)
+    while d and not d.startswith("include"):
+        owners = dirs.get(d)
+        if owners:
+            return next(iter(owners)) if len(owners) == 1 else None
+        d = os.path.dirname(d)
+    return None
+
+
 def layering_violations(targets, owners):
     out = []
+    dirs = directory_owners(targets)
     files = {}  # file -> the targets it is compiled into, or the owner of a header
     for name, (kind, sources, _) in targets.items():
         for src in sources:
@@ -129,7 +163,11 @@ def layering_violations(targets, owners):
             continue
         for inc in INCLUDE.findall(open(full, errors="replace").read()):
             header = resolve(inc)
-            owner = owners.get(header) if header else None
+            # Sources compiled into another target (the CUDA kernels' host execution includes
+            # the .cu files) and self-contained headers carry no link.
+            if header is None or not header.endswith((".h", ".cuh")) or header in SELF_CONTAINED:
+                continue
+            owner = owners.get(header) or folder_owner(header, dirs)
             if owner is None:
                 continue
             for user in sorted(users):
