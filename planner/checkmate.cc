@@ -18,7 +18,7 @@
 #include "coin/Cbc_C_Interface.h"
 #include "internal.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 constexpr double kInf = 1e30;
@@ -487,4 +487,4 @@ absl::StatusOr<RawPlan> plan_checkmate_kept(const Graph& g, const PlanOptions& o
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

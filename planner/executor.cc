@@ -11,7 +11,7 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 
 int64_t minimum_peak_lower_bound(const Graph& g, int* witness) {
   int64_t best = 0;
@@ -493,4 +493,4 @@ std::optional<ExhaustiveResult> exhaustive_optimum(const Graph& g, int64_t budge
   return ExhaustiveSearch(g, budget, first_in_id_order).run(max_states);
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

@@ -9,7 +9,7 @@
 
 #include "internal.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 struct Eval {
@@ -207,4 +207,4 @@ absl::StatusOr<RawPlan> plan_greedy(const Graph& g, const PlanOptions& opt) {
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

@@ -13,7 +13,7 @@
 #include "remat/graph.h"
 #include "remat/planner.h"
 
-namespace remat::internal {
+namespace remat::detail {
 
 class Deadline {
  public:
@@ -155,6 +155,6 @@ std::optional<std::pair<double, std::vector<RotorOp>>> rotor_solve(const RotorCh
                                                                    int64_t memory,
                                                                    int memory_steps = 0);
 
-}  // namespace remat::internal
+}  // namespace remat::detail
 
 #endif  // REMAT_PLANNER_INTERNAL_H_

@@ -14,7 +14,7 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 
 std::vector<int> execute_keep_set_retained(const Graph& g, const std::vector<char>& keep);
 
@@ -153,4 +153,4 @@ absl::StatusOr<RawPlan> plan_mincut(const Graph& g, const PlanOptions& opt) {
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

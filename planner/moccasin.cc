@@ -28,7 +28,7 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 using namespace Gecode;
@@ -538,4 +538,4 @@ absl::StatusOr<RawPlan> plan_moccasin(const Graph& g, const PlanOptions& opt) {
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

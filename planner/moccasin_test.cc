@@ -52,10 +52,10 @@ TEST(Moccasin, ValidAndNeverBelowExhaustiveOptimumOnSmallRandomGraphs) {
     Graph g =
         seed % 2 ? testing::random_dag(8, 0.3, 4, seed) : testing::random_training_graph(4, seed);
     int64_t full = file_order_peak(g);
-    int64_t lb = internal::minimum_peak_lower_bound(g, nullptr);
+    int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     for (int64_t budget : {(lb + full) / 2, full * 9 / 10}) {
       if (budget < lb) continue;
-      auto opt = internal::exhaustive_optimum(g, budget);
+      auto opt = detail::exhaustive_optimum(g, budget);
       Plan p = moccasin(g, budget, 2, 1.0);
       if (!p.feasible) continue;
       ++found;

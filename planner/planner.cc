@@ -9,21 +9,21 @@
 namespace remat {
 namespace {
 
-using PlanFn = absl::StatusOr<internal::RawPlan> (*)(const Graph&, const PlanOptions&);
+using PlanFn = absl::StatusOr<detail::RawPlan> (*)(const Graph&, const PlanOptions&);
 
 struct Entry {
   const char* name;
   PlanFn fn;
 };
 
-absl::StatusOr<internal::RawPlan> plan_best(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<detail::RawPlan> plan_best(const Graph& g, const PlanOptions& opt);
 
 const Entry kPlanners[] = {
-    {"noremat", internal::plan_no_remat},  {"chen", internal::plan_chen},
-    {"greedy", internal::plan_greedy},     {"mincut", internal::plan_mincut},
-    {"rotor", internal::plan_rotor},       {"checkmate", internal::plan_checkmate},
-    {"twremat", internal::plan_tw_remat},  {"moccasin", internal::plan_moccasin},
-    {"rockmate", internal::plan_rockmate}, {"best", plan_best},
+    {"noremat", detail::plan_no_remat},  {"chen", detail::plan_chen},
+    {"greedy", detail::plan_greedy},     {"mincut", detail::plan_mincut},
+    {"rotor", detail::plan_rotor},       {"checkmate", detail::plan_checkmate},
+    {"twremat", detail::plan_tw_remat},  {"moccasin", detail::plan_moccasin},
+    {"rockmate", detail::plan_rockmate}, {"best", plan_best},
 };
 
 // Runs the other planners within the time limit and keeps the cheapest plan that fits.
@@ -31,7 +31,7 @@ class BestSearch {
  public:
   BestSearch(const Graph& g, const PlanOptions& opt) : g_(g), opt_(opt), deadline_(opt) {}
 
-  internal::RawPlan run() {
+  detail::RawPlan run() {
     run_planners();
     // Randomised repair needs a budget to matter.
     if (opt_.budget_bytes && !unbeatable()) randomised_repair();
@@ -45,7 +45,7 @@ class BestSearch {
 
   void consider(const std::string& name, const std::vector<int>& raw_order, bool optimal) {
     // Unread instances only cost time and memory.
-    std::vector<int> order = internal::prune_unread_instances(g_, raw_order);
+    std::vector<int> order = detail::prune_unread_instances(g_, raw_order);
     Schedule s{g_.name, order, std::nullopt};
     SimResult r = simulate(g_, s, opt_.budget_bytes);
     if (!r.valid) return;  // over the budget, when there is one
@@ -132,13 +132,13 @@ class BestSearch {
     uint64_t seed = opt_.seed;
     int rounds = 0;
     while (!deadline_.expired()) {
-      internal::GreedyParams gp;
+      detail::GreedyParams gp;
       gp.seed = ++seed;
       gp.noise = 0.3 + 0.25 * static_cast<double>(rounds % 8);
       gp.cost_exp = (rounds % 3 == 0) ? 1.0 : (rounds % 3 == 1 ? 0.8 : 1.2);
       const bool perturb = have_ && rounds % 2 == 1 && best_sim_.recomputations > 0;
       std::vector<int> start = perturb ? perturb_best(seed) : file;
-      auto o = internal::repair_order(g_, start, *opt_.budget_bytes, gp, &deadline_);
+      auto o = detail::repair_order(g_, start, *opt_.budget_bytes, gp, &deadline_);
       consider("greedy (randomised)", o, false);
       ++rounds;
       if (g_.size() > 5000 && rounds > 3) break;
@@ -148,14 +148,14 @@ class BestSearch {
 
   const Graph& g_;
   const PlanOptions& opt_;
-  internal::Deadline deadline_;
-  internal::RawPlan best_;
+  detail::Deadline deadline_;
+  detail::RawPlan best_;
   SimResult best_sim_;
   bool have_ = false;
   std::string tried_;  // the planners run, for the report when none fits
 };
 
-absl::StatusOr<internal::RawPlan> plan_best(const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<detail::RawPlan> plan_best(const Graph& g, const PlanOptions& opt) {
   return BestSearch(g, opt).run();
 }
 
@@ -184,7 +184,7 @@ absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const Pl
   plan.schedule.graph = g.name;
   if (opt.budget_bytes) {
     int witness = -1;
-    int64_t lb = internal::minimum_peak_lower_bound(g, &witness);
+    int64_t lb = detail::minimum_peak_lower_bound(g, &witness);
     if (*opt.budget_bytes < lb) {
       plan.feasible = false;
       plan.reason = absl::StrCat(
@@ -196,7 +196,7 @@ absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const Pl
   }
   auto t0 = std::chrono::steady_clock::now();
   PlanOptions timed = opt;
-  timed.deadline = internal::Deadline(opt).end();  // what every nested planner stops by
+  timed.deadline = detail::Deadline(opt).end();  // what every nested planner stops by
   auto raw = entry->fn(g, timed);
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!raw.ok()) return raw.status();

@@ -34,7 +34,7 @@ TEST(Exhaustive, LinearGraphOptimaMatchTheIssue) {
   for (const auto& [n, rows] : kLinearOptima) {
     Graph g = testing::linear_graph(n);
     for (auto [budget, cost] : rows) {
-      auto r = internal::exhaustive_optimum(g, budget);
+      auto r = detail::exhaustive_optimum(g, budget);
       ASSERT_TRUE(r.has_value()) << "n=" << n << " B=" << budget;
       EXPECT_DOUBLE_EQ(r->cost, cost) << "n=" << n << " B=" << budget;
       SimResult s = simulate(g, Schedule{g.name, r->order}, budget);
@@ -42,7 +42,7 @@ TEST(Exhaustive, LinearGraphOptimaMatchTheIssue) {
       EXPECT_DOUBLE_EQ(s.cost, cost);
     }
     // One byte less than the smallest budget of the table cannot be met at all.
-    EXPECT_FALSE(internal::exhaustive_optimum(g, 2).has_value());
+    EXPECT_FALSE(detail::exhaustive_optimum(g, 2).has_value());
   }
 }
 
@@ -83,9 +83,9 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
     Graph g =
         seed % 2 ? testing::random_dag(8, 0.3, 4, seed) : testing::random_training_graph(4, seed);
     int64_t full = file_order_peak(g);
-    int64_t lb = internal::minimum_peak_lower_bound(g, nullptr);
+    int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     for (int64_t budget : {lb, (lb + full) / 2, full}) {
-      auto opt = internal::exhaustive_optimum(g, budget);
+      auto opt = detail::exhaustive_optimum(g, budget);
       for (const std::string& algo : planner_names()) {
         Plan p = must_plan(algo, g, budget, algo == "best" ? 0.2 : 5);
         if (!p.feasible) continue;
@@ -96,8 +96,7 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
         EXPECT_GE(p.sim.cost, opt->cost - 1e-9) << algo << " seed " << seed << " budget " << budget;
         if (algo == "checkmate" && p.optimal) {
           // Checkmate is exact for its model: first computations in id order.
-          auto fixed =
-              internal::exhaustive_optimum(g, budget, 5'000'000, /*first_in_id_order=*/true);
+          auto fixed = detail::exhaustive_optimum(g, budget, 5'000'000, /*first_in_id_order=*/true);
           ASSERT_TRUE(fixed.has_value());
           EXPECT_NEAR(p.sim.cost, fixed->cost, 1e-9) << "seed " << seed << " budget " << budget;
         }
@@ -118,7 +117,7 @@ namespace {
 // forward fused with its backward) costs 1, each checkpoint takes one of m slots besides
 // the chain input; tapes cannot be held across other stages.
 double revolve_chain_optimum(int l, int m) {
-  internal::RotorChain c;
+  detail::RotorChain c;
   for (int i = 0; i <= l; ++i) {
     c.fwd_cost.push_back(1);
     c.fwd_all_cost.push_back(0);
@@ -127,7 +126,7 @@ double revolve_chain_optimum(int l, int m) {
     c.leaf_bytes.push_back(0);
   }
   c.act_bytes.assign(l + 2, 1);
-  auto r = internal::rotor_solve(c, m, 0);
+  auto r = detail::rotor_solve(c, m, 0);
   return r ? r->first : -1;
 }
 
@@ -157,7 +156,7 @@ TEST(Rotor, HomogeneousChainMatchesRevolve) {
 
 TEST(Rotor, HeldTapesNeverCostMore) {
   // Letting stages keep their tape can only help.
-  internal::RotorChain c;
+  detail::RotorChain c;
   for (int i = 0; i < 8; ++i) {
     c.fwd_cost.push_back(1 + i % 3);
     c.fwd_all_cost.push_back(1 + i % 3);
@@ -166,13 +165,13 @@ TEST(Rotor, HeldTapesNeverCostMore) {
     c.leaf_bytes.push_back(2);
   }
   c.act_bytes.assign(9, 1);
-  auto with = internal::rotor_solve(c, 6, 0);
+  auto with = detail::rotor_solve(c, 6, 0);
   auto strict = c;
   strict.tape_bytes.assign(8, 1000);
-  auto without = internal::rotor_solve(strict, 6, 0);
+  auto without = detail::rotor_solve(strict, 6, 0);
   ASSERT_TRUE(with && without);
   EXPECT_LE(with->first, without->first);
-  EXPECT_FALSE(internal::rotor_solve(c, 1, 0).has_value());  // a leaf needs 2
+  EXPECT_FALSE(detail::rotor_solve(c, 1, 0).has_value());  // a leaf needs 2
 }
 
 TEST(Rotor, BudgetedPlansOnTrainingGraphsAreValid) {
@@ -241,7 +240,7 @@ TEST(Greedy, MeetsBudgetsOnRandomGraphsWithValidSchedules) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     Graph g = testing::random_dag(60, 0.05, 50, seed);
     int64_t full = file_order_peak(g);
-    int64_t lb = internal::minimum_peak_lower_bound(g, nullptr);
+    int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     int64_t budget = std::max(lb, full * 8 / 10);
     PlanOptions o;
     o.budget_bytes = budget;

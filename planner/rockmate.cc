@@ -19,7 +19,7 @@
 #include "remat/schedule.h"
 #include "rockmate.h"
 
-namespace remat::internal::rockmate {
+namespace remat::detail::rockmate {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -216,9 +216,9 @@ std::optional<std::pair<double, std::vector<ChainOp>>> ChainSolver::solve(int64_
   return std::make_pair(opt_[at(0, L_ - 1, m0)], std::move(ops));
 }
 
-}  // namespace remat::internal::rockmate
+}  // namespace remat::detail::rockmate
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 using rockmate::BlockProblem;
@@ -507,9 +507,9 @@ RawPlan whole_graph(const Graph& g, const PlanOptions& opt, const std::string& w
 }
 
 }  // namespace
-}  // namespace remat::internal
+}  // namespace remat::detail
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 // Note [Strategies across calls]
@@ -671,4 +671,4 @@ absl::StatusOr<RawPlan> plan_rockmate(const Graph& g, const PlanOptions& opt) {
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "remat/graph.h"
 
-namespace remat::internal::rockmate {
+namespace remat::detail::rockmate {
 
 // The graph cut into a sequence of blocks (Rockmate's rk-GB on remat-graph-v1). Block i
 // runs its forward nodes fwd[i] after block i-1's and its backward nodes bwd[i] after block
@@ -142,6 +142,6 @@ class ChainSolver {
   std::vector<int> choice_;  // >= 0: strategy; < 0: -j, advance to block j
 };
 
-}  // namespace remat::internal::rockmate
+}  // namespace remat::detail::rockmate
 
 #endif  // REMAT_PLANNER_ROCKMATE_H_

@@ -9,7 +9,7 @@
 
 #include "rockmate.h"
 
-namespace remat::internal::rockmate {
+namespace remat::detail::rockmate {
 namespace {
 
 constexpr int kRest = -1, kShared = -2;  // block_of of nodes outside the blocks
@@ -466,4 +466,4 @@ std::vector<int64_t> block_signature(const Graph& g, const BlockProblem& p) {
   return sig;
 }
 
-}  // namespace remat::internal::rockmate
+}  // namespace remat::detail::rockmate

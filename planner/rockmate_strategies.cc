@@ -13,7 +13,7 @@
 #include "internal.h"
 #include "rockmate.h"
 
-namespace remat::internal::rockmate {
+namespace remat::detail::rockmate {
 namespace {
 
 std::vector<int> file_order(const Graph& g) {
@@ -266,4 +266,4 @@ KindPlan plan_kind(const BlockProblem& p, double seconds, bool verbose) {
   return k;
 }
 
-}  // namespace remat::internal::rockmate
+}  // namespace remat::detail::rockmate

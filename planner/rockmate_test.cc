@@ -19,7 +19,7 @@ namespace remat {
 namespace {
 
 using ::testing::HasSubstr;
-namespace rm = internal::rockmate;
+namespace rm = detail::rockmate;
 
 Node make_node(Graph& g, const std::string& name, int64_t bytes, double cost,
                std::vector<int> inputs, Phase phase, NodeKind kind = NodeKind::kCompute) {
@@ -166,7 +166,7 @@ TEST(Rockmate, PlansOnRandomLayeredGraphsAreValidWithinBudget) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     const Graph g = testing::random_training_graph(15 + static_cast<int>(seed) * 3, seed);
     const int64_t full = file_order_peak(g);
-    const int64_t lb = internal::minimum_peak_lower_bound(g, nullptr);
+    const int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     for (int k = 0; k < 3; ++k) {
       const int64_t budget = k == 0 ? full : lb + static_cast<int64_t>(rng() % (full - lb + 1));
       const Plan p = must_plan("rockmate", g, budget, 0.5);
@@ -193,7 +193,7 @@ TEST(Rockmate, EveryRecomputationIsNeededByTheBudget) {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     const Graph g = testing::random_training_graph(20 + static_cast<int>(seed) * 2, seed);
     const int64_t full = file_order_peak(g);
-    const int64_t lb = internal::minimum_peak_lower_bound(g, nullptr);
+    const int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     const int64_t budget = lb + static_cast<int64_t>(rng() % (full - lb + 1));
     const Plan p = must_plan("rockmate", g, budget, 5);
     if (!p.feasible) continue;

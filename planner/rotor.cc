@@ -12,7 +12,7 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 // The chain in memory units and the dynamic program's tables: opt[at(s, t, m)] is the
@@ -435,4 +435,4 @@ absl::StatusOr<RawPlan> plan_rotor(const Graph& g, const PlanOptions& opt) {
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

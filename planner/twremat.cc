@@ -36,7 +36,7 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 // The elimination graph of the min fill-in heuristic: the undirected graph plus the fill
@@ -783,4 +783,4 @@ absl::StatusOr<RawPlan> plan_tw_remat(const Graph& g, const PlanOptions& opt) {
   return budgeted_plan(g, tw, k, *opt.budget_bytes, deadline);
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

@@ -9,12 +9,12 @@
 #include "runtime/ir/test_graphs.h"
 
 namespace remat {
-namespace internal {
+namespace detail {
 // Defined in twremat.cc (internal.h is another change's): one twremat run, pruned; with
 // shortcuts off, the plain recursion that the shortcuts must not change.
 std::vector<int> tw_remat_order_for_test(const Graph& g, int k, int64_t budget, double balance,
                                          bool early, bool shortcuts);
-}  // namespace internal
+}  // namespace detail
 namespace {
 
 const char* kSharedGraphs[] = {"rlg_n100",  "rlg_n250",       "cm_vgg16", "cm_mobilenet",
@@ -68,10 +68,10 @@ TEST(Twremat, MinimisesTransformerPeaksToAtMostThirtyPercent) {
 
 // The smallest peak of any schedule, by exhaustive search over budgets.
 int64_t exhaustive_min_peak(const Graph& g) {
-  int64_t lo = internal::minimum_peak_lower_bound(g, nullptr), hi = file_order_peak(g);
+  int64_t lo = detail::minimum_peak_lower_bound(g, nullptr), hi = file_order_peak(g);
   while (lo < hi) {
     int64_t mid = (lo + hi) / 2;
-    if (internal::exhaustive_optimum(g, mid).has_value())
+    if (detail::exhaustive_optimum(g, mid).has_value())
       hi = mid;
     else
       lo = mid + 1;
@@ -163,11 +163,11 @@ TEST(Twremat, ShortcutsGiveThePlainRecursionsSchedule) {
     const int64_t full = file_order_peak(g);
     for (int k : {-1, 2}) {
       for (int64_t budget :
-           {internal::kNoBudget, full * (3 + static_cast<int64_t>(rng() % 7)) / 10}) {
+           {detail::kNoBudget, full * (3 + static_cast<int64_t>(rng() % 7)) / 10}) {
         for (double balance : {0.5, 0.8}) {
           for (bool early : {true, false}) {
-            EXPECT_EQ(internal::tw_remat_order_for_test(g, k, budget, balance, early, true),
-                      internal::tw_remat_order_for_test(g, k, budget, balance, early, false))
+            EXPECT_EQ(detail::tw_remat_order_for_test(g, k, budget, balance, early, true),
+                      detail::tw_remat_order_for_test(g, k, budget, balance, early, false))
                 << g.name << " k=" << k << " budget=" << budget << " balance=" << balance
                 << " early=" << early;
           }
@@ -207,10 +207,10 @@ TEST(Prune, DropsUnreadInstancesOnly) {
   Graph g = testing::linear_graph(3);  // 0..6; 4 reads 3 and 2, 5 reads 4 and 1, 6 reads 5 and 0
   // Every instance here is read before the next one of its node: nothing goes.
   std::vector<int> kept = {0, 1, 2, 3, 1, 2, 4, 5, 6};
-  EXPECT_EQ(internal::prune_unread_instances(g, kept), kept);
+  EXPECT_EQ(detail::prune_unread_instances(g, kept), kept);
   // 1 and 2 are recomputed before anything reads their first instances: those go.
   std::vector<int> order = {0, 1, 2, 1, 2, 3, 4, 5, 6};
-  EXPECT_EQ(internal::prune_unread_instances(g, order), (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(detail::prune_unread_instances(g, order), (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 200; ++trial) {
     Graph r = testing::random_dag(10, 0.3, 5, trial);
@@ -221,7 +221,7 @@ TEST(Prune, DropsUnreadInstancesOnly) {
     }
     SimResult before = simulate(r, Schedule{r.name, o});
     ASSERT_TRUE(before.valid) << before.error;
-    SimResult after = simulate(r, Schedule{r.name, internal::prune_unread_instances(r, o)});
+    SimResult after = simulate(r, Schedule{r.name, detail::prune_unread_instances(r, o)});
     ASSERT_TRUE(after.valid) << after.error;
     EXPECT_LE(after.peak_bytes, before.peak_bytes);
     EXPECT_LE(after.cost, before.cost);

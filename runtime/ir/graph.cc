@@ -189,7 +189,7 @@ absl::Status check_acyclic(const Graph& g) {
 absl::StatusOr<json> parse_json(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat("bad JSON: ", ir_internal::json_error(text)));
+    return absl::InvalidArgumentError(absl::StrCat("bad JSON: ", detail::json_error(text)));
   }
   return doc;
 }

@@ -154,7 +154,7 @@ absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
   if (doc.is_discarded()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("schedule: bad JSON: ", ir_internal::json_error(text)));
+        absl::StrCat("schedule: bad JSON: ", detail::json_error(text)));
   }
   if (!doc.is_object() || !doc.contains("format") || doc["format"] != "remat-schedule-v1") {
     return absl::InvalidArgumentError("schedule: field 'format' is not \"remat-schedule-v1\"");
