@@ -18,7 +18,7 @@
 #include "coin/Cbc_C_Interface.h"
 #include "internal.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 constexpr double kInf = 1e30;
@@ -31,7 +31,7 @@ struct Milp {
   std::vector<Terms> cols;  // per column: (row, coef)
   std::vector<double> row_lb, row_ub;
 
-  int AddVar(double cost, double lo, double hi, bool is_int) {
+  int add_var(double cost, double lo, double hi, bool is_int) {
     obj.push_back(cost);
     lb.push_back(lo);
     ub.push_back(hi);
@@ -39,7 +39,7 @@ struct Milp {
     cols.emplace_back();
     return static_cast<int>(obj.size()) - 1;
   }
-  void AddRow(const Terms& terms, double lo, double hi) {
+  void add_row(const Terms& terms, double lo, double hi) {
     int r = static_cast<int>(row_lb.size());
     row_lb.push_back(lo);
     row_ub.push_back(hi);
@@ -69,7 +69,7 @@ struct CheckmateModel {
 // Why the MILP of `g` is not worth building: over 3 million variables (gigabytes of model),
 // or more than CBC's root LP gets through in the time limit (about half a million variables
 // a second here), in which case building it only spends the time and memory.
-std::string TooLargeNote(const Graph& g, double seconds) {
+std::string too_large_note(const Graph& g, double seconds) {
   const int n = g.size();
   size_t edges = 0;
   for (const Node& v : g.nodes) edges += v.inputs.size() + 1;
@@ -86,13 +86,13 @@ std::string TooLargeNote(const Graph& g, double seconds) {
 }
 
 // Memory is scaled to keep the coefficients well conditioned.
-double MemoryScale(const Graph& g) {
+double memory_scale(const Graph& g) {
   int64_t maxb = 1;
   for (const Node& v : g.nodes) maxb = std::max(maxb, v.bytes);
   return maxb > 1e6 ? 1.0 / static_cast<double>(maxb) : 1.0;
 }
 
-std::vector<std::vector<int>> DistinctInputs(const Graph& g) {
+std::vector<std::vector<int>> distinct_inputs(const Graph& g) {
   std::vector<std::vector<int>> deps(g.size());
   for (int v = 0; v < g.size(); ++v) {
     deps[v] = g.nodes[v].inputs;
@@ -103,7 +103,7 @@ std::vector<std::vector<int>> DistinctInputs(const Graph& g) {
 }
 
 // R, S and U; the FREE variables are added with the memory rows that read them.
-void AddStageVariables(double budget, const KeptBound& kept, CheckmateModel* cm) {
+void add_stage_variables(double budget, const KeptBound& kept, CheckmateModel* cm) {
   const int n = cm->n;
   const Graph& g = *cm->g;
   // Rockmate's blocks recompute only forward values, and only in the backward section.
@@ -118,50 +118,51 @@ void AddStageVariables(double budget, const KeptBound& kept, CheckmateModel* cm)
     for (int i = 0; i <= t; ++i) {
       double hi = (i < t && (!g.nodes[i].can_recompute() || barred(t, i))) ? 0.0 : 1.0;
       double lo = (i == t) ? 1.0 : 0.0;
-      cm->R[t][i] = cm->milp.AddVar(g.nodes[i].cost, lo, hi, true);
+      cm->R[t][i] = cm->milp.add_var(g.nodes[i].cost, lo, hi, true);
     }
   }
   for (int t = 1; t <= n; ++t) {
     cm->S[t].assign(t, -1);
     if (t == n) continue;  // nothing is retained past the last stage
-    for (int i = 0; i < t; ++i) cm->S[t][i] = cm->milp.AddVar(0.0, 0.0, 1.0, true);
+    for (int i = 0; i < t; ++i) cm->S[t][i] = cm->milp.add_var(0.0, 0.0, 1.0, true);
   }
   for (int t = 0; t < n; ++t) {
     cm->U[t].assign(t + 1, -1);
-    for (int k = 0; k <= t; ++k) cm->U[t][k] = cm->milp.AddVar(0.0, 0.0, budget * cm->scale, false);
+    for (int k = 0; k <= t; ++k)
+      cm->U[t][k] = cm->milp.add_var(0.0, 0.0, budget * cm->scale, false);
   }
 }
 
 // Dependencies, R[t][i] <= R[t][j] + S[t][j], and never both retain and recompute; then
 // retention, S[t+1][i] <= R[t][i] + S[t][i].
-void AddDependencyRows(int t, CheckmateModel* cm) {
+void add_dependency_rows(int t, CheckmateModel* cm) {
   const auto& R = cm->R;
   for (int i = 0; i <= t; ++i) {
     for (int j : cm->deps[i]) {
       Terms terms = {{R[t][i], 1.0}, {R[t][j], -1.0}};
       if (cm->s(t, j) >= 0) terms.push_back({cm->s(t, j), -1.0});
-      cm->milp.AddRow(terms, -kInf, 0.0);
+      cm->milp.add_row(terms, -kInf, 0.0);
     }
-    if (cm->s(t, i) >= 0) cm->milp.AddRow({{R[t][i], 1.0}, {cm->s(t, i), 1.0}}, -kInf, 1.0);
+    if (cm->s(t, i) >= 0) cm->milp.add_row({{R[t][i], 1.0}, {cm->s(t, i), 1.0}}, -kInf, 1.0);
   }
   if (t + 1 < cm->n) {
     for (int i = 0; i <= t; ++i) {
       Terms terms = {{cm->S[t + 1][i], 1.0}, {R[t][i], -1.0}};
       if (cm->s(t, i) >= 0) terms.push_back({cm->s(t, i), -1.0});
-      cm->milp.AddRow(terms, -kInf, 0.0);
+      cm->milp.add_row(terms, -kInf, 0.0);
     }
   }
 }
 
 // Adds FREE[t][i][k] for i in deps(k) and k itself, with the rows that tie it to its
 // hazards; returns each (column, bytes).
-Terms AddFreeVariables(int t, int k, CheckmateModel* cm) {
+Terms add_free_variables(int t, int k, CheckmateModel* cm) {
   const auto& R = cm->R;
   std::vector<int> cand = cm->deps[k];
   cand.push_back(k);
   Terms frees;
   for (int i : cand) {
-    int f = cm->milp.AddVar(0.0, 0.0, 1.0, true);
+    int f = cm->milp.add_var(0.0, 0.0, 1.0, true);
     cm->F[t][k].push_back({i, f});
     // hazards = (1 - R[t][k]) + S[t+1][i] + sum_{j in users(i), k < j <= t} R[t][j]
     Terms hz = {{R[t][k], -1.0}};
@@ -180,11 +181,11 @@ Terms AddFreeVariables(int t, int k, CheckmateModel* cm) {
     // (1 - R) moved)
     Terms row1 = hz;
     row1.push_back({f, 1.0});
-    cm->milp.AddRow(row1, 0.0, kInf);
+    cm->milp.add_row(row1, 0.0, kInf);
     // hazards <= max_h (1 - F)  ->  (sum hz) + 1 + max_h F <= max_h
     Terms row2 = hz;
     row2.push_back({f, max_h});
-    cm->milp.AddRow(row2, -kInf, max_h - 1.0);
+    cm->milp.add_row(row2, -kInf, max_h - 1.0);
     frees.push_back({f, cm->bytes(i)});
   }
   return frees;
@@ -192,7 +193,7 @@ Terms AddFreeVariables(int t, int k, CheckmateModel* cm) {
 
 // Memory through stage t: U[t][0] = b0 R[t][0] + sum_i b_i S[t][i], then
 // U[t][k+1] = U[t][k] - sum b_i F[t][i][k] + b_{k+1} R[t][k+1].
-void AddMemoryRows(int t, CheckmateModel* cm) {
+void add_memory_rows(int t, CheckmateModel* cm) {
   const auto& R = cm->R;
   const auto& U = cm->U;
   const double scale = cm->scale;
@@ -202,21 +203,21 @@ void AddMemoryRows(int t, CheckmateModel* cm) {
     for (int i = 0; i < t; ++i) {
       if (cm->s(t, i) >= 0) terms.push_back({cm->s(t, i), -scale * cm->bytes(i)});
     }
-    cm->milp.AddRow(terms, 0.0, 0.0);
+    cm->milp.add_row(terms, 0.0, 0.0);
   }
   for (int k = 0; k <= t; ++k) {
-    Terms frees = AddFreeVariables(t, k, cm);
+    Terms frees = add_free_variables(t, k, cm);
     if (k + 1 <= t) {
       Terms terms = {{U[t][k + 1], 1.0}, {U[t][k], -1.0}, {R[t][k + 1], -scale * cm->bytes(k + 1)}};
       for (auto [f, b] : frees) terms.push_back({f, scale * b});
-      cm->milp.AddRow(terms, 0.0, 0.0);
+      cm->milp.add_row(terms, 0.0, 0.0);
     }
   }
 }
 
 // Rockmate's bound on what a block keeps from its forward to its backward: the bytes of the
 // nodes below `boundary` resident on entry to stage `boundary`.
-void AddKeptRow(const KeptBound& kept, CheckmateModel* cm) {
+void add_kept_row(const KeptBound& kept, CheckmateModel* cm) {
   if (kept.boundary < 1 || kept.boundary >= cm->n) return;
   Terms terms;
   for (int i = 0; i < kept.boundary; ++i) {
@@ -224,25 +225,25 @@ void AddKeptRow(const KeptBound& kept, CheckmateModel* cm) {
       terms.push_back({cm->s(kept.boundary, i), cm->scale * cm->bytes(i)});
   }
   if (!terms.empty())
-    cm->milp.AddRow(terms, -kInf, cm->scale * static_cast<double>(kept.max_bytes));
+    cm->milp.add_row(terms, -kInf, cm->scale * static_cast<double>(kept.max_bytes));
 }
 
 // False when the deadline passed before the model was complete.
-bool BuildCheckmateModel(const Graph& g, double budget, const KeptBound& kept,
-                         const Deadline& deadline, CheckmateModel* cm) {
+bool build_checkmate_model(const Graph& g, double budget, const KeptBound& kept,
+                           const Deadline& deadline, CheckmateModel* cm) {
   cm->g = &g;
   cm->n = g.size();
-  cm->scale = MemoryScale(g);
+  cm->scale = memory_scale(g);
   cm->users = g.users();
-  cm->deps = DistinctInputs(g);
-  AddStageVariables(budget, kept, cm);
+  cm->deps = distinct_inputs(g);
+  add_stage_variables(budget, kept, cm);
   cm->F.assign(cm->n, {});
   for (int t = 0; t < cm->n; ++t) {
-    if (deadline.Expired()) return false;
-    AddDependencyRows(t, cm);
-    AddMemoryRows(t, cm);
+    if (deadline.expired()) return false;
+    add_dependency_rows(t, cm);
+    add_memory_rows(t, cm);
   }
-  AddKeptRow(kept, cm);
+  add_kept_row(kept, cm);
   return true;
 }
 
@@ -253,7 +254,7 @@ struct ColumnMajor {
   std::vector<double> value;
 };
 
-ColumnMajor ToColumnMajor(const Milp& m) {
+ColumnMajor to_column_major(const Milp& m) {
   const int ncols = static_cast<int>(m.obj.size());
   ColumnMajor a;
   a.start.assign(ncols + 1, 0);
@@ -271,7 +272,7 @@ ColumnMajor ToColumnMajor(const Milp& m) {
 // The order's steps by stage (stage t ends with the first computation of t), each
 // stage's recomputations in id order as the model runs them; empty when first
 // computations are not in id order.
-std::vector<std::vector<int>> Stages(int n, const std::vector<int>& order) {
+std::vector<std::vector<int>> stages_of(int n, const std::vector<int>& order) {
   std::vector<std::vector<int>> stages(n);
   std::vector<char> seen(n, 0);
   int t = 0;
@@ -295,10 +296,10 @@ std::vector<std::vector<int>> Stages(int n, const std::vector<int>& order) {
 // R from the stages, S[t][i] when the newest instance of i made before stage t is read in
 // stage t or later, FREE[t][i][k] exactly when the model's hazards are all zero. CBC
 // checks it and ignores it when it breaks a row (the budget, say).
-std::vector<std::pair<int, double>> MipStart(const CheckmateModel& cm,
-                                             const std::vector<int>& order) {
+std::vector<std::pair<int, double>> mip_start(const CheckmateModel& cm,
+                                              const std::vector<int>& order) {
   const int n = cm.n;
-  const std::vector<std::vector<int>> stages = Stages(n, order);
+  const std::vector<std::vector<int>> stages = stages_of(n, order);
   if (stages.empty()) return {};
   std::vector<int> flat, stage_of;
   for (int t = 0; t < n; ++t)
@@ -334,8 +335,8 @@ std::vector<std::pair<int, double>> MipStart(const CheckmateModel& cm,
 }
 
 // The child's reply: [status, optimal, order...]; status 0 ok, 1 infeasible, 2 none.
-std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const PlanOptions& opt,
-                        double seconds, const std::vector<int>& start_order) {
+std::vector<int> run_cbc(const CheckmateModel& cm, const ColumnMajor& a, const PlanOptions& opt,
+                         double seconds, const std::vector<int>& start_order) {
   const Milp& m = cm.milp;
   const int ncols = static_cast<int>(m.obj.size());
   Cbc_Model* model = Cbc_newModel();
@@ -351,7 +352,7 @@ std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const Pl
   Cbc_setParameter(model, "log", opt.verbose ? "1" : "0");
   Cbc_setAllowableGap(model, 1e-7);
   if (!start_order.empty()) {
-    const auto start = MipStart(cm, start_order);
+    const auto start = mip_start(cm, start_order);
     std::vector<int> cols;
     std::vector<double> vals;
     for (auto [c, v] : start) cols.push_back(c), vals.push_back(v);
@@ -371,7 +372,7 @@ std::vector<int> RunCbc(const CheckmateModel& cm, const ColumnMajor& a, const Pl
   return {Cbc_isProvenInfeasible(model) ? 1 : 2, 0};
 }
 
-void WriteAll(int fd, const std::vector<int>& words) {
+void write_all(int fd, const std::vector<int>& words) {
   size_t len = words.size() * sizeof(int), off = 0;
   const char* p = reinterpret_cast<const char*>(words.data());
   while (off < len) {
@@ -383,12 +384,12 @@ void WriteAll(int fd, const std::vector<int>& words) {
 
 // Reads the child's reply until it closes the pipe or the deadline passes, when the child
 // is killed (*killed). Reaps the child either way.
-std::vector<int> CollectReply(int fd, pid_t pid, double seconds, bool* killed) {
+std::vector<int> collect_reply(int fd, pid_t pid, double seconds, bool* killed) {
   std::vector<char> buf;
   Deadline hard(seconds);
   *killed = false;
   for (;;) {
-    int ms = static_cast<int>(std::max(0.0, hard.Left()) * 1000);
+    int ms = static_cast<int>(std::max(0.0, hard.left()) * 1000);
     pollfd pfd{fd, POLLIN, 0};
     int r = poll(&pfd, 1, ms);
     if (r == 0) {
@@ -412,18 +413,18 @@ std::vector<int> CollectReply(int fd, pid_t pid, double seconds, bool* killed) {
 
 struct SolveResult {
   bool killed = false;
-  std::vector<int> reply;  // as RunCbc returns it
+  std::vector<int> reply;  // as run_cbc returns it
 };
 
 // CBC's time limit is checked during branch and bound only; the root LP of a large model
 // can run far past it. The solve therefore runs in a child process, told to stop a little
 // before the deadline and killed a little after it; the child sends back its status and
 // order.
-absl::StatusOr<SolveResult> SolveWithCbc(const CheckmateModel& cm, const PlanOptions& opt,
-                                         const Deadline& deadline,
-                                         const std::vector<int>& start_order) {
-  const ColumnMajor a = ToColumnMajor(cm.milp);
-  const double left = std::max(0.0, deadline.Left());
+absl::StatusOr<SolveResult> solve_with_cbc(const CheckmateModel& cm, const PlanOptions& opt,
+                                           const Deadline& deadline,
+                                           const std::vector<int>& start_order) {
+  const ColumnMajor a = to_column_major(cm.milp);
+  const double left = std::max(0.0, deadline.left());
   const double cbc_seconds = std::max(0.05, left - 0.2);
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError("checkmate: pipe() failed");
@@ -432,17 +433,17 @@ absl::StatusOr<SolveResult> SolveWithCbc(const CheckmateModel& cm, const PlanOpt
   if (pid < 0) return absl::InternalError("checkmate: fork() failed");
   if (pid == 0) {
     close(fds[0]);
-    WriteAll(fds[1], RunCbc(cm, a, opt, cbc_seconds, start_order));
+    write_all(fds[1], run_cbc(cm, a, opt, cbc_seconds, start_order));
     close(fds[1]);
     _exit(0);
   }
   close(fds[1]);
   SolveResult result;
-  result.reply = CollectReply(fds[0], pid, std::max(left, 0.1) + 0.3, &result.killed);
+  result.reply = collect_reply(fds[0], pid, std::max(left, 0.1) + 0.3, &result.killed);
   return result;
 }
 
-void DecodeSchedule(const SolveResult& r, const PlanOptions& opt, RawPlan* plan) {
+void decode_schedule(const SolveResult& r, const PlanOptions& opt, RawPlan* plan) {
   const std::vector<int>& out = r.reply;
   if (r.killed || out.size() < 2) {
     plan->note = absl::StrCat("checkmate: no solution within the time limit of ",
@@ -460,30 +461,30 @@ void DecodeSchedule(const SolveResult& r, const PlanOptions& opt, RawPlan* plan)
 
 }  // namespace
 
-absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt) {
-  return PlanCheckmateKept(g, opt, KeptBound{});
+absl::StatusOr<RawPlan> plan_checkmate(const Graph& g, const PlanOptions& opt) {
+  return plan_checkmate_kept(g, opt, KeptBound{});
 }
 
-absl::StatusOr<RawPlan> PlanCheckmateKept(const Graph& g, const PlanOptions& opt,
-                                          const KeptBound& kept) {
+absl::StatusOr<RawPlan> plan_checkmate_kept(const Graph& g, const PlanOptions& opt,
+                                            const KeptBound& kept) {
   const Deadline deadline(opt);
   RawPlan plan;
-  plan.note = TooLargeNote(g, opt.time_limit_seconds);
+  plan.note = too_large_note(g, opt.time_limit_seconds);
   if (!plan.note.empty()) return plan;
   int64_t total_bytes = 0;
   for (const Node& v : g.nodes) total_bytes += v.bytes;
   const double budget =
       opt.budget_bytes ? static_cast<double>(*opt.budget_bytes) : static_cast<double>(total_bytes);
   CheckmateModel cm;
-  if (!BuildCheckmateModel(g, budget, kept, deadline, &cm)) {
+  if (!build_checkmate_model(g, budget, kept, deadline, &cm)) {
     plan.note = absl::StrCat("checkmate: no plan in time: building the MILP took the ",
                              opt.time_limit_seconds, " s");
     return plan;
   }
-  absl::StatusOr<SolveResult> solved = SolveWithCbc(cm, opt, deadline, kept.start);
+  absl::StatusOr<SolveResult> solved = solve_with_cbc(cm, opt, deadline, kept.start);
   if (!solved.ok()) return solved.status();
-  DecodeSchedule(*solved, opt, &plan);
+  decode_schedule(*solved, opt, &plan);
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

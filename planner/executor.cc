@@ -11,9 +11,9 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 
-int64_t MinimumPeakLowerBound(const Graph& g, int* witness) {
+int64_t minimum_peak_lower_bound(const Graph& g, int* witness) {
   int64_t best = 0;
   if (witness) *witness = -1;
   std::vector<int> mark(g.size(), -1);
@@ -36,7 +36,7 @@ int64_t MinimumPeakLowerBound(const Graph& g, int* witness) {
 Executor::Executor(const Graph& g)
     : g_(g), live_(g.size(), 0), computed_(g.size(), 0), pins_(g.size(), 0) {}
 
-bool Executor::Ensure(int v) {
+bool Executor::ensure(int v) {
   if (live_[v]) return true;
   struct Frame {
     int node;
@@ -91,7 +91,7 @@ bool Executor::Ensure(int v) {
   return true;
 }
 
-void Executor::Drop(int v) {
+void Executor::drop(int v) {
   if (live_[v]) {
     live_[v] = 0;
     live_bytes_ -= g_.nodes[v].bytes;
@@ -107,7 +107,7 @@ struct UseInfo {
   std::vector<int> horizon;        // non-recomputable: last step any recomputation may read it
 };
 
-UseInfo ComputeUses(const Graph& g) {
+UseInfo compute_uses(const Graph& g) {
   UseInfo u;
   u.users = g.users();
   const int n = g.size();
@@ -132,7 +132,7 @@ UseInfo ComputeUses(const Graph& g) {
 
 // The nodes the executor computed from step `start` on, and their inputs: the only values
 // whose liveness those steps can have changed.
-std::vector<int> TouchedSince(const Graph& g, const Executor& ex, size_t start) {
+std::vector<int> touched_since(const Graph& g, const Executor& ex, size_t start) {
   std::vector<int> touched;
   for (size_t j = start; j < ex.order().size(); ++j) {
     const int x = ex.order()[j];
@@ -143,16 +143,16 @@ std::vector<int> TouchedSince(const Graph& g, const Executor& ex, size_t start) 
 }
 
 // Whether value u can be dropped after target step v (file order), for good.
-bool Dead(const Graph& g, const UseInfo& ui, int u, int v) {
+bool dead(const Graph& g, const UseInfo& ui, int u, int v) {
   if (!g.nodes[u].can_recompute()) return ui.horizon[u] <= v;
   return ui.last_user[u] <= v;
 }
 
 }  // namespace
 
-std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& keep,
-                                    bool retain_kept) {
-  UseInfo ui = ComputeUses(g);
+std::vector<int> execute_keep_set_impl(const Graph& g, const std::vector<char>& keep,
+                                       bool retain_kept) {
+  UseInfo ui = compute_uses(g);
   Executor ex(g);
   const int n = g.size();
   for (int v = 0; v < n; ++v) {
@@ -161,38 +161,38 @@ std::vector<int> ExecuteKeepSetImpl(const Graph& g, const std::vector<char>& kee
       if (ex.computed(v) && !g.nodes[v].can_recompute()) break;
       // Target step: compute v even if an earlier recomputation made it (cannot happen:
       // ancestors of earlier targets have smaller ids).
-      ex.Ensure(v);
+      ex.ensure(v);
     }
     const bool fwd_step = g.nodes[v].phase == Phase::kForward;
-    const std::vector<int> cand = TouchedSince(g, ex, start);
+    const std::vector<int> cand = touched_since(g, ex, start);
     for (int u : cand) {
       if (!ex.live(u)) continue;
-      if (retain_kept && keep[u] ? ui.horizon[u] <= v : Dead(g, ui, u, v)) {
-        ex.Drop(u);
+      if (retain_kept && keep[u] ? ui.horizon[u] <= v : dead(g, ui, u, v)) {
+        ex.drop(u);
         continue;
       }
       if (fwd_step && !keep[u] && g.nodes[u].can_recompute() &&
           g.nodes[u].phase == Phase::kForward && ui.last_fwd_user[u] <= v) {
-        ex.Drop(u);
+        ex.drop(u);
       }
     }
   }
   return ex.order();
 }
 
-std::vector<int> ExecuteKeepSet(const Graph& g, const std::vector<char>& keep) {
-  return ExecuteKeepSetImpl(g, keep, false);
+std::vector<int> execute_keep_set(const Graph& g, const std::vector<char>& keep) {
+  return execute_keep_set_impl(g, keep, false);
 }
 
-// As ExecuteKeepSet, but kept values stay resident while any recomputation may read them,
+// As execute_keep_set, but kept values stay resident while any recomputation may read them,
 // so recomputation never reaches past them.
-std::vector<int> ExecuteKeepSetRetained(const Graph& g, const std::vector<char>& keep) {
-  return ExecuteKeepSetImpl(g, keep, true);
+std::vector<int> execute_keep_set_retained(const Graph& g, const std::vector<char>& keep) {
+  return execute_keep_set_impl(g, keep, true);
 }
 
 namespace {
 
-// GreedyOrder's eviction rule: before each computation, evicts the live value with the
+// greedy_order's eviction rule: before each computation, evicts the live value with the
 // lowest cost^a / (bytes * distance^b) until the computation fits the budget.
 class GreedyEviction {
  public:
@@ -203,31 +203,31 @@ class GreedyEviction {
   void set_step(int v) { cur_ = v; }
 
   // Makes u a candidate for eviction.
-  void Track(int u) {
+  void track(int u) {
     if (!in_list_[u]) {
       in_list_[u] = 1;
       live_list_.push_back(u);
     }
   }
 
-  void MakeRoom(int x, int64_t budget) {
+  void make_room(int x, int64_t budget) {
     int64_t need = g_.nodes[x].bytes;
     while (ex_.live_bytes() + need > budget) {
-      int victim = Victim();
+      int victim = pick_victim();
       if (victim < 0) break;  // nothing evictable: the budget cannot hold here
-      ex_.Drop(victim);
+      ex_.drop(victim);
     }
   }
 
  private:
-  int NextUse(int u) const {
+  int next_use(int u) const {
     const auto& us = ui_.users[u];
     auto it = std::upper_bound(us.begin(), us.end(), cur_);
     return it == us.end() ? g_.size() + 1 : *it;
   }
 
   // The evictable value of lowest score, or -1; forgets the values no longer live.
-  int Victim() {
+  int pick_victim() {
     int best = -1;
     double best_score = 0;
     size_t w = 0;
@@ -242,7 +242,7 @@ class GreedyEviction {
       double rc = g_.nodes[u].cost;
       for (int i : g_.nodes[u].inputs)
         if (!ex_.live(i)) rc += g_.nodes[i].cost;
-      double dist = std::max(1, NextUse(u) - cur_);
+      double dist = std::max(1, next_use(u) - cur_);
       double score = std::pow(rc + 1e-9, p_.cost_exp) /
                      (static_cast<double>(g_.nodes[u].bytes) * std::pow(dist, p_.dist_exp));
       if (p_.noise > 0) score *= std::exp(p_.noise * normal_(rng_));
@@ -268,33 +268,33 @@ class GreedyEviction {
 
 }  // namespace
 
-std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams& p) {
-  UseInfo ui = ComputeUses(g);
+std::vector<int> greedy_order(const Graph& g, int64_t budget, const GreedyParams& p) {
+  UseInfo ui = compute_uses(g);
   Executor ex(g);
   const int n = g.size();
   GreedyEviction eviction(g, ui, ex, p);
-  ex.before_compute = [&](int x) { eviction.MakeRoom(x, budget); };
+  ex.before_compute = [&](int x) { eviction.make_room(x, budget); };
   for (int v = 0; v < n; ++v) {
     eviction.set_step(v);
     size_t start = ex.order().size();
     if (!ex.live(v)) {
       if (ex.computed(v) && !g.nodes[v].can_recompute()) break;
-      if (!ex.Ensure(v)) break;
+      if (!ex.ensure(v)) break;
     }
-    const std::vector<int> cand = TouchedSince(g, ex, start);
+    const std::vector<int> cand = touched_since(g, ex, start);
     for (int u : cand) {
       if (!ex.live(u)) continue;
-      if (Dead(g, ui, u, v)) {
-        ex.Drop(u);
+      if (dead(g, ui, u, v)) {
+        ex.drop(u);
       } else {
-        eviction.Track(u);
+        eviction.track(u);
       }
     }
   }
   return ex.order();
 }
 
-absl::StatusOr<RawPlan> PlanNoRemat(const Graph& g, const PlanOptions&) {
+absl::StatusOr<RawPlan> plan_no_remat(const Graph& g, const PlanOptions&) {
   RawPlan p;
   for (int v = 0; v < g.size(); ++v) p.order.push_back(v);
   return p;
@@ -304,7 +304,7 @@ namespace {
 
 // Chen et al.'s greedy: walk the forward nodes, accumulate sizes, checkpoint the node where
 // the running total passes b.
-std::vector<char> ChenKeepSet(const Graph& g, double b) {
+std::vector<char> chen_keep_set(const Graph& g, double b) {
   std::vector<char> keep(g.size(), 0);
   double temp = 0;
   for (const Node& n : g.nodes) {
@@ -320,7 +320,7 @@ std::vector<char> ChenKeepSet(const Graph& g, double b) {
 
 // The thresholds to try: Chen's sqrt(total * largest), then a geometric sweep from a
 // quarter of the largest forward value to the total.
-std::vector<double> ChenThresholds(int64_t fwd_total, int64_t fwd_max) {
+std::vector<double> chen_thresholds(int64_t fwd_total, int64_t fwd_max) {
   std::vector<double> bs;
   double sq = std::sqrt(static_cast<double>(fwd_total) *
                         static_cast<double>(std::max<int64_t>(fwd_max, 1)));
@@ -333,7 +333,7 @@ std::vector<double> ChenThresholds(int64_t fwd_total, int64_t fwd_max) {
 
 // With a budget: fitting first, then the cheapest (or, when neither fits, the lower peak).
 // Without: the lowest peak, then the cheapest.
-bool BetterChen(const SimResult& r, const SimResult& best, const PlanOptions& opt) {
+bool better_chen(const SimResult& r, const SimResult& best, const PlanOptions& opt) {
   if (opt.budget_bytes) {
     bool fits = r.peak_bytes <= *opt.budget_bytes, bfits = best.peak_bytes <= *opt.budget_bytes;
     return fits != bfits ? fits : (fits ? r.cost < best.cost : r.peak_bytes < best.peak_bytes);
@@ -343,7 +343,7 @@ bool BetterChen(const SimResult& r, const SimResult& best, const PlanOptions& op
 
 }  // namespace
 
-absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<RawPlan> plan_chen(const Graph& g, const PlanOptions& opt) {
   RawPlan p;
   bool has_backward = false;
   int64_t fwd_total = 0, fwd_max = 0;
@@ -366,12 +366,12 @@ absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt) {
   bool have = false;
   Schedule s;
   const Deadline deadline(opt);
-  for (double b : ChenThresholds(fwd_total, fwd_max)) {
-    if (have && deadline.Expired()) break;  // Chen's own threshold comes first
-    s.order = ExecuteKeepSet(g, ChenKeepSet(g, b));
+  for (double b : chen_thresholds(fwd_total, fwd_max)) {
+    if (have && deadline.expired()) break;  // Chen's own threshold comes first
+    s.order = execute_keep_set(g, chen_keep_set(g, b));
     SimResult r = simulate(g, s);
     if (!r.valid) continue;
-    if (!have || BetterChen(r, best, opt)) {
+    if (!have || better_chen(r, best, opt)) {
       best = r;
       best_order = s.order;
       have = true;
@@ -395,8 +395,8 @@ class ExhaustiveSearch {
       for (int u : g.nodes[v].inputs) inmask_[v] |= 1ULL << u;
   }
 
-  std::optional<ExhaustiveResult> Run(size_t max_states) {
-    const uint64_t start = Key(0, 0);
+  std::optional<ExhaustiveResult> run(size_t max_states) {
+    const uint64_t start = key(0, 0);
     info_[start] = {0, 0, -1, false};
     pq_.push({0, start});
     while (!pq_.empty()) {
@@ -405,9 +405,9 @@ class ExhaustiveSearch {
       Info& cur = info_[k];
       if (cur.closed || d > cur.dist) continue;
       cur.closed = true;
-      if ((k >> 32) == all_) return TracePath(start, k, d);
+      if ((k >> 32) == all_) return trace_path(start, k, d);
       if (info_.size() > max_states) return std::nullopt;
-      Expand(k, d);
+      expand(k, d);
     }
     return std::nullopt;
   }
@@ -422,16 +422,16 @@ class ExhaustiveSearch {
     bool closed;
   };
 
-  static uint64_t Key(uint64_t live, uint64_t done) { return live | (done << 32); }
+  static uint64_t key(uint64_t live, uint64_t done) { return live | (done << 32); }
 
-  int64_t BytesOf(uint64_t m) const {
+  int64_t bytes_of(uint64_t m) const {
     int64_t b = 0;
     for (int v = 0; v < n_; ++v)
       if (m >> v & 1) b += g_.nodes[v].bytes;
     return b;
   }
 
-  void Relax(uint64_t from, uint64_t nk, double nd, int action) {
+  void relax(uint64_t from, uint64_t nk, double nd, int action) {
     auto it = info_.find(nk);
     if (it == info_.end()) {
       info_[nk] = {nd, from, action, false};
@@ -444,24 +444,24 @@ class ExhaustiveSearch {
 
   // Successors of state k: drop a live value, or compute a node whose inputs are live
   // within the budget.
-  void Expand(uint64_t k, double d) {
+  void expand(uint64_t k, double d) {
     uint64_t live = k & 0xffffffffULL, done = k >> 32;
-    int64_t lb = BytesOf(live);
+    int64_t lb = bytes_of(live);
     for (int v = 0; v < n_; ++v) {
       uint64_t bit = 1ULL << v;
       if (live & bit) {
-        Relax(k, Key(live & ~bit, done), d, -1);  // drop v
+        relax(k, key(live & ~bit, done), d, -1);  // drop v
         continue;
       }
       if ((done & bit) && !g_.nodes[v].can_recompute()) continue;
       if (first_in_id_order_ && !(done & bit) && (done & (bit - 1)) != (bit - 1)) continue;
       if ((inmask_[v] & live) != inmask_[v]) continue;
       if (lb + g_.nodes[v].bytes > budget_) continue;
-      Relax(k, Key(live | bit, done | bit), d + g_.nodes[v].cost, v);
+      relax(k, key(live | bit, done | bit), d + g_.nodes[v].cost, v);
     }
   }
 
-  ExhaustiveResult TracePath(uint64_t start, uint64_t k, double d) const {
+  ExhaustiveResult trace_path(uint64_t start, uint64_t k, double d) const {
     ExhaustiveResult r;
     r.cost = d;
     uint64_t s = k;
@@ -487,10 +487,10 @@ class ExhaustiveSearch {
 
 }  // namespace
 
-std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget, size_t max_states,
-                                                  bool first_in_id_order) {
+std::optional<ExhaustiveResult> exhaustive_optimum(const Graph& g, int64_t budget,
+                                                   size_t max_states, bool first_in_id_order) {
   if (g.size() > 31) return std::nullopt;
-  return ExhaustiveSearch(g, budget, first_in_id_order).Run(max_states);
+  return ExhaustiveSearch(g, budget, first_in_id_order).run(max_states);
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

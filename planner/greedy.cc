@@ -9,7 +9,7 @@
 
 #include "internal.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 struct Eval {
@@ -21,7 +21,7 @@ struct Eval {
   double excess = 0;
 };
 
-void Evaluate(const Graph& g, const std::vector<int>& order, int64_t budget, Eval* e,
+void evaluate(const Graph& g, const std::vector<int>& order, int64_t budget, Eval* e,
               bool want_readers) {
   const int L = static_cast<int>(order.size());
   std::vector<int> latest(g.size(), -1);
@@ -62,13 +62,13 @@ struct RepairRandom {
   explicit RepairRandom(uint64_t seed) : rng(seed) {}
   std::mt19937_64 rng;
   std::uniform_real_distribution<double> unif{0.0, 1.0};
-  double Uniform() { return unif(rng); }
+  double uniform() { return unif(rng); }
 };
 
 // The violating step to relieve: the peak (or, with noise, a random violating step).
-int StepToRelieve(const Eval& e, int64_t budget, const GreedyParams& p, RepairRandom* rand) {
+int step_to_relieve(const Eval& e, int64_t budget, const GreedyParams& p, RepairRandom* rand) {
   int p_step = e.peak_step;
-  if (p.noise > 0 && rand->Uniform() < 0.3) {
+  if (p.noise > 0 && rand->uniform() < 0.3) {
     std::vector<int> viol;
     for (size_t j = 0; j < e.mem.size(); ++j)
       if (e.mem[j] > budget) viol.push_back(static_cast<int>(j));
@@ -87,8 +87,8 @@ struct Cand {
 
 // Instances resident at p_step but not read there that may be recomputed, the most
 // promising kMax of them.
-std::vector<Cand> RecomputeCandidates(const Graph& g, const std::vector<int>& order, const Eval& e,
-                                      int p_step, const GreedyParams& p, RepairRandom* rand) {
+std::vector<Cand> recompute_candidates(const Graph& g, const std::vector<int>& order, const Eval& e,
+                                       int p_step, const GreedyParams& p, RepairRandom* rand) {
   std::vector<Cand> cands;
   for (int i = 0; i < p_step; ++i) {
     if (e.last_read[i] <= p_step) continue;
@@ -99,7 +99,7 @@ std::vector<Cand> RecomputeCandidates(const Graph& g, const std::vector<int>& or
     int r1 = *std::upper_bound(rd.begin(), rd.end(), p_step);
     double pre =
         static_cast<double>(g.nodes[v].bytes) / std::pow(g.nodes[v].cost + 1e-3, p.cost_exp);
-    if (p.noise > 0) pre *= std::exp(p.noise * (rand->Uniform() - 0.5));
+    if (p.noise > 0) pre *= std::exp(p.noise * (rand->uniform() - 0.5));
     cands.push_back({i, r1, pre});
   }
   const size_t kMax = order.size() < 2000 ? 150 : 40;
@@ -113,9 +113,9 @@ std::vector<Cand> RecomputeCandidates(const Graph& g, const std::vector<int>& or
 
 // The order with the candidate recomputation that relieves the most excess memory per unit
 // of cost; empty when none helps. *trial is scratch space.
-std::vector<int> BestRecomputation(const Graph& g, const std::vector<int>& order, int64_t budget,
-                                   const Eval& e, const std::vector<Cand>& cands, int p_step,
-                                   const GreedyParams& p, RepairRandom* rand, Eval* trial) {
+std::vector<int> best_recomputation(const Graph& g, const std::vector<int>& order, int64_t budget,
+                                    const Eval& e, const std::vector<Cand>& cands, int p_step,
+                                    const GreedyParams& p, RepairRandom* rand, Eval* trial) {
   double best_score = 0;
   std::vector<int> best_order;
   for (const Cand& c : cands) {
@@ -124,12 +124,12 @@ std::vector<int> BestRecomputation(const Graph& g, const std::vector<int>& order
     o.insert(o.end(), order.begin(), order.begin() + c.r1);
     o.push_back(order[c.inst]);
     o.insert(o.end(), order.begin() + c.r1, order.end());
-    Evaluate(g, o, budget, trial, false);
+    evaluate(g, o, budget, trial, false);
     double gain = e.excess - trial->excess;
     if (trial->mem[p_step] >= e.mem[p_step] && gain <= 0) continue;
     double score = (gain + 1e-9 * (e.mem[p_step] - trial->mem[p_step])) /
                    std::pow(g.nodes[order[c.inst]].cost + 1e-3, p.cost_exp);
-    if (p.noise > 0) score *= std::exp(p.noise * (rand->Uniform() - 0.5));
+    if (p.noise > 0) score *= std::exp(p.noise * (rand->uniform() - 0.5));
     if (score > best_score) {
       best_score = score;
       best_order = std::move(o);
@@ -139,8 +139,9 @@ std::vector<int> BestRecomputation(const Graph& g, const std::vector<int>& order
 }
 
 // Drops recomputations the budget does not need (latest first), most expensive first.
-std::vector<int> DropUnneededRecomputations(const Graph& g, const std::vector<int>& order,
-                                            int64_t budget, const Deadline* deadline, Eval* trial) {
+std::vector<int> drop_unneeded_recomputations(const Graph& g, const std::vector<int>& order,
+                                              int64_t budget, const Deadline* deadline,
+                                              Eval* trial) {
   std::vector<int> seen(g.size(), 0), recomp;
   for (size_t j = 0; j < order.size(); ++j)
     if (seen[order[j]]++) recomp.push_back(static_cast<int>(j));
@@ -150,12 +151,12 @@ std::vector<int> DropUnneededRecomputations(const Graph& g, const std::vector<in
   });
   std::vector<char> removed(order.size(), 0);
   for (int j : recomp) {
-    if (deadline && deadline->Expired()) break;
+    if (deadline && deadline->expired()) break;
     removed[j] = 1;
     std::vector<int> o;
     for (size_t k = 0; k < order.size(); ++k)
       if (!removed[k]) o.push_back(order[k]);
-    Evaluate(g, o, budget, trial, false);
+    evaluate(g, o, budget, trial, false);
     if (trial->peak > budget) removed[j] = 0;
   }
   std::vector<int> o;
@@ -166,32 +167,32 @@ std::vector<int> DropUnneededRecomputations(const Graph& g, const std::vector<in
 
 }  // namespace
 
-std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget,
-                             const GreedyParams& p, const Deadline* deadline) {
+std::vector<int> repair_order(const Graph& g, std::vector<int> order, int64_t budget,
+                              const GreedyParams& p, const Deadline* deadline) {
   RepairRandom rand(p.seed);
   Eval e, trial;
-  Evaluate(g, order, budget, &e, true);
+  evaluate(g, order, budget, &e, true);
   int stall = 0;
   while (e.peak > budget) {
-    if (deadline && deadline->Expired()) break;
-    const int p_step = StepToRelieve(e, budget, p, &rand);
-    std::vector<Cand> cands = RecomputeCandidates(g, order, e, p_step, p, &rand);
+    if (deadline && deadline->expired()) break;
+    const int p_step = step_to_relieve(e, budget, p, &rand);
+    std::vector<Cand> cands = recompute_candidates(g, order, e, p_step, p, &rand);
     if (cands.empty()) break;
     std::vector<int> best_order =
-        BestRecomputation(g, order, budget, e, cands, p_step, p, &rand, &trial);
+        best_recomputation(g, order, budget, e, cands, p_step, p, &rand, &trial);
     if (best_order.empty()) {
       if (++stall > 2) break;
       continue;
     }
     stall = 0;
     order = std::move(best_order);
-    Evaluate(g, order, budget, &e, true);
+    evaluate(g, order, budget, &e, true);
   }
-  if (e.peak <= budget) order = DropUnneededRecomputations(g, order, budget, deadline, &trial);
+  if (e.peak <= budget) order = drop_unneeded_recomputations(g, order, budget, deadline, &trial);
   return order;
 }
 
-absl::StatusOr<RawPlan> PlanGreedy(const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<RawPlan> plan_greedy(const Graph& g, const PlanOptions& opt) {
   RawPlan plan;
   std::vector<int> order(g.size());
   for (int v = 0; v < g.size(); ++v) order[v] = v;
@@ -202,8 +203,8 @@ absl::StatusOr<RawPlan> PlanGreedy(const Graph& g, const PlanOptions& opt) {
   }
   Deadline deadline(opt);
   GreedyParams gp;
-  plan.order = RepairOrder(g, order, *opt.budget_bytes, gp, &deadline);
+  plan.order = repair_order(g, order, *opt.budget_bytes, gp, &deadline);
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

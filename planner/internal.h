@@ -13,7 +13,7 @@
 #include "remat/graph.h"
 #include "remat/planner.h"
 
-namespace remat::internal {
+namespace remat::detail {
 
 class Deadline {
  public:
@@ -27,10 +27,10 @@ class Deadline {
     if (opt.deadline && *opt.deadline < end_) end_ = *opt.deadline;
   }
   std::chrono::steady_clock::time_point end() const { return end_; }
-  double Left() const {
+  double left() const {
     return std::chrono::duration<double>(end_ - std::chrono::steady_clock::now()).count();
   }
-  bool Expired() const { return Left() <= 0; }
+  bool expired() const { return left() <= 0; }
 
  private:
   std::chrono::steady_clock::time_point end_;
@@ -48,24 +48,24 @@ struct RawPlan {
 constexpr int64_t kNoBudget = std::numeric_limits<int64_t>::max();
 
 // Lower bound on the peak of any schedule: max over v of bytes(v) + bytes(distinct inputs).
-int64_t MinimumPeakLowerBound(const Graph& g, int* witness);
+int64_t minimum_peak_lower_bound(const Graph& g, int* witness);
 
 // Builds orders from "compute v" requests: missing inputs are recomputed recursively,
-// values stay resident until Drop(). Non-recomputable values are never recomputed (a
+// values stay resident until drop(). Non-recomputable values are never recomputed (a
 // request that needs a dropped one fails). Tracks resident bytes of the live set.
 class Executor {
  public:
   explicit Executor(const Graph& g);
   // Makes v resident, computing it (and missing inputs) if needed.
-  bool Ensure(int v);
-  void Drop(int v);
+  bool ensure(int v);
+  void drop(int v);
   bool live(int v) const { return live_[v]; }
   bool computed(int v) const { return computed_[v]; }
   int64_t live_bytes() const { return live_bytes_; }
   int64_t peak() const { return peak_; }
   std::vector<int>& order() { return order_; }
   const std::vector<int>& order() const { return order_; }
-  // Called before each step with the node about to be computed; may Drop() values
+  // Called before each step with the node about to be computed; may drop() values
   // (not the node's inputs, which are pinned) to make room.
   std::function<void(int)> before_compute;
   bool pinned(int v) const { return pins_[v] > 0; }
@@ -81,22 +81,22 @@ class Executor {
 // Executes nodes in file order; recomputable forward values not in `keep` are dropped
 // after their last forward reader and recomputed on demand by the backward phase; every
 // value is dropped after its last reader in file order.
-std::vector<int> ExecuteKeepSet(const Graph& g, const std::vector<char>& keep);
+std::vector<int> execute_keep_set(const Graph& g, const std::vector<char>& keep);
 
 // Drops instances that no step reads (keeping one instance of every node): never raises
 // memory or cost, keeps the order valid.
-std::vector<int> PruneUnreadInstances(const Graph& g, const std::vector<int>& order);
+std::vector<int> prune_unread_instances(const Graph& g, const std::vector<int>& order);
 
 // Planners.
-absl::StatusOr<RawPlan> PlanNoRemat(const Graph& g, const PlanOptions& opt);
-absl::StatusOr<RawPlan> PlanChen(const Graph& g, const PlanOptions& opt);
-absl::StatusOr<RawPlan> PlanGreedy(const Graph& g, const PlanOptions& opt);
-absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt);
-absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt);
-absl::StatusOr<RawPlan> PlanCheckmate(const Graph& g, const PlanOptions& opt);
-absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt);
-absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt);
-absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_no_remat(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_chen(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_greedy(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_mincut(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_rotor(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_checkmate(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_tw_remat(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_moccasin(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_rockmate(const Graph& g, const PlanOptions& opt);
 
 // Checkmate with Rockmate's second budget: at most max_bytes of the nodes below `boundary`
 // resident on entry to stage `boundary` (a block's forward values kept for its backward).
@@ -109,8 +109,8 @@ struct KeptBound {
   // A schedule to start CBC from (first computations in id order), or empty.
   std::vector<int> start;
 };
-absl::StatusOr<RawPlan> PlanCheckmateKept(const Graph& g, const PlanOptions& opt,
-                                          const KeptBound& kept);
+absl::StatusOr<RawPlan> plan_checkmate_kept(const Graph& g, const PlanOptions& opt,
+                                            const KeptBound& kept);
 
 // Greedy eviction with a scoring rule; exposed for `best` and tests.
 struct GreedyParams {
@@ -119,10 +119,10 @@ struct GreedyParams {
   double noise = 0.0;  // random perturbation of scores (0: deterministic)
   uint64_t seed = 1;
 };
-std::vector<int> GreedyOrder(const Graph& g, int64_t budget, const GreedyParams& p);
+std::vector<int> greedy_order(const Graph& g, int64_t budget, const GreedyParams& p);
 // XLA-style repair of `order` until its peak fits the budget (see greedy.cc).
-std::vector<int> RepairOrder(const Graph& g, std::vector<int> order, int64_t budget,
-                             const GreedyParams& p, const Deadline* deadline);
+std::vector<int> repair_order(const Graph& g, std::vector<int> order, int64_t budget,
+                              const GreedyParams& p, const Deadline* deadline);
 
 // Exhaustive search for the minimum-cost valid schedule within the budget (small graphs
 // only; returns nullopt when no schedule fits or the state space exceeds max_states).
@@ -131,9 +131,9 @@ struct ExhaustiveResult {
   std::vector<int> order;
 };
 // With first_in_id_order, first computations follow the id order (Checkmate's model).
-std::optional<ExhaustiveResult> ExhaustiveOptimum(const Graph& g, int64_t budget,
-                                                  size_t max_states = 5'000'000,
-                                                  bool first_in_id_order = false);
+std::optional<ExhaustiveResult> exhaustive_optimum(const Graph& g, int64_t budget,
+                                                   size_t max_states = 5'000'000,
+                                                   bool first_in_id_order = false);
 
 // Rotor's dynamic program on a chain of stages.
 struct RotorChain {
@@ -151,10 +151,10 @@ struct RotorOp {
 };
 // Minimum cost to run forward and backward of all stages with `memory` bytes available
 // beyond a_0 (which is always resident), and the op sequence; nullopt when impossible.
-std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c,
-                                                                  int64_t memory,
-                                                                  int memory_steps = 0);
+std::optional<std::pair<double, std::vector<RotorOp>>> rotor_solve(const RotorChain& c,
+                                                                   int64_t memory,
+                                                                   int memory_steps = 0);
 
-}  // namespace remat::internal
+}  // namespace remat::detail
 
 #endif  // REMAT_PLANNER_INTERNAL_H_

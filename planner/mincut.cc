@@ -14,9 +14,9 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 
-std::vector<int> ExecuteKeepSetRetained(const Graph& g, const std::vector<char>& keep);
+std::vector<int> execute_keep_set_retained(const Graph& g, const std::vector<char>& keep);
 
 namespace {
 
@@ -33,12 +33,12 @@ using FlowGraph = boost::adjacency_list<
         boost::property<boost::edge_residual_capacity_t, long long,
                         boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
 
-int In(int v) { return 2 * v; }
-int Out(int v) { return 2 * v + 1; }
+int in(int v) { return 2 * v; }
+int out(int v) { return 2 * v + 1; }
 
-// Builds the flow network and cuts it; returns, for In(v) and Out(v) of every node v,
+// Builds the flow network and cuts it; returns, for in(v) and out(v) of every node v,
 // whether that vertex is on the source side of the minimum cut.
-std::vector<char> MinCutSourceSide(const Graph& g, const std::vector<std::vector<int>>& users) {
+std::vector<char> min_cut_source_side(const Graph& g, const std::vector<std::vector<int>>& users) {
   const int n = g.size();
   long long total = 1;
   for (const Node& v : g.nodes) total += v.bytes;
@@ -57,12 +57,12 @@ std::vector<char> MinCutSourceSide(const Graph& g, const std::vector<std::vector
   };
   for (const Node& v : g.nodes) {
     if (v.phase == Phase::kBackward) {
-      add(In(v.id), snk, inf);
+      add(in(v.id), snk, inf);
       continue;
     }
-    if (!v.can_recompute() || v.pytorch_banned) add(src, In(v.id), inf);
-    add(In(v.id), Out(v.id), std::max<long long>(v.bytes, 0));
-    for (int w : users[v.id]) add(Out(v.id), In(w), inf);
+    if (!v.can_recompute() || v.pytorch_banned) add(src, in(v.id), inf);
+    add(in(v.id), out(v.id), std::max<long long>(v.bytes, 0));
+    for (int w : users[v.id]) add(out(v.id), in(w), inf);
   }
   boost::boykov_kolmogorov_max_flow(fg, src, snk);
   auto color = boost::get(boost::vertex_color, fg);
@@ -80,9 +80,9 @@ namespace {
 // values not saved (keep) die after their last reader there. Backward graph: everything
 // else in file order, recomputing what it needs; nothing is freed there before its last
 // reader.
-void ExecutePartition(const Graph& g, const std::vector<std::vector<int>>& users,
-                      const std::vector<char>& keep, const std::vector<char>& in_fwd,
-                      RawPlan* plan) {
+void execute_partition(const Graph& g, const std::vector<std::vector<int>>& users,
+                       const std::vector<char>& keep, const std::vector<char>& in_fwd,
+                       RawPlan* plan) {
   const int n = g.size();
   std::vector<int> fwd_left(n, 0), left(n, 0);
   for (const Node& v : g.nodes) {
@@ -94,33 +94,33 @@ void ExecutePartition(const Graph& g, const std::vector<std::vector<int>>& users
   Executor ex(g);
   for (const Node& v : g.nodes) {
     if (!in_fwd[v.id]) continue;
-    ex.Ensure(v.id);
+    ex.ensure(v.id);
     for (int u : g.nodes[v.id].inputs) {
-      if (--fwd_left[u] == 0 && !keep[u] && g.nodes[u].can_recompute()) ex.Drop(u);
+      if (--fwd_left[u] == 0 && !keep[u] && g.nodes[u].can_recompute()) ex.drop(u);
     }
-    if (fwd_left[v.id] == 0 && !keep[v.id] && v.can_recompute()) ex.Drop(v.id);
+    if (fwd_left[v.id] == 0 && !keep[v.id] && v.can_recompute()) ex.drop(v.id);
   }
   plan->backward_start = static_cast<int>(ex.order().size());
   for (const Node& v : g.nodes) {
     if (in_fwd[v.id]) continue;
-    ex.Ensure(v.id);
+    ex.ensure(v.id);
     for (int u : g.nodes[v.id].inputs) {
-      if (--left[u] == 0) ex.Drop(u);
+      if (--left[u] == 0) ex.drop(u);
     }
-    if (left[v.id] == 0) ex.Drop(v.id);
+    if (left[v.id] == 0) ex.drop(v.id);
   }
   plan->order = ex.order();
 }
 
 // With a budget the partition's order goes through the XLA-style repair when it peaks
 // above it.
-void RepairToBudget(const Graph& g, const PlanOptions& opt, RawPlan* plan) {
+void repair_to_budget(const Graph& g, const PlanOptions& opt, RawPlan* plan) {
   if (!opt.budget_bytes) return;
   Schedule s{g.name, plan->order, std::nullopt};
   if (simulate(g, s).peak_bytes > *opt.budget_bytes) {
     Deadline d(opt);
     GreedyParams gp;
-    plan->order = RepairOrder(g, plan->order, *opt.budget_bytes, gp, &d);
+    plan->order = repair_order(g, plan->order, *opt.budget_bytes, gp, &d);
     plan->backward_start.reset();
     plan->note = "min-cut partition, then repaired to the budget";
   }
@@ -128,7 +128,7 @@ void RepairToBudget(const Graph& g, const PlanOptions& opt, RawPlan* plan) {
 
 }  // namespace
 
-absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<RawPlan> plan_mincut(const Graph& g, const PlanOptions& opt) {
   RawPlan plan;
   const int n = g.size();
   bool has_backward = false;
@@ -139,18 +139,18 @@ absl::StatusOr<RawPlan> PlanMincut(const Graph& g, const PlanOptions& opt) {
     return plan;
   }
   auto users = g.users();
-  const std::vector<char> source_side = MinCutSourceSide(g, users);
+  const std::vector<char> source_side = min_cut_source_side(g, users);
   // Saved values: forward nodes whose split edge is cut. The forward graph: the forward
   // nodes that the cut leaves on the source side.
   std::vector<char> keep(n, 0), in_fwd(n, 0);
   for (const Node& v : g.nodes) {
     if (v.phase == Phase::kBackward) continue;
-    if (source_side[In(v.id)] && !source_side[Out(v.id)]) keep[v.id] = 1;
-    in_fwd[v.id] = v.phase == Phase::kForward && source_side[In(v.id)];
+    if (source_side[in(v.id)] && !source_side[out(v.id)]) keep[v.id] = 1;
+    in_fwd[v.id] = v.phase == Phase::kForward && source_side[in(v.id)];
   }
-  ExecutePartition(g, users, keep, in_fwd, &plan);
-  RepairToBudget(g, opt, &plan);
+  execute_partition(g, users, keep, in_fwd, &plan);
+  repair_to_budget(g, opt, &plan);
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

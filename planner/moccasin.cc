@@ -28,7 +28,7 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 using namespace Gecode;
@@ -48,7 +48,7 @@ struct ModelData {
   uint64_t seed = 1;
 };
 
-std::vector<int> DistinctInputs(const Graph& g, int v) {
+std::vector<int> distinct_inputs(const Graph& g, int v) {
   std::vector<int> ins = g.nodes[v].inputs;
   std::sort(ins.begin(), ins.end());
   ins.erase(std::unique(ins.begin(), ins.end()), ins.end());
@@ -74,10 +74,10 @@ class IntervalModel : public IntMinimizeSpace {
     s = IntVarArray(*this, m, 0, horizon - 1);
     p = IntVarArray(*this, m, 1, horizon);
     Posting post(m);
-    PostIntervals(data, &post);
-    PostDependencies(data, &post);
-    PostMemory(data, reach_budget, post);
-    PostBranching(data, post.serve);
+    post_intervals(data, &post);
+    post_dependencies(data, &post);
+    post_memory(data, reach_budget, post);
+    post_branching(data, post.serve);
   }
 
   IntervalModel(IntervalModel& o) : IntMinimizeSpace(o), d(o.d), phase1(o.phase1) {
@@ -126,7 +126,7 @@ class IntervalModel : public IntMinimizeSpace {
     BoolVarArgs serve;  // whether an interval serves a read, one per (reader, input interval)
   };
 
-  void PostIntervals(const ModelData& data, Posting* post) {
+  void post_intervals(const ModelData& data, Posting* post) {
     const int n = data.n;
     const int horizon = n * n;
     for (int v = 0; v < n; ++v) {
@@ -158,7 +158,7 @@ class IntervalModel : public IntMinimizeSpace {
 
   // Whether interval ku of an input serves the computation kw: then ku is active and
   // covers kw's slot, and it ends right after the last read it serves (exact accounting).
-  BoolVar PostServe(int ku, int kw, int horizon, Posting* post) {
+  BoolVar post_serve(int ku, int kw, int horizon, Posting* post) {
     BoolVar b(*this, 0, 1);
     rel(*this, b <= a[ku]);
     rel(*this, s[ku], IRT_LE, s[kw], Reify(b, RM_IMP));
@@ -171,16 +171,16 @@ class IntervalModel : public IntMinimizeSpace {
   }
 
   // Dependencies: every active computation of w finds each input u resident.
-  void PostDependencies(const ModelData& data, Posting* post) {
+  void post_dependencies(const ModelData& data, Posting* post) {
     const int horizon = data.n * data.n;
     for (int wv = 0; wv < data.n; ++wv) {
-      std::vector<int> ins = DistinctInputs(*data.g, wv);
+      std::vector<int> ins = distinct_inputs(*data.g, wv);
       for (int i = 0; i < data.intervals[wv]; ++i) {
         int kw = data.first[wv] + i;
         for (int u : ins) {
           BoolVarArgs cover;
           for (int j = data.intervals[u] - 1; j >= 0; --j) {  // newest first
-            BoolVar b = PostServe(data.first[u] + j, kw, horizon, post);
+            BoolVar b = post_serve(data.first[u] + j, kw, horizon, post);
             cover << b;
             post->serve << b;
           }
@@ -191,7 +191,7 @@ class IntervalModel : public IntMinimizeSpace {
   }
 
   // Interval ends, the objective, and memory as a cumulative resource.
-  void PostMemory(const ModelData& data, bool reach_budget, const Posting& post) {
+  void post_memory(const ModelData& data, bool reach_budget, const Posting& post) {
     const int m = data.first.back();
     for (int k = 0; k < m; ++k) max(*this, post.reach[k], post.ends[k]);
     total = IntVar(*this, 0, Int::Limits::max);
@@ -212,7 +212,7 @@ class IntervalModel : public IntMinimizeSpace {
   // first, otherwise active and as late as possible (a recomputation right before its
   // reader holds memory least). Then which intervals serve the reads, the lengths, and the
   // peak.
-  void PostBranching(const ModelData& data, const BoolVarArgs& serve) {
+  void post_branching(const ModelData& data, const BoolVarArgs& serve) {
     const int m = data.first.back();
     IntVarArgs dec;
     std::vector<int> seed_vals;
@@ -235,7 +235,7 @@ class IntervalModel : public IntMinimizeSpace {
 
 // The stage of each step of `order`: the next first computation at or after it. False when
 // the first computations do not follow id order (the model's stages).
-bool StagesOfSteps(const std::vector<int>& order, int n, std::vector<int>* stage) {
+bool stages_of_steps(const std::vector<int>& order, int n, std::vector<int>* stage) {
   stage->assign(order.size(), 0);
   int next_first = 0;
   std::vector<char> seen(n, 0);
@@ -265,10 +265,10 @@ bool StagesOfSteps(const std::vector<int>& order, int n, std::vector<int>* stage
 
 // Maps an order whose first computations follow id order to interval values; false when
 // it does not fit the model (then there is no seed).
-bool SeedFromOrder(const Graph& g, const std::vector<int>& order, ModelData* d) {
+bool seed_from_order(const Graph& g, const std::vector<int>& order, ModelData* d) {
   const int n = g.size();
   std::vector<int> stage;
-  if (!StagesOfSteps(order, n, &stage)) return false;
+  if (!stages_of_steps(order, n, &stage)) return false;
   // Slots: stage * n + node; an instance lasts through the slot of its last reader.
   auto slot = [&](size_t j) { return stage[j] * n + order[j]; };
   std::vector<int> latest(n, -1), last_read(order.size());
@@ -302,7 +302,7 @@ bool SeedFromOrder(const Graph& g, const std::vector<int>& order, ModelData* d) 
   return true;
 }
 
-std::vector<int> Extract(const ModelData& d, const IntervalModel& m) {
+std::vector<int> extract(const ModelData& d, const IntervalModel& m) {
   std::vector<std::vector<int>> at(d.n);
   for (int v = 0; v < d.n; ++v) {
     for (int i = 1; i < d.intervals[v]; ++i) {
@@ -321,7 +321,7 @@ std::vector<int> Extract(const ModelData& d, const IntervalModel& m) {
 
 // Costs as Gecode integers: whole costs up to 1e6 are kept, others are scaled so that the
 // largest is 10000.
-double CostScale(const Graph& g) {
+double cost_scale_of(const Graph& g) {
   double max_cost = 0;
   for (const Node& nd : g.nodes) max_cost = std::max(max_cost, nd.cost);
   double cost_scale = max_cost > 0 ? 10000.0 / max_cost : 1.0;
@@ -338,7 +338,7 @@ double CostScale(const Graph& g) {
 // where (the largest capacity) x (the sum of the start domains' widths) x (the number of
 // intervals) overflows a long long. The capacity reaches the sum of all sizes when the peak
 // is minimised. Sizes round up, so a plan of the model fits the budget in bytes.
-int64_t SizeUnit(const Graph& g, int64_t budget, int intervals_per_node) {
+int64_t size_unit(const Graph& g, int64_t budget, int intervals_per_node) {
   const double horizon = static_cast<double>(g.size()) * g.size();
   double total = 0, intervals = 0;
   for (const Node& nd : g.nodes) {
@@ -354,14 +354,14 @@ int64_t SizeUnit(const Graph& g, int64_t budget, int intervals_per_node) {
 
 // The model's sizes, in units of `unit` bytes rounded up, and its intervals: C for a node
 // that may be recomputed, 1 for one that may not.
-ModelData BuildModelData(const Graph& g, const PlanOptions& opt, int64_t budget, int64_t unit) {
+ModelData build_model_data(const Graph& g, const PlanOptions& opt, int64_t budget, int64_t unit) {
   ModelData d;
   d.g = &g;
   d.n = g.size();
   d.C = std::max(1, opt.moccasin_intervals);
   d.seed = opt.seed;
   d.capacity = static_cast<int>(budget / unit);
-  const double cost_scale = CostScale(g);
+  const double cost_scale = cost_scale_of(g);
   d.first.push_back(0);
   for (const Node& nd : g.nodes) {
     int c = nd.can_recompute() ? d.C : 1;
@@ -374,11 +374,11 @@ ModelData BuildModelData(const Graph& g, const PlanOptions& opt, int64_t budget,
 }
 
 // A lower bound on any peak: each node with its distinct inputs, capped at the capacity.
-int MinCapacity(const Graph& g, const ModelData& d) {
+int min_capacity(const Graph& g, const ModelData& d) {
   int min_capacity = 0;
   for (int v = 0; v < d.n; ++v) {
     int64_t need = d.usage[v];
-    for (int u : DistinctInputs(g, v)) need += d.usage[u];
+    for (int u : distinct_inputs(g, v)) need += d.usage[u];
     min_capacity =
         static_cast<int>(std::max<int64_t>(min_capacity, std::min<int64_t>(need, d.capacity)));
   }
@@ -386,7 +386,7 @@ int MinCapacity(const Graph& g, const ModelData& d) {
 }
 
 // Diagnostics: does the seed satisfy the model?
-void ReportSeed(const Graph& g, const ModelData& d, const std::vector<int>& seed_order) {
+void report_seed(const Graph& g, const ModelData& d, const std::vector<int>& seed_order) {
   IntervalModel probe(d, false);
   for (int k = 0; k < d.first.back(); ++k) {
     rel(probe, probe.a[k] == d.seed_a[k]);
@@ -404,8 +404,8 @@ void ReportSeed(const Graph& g, const ModelData& d, const std::vector<int>& seed
 // time runs out; returns the last solution, and sets *exhausted when the complete search
 // covered the whole space.
 template <typename Done>
-std::unique_ptr<IntervalModel> RunSearch(IntervalModel* root, double seconds, Done done,
-                                         bool* exhausted, bool complete) {
+std::unique_ptr<IntervalModel> run_search(IntervalModel* root, double seconds, Done done,
+                                          bool* exhausted, bool complete) {
   std::unique_ptr<IntervalModel> last;
   Search::Options so;
   Search::TimeStop stop(static_cast<unsigned long>(std::max(0.02, seconds) * 1000));
@@ -431,15 +431,15 @@ std::unique_ptr<IntervalModel> RunSearch(IntervalModel* root, double seconds, Do
 
 // Phase 1: minimise the peak until it fits the budget. Null, with plan->note saying why,
 // when it does not.
-std::unique_ptr<IntervalModel> ReachBudget(const ModelData& d, const Deadline& deadline,
-                                           bool* exhausted, RawPlan* plan) {
+std::unique_ptr<IntervalModel> reach_budget(const ModelData& d, const Deadline& deadline,
+                                            bool* exhausted, RawPlan* plan) {
   IntervalModel p1(d, true);
   if (p1.status() == SS_FAILED) {
     plan->note = "moccasin: the model is infeasible";
     return nullptr;
   }
-  auto reach = RunSearch(
-      &p1, deadline.Left() * 0.6,
+  auto reach = run_search(
+      &p1, deadline.left() * 0.6,
       [&](const IntervalModel& m) { return m.peak.val() <= d.capacity; }, exhausted,
       /*complete=*/false);
   if (!reach || reach->peak.val() > d.capacity) {
@@ -451,9 +451,9 @@ std::unique_ptr<IntervalModel> ReachBudget(const ModelData& d, const Deadline& d
 
 // Phase 2: minimise the recomputation cost, starting from the phase-1 solution (the
 // branching follows it first).
-absl::StatusOr<std::unique_ptr<IntervalModel>> MinimiseCost(ModelData* d, const Deadline& deadline,
-                                                            std::unique_ptr<IntervalModel> reach,
-                                                            bool* exhausted) {
+absl::StatusOr<std::unique_ptr<IntervalModel>> minimise_cost(ModelData* d, const Deadline& deadline,
+                                                             std::unique_ptr<IntervalModel> reach,
+                                                             bool* exhausted) {
   const int m = d->first.back();
   d->seed_a.resize(m);
   d->seed_t.resize(m);
@@ -466,20 +466,20 @@ absl::StatusOr<std::unique_ptr<IntervalModel>> MinimiseCost(ModelData* d, const 
   IntervalModel p2(*d, false);
   if (p2.status() == SS_FAILED) return absl::InternalError("moccasin: phase 2 model failed");
   // Small models: complete branch and bound, which proves optimality.
-  auto best = RunSearch(
-      &p2, deadline.Left(), [](const IntervalModel&) { return false; }, exhausted,
+  auto best = run_search(
+      &p2, deadline.left(), [](const IntervalModel&) { return false; }, exhausted,
       /*complete=*/d->n <= 40);
   if (!best) best = std::move(reach);
   return best;
 }
 
 // Both phases. Null, with plan->note saying why, when phase 1 finds nothing that fits.
-absl::StatusOr<std::unique_ptr<IntervalModel>> SolveModel(ModelData* d, const Deadline& deadline,
-                                                          bool* exhausted, RawPlan* plan) {
+absl::StatusOr<std::unique_ptr<IntervalModel>> solve_model(ModelData* d, const Deadline& deadline,
+                                                           bool* exhausted, RawPlan* plan) {
   try {
-    std::unique_ptr<IntervalModel> reach = ReachBudget(*d, deadline, exhausted, plan);
+    std::unique_ptr<IntervalModel> reach = reach_budget(*d, deadline, exhausted, plan);
     if (!reach) return std::unique_ptr<IntervalModel>();
-    return MinimiseCost(d, deadline, std::move(reach), exhausted);
+    return minimise_cost(d, deadline, std::move(reach), exhausted);
   } catch (const Exception& e) {
     return absl::InternalError(absl::StrCat("moccasin model: ", e.what()));
   }
@@ -489,7 +489,7 @@ constexpr int kMoccasinMaxNodes = 3000;
 
 }  // namespace
 
-absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<RawPlan> plan_moccasin(const Graph& g, const PlanOptions& opt) {
   RawPlan plan;
   Deadline deadline(opt);
   const int n = g.size();
@@ -513,8 +513,8 @@ absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt) {
     plan.optimal = true;
     return plan;
   }
-  const int64_t unit = SizeUnit(g, budget, std::max(1, opt.moccasin_intervals));
-  ModelData d = BuildModelData(g, opt, budget, unit);
+  const int64_t unit = size_unit(g, budget, std::max(1, opt.moccasin_intervals));
+  ModelData d = build_model_data(g, opt, budget, unit);
   for (int v = 0; v < n; ++v) {
     if (d.usage[v] > d.capacity) {
       plan.note = absl::StrCat("node ", v, " ('", g.nodes[v].name, "') alone exceeds the budget");
@@ -523,18 +523,19 @@ absl::StatusOr<RawPlan> PlanMoccasin(const Graph& g, const PlanOptions& opt) {
   }
   // Seed: the greedy repair's plan, when it fits the model.
   GreedyParams gp;
-  std::vector<int> seed_order = RepairOrder(g, file, budget, gp, &deadline);
-  bool seeded = SeedFromOrder(g, PruneUnreadInstances(g, seed_order), &d);
-  d.min_capacity = MinCapacity(g, d);
-  if (opt.verbose && seeded) ReportSeed(g, d, seed_order);
+  std::vector<int> seed_order = repair_order(g, file, budget, gp, &deadline);
+  bool seeded = seed_from_order(g, prune_unread_instances(g, seed_order), &d);
+  d.min_capacity = min_capacity(g, d);
+  if (opt.verbose && seeded) report_seed(g, d, seed_order);
   bool exhausted = false;
-  absl::StatusOr<std::unique_ptr<IntervalModel>> best = SolveModel(&d, deadline, &exhausted, &plan);
+  absl::StatusOr<std::unique_ptr<IntervalModel>> best =
+      solve_model(&d, deadline, &exhausted, &plan);
   if (!best.ok()) return best.status();
   if (*best == nullptr) return plan;
-  plan.order = Extract(d, **best);
+  plan.order = extract(d, **best);
   plan.optimal = exhausted && unit == 1;
   plan.note = absl::StrCat("moccasin C=", d.C, exhausted ? ", optimal for the model" : "");
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

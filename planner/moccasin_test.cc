@@ -11,7 +11,7 @@
 namespace remat {
 namespace {
 
-Plan Moccasin(const Graph& g, int64_t budget, int C, double seconds = 5) {
+Plan moccasin(const Graph& g, int64_t budget, int C, double seconds = 5) {
   PlanOptions o;
   o.budget_bytes = budget;
   o.moccasin_intervals = C;
@@ -32,9 +32,9 @@ TEST(Moccasin, HitsLinearGraphOptimaWithEnoughIntervals) {
       {6, {{3, 28}, {4, 18}, {5, 16}, {6, 15}, {7, 14}, {8, 13}}},
   };
   for (const auto& [n, rows] : optima) {
-    Graph g = testing::LinearGraph(n);
+    Graph g = testing::linear_graph(n);
     for (auto [budget, cost] : rows) {
-      Plan p = Moccasin(g, budget, n);
+      Plan p = moccasin(g, budget, n);
       const bool tight = budget == 3 || (n == 6 && budget == 4);
       if (!tight) {
         EXPECT_TRUE(p.feasible) << "n=" << n << " B=" << budget << ": " << p.reason;
@@ -50,13 +50,13 @@ TEST(Moccasin, ValidAndNeverBelowExhaustiveOptimumOnSmallRandomGraphs) {
   int found = 0;
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     Graph g =
-        seed % 2 ? testing::RandomDag(8, 0.3, 4, seed) : testing::RandomTrainingGraph(4, seed);
+        seed % 2 ? testing::random_dag(8, 0.3, 4, seed) : testing::random_training_graph(4, seed);
     int64_t full = file_order_peak(g);
-    int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     for (int64_t budget : {(lb + full) / 2, full * 9 / 10}) {
       if (budget < lb) continue;
-      auto opt = internal::ExhaustiveOptimum(g, budget);
-      Plan p = Moccasin(g, budget, 2, 1.0);
+      auto opt = detail::exhaustive_optimum(g, budget);
+      Plan p = moccasin(g, budget, 2, 1.0);
       if (!p.feasible) continue;
       ++found;
       ASSERT_TRUE(opt.has_value()) << "seed " << seed;

@@ -9,21 +9,21 @@
 namespace remat {
 namespace {
 
-using PlanFn = absl::StatusOr<internal::RawPlan> (*)(const Graph&, const PlanOptions&);
+using PlanFn = absl::StatusOr<detail::RawPlan> (*)(const Graph&, const PlanOptions&);
 
 struct Entry {
   const char* name;
   PlanFn fn;
 };
 
-absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<detail::RawPlan> plan_best(const Graph& g, const PlanOptions& opt);
 
 const Entry kPlanners[] = {
-    {"noremat", internal::PlanNoRemat},   {"chen", internal::PlanChen},
-    {"greedy", internal::PlanGreedy},     {"mincut", internal::PlanMincut},
-    {"rotor", internal::PlanRotor},       {"checkmate", internal::PlanCheckmate},
-    {"twremat", internal::PlanTwRemat},   {"moccasin", internal::PlanMoccasin},
-    {"rockmate", internal::PlanRockmate}, {"best", PlanBest},
+    {"noremat", detail::plan_no_remat},  {"chen", detail::plan_chen},
+    {"greedy", detail::plan_greedy},     {"mincut", detail::plan_mincut},
+    {"rotor", detail::plan_rotor},       {"checkmate", detail::plan_checkmate},
+    {"twremat", detail::plan_tw_remat},  {"moccasin", detail::plan_moccasin},
+    {"rockmate", detail::plan_rockmate}, {"best", plan_best},
 };
 
 // Runs the other planners within the time limit and keeps the cheapest plan that fits.
@@ -31,21 +31,21 @@ class BestSearch {
  public:
   BestSearch(const Graph& g, const PlanOptions& opt) : g_(g), opt_(opt), deadline_(opt) {}
 
-  internal::RawPlan Run() {
-    RunPlanners();
+  detail::RawPlan run() {
+    run_planners();
     // Randomised repair needs a budget to matter.
-    if (opt_.budget_bytes && !Unbeatable()) RandomisedRepair();
+    if (opt_.budget_bytes && !unbeatable()) randomised_repair();
     if (!have_) best_.note = absl::StrCat("no planner met the budget (tried ", tried_, ")");
     return best_;
   }
 
  private:
   // A plan without recomputation cannot be beaten.
-  bool Unbeatable() const { return have_ && best_sim_.recomputations == 0; }
+  bool unbeatable() const { return have_ && best_sim_.recomputations == 0; }
 
-  void Consider(const std::string& name, const std::vector<int>& raw_order, bool optimal) {
+  void consider(const std::string& name, const std::vector<int>& raw_order, bool optimal) {
     // Unread instances only cost time and memory.
-    std::vector<int> order = internal::PruneUnreadInstances(g_, raw_order);
+    std::vector<int> order = detail::prune_unread_instances(g_, raw_order);
     Schedule s{g_.name, order, std::nullopt};
     SimResult r = simulate(g_, s, opt_.budget_bytes);
     if (!r.valid) return;  // over the budget, when there is one
@@ -64,54 +64,54 @@ class BestSearch {
   // The options planner `name` runs with; false when it is skipped. Each gets an equal
   // share of the time left among those still to run (what one leaves passes on), so that a
   // slow member on a large graph cannot starve the others.
-  bool OptionsFor(const std::string& name, int still_to_run, PlanOptions* o) const {
+  bool options_for(const std::string& name, int still_to_run, PlanOptions* o) const {
     *o = opt_;
     o->deadline = deadline_.end();
-    o->time_limit_seconds = std::max(0.0, deadline_.Left()) / std::max(1, still_to_run);
+    o->time_limit_seconds = std::max(0.0, deadline_.left()) / std::max(1, still_to_run);
     if (name == "checkmate") {
       // The MILP only for graphs it can handle in the time left; leave room for the
       // randomised repair below.
       if (g_.size() > 120) return false;
-      o->time_limit_seconds = std::max(0.5, deadline_.Left() * 0.4);
+      o->time_limit_seconds = std::max(0.5, deadline_.left() * 0.4);
     }
     if (name == "rockmate") {
       // Its block MILPs use what they are given; leave most of the time to the others.
-      o->time_limit_seconds = std::max(0.5, deadline_.Left() * 0.3);
+      o->time_limit_seconds = std::max(0.5, deadline_.left() * 0.3);
     }
     if (name == "moccasin") {
       // The CP model has O(n^2) slots: graphs up to a few hundred nodes, with a share of
       // the time left for the randomised repair below.
       if (g_.size() > 400 || !opt_.budget_bytes) return false;
-      o->time_limit_seconds = std::max(0.5, deadline_.Left() * 0.25);
+      o->time_limit_seconds = std::max(0.5, deadline_.left() * 0.25);
     }
     return true;
   }
 
   // Cheap planners first (those linear in the graph's size before the others), then the
   // solvers with what is left.
-  void RunPlanners() {
+  void run_planners() {
     const char* order[] = {"noremat", "chen",     "twremat",   "rotor",   "greedy",
                            "mincut",  "rockmate", "checkmate", "moccasin"};
     const int count = static_cast<int>(std::size(order));
     for (int i = 0; i < count; ++i) {
       const char* name = order[i];
-      if (deadline_.Expired()) break;
-      if (Unbeatable()) break;
+      if (deadline_.expired()) break;
+      if (unbeatable()) break;
       PlanOptions o;
       // The randomised repair afterwards counts as one more.
-      if (!OptionsFor(name, count - i + 1, &o)) continue;
+      if (!options_for(name, count - i + 1, &o)) continue;
       for (const Entry& e : kPlanners) {
         if (name != std::string(e.name)) continue;
         auto raw = e.fn(g_, o);
         absl::StrAppend(&tried_, tried_.empty() ? "" : ", ", name);
-        if (raw.ok() && !raw->order.empty()) Consider(name, raw->order, raw->optimal);
+        if (raw.ok() && !raw->order.empty()) consider(name, raw->order, raw->optimal);
       }
     }
   }
 
   // Iterated local search: the best plan with one or two of its recomputations dropped at
   // random, for the repair to fix again.
-  std::vector<int> PerturbBest(uint64_t seed) const {
+  std::vector<int> perturb_best(uint64_t seed) const {
     std::vector<int> seen(g_.size(), 0), recomp;
     for (size_t j = 0; j < best_.order.size(); ++j)
       if (seen[best_.order[j]]++) recomp.push_back(static_cast<int>(j));
@@ -126,20 +126,20 @@ class BestSearch {
 
   // Randomised XLA-style repair from file order and from the best plan so far, for the
   // rest of the time.
-  void RandomisedRepair() {
+  void randomised_repair() {
     std::vector<int> file(g_.size());
     for (int v = 0; v < g_.size(); ++v) file[v] = v;
     uint64_t seed = opt_.seed;
     int rounds = 0;
-    while (!deadline_.Expired()) {
-      internal::GreedyParams gp;
+    while (!deadline_.expired()) {
+      detail::GreedyParams gp;
       gp.seed = ++seed;
       gp.noise = 0.3 + 0.25 * static_cast<double>(rounds % 8);
       gp.cost_exp = (rounds % 3 == 0) ? 1.0 : (rounds % 3 == 1 ? 0.8 : 1.2);
       const bool perturb = have_ && rounds % 2 == 1 && best_sim_.recomputations > 0;
-      std::vector<int> start = perturb ? PerturbBest(seed) : file;
-      auto o = internal::RepairOrder(g_, start, *opt_.budget_bytes, gp, &deadline_);
-      Consider("greedy (randomised)", o, false);
+      std::vector<int> start = perturb ? perturb_best(seed) : file;
+      auto o = detail::repair_order(g_, start, *opt_.budget_bytes, gp, &deadline_);
+      consider("greedy (randomised)", o, false);
       ++rounds;
       if (g_.size() > 5000 && rounds > 3) break;
     }
@@ -148,15 +148,15 @@ class BestSearch {
 
   const Graph& g_;
   const PlanOptions& opt_;
-  internal::Deadline deadline_;
-  internal::RawPlan best_;
+  detail::Deadline deadline_;
+  detail::RawPlan best_;
   SimResult best_sim_;
   bool have_ = false;
   std::string tried_;  // the planners run, for the report when none fits
 };
 
-absl::StatusOr<internal::RawPlan> PlanBest(const Graph& g, const PlanOptions& opt) {
-  return BestSearch(g, opt).Run();
+absl::StatusOr<detail::RawPlan> plan_best(const Graph& g, const PlanOptions& opt) {
+  return BestSearch(g, opt).run();
 }
 
 }  // namespace
@@ -184,7 +184,7 @@ absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const Pl
   plan.schedule.graph = g.name;
   if (opt.budget_bytes) {
     int witness = -1;
-    int64_t lb = internal::MinimumPeakLowerBound(g, &witness);
+    int64_t lb = detail::minimum_peak_lower_bound(g, &witness);
     if (*opt.budget_bytes < lb) {
       plan.feasible = false;
       plan.reason = absl::StrCat(
@@ -196,7 +196,7 @@ absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const Pl
   }
   auto t0 = std::chrono::steady_clock::now();
   PlanOptions timed = opt;
-  timed.deadline = internal::Deadline(opt).end();  // what every nested planner stops by
+  timed.deadline = detail::Deadline(opt).end();  // what every nested planner stops by
   auto raw = entry->fn(g, timed);
   plan.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!raw.ok()) return raw.status();

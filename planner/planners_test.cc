@@ -14,8 +14,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Plan MustPlan(const std::string& algo, const Graph& g, std::optional<int64_t> budget,
-              double time_limit = 20) {
+Plan must_plan(const std::string& algo, const Graph& g, std::optional<int64_t> budget,
+               double time_limit = 20) {
   PlanOptions o;
   o.budget_bytes = budget;
   o.time_limit_seconds = time_limit;
@@ -32,9 +32,9 @@ const std::map<int, std::vector<std::pair<int64_t, double>>> kLinearOptima = {
 
 TEST(Exhaustive, LinearGraphOptimaMatchTheIssue) {
   for (const auto& [n, rows] : kLinearOptima) {
-    Graph g = testing::LinearGraph(n);
+    Graph g = testing::linear_graph(n);
     for (auto [budget, cost] : rows) {
-      auto r = internal::ExhaustiveOptimum(g, budget);
+      auto r = detail::exhaustive_optimum(g, budget);
       ASSERT_TRUE(r.has_value()) << "n=" << n << " B=" << budget;
       EXPECT_DOUBLE_EQ(r->cost, cost) << "n=" << n << " B=" << budget;
       SimResult s = simulate(g, Schedule{g.name, r->order}, budget);
@@ -42,15 +42,15 @@ TEST(Exhaustive, LinearGraphOptimaMatchTheIssue) {
       EXPECT_DOUBLE_EQ(s.cost, cost);
     }
     // One byte less than the smallest budget of the table cannot be met at all.
-    EXPECT_FALSE(internal::ExhaustiveOptimum(g, 2).has_value());
+    EXPECT_FALSE(detail::exhaustive_optimum(g, 2).has_value());
   }
 }
 
 TEST(Checkmate, HitsLinearGraphOptima) {
   for (const auto& [n, rows] : kLinearOptima) {
-    Graph g = testing::LinearGraph(n);
+    Graph g = testing::linear_graph(n);
     for (auto [budget, cost] : rows) {
-      Plan p = MustPlan("checkmate", g, budget);
+      Plan p = must_plan("checkmate", g, budget);
       ASSERT_TRUE(p.feasible) << "n=" << n << " B=" << budget << ": " << p.reason;
       EXPECT_DOUBLE_EQ(p.sim.cost, cost) << "n=" << n << " B=" << budget;
       EXPECT_LE(p.sim.peak_bytes, budget);
@@ -60,16 +60,16 @@ TEST(Checkmate, HitsLinearGraphOptima) {
 }
 
 TEST(Planners, BudgetBelowAnyScheduleIsInfeasibleWithReason) {
-  Graph g = testing::LinearGraph(4);
+  Graph g = testing::linear_graph(4);
   for (const std::string& algo : planner_names()) {
-    Plan p = MustPlan(algo, g, 2);
+    Plan p = must_plan(algo, g, 2);
     EXPECT_FALSE(p.feasible) << algo;
     EXPECT_THAT(p.reason, HasSubstr("below what any schedule needs")) << algo;
   }
 }
 
 TEST(Planners, UnknownNameIsAnError) {
-  Graph g = testing::LinearGraph(2);
+  Graph g = testing::linear_graph(2);
   auto p = run_planner("nosuch", g, PlanOptions{});
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.status().message(), HasSubstr("nosuch"));
@@ -81,13 +81,13 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
   int checked = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     Graph g =
-        seed % 2 ? testing::RandomDag(8, 0.3, 4, seed) : testing::RandomTrainingGraph(4, seed);
+        seed % 2 ? testing::random_dag(8, 0.3, 4, seed) : testing::random_training_graph(4, seed);
     int64_t full = file_order_peak(g);
-    int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     for (int64_t budget : {lb, (lb + full) / 2, full}) {
-      auto opt = internal::ExhaustiveOptimum(g, budget);
+      auto opt = detail::exhaustive_optimum(g, budget);
       for (const std::string& algo : planner_names()) {
-        Plan p = MustPlan(algo, g, budget, algo == "best" ? 0.2 : 5);
+        Plan p = must_plan(algo, g, budget, algo == "best" ? 0.2 : 5);
         if (!p.feasible) continue;
         SimResult again = simulate(g, p.schedule, budget);
         ASSERT_TRUE(again.valid) << algo << " seed " << seed << ": " << again.error;
@@ -96,8 +96,7 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
         EXPECT_GE(p.sim.cost, opt->cost - 1e-9) << algo << " seed " << seed << " budget " << budget;
         if (algo == "checkmate" && p.optimal) {
           // Checkmate is exact for its model: first computations in id order.
-          auto fixed =
-              internal::ExhaustiveOptimum(g, budget, 5'000'000, /*first_in_id_order=*/true);
+          auto fixed = detail::exhaustive_optimum(g, budget, 5'000'000, /*first_in_id_order=*/true);
           ASSERT_TRUE(fixed.has_value());
           EXPECT_NEAR(p.sim.cost, fixed->cost, 1e-9) << "seed " << seed << " budget " << budget;
         }
@@ -117,8 +116,8 @@ namespace {
 // Revolve's homogeneous model: advancing a stage costs 1, reversing one (its recording
 // forward fused with its backward) costs 1, each checkpoint takes one of m slots besides
 // the chain input; tapes cannot be held across other stages.
-double RevolveChainOptimum(int l, int m) {
-  internal::RotorChain c;
+double revolve_chain_optimum(int l, int m) {
+  detail::RotorChain c;
   for (int i = 0; i <= l; ++i) {
     c.fwd_cost.push_back(1);
     c.fwd_all_cost.push_back(0);
@@ -127,12 +126,12 @@ double RevolveChainOptimum(int l, int m) {
     c.leaf_bytes.push_back(0);
   }
   c.act_bytes.assign(l + 2, 1);
-  auto r = internal::RotorSolve(c, m, 0);
+  auto r = detail::rotor_solve(c, m, 0);
   return r ? r->first : -1;
 }
 
 // Revolve's closed form: opt(l, m) = (l + 1) + numforw(l + 1, m).
-double ClosedForm(int l, int m) {
+double closed_form(int l, int m) {
   auto binom = [](int a, int b) {
     double r = 1;
     for (int i = 1; i <= b; ++i) r = r * (a - b + i) / i;
@@ -144,20 +143,20 @@ double ClosedForm(int l, int m) {
 }
 
 TEST(Rotor, HomogeneousChainMatchesRevolve) {
-  EXPECT_DOUBLE_EQ(RevolveChainOptimum(9, 2), 30);
-  EXPECT_DOUBLE_EQ(RevolveChainOptimum(10, 3), 29);
-  EXPECT_DOUBLE_EQ(RevolveChainOptimum(20, 3), 70);
-  EXPECT_DOUBLE_EQ(RevolveChainOptimum(30, 4), 103);
+  EXPECT_DOUBLE_EQ(revolve_chain_optimum(9, 2), 30);
+  EXPECT_DOUBLE_EQ(revolve_chain_optimum(10, 3), 29);
+  EXPECT_DOUBLE_EQ(revolve_chain_optimum(20, 3), 70);
+  EXPECT_DOUBLE_EQ(revolve_chain_optimum(30, 4), 103);
   for (int l = 1; l <= 25; l += 3) {
     for (int m = 1; m <= 5; ++m) {
-      EXPECT_DOUBLE_EQ(RevolveChainOptimum(l, m), ClosedForm(l, m)) << l << "," << m;
+      EXPECT_DOUBLE_EQ(revolve_chain_optimum(l, m), closed_form(l, m)) << l << "," << m;
     }
   }
 }
 
 TEST(Rotor, HeldTapesNeverCostMore) {
   // Letting stages keep their tape can only help.
-  internal::RotorChain c;
+  detail::RotorChain c;
   for (int i = 0; i < 8; ++i) {
     c.fwd_cost.push_back(1 + i % 3);
     c.fwd_all_cost.push_back(1 + i % 3);
@@ -166,18 +165,18 @@ TEST(Rotor, HeldTapesNeverCostMore) {
     c.leaf_bytes.push_back(2);
   }
   c.act_bytes.assign(9, 1);
-  auto with = internal::RotorSolve(c, 6, 0);
+  auto with = detail::rotor_solve(c, 6, 0);
   auto strict = c;
   strict.tape_bytes.assign(8, 1000);
-  auto without = internal::RotorSolve(strict, 6, 0);
+  auto without = detail::rotor_solve(strict, 6, 0);
   ASSERT_TRUE(with && without);
   EXPECT_LE(with->first, without->first);
-  EXPECT_FALSE(internal::RotorSolve(c, 1, 0).has_value());  // a leaf needs 2
+  EXPECT_FALSE(detail::rotor_solve(c, 1, 0).has_value());  // a leaf needs 2
 }
 
 TEST(Rotor, BudgetedPlansOnTrainingGraphsAreValid) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
-    Graph g = testing::RandomTrainingGraph(20, seed);
+    Graph g = testing::random_training_graph(20, seed);
     int64_t full = file_order_peak(g);
     for (double f : {1.0, 0.7, 0.5}) {
       PlanOptions o;
@@ -202,7 +201,7 @@ namespace remat {
 namespace {
 
 TEST(Mincut, SavesNoMoreThanPyTorchAndNeverRecomputesBannedNodes) {
-  std::string dir = testing::SharedGraphsDir();
+  std::string dir = testing::shared_graphs_dir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   for (const char* name :
        {"mlp16", "resnet18", "vgg11", "mobilenet_v2", "gpt_small", "transformer_enc"}) {
@@ -225,7 +224,7 @@ TEST(Mincut, SavesNoMoreThanPyTorchAndNeverRecomputesBannedNodes) {
 }
 
 TEST(Mincut, BudgetedVariantFitsTighterBudgets) {
-  Graph g = testing::RandomTrainingGraph(30, 7);
+  Graph g = testing::random_training_graph(30, 7);
   int64_t full = file_order_peak(g);
   PlanOptions o;
   o.budget_bytes = full * 6 / 10;
@@ -239,9 +238,9 @@ TEST(Mincut, BudgetedVariantFitsTighterBudgets) {
 
 TEST(Greedy, MeetsBudgetsOnRandomGraphsWithValidSchedules) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    Graph g = testing::RandomDag(60, 0.05, 50, seed);
+    Graph g = testing::random_dag(60, 0.05, 50, seed);
     int64_t full = file_order_peak(g);
-    int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     int64_t budget = std::max(lb, full * 8 / 10);
     PlanOptions o;
     o.budget_bytes = budget;
@@ -254,7 +253,7 @@ TEST(Greedy, MeetsBudgetsOnRandomGraphsWithValidSchedules) {
 }
 
 TEST(Simulator, NoRematPeaksMatchFormatTable) {
-  std::string dir = testing::SharedGraphsDir();
+  std::string dir = testing::shared_graphs_dir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   const std::map<std::string, std::pair<int, int64_t>> table = {
       {"rlg_n100", {100, 46319}},      {"rlg_n250", {250, 146840}},

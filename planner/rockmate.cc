@@ -19,13 +19,13 @@
 #include "remat/schedule.h"
 #include "rockmate.h"
 
-namespace remat::internal::rockmate {
+namespace remat::detail::rockmate {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The step through which each step's instance lives (its last reader, or itself).
-std::vector<int> InstanceEnds(const Graph& g, const std::vector<int>& order) {
+std::vector<int> instance_ends(const Graph& g, const std::vector<int>& order) {
   const int n = static_cast<int>(order.size());
   std::vector<int> latest(g.size(), -1), end(n);
   for (int j = 0; j < n; ++j) {
@@ -38,7 +38,7 @@ std::vector<int> InstanceEnds(const Graph& g, const std::vector<int>& order) {
 }
 
 // Resident bytes at each step, given each instance's last step.
-std::vector<int64_t> Memory(const Graph& g, const std::vector<int>& order,
+std::vector<int64_t> memory(const Graph& g, const std::vector<int>& order,
                             const std::vector<int>& end) {
   const int n = static_cast<int>(order.size());
   std::vector<int64_t> delta(n + 1, 0), mem(n, 0);
@@ -51,7 +51,7 @@ std::vector<int64_t> Memory(const Graph& g, const std::vector<int>& order,
   return mem;
 }
 
-int64_t MaxOver(const std::vector<int64_t>& mem, int from, int to) {
+int64_t max_over(const std::vector<int64_t>& mem, int from, int to) {
   int64_t m = 0;
   for (int j = from; j < to; ++j) m = std::max(m, mem[j]);
   return m;
@@ -59,22 +59,22 @@ int64_t MaxOver(const std::vector<int64_t>& mem, int from, int to) {
 
 }  // namespace
 
-Strategy MeasureStrategy(const BlockProblem& p, const std::vector<int>& order,
-                         const std::string& source) {
+Strategy measure_strategy(const BlockProblem& p, const std::vector<int>& order,
+                          const std::string& source) {
   const Graph& g = p.sub;
   const int n = static_cast<int>(order.size());
   int split = n;
   for (int j = 0; j < n && split == n; ++j)
     if (order[j] >= p.boundary) split = j;
-  std::vector<int> end = InstanceEnds(g, order);
+  std::vector<int> end = instance_ends(g, order);
   // Exports stay resident to the end of the forward steps: a later block reads them.
   for (int j = 0; j < split; ++j)
     if (p.exported[order[j]]) end[j] = std::max(end[j], split - 1);
-  const std::vector<int64_t> mem = Memory(g, order, end);
+  const std::vector<int64_t> mem = memory(g, order, end);
   Strategy s;
   s.source = source;
-  s.fwd_peak = MaxOver(mem, 0, split);
-  s.bwd_peak = MaxOver(mem, split, n);
+  s.fwd_peak = max_over(mem, 0, split);
+  s.bwd_peak = max_over(mem, split, n);
   for (int j = 0; j < n; ++j) {
     const int v = order[j];
     if (p.external[v]) continue;
@@ -85,7 +85,7 @@ Strategy MeasureStrategy(const BlockProblem& p, const std::vector<int>& order,
   return s;
 }
 
-void KeepParetoFront(std::vector<Strategy>* list) {
+void keep_pareto_front(std::vector<Strategy>* list) {
   auto dominates = [](const Strategy& a, const Strategy& b) {
     return a.cost <= b.cost && a.fwd_peak <= b.fwd_peak && a.bwd_peak <= b.bwd_peak &&
            a.kept <= b.kept;
@@ -118,9 +118,9 @@ void KeepParetoFront(std::vector<Strategy>* list) {
 //    held), a_j is kept while j..t run, and s..j-1 are solved again with all of m.
 // Each block's needs include the rest resident while it runs (Note [The rest in the DP]).
 // Exports other than the separators (small pinned values) are not in m.
-std::pair<double, int> ChainSolver::Best(int s, int t, int m) const {
+std::pair<double, int> ChainSolver::best(int s, int t, int m) const {
   const ChainModel& c = *c_;
-  const int64_t du = U(c.grads_in[t + 1]);
+  const int64_t du = u(c.grads_in[t + 1]);
   const int64_t other_grads = std::max<int64_t>(0, c.grads_in[s + 1] - c.block_grads_in[s]);
   const int64_t rest_f = c.rest_fwd[s], rest_b = c.rest_bwd[s];
   double best = kInf;
@@ -128,10 +128,10 @@ std::pair<double, int> ChainSolver::Best(int s, int t, int m) const {
   const auto& list = *c.strategies[s];
   for (size_t k = 0; k < list.size(); ++k) {
     const Strategy& st = list[k];
-    if (m < du + U(st.fwd_peak + rest_f) || m < U(st.bwd_peak + other_grads + rest_b)) continue;
+    if (m < du + u(st.fwd_peak + rest_f) || m < u(st.bwd_peak + other_grads + rest_b)) continue;
     double v = st.cost;
     if (s < t) {
-      const int64_t tape = U(st.kept + c.act[s + 1]);
+      const int64_t tape = u(st.kept + c.act[s + 1]);
       if (m < tape) continue;
       v += opt_[at(s + 1, t, static_cast<int>(m - tape))];
     }
@@ -143,10 +143,10 @@ std::pair<double, int> ChainSolver::Best(int s, int t, int m) const {
   for (int j = s + 1; j <= t; ++j) {
     const int i = j - 1;
     if (!c.rerunnable[i]) break;
-    need = std::max(need, du + U(c.advance_peak[i] + (i > s ? c.act[i] : 0) + c.rest_fwd[i]));
+    need = std::max(need, du + u(c.advance_peak[i] + (i > s ? c.act[i] : 0) + c.rest_fwd[i]));
     advance += c.advance_cost[i];
     if (m < need) break;
-    const int64_t aj = U(c.act[j]);
+    const int64_t aj = u(c.act[j]);
     if (m < aj) continue;
     const double v = advance + opt_[at(j, t, static_cast<int>(m - aj))] + opt_[at(s, j - 1, m)];
     if (v < best) best = v, ch = -j;
@@ -154,7 +154,7 @@ std::pair<double, int> ChainSolver::Best(int s, int t, int m) const {
   return {best, ch};
 }
 
-bool ChainSolver::Fill(const ChainModel& c, int64_t top_bytes, int steps) {
+bool ChainSolver::fill(const ChainModel& c, int64_t top_bytes, int steps) {
   c_ = &c;
   L_ = c.size();
   unit_ = std::max<int64_t>(1, (top_bytes + steps - 1) / steps);
@@ -166,7 +166,7 @@ bool ChainSolver::Fill(const ChainModel& c, int64_t top_bytes, int steps) {
   for (int len = 0; len < L_; ++len) {
     for (int s = 0; s + len < L_; ++s) {
       for (int m = 0; m <= M_; ++m) {
-        auto [v, ch] = Best(s, s + len, m);
+        auto [v, ch] = best(s, s + len, m);
         opt_[at(s, s + len, m)] = v;
         choice_[at(s, s + len, m)] = ch;
       }
@@ -175,14 +175,14 @@ bool ChainSolver::Fill(const ChainModel& c, int64_t top_bytes, int steps) {
   return true;
 }
 
-int64_t ChainSolver::MinimumMemory() const {
+int64_t ChainSolver::minimum_memory() const {
   if (L_ == 0) return -1;
   for (int m = 0; m <= M_; ++m)
     if (opt_[at(0, L_ - 1, m)] < kInf) return m * unit_;
   return -1;
 }
 
-std::optional<std::pair<double, std::vector<ChainOp>>> ChainSolver::Solve(int64_t memory) const {
+std::optional<std::pair<double, std::vector<ChainOp>>> ChainSolver::solve(int64_t memory) const {
   if (L_ == 0 || memory < 0) return std::nullopt;
   const int m0 = static_cast<int>(std::min<int64_t>(memory / unit_, M_));
   if (opt_[at(0, L_ - 1, m0)] == kInf) return std::nullopt;
@@ -204,21 +204,21 @@ std::optional<std::pair<double, std::vector<ChainOp>>> ChainSolver::Solve(int64_
       stack.push_back({k.s, k.s, 0, ch});
       if (k.s < k.t) {
         const Strategy& st = (*c_->strategies[k.s])[ch];
-        stack.push_back({k.s + 1, k.t, k.m - static_cast<int>(U(st.kept + c_->act[k.s + 1])), -1});
+        stack.push_back({k.s + 1, k.t, k.m - static_cast<int>(u(st.kept + c_->act[k.s + 1])), -1});
       }
       continue;
     }
     const int j = -ch;
     for (int i = k.s; i < j; ++i) ops.push_back({ChainOp::kAdvance, i, -1});
     stack.push_back({k.s, j - 1, k.m, -1});
-    stack.push_back({j, k.t, k.m - static_cast<int>(U(c_->act[j])), -1});
+    stack.push_back({j, k.t, k.m - static_cast<int>(u(c_->act[j])), -1});
   }
   return std::make_pair(opt_[at(0, L_ - 1, m0)], std::move(ops));
 }
 
-}  // namespace remat::internal::rockmate
+}  // namespace remat::detail::rockmate
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 using rockmate::BlockProblem;
@@ -228,15 +228,15 @@ using rockmate::ChainOp;
 using rockmate::KindPlan;
 using Json = nlohmann::json;
 
-double SecondsSince(std::chrono::steady_clock::time_point t0) {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Inputs and tangents: they exist before the step and cannot be recomputed.
-bool IsInput(const Node& v) { return v.kind == NodeKind::kInput || v.kind == NodeKind::kTangent; }
+bool is_input(const Node& v) { return v.kind == NodeKind::kInput || v.kind == NodeKind::kTangent; }
 
 // grads_in[i]: bytes of backward values made in blocks >= i and read in blocks < i.
-std::vector<int64_t> GradsIn(const Graph& g, const BlockSequence& b) {
+std::vector<int64_t> grads_in(const Graph& g, const BlockSequence& b) {
   const int L = b.size();
   std::vector<int64_t> diff(L + 2, 0);
   const auto users = g.users();
@@ -263,8 +263,8 @@ std::vector<int64_t> GradsIn(const Graph& g, const BlockSequence& b) {
 // input that only forward nodes read (a weight read by its transpose) lives only while the
 // forwards of the blocks that read it run. The other values of the rest are made first and
 // held throughout. *fwd and *bwd: per block, during its forward and its backward.
-void RestAt(const Graph& g, const BlockSequence& b, std::vector<int64_t>* fwd,
-            std::vector<int64_t>* bwd) {
+void rest_at(const Graph& g, const BlockSequence& b, std::vector<int64_t>* fwd,
+             std::vector<int64_t>* bwd) {
   const auto users = g.users();
   const int L = b.size();
   std::vector<int64_t> at(L + 1, 0), only_fwd(L + 1, 0);
@@ -276,7 +276,7 @@ void RestAt(const Graph& g, const BlockSequence& b, std::vector<int64_t>* fwd,
       lo = std::min(lo, b.block_of[w]);
       backward = backward || b.late[w];
     }
-    if (!IsInput(g.nodes[u]) || lo == L) lo = 0, backward = true;
+    if (!is_input(g.nodes[u]) || lo == L) lo = 0, backward = true;
     if (!backward) {
       hi = lo;
       for (int w : users[u]) hi = std::max(hi, b.block_of[w]);
@@ -296,15 +296,15 @@ void RestAt(const Graph& g, const BlockSequence& b, std::vector<int64_t>* fwd,
   }
 }
 
-ChainModel BuildChainModel(const Graph& g, const BlockSequence& b,
-                           const std::vector<BlockProblem>& probs,
-                           const std::vector<KindPlan>& kinds) {
+ChainModel build_chain_model(const Graph& g, const BlockSequence& b,
+                             const std::vector<BlockProblem>& probs,
+                             const std::vector<KindPlan>& kinds) {
   const int L = b.size();
   ChainModel c;
   c.act.assign(L + 1, 0);
   for (int i = 1; i <= L; ++i) c.act[i] = g.nodes[b.out[i - 1]].bytes;
-  c.grads_in = GradsIn(g, b);
-  RestAt(g, b, &c.rest_fwd, &c.rest_bwd);
+  c.grads_in = grads_in(g, b);
+  rest_at(g, b, &c.rest_fwd, &c.rest_bwd);
   for (int i = 0; i < L; ++i) {
     const KindPlan& k = kinds[b.kind[i]];
     c.block_grads_in.push_back(probs[i].grad_in_bytes);
@@ -318,17 +318,17 @@ ChainModel BuildChainModel(const Graph& g, const BlockSequence& b,
 
 // Places each input (or tangent) right before the first step that reads it (an input counts from
 // its step: a late layer's weights need not be held through the early forward).
-std::vector<int> PlaceInputsLazily(const Graph& g, const std::vector<int>& order) {
+std::vector<int> place_inputs_lazily(const Graph& g, const std::vector<int>& order) {
   std::vector<char> placed(g.size(), 0);
   std::vector<int> out;
   out.reserve(order.size());
   for (int v : order) {
     for (int u : g.nodes[v].inputs) {
-      if (!IsInput(g.nodes[u]) || placed[u]) continue;
+      if (!is_input(g.nodes[u]) || placed[u]) continue;
       placed[u] = 1;
       out.push_back(u);
     }
-    if (IsInput(g.nodes[v]) && placed[v]) continue;
+    if (is_input(g.nodes[v]) && placed[v]) continue;
     placed[v] = 1;
     out.push_back(v);
   }
@@ -337,12 +337,12 @@ std::vector<int> PlaceInputsLazily(const Graph& g, const std::vector<int>& order
 
 // The schedule of the DP's ops: the rest first (inputs where they are first read), then
 // each op's steps in global ids.
-std::vector<int> Assemble(const Graph& g, const BlockSequence& b,
+std::vector<int> assemble(const Graph& g, const BlockSequence& b,
                           const std::vector<BlockProblem>& probs,
                           const std::vector<KindPlan>& kinds, const std::vector<ChainOp>& ops) {
   std::vector<int> order;
   for (int v : b.rest)
-    if (!IsInput(g.nodes[v])) order.push_back(v);
+    if (!is_input(g.nodes[v])) order.push_back(v);
   for (const ChainOp& op : ops) {
     const KindPlan& k = kinds[b.kind[op.block]];
     const std::vector<int>& seq = op.kind == ChainOp::kAdvance   ? k.advance
@@ -351,8 +351,8 @@ std::vector<int> Assemble(const Graph& g, const BlockSequence& b,
     for (int v : seq) order.push_back(probs[op.block].global[v]);
   }
   for (int v : b.rest)
-    if (IsInput(g.nodes[v])) order.push_back(v);  // unread inputs: at the end
-  return PlaceInputsLazily(g, order);
+    if (is_input(g.nodes[v])) order.push_back(v);  // unread inputs: at the end
+  return place_inputs_lazily(g, order);
 }
 
 // Note [Moving the DP's memory]
@@ -375,9 +375,9 @@ class MemorySearch {
       : g_(g), b_(b), probs_(probs), kinds_(kinds), solver_(solver), budget_(budget) {}
 
   // Probes until `probes` expires, repairs until `repairs` does.
-  void Run(const Deadline& probes, const Deadline& repairs) {
-    Probes(probes);
-    Repair(repairs);
+  void run(const Deadline& probes, const Deadline& repairs) {
+    run_probes(probes);
+    repair(repairs);
   }
 
   bool found() const { return !best_.empty(); }
@@ -386,27 +386,27 @@ class MemorySearch {
   int repairs() const { return repairs_; }
 
  private:
-  void Probes(const Deadline& deadline) {
-    int64_t fit = solver_.MinimumMemory();
-    if (fit < 0 || Probe(fit) != 1) return;
+  void run_probes(const Deadline& deadline) {
+    int64_t fit = solver_.minimum_memory();
+    if (fit < 0 || probe(fit) != 1) return;
     const int64_t top = solver_.top();
     int64_t miss = top + 1;
-    if (Probe(top) == 1) return;
-    while (miss - fit > solver_.unit() && !deadline.Expired()) {
+    if (probe(top) == 1) return;
+    while (miss - fit > solver_.unit() && !deadline.expired()) {
       const int64_t mid = fit + (miss - fit) / 2;
-      (Probe(mid) == 1 ? fit : miss) = mid;
+      (probe(mid) == 1 ? fit : miss) = mid;
     }
     // The simulated cost is not monotone in the DP's memory: a sweep below the boundary.
-    const int64_t lo = solver_.MinimumMemory();
-    for (int k = 1; k < 24 && !deadline.Expired(); ++k) Probe(lo + (fit - lo) * k / 24);
+    const int64_t lo = solver_.minimum_memory();
+    for (int k = 1; k < 24 && !deadline.expired(); ++k) probe(lo + (fit - lo) * k / 24);
   }
 
   // 1: fits, 0: over the budget, -1: the DP finds nothing.
-  int Probe(int64_t memory) {
+  int probe(int64_t memory) {
     ++probes_;
-    auto r = solver_.Solve(memory);
+    auto r = solver_.solve(memory);
     if (!r) return -1;
-    Schedule s{g_.name, PruneUnreadInstances(g_, Assemble(g_, b_, probs_, kinds_, r->second))};
+    Schedule s{g_.name, prune_unread_instances(g_, assemble(g_, b_, probs_, kinds_, r->second))};
     const SimResult sim = simulate(g_, s, budget_);
     if (verbose_)
       fprintf(stderr,
@@ -422,14 +422,14 @@ class MemorySearch {
   }
 
   // Note [Moving the DP's memory]: the repair of the cheapest probes.
-  void Repair(const Deadline& deadline) {
+  void repair(const Deadline& deadline) {
     std::sort(probed_.begin(), probed_.end(),
               [](const Probed& a, const Probed& b) { return a.cost < b.cost; });
     for (size_t i = 0; i < probed_.size() && i < kRepairs; ++i) {
-      if (i > 0 && deadline.Expired()) break;
+      if (i > 0 && deadline.expired()) break;
       ++repairs_;
       std::vector<int> order =
-          RepairOrder(g_, probed_[i].order, budget_, GreedyParams{}, &deadline);
+          repair_order(g_, probed_[i].order, budget_, GreedyParams{}, &deadline);
       const SimResult sim = simulate(g_, Schedule{g_.name, order}, budget_);
       if (sim.valid && (best_.empty() || sim.cost < best_cost_)) {
         best_ = std::move(order);
@@ -463,7 +463,7 @@ class MemorySearch {
 // A graph that is no sequence is one block: Rockmate's per-block solver gets the whole
 // graph. Checkmate where the MILP is small, Moccasin where the CP model is, and the cheap
 // planners; the cheapest schedule that fits wins.
-RawPlan WholeGraph(const Graph& g, const PlanOptions& opt, const std::string& why, Json* details) {
+RawPlan whole_graph(const Graph& g, const PlanOptions& opt, const std::string& why, Json* details) {
   Deadline deadline(opt);
   RawPlan best;
   double best_cost = std::numeric_limits<double>::infinity();
@@ -474,7 +474,7 @@ RawPlan WholeGraph(const Graph& g, const PlanOptions& opt, const std::string& wh
     // recomputations the budget does not need.
     if (opt.budget_bytes)
       raw->order =
-          RepairOrder(g, std::move(raw->order), *opt.budget_bytes, GreedyParams{}, &deadline);
+          repair_order(g, std::move(raw->order), *opt.budget_bytes, GreedyParams{}, &deadline);
     const SimResult sim = simulate(g, Schedule{g.name, raw->order}, opt.budget_bytes);
     if (!sim.valid || sim.cost >= best_cost) return;
     best_cost = sim.cost;
@@ -483,19 +483,19 @@ RawPlan WholeGraph(const Graph& g, const PlanOptions& opt, const std::string& wh
   };
   PlanOptions o = opt;
   for (const char* name : {"greedy", "chen", "twremat"}) {
-    if (deadline.Expired()) break;
-    o.time_limit_seconds = std::max(0.5, deadline.Left());
-    if (name == std::string("greedy")) consider(name, PlanGreedy(g, o));
-    if (name == std::string("chen")) consider(name, PlanChen(g, o));
-    if (name == std::string("twremat")) consider(name, PlanTwRemat(g, o));
+    if (deadline.expired()) break;
+    o.time_limit_seconds = std::max(0.5, deadline.left());
+    if (name == std::string("greedy")) consider(name, plan_greedy(g, o));
+    if (name == std::string("chen")) consider(name, plan_chen(g, o));
+    if (name == std::string("twremat")) consider(name, plan_tw_remat(g, o));
   }
-  if (g.size() <= 150 && !deadline.Expired()) {
-    o.time_limit_seconds = std::max(0.5, deadline.Left() * 0.6);
-    consider("checkmate", PlanCheckmate(g, o));
+  if (g.size() <= 150 && !deadline.expired()) {
+    o.time_limit_seconds = std::max(0.5, deadline.left() * 0.6);
+    consider("checkmate", plan_checkmate(g, o));
   }
-  if (g.size() <= 400 && opt.budget_bytes && !deadline.Expired()) {
-    o.time_limit_seconds = std::max(0.5, deadline.Left() * 0.8);
-    consider("moccasin", PlanMoccasin(g, o));
+  if (g.size() <= 400 && opt.budget_bytes && !deadline.expired()) {
+    o.time_limit_seconds = std::max(0.5, deadline.left() * 0.8);
+    consider("moccasin", plan_moccasin(g, o));
   }
   (*details)["blocks"] = 1;
   (*details)["kinds"] = 1;
@@ -507,9 +507,9 @@ RawPlan WholeGraph(const Graph& g, const PlanOptions& opt, const std::string& wh
 }
 
 }  // namespace
-}  // namespace remat::internal
+}  // namespace remat::detail
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 // Note [Strategies across calls]
@@ -523,13 +523,13 @@ constexpr size_t kMaxCachedKinds = 512;
 
 class KindCache {
  public:
-  std::optional<KindPlan> Find(const std::vector<int64_t>& signature) {
+  std::optional<KindPlan> find(const std::vector<int64_t>& signature) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = kinds_.find(signature);
     if (it == kinds_.end()) return std::nullopt;
     return it->second;
   }
-  void Insert(std::vector<int64_t> signature, const KindPlan& k) {
+  void insert(std::vector<int64_t> signature, const KindPlan& k) {
     std::lock_guard<std::mutex> lock(mu_);
     if (kinds_.size() >= kMaxCachedKinds) kinds_.clear();
     kinds_.emplace(std::move(signature), k);
@@ -540,16 +540,16 @@ class KindCache {
   std::map<std::vector<int64_t>, KindPlan> kinds_;
 };
 
-KindCache& SolvedKinds() {
+KindCache& solved_kinds() {
   static KindCache* cache = new KindCache;
   return *cache;
 }
 
 // Per kind: its strategies (Note [Strategies across calls]), within a share of `seconds` in
 // proportion to its size.
-std::vector<KindPlan> PlanKinds(const Graph& g, const BlockSequence& b,
-                                const std::vector<BlockProblem>& probs, double seconds,
-                                bool verbose) {
+std::vector<KindPlan> plan_kinds(const Graph& g, const BlockSequence& b,
+                                 const std::vector<BlockProblem>& probs, double seconds,
+                                 bool verbose) {
   const int K = static_cast<int>(b.representative.size());
   std::vector<double> weight(K);
   double total = 0;
@@ -562,18 +562,18 @@ std::vector<KindPlan> PlanKinds(const Graph& g, const BlockSequence& b,
   double left_weight = total;
   for (int k = 0; k < K; ++k) {
     const BlockProblem& p = probs[b.representative[k]];
-    std::vector<int64_t> signature = rockmate::BlockSignature(g, p);
-    if (std::optional<KindPlan> cached = SolvedKinds().Find(signature)) {
+    std::vector<int64_t> signature = rockmate::block_signature(g, p);
+    if (std::optional<KindPlan> cached = solved_kinds().find(signature)) {
       left_weight -= weight[k];
       kinds[k] = *std::move(cached);
       kinds[k].cached = true;
     } else {
-      const double share = std::max(0.0, deadline.Left()) * weight[k] / left_weight;
+      const double share = std::max(0.0, deadline.left()) * weight[k] / left_weight;
       left_weight -= weight[k];
-      kinds[k] = rockmate::PlanKind(p, share, verbose);
+      kinds[k] = rockmate::plan_kind(p, share, verbose);
       // A kind cut short by the time limit (no time for even the cheap strategies) is not
       // kept: a later call may have the time.
-      if (!kinds[k].strategies.empty()) SolvedKinds().Insert(std::move(signature), kinds[k]);
+      if (!kinds[k].strategies.empty()) solved_kinds().insert(std::move(signature), kinds[k]);
     }
     kinds[k].first_block = b.representative[k];
     kinds[k].blocks = static_cast<int>(std::count(b.kind.begin(), b.kind.end(), k));
@@ -581,7 +581,7 @@ std::vector<KindPlan> PlanKinds(const Graph& g, const BlockSequence& b,
   return kinds;
 }
 
-Json KindsJson(const std::vector<KindPlan>& kinds) {
+Json kinds_json(const std::vector<KindPlan>& kinds) {
   Json list = Json::array();
   for (const KindPlan& k : kinds) {
     list.push_back({{"first_block", k.first_block},
@@ -601,44 +601,44 @@ Json KindsJson(const std::vector<KindPlan>& kinds) {
 }
 
 // The DP's memory steps: as many as the table allows, up to 400.
-int MemorySteps(int blocks) {
+int memory_steps(int blocks) {
   const int64_t l2 = static_cast<int64_t>(blocks) * blocks;
   return static_cast<int>(std::clamp<int64_t>(20'000'000 / std::max<int64_t>(l2, 1), 50, 400));
 }
 
 }  // namespace
 
-absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<RawPlan> plan_rockmate(const Graph& g, const PlanOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   Deadline deadline(opt);
-  const BlockSequence b = rockmate::DetectBlocks(g);
+  const BlockSequence b = rockmate::detect_blocks(g);
   Json details;
-  details["seconds"]["detection"] = SecondsSince(t0);
+  details["seconds"]["detection"] = seconds_since(t0);
   if (b.size() < 2) {
-    RawPlan plan = WholeGraph(g, opt, b.note, &details);
-    details["seconds"]["total"] = SecondsSince(t0);
+    RawPlan plan = whole_graph(g, opt, b.note, &details);
+    details["seconds"]["total"] = seconds_since(t0);
     plan.details = details.dump();
     return plan;
   }
   auto out_of_time = [&](const char* phase) {
     RawPlan none;
     none.note = absl::StrCat("rockmate: no plan in time (", phase, " took the time limit)");
-    details["seconds"]["total"] = SecondsSince(t0);
+    details["seconds"]["total"] = seconds_since(t0);
     none.details = details.dump();
     return none;
   };
-  if (deadline.Expired()) return out_of_time("detecting the blocks");
+  if (deadline.expired()) return out_of_time("detecting the blocks");
   std::vector<BlockProblem> probs;
   for (int i = 0; i < b.size(); ++i) {
-    if (deadline.Expired()) return out_of_time("building the blocks' problems");
-    probs.push_back(rockmate::BuildBlockProblem(g, b, i));
+    if (deadline.expired()) return out_of_time("building the blocks' problems");
+    probs.push_back(rockmate::build_block_problem(g, b, i));
   }
   const auto t1 = std::chrono::steady_clock::now();
   // Most of the time goes to the blocks' MILPs; the DP and its probes take the rest.
-  const std::vector<KindPlan> kinds = PlanKinds(g, b, probs, deadline.Left() * 0.6, opt.verbose);
-  details["seconds"]["strategies"] = SecondsSince(t1);
+  const std::vector<KindPlan> kinds = plan_kinds(g, b, probs, deadline.left() * 0.6, opt.verbose);
+  details["seconds"]["strategies"] = seconds_since(t1);
   const auto t2 = std::chrono::steady_clock::now();
-  const ChainModel chain = BuildChainModel(g, b, probs, kinds);
+  const ChainModel chain = build_chain_model(g, b, probs, kinds);
   const int64_t budget = opt.budget_bytes ? *opt.budget_bytes : file_order_peak(g);
   int64_t fixed = 0;
   for (int v : b.rest) fixed += g.nodes[v].bytes;
@@ -647,28 +647,28 @@ absl::StatusOr<RawPlan> PlanRockmate(const Graph& g, const PlanOptions& opt) {
   RawPlan plan;
   // The DP's memory may exceed the budget where its model is conservative: the search
   // looks up to a quarter above it.
-  if (!solver.Fill(chain, budget + budget / 4, MemorySteps(b.size())))
+  if (!solver.fill(chain, budget + budget / 4, memory_steps(b.size())))
     return absl::InternalError("rockmate: the DP table is too large");
   MemorySearch search(g, b, probs, kinds, solver, budget);
   search.verbose_ = opt.verbose;
   // The probes stop with a fifth of the time left, which the repair of the best ones takes.
-  search.Run(Deadline(deadline.Left() * 0.8), deadline);
-  details["seconds"]["dp"] = SecondsSince(t2);
+  search.run(Deadline(deadline.left() * 0.8), deadline);
+  details["seconds"]["dp"] = seconds_since(t2);
   if (search.found()) plan.order = search.best();
   details["blocks"] = b.size();
   details["kinds"] = kinds.size();
   details["merged_blocks"] = b.merges;
-  details["kind_list"] = KindsJson(kinds);
-  details["dp"] = {{"memory_steps", MemorySteps(b.size())},
+  details["kind_list"] = kinds_json(kinds);
+  details["dp"] = {{"memory_steps", memory_steps(b.size())},
                    {"unit_bytes", solver.unit()},
                    {"probes", search.probes()},
                    {"repaired_probes", search.repairs()},
                    {"held_bytes", fixed}};
-  details["seconds"]["total"] = SecondsSince(t0);
+  details["seconds"]["total"] = seconds_since(t0);
   plan.details = details.dump();
   plan.note = absl::StrCat("rockmate: ", b.size(), " blocks of ", kinds.size(), " kinds");
   if (!search.found()) absl::StrAppend(&plan.note, "; the DP found no schedule within the budget");
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

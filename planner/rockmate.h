@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "remat/graph.h"
 
-namespace remat::internal::rockmate {
+namespace remat::detail::rockmate {
 
 // The graph cut into a sequence of blocks (Rockmate's rk-GB on remat-graph-v1). Block i
 // runs its forward nodes fwd[i] after block i-1's and its backward nodes bwd[i] after block
@@ -37,7 +37,7 @@ struct BlockSequence {
 
 // Detects the blocks. A graph that is no sequence (no backward, a forward node reading a
 // backward one, crossings everywhere) gives one block and a note.
-BlockSequence DetectBlocks(const Graph& g, int max_blocks = 80);
+BlockSequence detect_blocks(const Graph& g, int max_blocks = 80);
 
 // A block as a graph of its own (local ids): external forward inputs (0 bytes: the DP
 // accounts for them), the block's forward nodes, external backward inputs (the gradients
@@ -50,11 +50,11 @@ struct BlockProblem {
   int boundary = 0;            // first local id of the backward section
   int64_t grad_in_bytes = 0;   // bytes of the external backward inputs
 };
-BlockProblem BuildBlockProblem(const Graph& g, const BlockSequence& b, int block);
+BlockProblem build_block_problem(const Graph& g, const BlockSequence& b, int block);
 
 // The canonical signature of a block problem: equal for blocks with the same structure,
 // bytes (external inputs at their real size) and costs, in topological order.
-std::vector<int64_t> BlockSignature(const Graph& g, const BlockProblem& p);
+std::vector<int64_t> block_signature(const Graph& g, const BlockProblem& p);
 
 // One way to run a block: its forward steps, its backward steps (local ids), and what the
 // sequence DP needs to know about them.
@@ -69,11 +69,11 @@ struct Strategy {
 
 // Measures a full order of the block problem (local ids, every node at least once, first
 // computations of forward nodes before the backward section) as a strategy.
-Strategy MeasureStrategy(const BlockProblem& p, const std::vector<int>& order,
-                         const std::string& source);
+Strategy measure_strategy(const BlockProblem& p, const std::vector<int>& order,
+                          const std::string& source);
 
 // Drops strategies that another one beats or equals on all four measures.
-void KeepParetoFront(std::vector<Strategy>* list);
+void keep_pareto_front(std::vector<Strategy>* list);
 
 // The strategies of one kind of block and how it advances (runs its forward keeping only
 // what other blocks read), with a report for the planner's JSON.
@@ -93,7 +93,7 @@ struct KindPlan {
 // Strategies for a kind within `seconds`: keep all, recompute all, keep sets, greedy repair
 // under a grid of peaks, and Checkmate under a grid of (peak, kept) budgets where the block
 // is small enough; the Pareto front of them.
-KindPlan PlanKind(const BlockProblem& p, double seconds, bool verbose);
+KindPlan plan_kind(const BlockProblem& p, double seconds, bool verbose);
 
 // The chain the sequence DP plans (rk-Rotor). Memory is in bytes beyond the pinned values
 // and the input of the segment being solved; each block's needs include the rest resident
@@ -122,18 +122,18 @@ struct ChainOp {
 class ChainSolver {
  public:
   // False when the table would be too large.
-  bool Fill(const ChainModel& c, int64_t top_bytes, int steps);
+  bool fill(const ChainModel& c, int64_t top_bytes, int steps);
   // Minimum cost and ops with `memory` bytes; nullopt when the DP finds no way.
-  std::optional<std::pair<double, std::vector<ChainOp>>> Solve(int64_t memory) const;
+  std::optional<std::pair<double, std::vector<ChainOp>>> solve(int64_t memory) const;
   int64_t unit() const { return unit_; }
   int64_t top() const { return unit_ * M_; }
   // The least memory (bytes) with which the DP finds a way; -1 if none up to the top.
-  int64_t MinimumMemory() const;
+  int64_t minimum_memory() const;
 
  private:
   size_t at(int s, int t, int m) const { return (static_cast<size_t>(s) * L_ + t) * (M_ + 1) + m; }
-  std::pair<double, int> Best(int s, int t, int m) const;
-  int64_t U(int64_t bytes) const { return (bytes + unit_ - 1) / unit_; }
+  std::pair<double, int> best(int s, int t, int m) const;
+  int64_t u(int64_t bytes) const { return (bytes + unit_ - 1) / unit_; }
 
   const ChainModel* c_ = nullptr;
   int L_ = 0, M_ = 0;
@@ -142,6 +142,6 @@ class ChainSolver {
   std::vector<int> choice_;  // >= 0: strategy; < 0: -j, advance to block j
 };
 
-}  // namespace remat::internal::rockmate
+}  // namespace remat::detail::rockmate
 
 #endif  // REMAT_PLANNER_ROCKMATE_H_

@@ -9,7 +9,7 @@
 
 #include "rockmate.h"
 
-namespace remat::internal::rockmate {
+namespace remat::detail::rockmate {
 namespace {
 
 constexpr int kRest = -1, kShared = -2;  // block_of of nodes outside the blocks
@@ -23,7 +23,7 @@ constexpr int kRest = -1, kShared = -2;  // block_of of nodes outside the blocks
 // by real work (an embedding, the first convolution) is an activation, not a parameter:
 // data inputs are inputs too, and treating everything computed from inputs alone as
 // parameters would hold every activation of the forward pass.
-std::vector<char> ParameterLike(const Graph& g) {
+std::vector<char> parameter_like(const Graph& g) {
   std::vector<char> p(g.size(), 0), constant(g.size(), 0);
   for (const Node& v : g.nodes) {
     // A tangent is an input of the step too (hold_inputs() makes every node wait for it).
@@ -54,7 +54,7 @@ std::vector<char> ParameterLike(const Graph& g) {
 // side; it then joins a block's backward like the backward nodes. Only views: the last
 // activations of the forward pass are read by the backward alone too, and every node
 // before them would follow.
-std::vector<char> BackwardSide(const Graph& g, const std::vector<char>& param) {
+std::vector<char> backward_side(const Graph& g, const std::vector<char>& param) {
   const auto users = g.users();
   std::vector<char> late(g.size(), 0);
   for (int v = g.size() - 1; v >= 0; --v) {
@@ -72,8 +72,8 @@ std::vector<char> BackwardSide(const Graph& g, const std::vector<char>& param) {
 }
 
 // Why the graph cannot be a sequence of forward blocks mirrored by backward ones, or "".
-std::string NotASequence(const Graph& g, const std::vector<char>& param,
-                         const std::vector<char>& late) {
+std::string not_a_sequence(const Graph& g, const std::vector<char>& param,
+                           const std::vector<char>& late) {
   bool backward = false;
   for (const Node& v : g.nodes) {
     if (late[v.id]) backward = true;
@@ -87,7 +87,7 @@ std::string NotASequence(const Graph& g, const std::vector<char>& param,
 // Cuts the chain (forward nodes that are not parameter-like, ascending) after each node v
 // such that every other chain value made before v and read after it is at most 1/16 of v:
 // v is then nearly all that crosses (Rotor's and Rockmate's 1-separators).
-std::vector<std::vector<int>> CutAtSeparators(const Graph& g, const std::vector<int>& chain) {
+std::vector<std::vector<int>> cut_at_separators(const Graph& g, const std::vector<int>& chain) {
   std::vector<int> pos(g.size(), -1);
   for (size_t k = 0; k < chain.size(); ++k) pos[chain[k]] = static_cast<int>(k);
   std::vector<int> far(chain.size());
@@ -120,7 +120,7 @@ std::vector<std::vector<int>> CutAtSeparators(const Graph& g, const std::vector<
 // but no later than the blocks of the backward values it reads (backward blocks run in
 // reverse). A node that reads no block value joins the latest block of its readers (it
 // runs just before them), or block 0 (the end of the step) when nothing reads it.
-void AssignBackward(const Graph& g, const std::vector<char>& late, std::vector<int>* block_of) {
+void assign_backward(const Graph& g, const std::vector<char>& late, std::vector<int>* block_of) {
   const int nb = 1 + *std::max_element(block_of->begin(), block_of->end());
   std::vector<char> pending(g.size(), 0);
   for (const Node& v : g.nodes) {
@@ -162,8 +162,8 @@ void AssignBackward(const Graph& g, const std::vector<char>& late, std::vector<i
 // is shared: every block that reads it makes its own copy (free recomputations), instead of
 // holding it from the start of the step. Others read by several blocks stay in the rest:
 // made first and held.
-void AttachParameterLike(const Graph& g, const std::vector<char>& param,
-                         std::vector<int>* block_of) {
+void attach_parameter_like(const Graph& g, const std::vector<char>& param,
+                           std::vector<int>* block_of) {
   const auto users = g.users();
   for (int v = g.size() - 1; v >= 0; --v) {
     if (!param[v] || !g.nodes[v].can_recompute()) continue;
@@ -186,8 +186,8 @@ void AttachParameterLike(const Graph& g, const std::vector<char>& param,
 // An attached parameter-like value that only the backward side reads (a weight transposed
 // for a gradient) runs in its block's backward too, not in the forward where it would be
 // held until then.
-void LateParameterLike(const Graph& g, const std::vector<char>& param,
-                       const std::vector<int>& block_of, std::vector<char>* late) {
+void late_parameter_like(const Graph& g, const std::vector<char>& param,
+                         const std::vector<int>& block_of, std::vector<char>* late) {
   const auto users = g.users();
   for (int v = g.size() - 1; v >= 0; --v) {
     if (!param[v] || block_of[v] < 0 || users[v].empty()) continue;
@@ -198,7 +198,7 @@ void LateParameterLike(const Graph& g, const std::vector<char>& param,
 }
 
 // The last chain node of each block.
-std::vector<int> Separators(const std::vector<int>& block_of, const std::vector<char>& chain,
+std::vector<int> separators(const std::vector<int>& block_of, const std::vector<char>& chain,
                             int nb) {
   std::vector<int> out(nb, -1);
   for (size_t v = 0; v < block_of.size(); ++v)
@@ -208,8 +208,8 @@ std::vector<int> Separators(const std::vector<int>& block_of, const std::vector<
 
 // Whether the value u (block bu) may be read by a node of block bv; marks it pinned when it
 // is small enough to hold across blocks. False: the blocks between must be merged.
-bool CrossingAllowed(const Graph& g, const std::vector<char>& late, const std::vector<int>& out,
-                     int u, int bu, int bv, bool reader_forward, std::vector<char>* pinned) {
+bool crossing_allowed(const Graph& g, const std::vector<char>& late, const std::vector<int>& out,
+                      int u, int bu, int bv, bool reader_forward, std::vector<char>* pinned) {
   if (bu == bv) return true;
   if (late[u]) return !reader_forward && bv < bu;  // gradients flow to earlier blocks
   if (bv == bu + 1 && out[bu] == u) return true;   // the next block's input
@@ -223,9 +223,9 @@ bool CrossingAllowed(const Graph& g, const std::vector<char>& late, const std::v
 
 // One pass over the edges: the ranges of blocks that must become one, as a map from each
 // block to the last block of its group (identity when nothing crosses).
-std::vector<int> MergeTargets(const Graph& g, const std::vector<char>& late,
-                              const std::vector<int>& block_of, const std::vector<int>& out,
-                              std::vector<char>* pinned) {
+std::vector<int> merge_targets(const Graph& g, const std::vector<char>& late,
+                               const std::vector<int>& block_of, const std::vector<int>& out,
+                               std::vector<char>* pinned) {
   const int nb = static_cast<int>(out.size());
   std::vector<int> reach(nb);
   for (int b = 0; b < nb; ++b) reach[b] = b;
@@ -236,7 +236,7 @@ std::vector<int> MergeTargets(const Graph& g, const std::vector<char>& late,
     for (int u : v.inputs) {
       const int bu = block_of[u];
       if (bu < 0) continue;
-      if (!CrossingAllowed(g, late, out, u, bu, bv, !late[v.id], pinned)) {
+      if (!crossing_allowed(g, late, out, u, bu, bv, !late[v.id], pinned)) {
         const int lo = std::min(bu, bv), hi = std::max(bu, bv);
         reach[lo] = std::max(reach[lo], hi);
       }
@@ -246,18 +246,18 @@ std::vector<int> MergeTargets(const Graph& g, const std::vector<char>& late,
 }
 
 // Renumbers blocks through `group` (old block -> new block, non-decreasing).
-void Renumber(const std::vector<int>& group, std::vector<int>* block_of) {
+void renumber(const std::vector<int>& group, std::vector<int>* block_of) {
   for (int& b : *block_of)
     if (b >= 0) b = group[b];
 }
 
 // Merges crossing ranges until every crossing is allowed; returns the number of blocks.
-int MergeCrossings(const Graph& g, const std::vector<char>& chain, const std::vector<char>& late,
-                   std::vector<int>* block_of, std::vector<char>* pinned, int* merges) {
+int merge_crossings(const Graph& g, const std::vector<char>& chain, const std::vector<char>& late,
+                    std::vector<int>* block_of, std::vector<char>* pinned, int* merges) {
   for (;;) {
     const int nb = 1 + *std::max_element(block_of->begin(), block_of->end());
-    const std::vector<int> out = Separators(*block_of, chain, nb);
-    std::vector<int> reach = MergeTargets(g, late, *block_of, out, pinned);
+    const std::vector<int> out = separators(*block_of, chain, nb);
+    std::vector<int> reach = merge_targets(g, late, *block_of, out, pinned);
     std::vector<int> group(nb);
     int next = -1, end = -1;
     for (int b = 0; b < nb; ++b) {
@@ -267,13 +267,13 @@ int MergeCrossings(const Graph& g, const std::vector<char>& chain, const std::ve
     }
     if (next + 1 == nb) return nb;
     *merges += nb - (next + 1);
-    Renumber(group, block_of);
+    renumber(group, block_of);
   }
 }
 
 // Merges the adjacent pair with the fewest nodes until at most max_blocks remain. Ties go to
 // the leftmost pair, so that a repeated pattern merges the same way in every repetition.
-int MergeSmallest(int nb, int max_blocks, std::vector<int>* block_of) {
+int merge_smallest(int nb, int max_blocks, std::vector<int>* block_of) {
   std::vector<int64_t> count(nb, 0);
   for (int b : *block_of)
     if (b >= 0) ++count[b];
@@ -291,11 +291,11 @@ int MergeSmallest(int nb, int max_blocks, std::vector<int>* block_of) {
       if (x > best) --x;
     --groups;
   }
-  Renumber(group, block_of);
+  renumber(group, block_of);
   return groups;
 }
 
-void FillBlocks(const Graph& g, const std::vector<char>& chain, int nb, BlockSequence* b) {
+void fill_blocks(const Graph& g, const std::vector<char>& chain, int nb, BlockSequence* b) {
   b->fwd.assign(nb, {});
   b->bwd.assign(nb, {});
   b->rerunnable.assign(nb, 1);
@@ -306,23 +306,23 @@ void FillBlocks(const Graph& g, const std::vector<char>& chain, int nb, BlockSeq
     (b->late[v.id] ? b->bwd : b->fwd)[k].push_back(v.id);
     if (!b->late[v.id] && !v.can_recompute()) b->rerunnable[k] = 0;
   }
-  b->out = Separators(b->block_of, chain, nb);
+  b->out = separators(b->block_of, chain, nb);
 }
 
 // Groups blocks by signature.
-void FindKinds(const Graph& g, BlockSequence* b) {
+void find_kinds(const Graph& g, BlockSequence* b) {
   std::map<std::vector<int64_t>, int> kinds;
   b->kind.assign(b->size(), 0);
   b->representative.clear();
   for (int i = 0; i < b->size(); ++i) {
-    auto [it, added] = kinds.emplace(BlockSignature(g, BuildBlockProblem(g, *b, i)),
+    auto [it, added] = kinds.emplace(block_signature(g, build_block_problem(g, *b, i)),
                                      static_cast<int>(kinds.size()));
     if (added) b->representative.push_back(i);
     b->kind[i] = it->second;
   }
 }
 
-BlockSequence SingleBlock(const Graph& g, const std::string& why) {
+BlockSequence single_block(const Graph& g, const std::string& why) {
   BlockSequence b;
   b.note = why;
   b.block_of.assign(g.size(), 0);
@@ -341,11 +341,11 @@ BlockSequence SingleBlock(const Graph& g, const std::string& why) {
 
 }  // namespace
 
-BlockSequence DetectBlocks(const Graph& g, int max_blocks) {
-  const std::vector<char> param = ParameterLike(g);
+BlockSequence detect_blocks(const Graph& g, int max_blocks) {
+  const std::vector<char> param = parameter_like(g);
   BlockSequence b;
-  b.late = BackwardSide(g, param);
-  if (std::string why = NotASequence(g, param, b.late); !why.empty()) return SingleBlock(g, why);
+  b.late = backward_side(g, param);
+  if (std::string why = not_a_sequence(g, param, b.late); !why.empty()) return single_block(g, why);
   std::vector<int> chain;
   std::vector<char> in_chain(g.size(), 0);
   for (const Node& v : g.nodes) {
@@ -353,23 +353,23 @@ BlockSequence DetectBlocks(const Graph& g, int max_blocks) {
     chain.push_back(v.id);
     in_chain[v.id] = 1;
   }
-  if (chain.empty()) return SingleBlock(g, "no forward chain");
+  if (chain.empty()) return single_block(g, "no forward chain");
   b.block_of.assign(g.size(), -1);
   b.pinned.assign(g.size(), 0);
-  const auto cut = CutAtSeparators(g, chain);
+  const auto cut = cut_at_separators(g, chain);
   for (size_t i = 0; i < cut.size(); ++i)
     for (int v : cut[i]) b.block_of[v] = static_cast<int>(i);
-  AssignBackward(g, b.late, &b.block_of);
-  AttachParameterLike(g, param, &b.block_of);
-  LateParameterLike(g, param, b.block_of, &b.late);
-  int nb = MergeCrossings(g, in_chain, b.late, &b.block_of, &b.pinned, &b.merges);
+  assign_backward(g, b.late, &b.block_of);
+  attach_parameter_like(g, param, &b.block_of);
+  late_parameter_like(g, param, b.block_of, &b.late);
+  int nb = merge_crossings(g, in_chain, b.late, &b.block_of, &b.pinned, &b.merges);
   if (nb > max_blocks) {
-    nb = MergeSmallest(nb, max_blocks, &b.block_of);
-    nb = MergeCrossings(g, in_chain, b.late, &b.block_of, &b.pinned, &b.merges);
+    nb = merge_smallest(nb, max_blocks, &b.block_of);
+    nb = merge_crossings(g, in_chain, b.late, &b.block_of, &b.pinned, &b.merges);
   }
-  if (nb < 2) return SingleBlock(g, "no block structure: the forward graph has no separator");
-  FillBlocks(g, in_chain, nb, &b);
-  FindKinds(g, &b);
+  if (nb < 2) return single_block(g, "no block structure: the forward graph has no separator");
+  fill_blocks(g, in_chain, nb, &b);
+  find_kinds(g, &b);
   return b;
 }
 
@@ -377,7 +377,7 @@ namespace {
 
 // The block's external inputs: values of other blocks read by its nodes, forward ones or
 // backward-side ones, ascending.
-std::vector<int> ExternalInputs(const Graph& g, const BlockSequence& b, int block, bool late) {
+std::vector<int> external_inputs(const Graph& g, const BlockSequence& b, int block, bool late) {
   std::set<int> ext;
   for (const auto* list : {&b.fwd[block], &b.bwd[block]}) {
     for (int v : *list) {
@@ -394,7 +394,7 @@ std::vector<int> ExternalInputs(const Graph& g, const BlockSequence& b, int bloc
 
 // The block's forward nodes and its own copies of the shared values its nodes read
 // (Note [Shared views of parameters]), ascending.
-std::vector<int> ForwardWithShared(const Graph& g, const BlockSequence& b, int block) {
+std::vector<int> forward_with_shared(const Graph& g, const BlockSequence& b, int block) {
   std::set<int> nodes(b.fwd[block].begin(), b.fwd[block].end());
   std::vector<int> stack;
   for (const auto* list : {&b.fwd[block], &b.bwd[block]})
@@ -408,10 +408,10 @@ std::vector<int> ForwardWithShared(const Graph& g, const BlockSequence& b, int b
   return {nodes.begin(), nodes.end()};
 }
 
-BlockProblem BuildBlockProblem(const Graph& g, const BlockSequence& b, int block) {
+BlockProblem build_block_problem(const Graph& g, const BlockSequence& b, int block) {
   BlockProblem p;
-  const std::vector<int> ext_fwd = ExternalInputs(g, b, block, false);
-  const std::vector<int> ext_bwd = ExternalInputs(g, b, block, true);
+  const std::vector<int> ext_fwd = external_inputs(g, b, block, false);
+  const std::vector<int> ext_bwd = external_inputs(g, b, block, true);
   std::vector<int> local(g.size(), -1);
   auto add = [&](int v, bool external) {
     Node n = g.nodes[v];
@@ -434,7 +434,7 @@ BlockProblem BuildBlockProblem(const Graph& g, const BlockSequence& b, int block
     p.external.push_back(external);
   };
   for (int v : ext_fwd) add(v, true);
-  for (int v : ForwardWithShared(g, b, block)) add(v, false);
+  for (int v : forward_with_shared(g, b, block)) add(v, false);
   p.boundary = p.sub.size();
   for (int v : ext_bwd) {
     add(v, true);
@@ -451,7 +451,7 @@ BlockProblem BuildBlockProblem(const Graph& g, const BlockSequence& b, int block
   return p;
 }
 
-std::vector<int64_t> BlockSignature(const Graph& g, const BlockProblem& p) {
+std::vector<int64_t> block_signature(const Graph& g, const BlockProblem& p) {
   std::vector<int64_t> sig = {p.sub.size(), p.boundary};
   for (const Node& n : p.sub.nodes) {
     const Node& orig = g.nodes[p.global[n.id]];
@@ -466,4 +466,4 @@ std::vector<int64_t> BlockSignature(const Graph& g, const BlockProblem& p) {
   return sig;
 }
 
-}  // namespace remat::internal::rockmate
+}  // namespace remat::detail::rockmate

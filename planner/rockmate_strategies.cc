@@ -13,10 +13,10 @@
 #include "internal.h"
 #include "rockmate.h"
 
-namespace remat::internal::rockmate {
+namespace remat::detail::rockmate {
 namespace {
 
-std::vector<int> FileOrder(const Graph& g) {
+std::vector<int> file_order(const Graph& g) {
   std::vector<int> order(g.size());
   std::iota(order.begin(), order.end(), 0);
   return order;
@@ -26,7 +26,7 @@ std::vector<int> FileOrder(const Graph& g) {
 struct PlainMeasure {
   int64_t peak = 0, kept = 0;
 };
-PlainMeasure Plain(const BlockProblem& p, const std::vector<int>& order) {
+PlainMeasure measure_plain(const BlockProblem& p, const std::vector<int>& order) {
   const Graph& g = p.sub;
   PlainMeasure r;
   std::vector<int> latest(g.size(), -1), end(order.size());
@@ -56,13 +56,13 @@ struct Candidates {
   std::vector<std::vector<int>> orders;
   std::vector<PlainMeasure> plain;
 
-  void Add(const BlockProblem& p, std::vector<int> order, const std::string& source) {
-    list.push_back(MeasureStrategy(p, order, source));
-    plain.push_back(Plain(p, order));
+  void add(const BlockProblem& p, std::vector<int> order, const std::string& source) {
+    list.push_back(measure_strategy(p, order, source));
+    plain.push_back(measure_plain(p, order));
     orders.push_back(std::move(order));
   }
   // The cheapest order within the caps, or empty.
-  std::vector<int> Start(int64_t peak_cap, int64_t kept_cap) const {
+  std::vector<int> start(int64_t peak_cap, int64_t kept_cap) const {
     int best = -1;
     for (size_t i = 0; i < list.size(); ++i) {
       if (plain[i].peak > peak_cap || plain[i].kept > kept_cap) continue;
@@ -73,7 +73,7 @@ struct Candidates {
 };
 
 // Keep sets of growing size: the forward values that are dearest to remake per byte first.
-void KeepSetStrategies(const BlockProblem& p, Candidates* out) {
+void keep_set_strategies(const BlockProblem& p, Candidates* out) {
   const Graph& g = p.sub;
   std::vector<int> cand;
   int64_t total = 0;
@@ -94,27 +94,27 @@ void KeepSetStrategies(const BlockProblem& p, Candidates* out) {
       keep[v] = 1;
       acc += g.nodes[v].bytes;
     }
-    out->Add(p, ExecuteKeepSet(g, keep), q == 0 ? "recompute all" : "keep set");
+    out->add(p, execute_keep_set(g, keep), q == 0 ? "recompute all" : "keep set");
   }
 }
 
 // Greedy repair of the file order under `levels` peaks between the lower bound and the
 // file order's peak.
-void GreedyStrategies(const BlockProblem& p, int levels, const Deadline& deadline,
-                      Candidates* out) {
+void greedy_strategies(const BlockProblem& p, int levels, const Deadline& deadline,
+                       Candidates* out) {
   const Graph& g = p.sub;
-  const std::vector<int> file = FileOrder(g);
-  const int64_t hi = Plain(p, file).peak, lo = MinimumPeakLowerBound(g, nullptr);
-  for (int a = 0; a < levels && !deadline.Expired(); ++a) {
+  const std::vector<int> file = file_order(g);
+  const int64_t hi = measure_plain(p, file).peak, lo = minimum_peak_lower_bound(g, nullptr);
+  for (int a = 0; a < levels && !deadline.expired(); ++a) {
     const int64_t cap = lo + (hi - lo) * a / std::max(1, levels);
-    std::vector<int> order = RepairOrder(g, file, cap, GreedyParams{}, &deadline);
-    if (Plain(p, order).peak <= cap) out->Add(p, std::move(order), "greedy");
+    std::vector<int> order = repair_order(g, file, cap, GreedyParams{}, &deadline);
+    if (measure_plain(p, order).peak <= cap) out->add(p, std::move(order), "greedy");
   }
 }
 
 // The grid point (a, b) of a side x side grid, in an order that solves the coarse grid
 // first (dyadic levels), so that a solve cut short by time still covers the range.
-std::vector<std::pair<int, int>> GridOrder(int side) {
+std::vector<std::pair<int, int>> grid_order(int side) {
   auto level = [&](int i) {
     if (i == 0 || i == side - 1) return 0;
     return 1 + std::countr_zero(static_cast<unsigned>(side - 1)) -
@@ -139,7 +139,7 @@ struct GridResult {
 
 // Whether an earlier result already answers the point: a proven infeasible point at larger
 // caps, or a proven optimum at larger caps whose solution also fits these.
-bool Answered(const std::vector<GridResult>& done, int64_t pc, int64_t kc) {
+bool answered(const std::vector<GridResult>& done, int64_t pc, int64_t kc) {
   for (const GridResult& r : done) {
     if (pc > r.peak_cap || kc > r.kept_cap) continue;
     if (r.infeasible) return true;
@@ -149,20 +149,20 @@ bool Answered(const std::vector<GridResult>& done, int64_t pc, int64_t kc) {
 }
 
 // Checkmate under the grid of (peak, kept) caps until the grid or the time runs out.
-void CheckmateGrid(const BlockProblem& p, int side, const Deadline& deadline, double share,
-                   bool verbose, Candidates* out, KindPlan* k) {
-  const PlainMeasure all = Plain(p, FileOrder(p.sub));
-  const int64_t lo = MinimumPeakLowerBound(p.sub, nullptr);
+void checkmate_grid(const BlockProblem& p, int side, const Deadline& deadline, double share,
+                    bool verbose, Candidates* out, KindPlan* k) {
+  const PlainMeasure all = measure_plain(p, file_order(p.sub));
+  const int64_t lo = minimum_peak_lower_bound(p.sub, nullptr);
   std::vector<GridResult> done;
   k->grid_side = side;
-  for (auto [a, b] : GridOrder(side)) {
+  for (auto [a, b] : grid_order(side)) {
     const int64_t pc = lo + (all.peak - lo) * a / (side - 1);
     const int64_t kc = all.kept * b / (side - 1);
-    if (Answered(done, pc, kc)) {
+    if (answered(done, pc, kc)) {
       ++k->grid_skipped;
       continue;
     }
-    const double left = deadline.Left();
+    const double left = deadline.left();
     if (left < 0.5) break;
     PlanOptions o;
     o.budget_bytes = pc;
@@ -170,13 +170,13 @@ void CheckmateGrid(const BlockProblem& p, int side, const Deadline& deadline, do
     // CBC's process is killed 0.3 s past its limit (checkmate.cc): keep that inside the time
     // left.
     o.time_limit_seconds = std::clamp(std::min(left - 0.4, share / 3), 0.1, 60.0);
-    auto raw = PlanCheckmateKept(p.sub, o, KeptBound{p.boundary, kc, true, out->Start(pc, kc)});
+    auto raw = plan_checkmate_kept(p.sub, o, KeptBound{p.boundary, kc, true, out->start(pc, kc)});
     ++k->grid_solved;
     if (!raw.ok()) break;
     GridResult r{pc, kc, raw->note.find("infeasible") != std::string::npos, raw->optimal, {}};
     if (!raw->order.empty()) {
-      r.got = Plain(p, raw->order);
-      out->Add(p, raw->order, "checkmate");
+      r.got = measure_plain(p, raw->order);
+      out->add(p, raw->order, "checkmate");
       k->cbc_optimal += raw->optimal;
     }
     done.push_back(r);
@@ -186,7 +186,7 @@ void CheckmateGrid(const BlockProblem& p, int side, const Deadline& deadline, do
 // Whether the block's MILP is small enough to solve a useful part of the grid in `share`
 // seconds: CBC needs roughly a second per 20,000 variables on these models. Blocks of a
 // few nodes have nothing for it to find beyond the cheap strategies.
-bool CbcCanSolve(const Graph& g, double share) {
+bool cbc_can_solve(const Graph& g, double share) {
   double edges = 0;
   for (const Node& v : g.nodes) edges += static_cast<double>(v.inputs.size()) + 1;
   const double n = g.size();
@@ -196,7 +196,7 @@ bool CbcCanSolve(const Graph& g, double share) {
 
 // How the block advances: the ancestors of its exports among its forward nodes, each
 // once, exports held to the end.
-void Advance(const BlockProblem& p, KindPlan* k) {
+void advance(const BlockProblem& p, KindPlan* k) {
   const Graph& g = p.sub;
   std::vector<char> need(g.size(), 0);
   for (int v = p.boundary - 1; v >= 0; --v) {
@@ -227,7 +227,7 @@ void Advance(const BlockProblem& p, KindPlan* k) {
 }
 
 // At most `cap` strategies, spread over the cost range (the cheapest and the leanest kept).
-void Thin(size_t cap, std::vector<Strategy>* list) {
+void thin(size_t cap, std::vector<Strategy>* list) {
   if (list->size() <= cap) return;
   std::vector<Strategy> kept;
   const double step = static_cast<double>(list->size() - 1) / static_cast<double>(cap - 1);
@@ -238,26 +238,26 @@ void Thin(size_t cap, std::vector<Strategy>* list) {
 
 }  // namespace
 
-KindPlan PlanKind(const BlockProblem& p, double seconds, bool verbose) {
+KindPlan plan_kind(const BlockProblem& p, double seconds, bool verbose) {
   const auto t0 = std::chrono::steady_clock::now();
   Deadline deadline(seconds);
   KindPlan k;
   k.nodes = p.sub.size();
   Candidates c;
-  c.Add(p, FileOrder(p.sub), "keep all");
-  KeepSetStrategies(p, &c);
-  GreedyStrategies(p, 8, deadline, &c);
-  if (CbcCanSolve(p.sub, seconds)) CheckmateGrid(p, 17, deadline, seconds, verbose, &c, &k);
+  c.add(p, file_order(p.sub), "keep all");
+  keep_set_strategies(p, &c);
+  greedy_strategies(p, 8, deadline, &c);
+  if (cbc_can_solve(p.sub, seconds)) checkmate_grid(p, 17, deadline, seconds, verbose, &c, &k);
   k.solver = k.grid_solved > 0
                  ? "checkmate"
                  : absl::StrCat("keep sets and greedy (CBC: ", p.sub.size(), " nodes, ",
                                 absl::StrFormat("%.2g", seconds), " s share: not tried)");
   std::vector<Strategy> all = std::move(c.list);
   k.candidates = static_cast<int>(all.size());
-  KeepParetoFront(&all);
-  Thin(24, &all);
+  keep_pareto_front(&all);
+  thin(24, &all);
   k.strategies = std::move(all);
-  Advance(p, &k);
+  advance(p, &k);
   k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (verbose)
     fprintf(stderr, "rockmate: kind of %d nodes: %d strategies from %d (%s, %d grid solves)\n",
@@ -266,4 +266,4 @@ KindPlan PlanKind(const BlockProblem& p, double seconds, bool verbose) {
   return k;
 }
 
-}  // namespace remat::internal::rockmate
+}  // namespace remat::detail::rockmate

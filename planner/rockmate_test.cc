@@ -19,10 +19,10 @@ namespace remat {
 namespace {
 
 using ::testing::HasSubstr;
-namespace rm = internal::rockmate;
+namespace rm = detail::rockmate;
 
-Node MakeNode(Graph& g, const std::string& name, int64_t bytes, double cost,
-              std::vector<int> inputs, Phase phase, NodeKind kind = NodeKind::kCompute) {
+Node make_node(Graph& g, const std::string& name, int64_t bytes, double cost,
+               std::vector<int> inputs, Phase phase, NodeKind kind = NodeKind::kCompute) {
   Node n;
   n.id = g.size();
   n.name = name;
@@ -37,30 +37,30 @@ Node MakeNode(Graph& g, const std::string& name, int64_t bytes, double cost,
 
 // A training step of `layers` identical residual blocks (y = x + g(f(x)), with a weight per
 // block), shaped like an AOTAutograd joint graph: forward, tangent, backward in reverse.
-Graph ResidualChain(int layers) {
+Graph residual_chain(int layers) {
   Graph g;
   g.name = "residual" + std::to_string(layers);
-  const int data = MakeNode(g, "data", 8, 0, {}, Phase::kForward, NodeKind::kInput).id;
+  const int data = make_node(g, "data", 8, 0, {}, Phase::kForward, NodeKind::kInput).id;
   std::vector<int> weight;
   for (int l = 0; l < layers; ++l)
-    weight.push_back(MakeNode(g, "w", 2, 0, {}, Phase::kForward, NodeKind::kInput).id);
-  std::vector<int> x = {MakeNode(g, "embed", 8, 3, {data}, Phase::kForward).id}, a, b;
+    weight.push_back(make_node(g, "w", 2, 0, {}, Phase::kForward, NodeKind::kInput).id);
+  std::vector<int> x = {make_node(g, "embed", 8, 3, {data}, Phase::kForward).id}, a, b;
   for (int l = 0; l < layers; ++l) {
-    a.push_back(MakeNode(g, "f", 16, 4, {x.back(), weight[l]}, Phase::kForward).id);
-    b.push_back(MakeNode(g, "g", 8, 2, {a.back()}, Phase::kForward).id);
-    x.push_back(MakeNode(g, "add", 8, 1, {x.back(), b.back()}, Phase::kForward).id);
+    a.push_back(make_node(g, "f", 16, 4, {x.back(), weight[l]}, Phase::kForward).id);
+    b.push_back(make_node(g, "g", 8, 2, {a.back()}, Phase::kForward).id);
+    x.push_back(make_node(g, "add", 8, 1, {x.back(), b.back()}, Phase::kForward).id);
   }
-  int dy = MakeNode(g, "tangent", 8, 0, {}, Phase::kBackward, NodeKind::kTangent).id;
+  int dy = make_node(g, "tangent", 8, 0, {}, Phase::kBackward, NodeKind::kTangent).id;
   for (int l = layers - 1; l >= 0; --l) {
-    const int db = MakeNode(g, "g'", 16, 2, {dy, a[l]}, Phase::kBackward).id;
-    const int da = MakeNode(g, "f'", 8, 4, {db, x[l], weight[l]}, Phase::kBackward).id;
-    MakeNode(g, "dw", 2, 4, {db, x[l]}, Phase::kBackward);
-    dy = MakeNode(g, "dx", 8, 1, {dy, da}, Phase::kBackward).id;
+    const int db = make_node(g, "g'", 16, 2, {dy, a[l]}, Phase::kBackward).id;
+    const int da = make_node(g, "f'", 8, 4, {db, x[l], weight[l]}, Phase::kBackward).id;
+    make_node(g, "dw", 2, 4, {db, x[l]}, Phase::kBackward);
+    dy = make_node(g, "dx", 8, 1, {dy, da}, Phase::kBackward).id;
   }
   return g;
 }
 
-Plan MustPlan(const std::string& algo, const Graph& g, int64_t budget, double seconds = 5) {
+Plan must_plan(const std::string& algo, const Graph& g, int64_t budget, double seconds = 5) {
   PlanOptions o;
   o.budget_bytes = budget;
   o.time_limit_seconds = seconds;
@@ -70,9 +70,9 @@ Plan MustPlan(const std::string& algo, const Graph& g, int64_t budget, double se
 }
 
 TEST(RockmateBlocks, IdenticalBlocksOfAChainAreOneKind) {
-  const Graph g = ResidualChain(12);
+  const Graph g = residual_chain(12);
   ASSERT_TRUE(validate_graph(g).ok());
-  const rm::BlockSequence b = rm::DetectBlocks(g);
+  const rm::BlockSequence b = rm::detect_blocks(g);
   ASSERT_GE(b.size(), 12) << b.note;
   // Every block that holds a residual add is one kind, solved once; but the last two: a
   // backward node joins the block of the separator it reads (the previous block), so the
@@ -95,8 +95,8 @@ TEST(RockmateBlocks, IdenticalBlocksOfAChainAreOneKind) {
 }
 
 TEST(RockmateBlocks, GraphWithoutBackwardIsOneBlock) {
-  const Graph g = testing::RandomDag(30, 0.2, 10, 3);
-  const rm::BlockSequence b = rm::DetectBlocks(g);
+  const Graph g = testing::random_dag(30, 0.2, 10, 3);
+  const rm::BlockSequence b = rm::detect_blocks(g);
   EXPECT_EQ(b.size(), 1);
   EXPECT_THAT(b.note, HasSubstr("no backward"));
 }
@@ -118,30 +118,30 @@ TEST(RockmateDp, ChoosesTheCheaperStrategyWhenTheBudgetAllows) {
   c.rerunnable = {1, 1};
   c.strategies = {&list, &list};
   rm::ChainSolver solver;
-  ASSERT_TRUE(solver.Fill(c, 400, 400));
-  auto roomy = solver.Solve(400);
+  ASSERT_TRUE(solver.fill(c, 400, 400));
+  auto roomy = solver.solve(400);
   ASSERT_TRUE(roomy.has_value());
   EXPECT_DOUBLE_EQ(roomy->first, 20);  // the cheap strategy in both blocks
-  auto tight = solver.Solve(70);
+  auto tight = solver.solve(70);
   ASSERT_TRUE(tight.has_value());
   EXPECT_GT(tight->first, 20);
-  EXPECT_FALSE(solver.Solve(40).has_value());  // no strategy's backward fits
+  EXPECT_FALSE(solver.solve(40).has_value());  // no strategy's backward fits
   // Within the budget, the DP's choice is the cheapest way it knows.
   for (int64_t m = 50; m <= 400; m += 10) {
-    auto r = solver.Solve(m);
+    auto r = solver.solve(m);
     if (!r) continue;
-    auto more = solver.Solve(m + 10);
+    auto more = solver.solve(m + 10);
     ASSERT_TRUE(more.has_value());
     EXPECT_LE(more->first, r->first) << m;
   }
 }
 
 TEST(RockmateStrategies, KeepAllAndRecomputeAllBracketTheFamily) {
-  const Graph g = ResidualChain(6);
-  const rm::BlockSequence b = rm::DetectBlocks(g);
+  const Graph g = residual_chain(6);
+  const rm::BlockSequence b = rm::detect_blocks(g);
   const int block = b.size() / 2;
-  const rm::BlockProblem p = rm::BuildBlockProblem(g, b, block);
-  const rm::KindPlan k = rm::PlanKind(p, 2.0, false);
+  const rm::BlockProblem p = rm::build_block_problem(g, b, block);
+  const rm::KindPlan k = rm::plan_kind(p, 2.0, false);
   ASSERT_FALSE(k.strategies.empty());
   double cheapest = 1e300;
   int64_t leanest = INT64_MAX;
@@ -164,12 +164,12 @@ TEST(Rockmate, PlansOnRandomLayeredGraphsAreValidWithinBudget) {
   std::mt19937_64 rng(7);
   int feasible = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    const Graph g = testing::RandomTrainingGraph(15 + static_cast<int>(seed) * 3, seed);
+    const Graph g = testing::random_training_graph(15 + static_cast<int>(seed) * 3, seed);
     const int64_t full = file_order_peak(g);
-    const int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    const int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     for (int k = 0; k < 3; ++k) {
       const int64_t budget = k == 0 ? full : lb + static_cast<int64_t>(rng() % (full - lb + 1));
-      const Plan p = MustPlan("rockmate", g, budget, 0.5);
+      const Plan p = must_plan("rockmate", g, budget, 0.5);
       if (k == 0) {
         EXPECT_TRUE(p.feasible) << "seed " << seed << ": " << p.reason;
       }
@@ -191,11 +191,11 @@ TEST(Rockmate, EveryRecomputationIsNeededByTheBudget) {
   std::mt19937_64 rng(11);
   int checked = 0;
   for (uint64_t seed = 1; seed <= 8; ++seed) {
-    const Graph g = testing::RandomTrainingGraph(20 + static_cast<int>(seed) * 2, seed);
+    const Graph g = testing::random_training_graph(20 + static_cast<int>(seed) * 2, seed);
     const int64_t full = file_order_peak(g);
-    const int64_t lb = internal::MinimumPeakLowerBound(g, nullptr);
+    const int64_t lb = detail::minimum_peak_lower_bound(g, nullptr);
     const int64_t budget = lb + static_cast<int64_t>(rng() % (full - lb + 1));
-    const Plan p = MustPlan("rockmate", g, budget, 5);
+    const Plan p = must_plan("rockmate", g, budget, 5);
     if (!p.feasible) continue;
     std::vector<int> seen(g.size(), 0);
     for (size_t j = 0; j < p.schedule.order.size(); ++j) {
@@ -215,12 +215,12 @@ TEST(Rockmate, EveryRecomputationIsNeededByTheBudget) {
 // Note [Strategies across calls]: a second plan of the same blocks at another budget takes
 // every kind's strategies from the first, and is still valid within its budget.
 TEST(Rockmate, SecondCallAtAnotherBudgetReusesTheSolvedKinds) {
-  const Graph g = ResidualChain(7);
+  const Graph g = residual_chain(7);
   const int64_t full = file_order_peak(g);
-  const Plan first = MustPlan("rockmate", g, full * 9 / 10, 2);
+  const Plan first = must_plan("rockmate", g, full * 9 / 10, 2);
   ASSERT_TRUE(first.feasible) << first.reason;
   const auto first_kinds = nlohmann::json::parse(first.details)["kind_list"];
-  const Plan second = MustPlan("rockmate", g, full * 6 / 10, 2);
+  const Plan second = must_plan("rockmate", g, full * 6 / 10, 2);
   ASSERT_TRUE(second.feasible) << second.reason;
   const auto kinds = nlohmann::json::parse(second.details)["kind_list"];
   ASSERT_EQ(kinds.size(), first_kinds.size());
@@ -232,13 +232,13 @@ TEST(Rockmate, SecondCallAtAnotherBudgetReusesTheSolvedKinds) {
 TEST(Rockmate, NoWorseThanRotorOnChains) {
   int compared = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    const Graph g = testing::RandomTrainingGraph(30, seed);
+    const Graph g = testing::random_training_graph(30, seed);
     const int64_t full = file_order_peak(g);
     for (double f : {1.0, 0.8, 0.65, 0.5}) {
       const int64_t budget = static_cast<int64_t>(f * static_cast<double>(full));
-      const Plan rotor = MustPlan("rotor", g, budget);
+      const Plan rotor = must_plan("rotor", g, budget);
       if (!rotor.feasible) continue;
-      const Plan rock = MustPlan("rockmate", g, budget, 1);
+      const Plan rock = must_plan("rockmate", g, budget, 1);
       ASSERT_TRUE(rock.feasible) << "seed " << seed << " f " << f << ": " << rock.reason;
       EXPECT_LE(rock.sim.cost, rotor.sim.cost + 1e-9) << "seed " << seed << " f " << f;
       ++compared;
@@ -249,8 +249,8 @@ TEST(Rockmate, NoWorseThanRotorOnChains) {
 
 TEST(Rockmate, GraphWithoutBlockStructureGetsAPlan) {
   // Forward only: no sequence of forward and backward blocks.
-  const Graph dag = testing::RandomDag(40, 0.15, 20, 5);
-  const Plan p = MustPlan("rockmate", dag, file_order_peak(dag));
+  const Graph dag = testing::random_dag(40, 0.15, 20, 5);
+  const Plan p = must_plan("rockmate", dag, file_order_peak(dag));
   EXPECT_TRUE(p.feasible) << p.reason;
   EXPECT_THAT(p.details, HasSubstr("single_block"));
   // Dense skips: every forward node reads all earlier ones, so no separator exists.
@@ -259,23 +259,23 @@ TEST(Rockmate, GraphWithoutBlockStructureGetsAPlan) {
   for (int i = 0; i < 8; ++i) {
     std::vector<int> in;
     for (int j = 0; j < i; ++j) in.push_back(j);
-    MakeNode(dense, "f", 4, 1, in, Phase::kForward);
+    make_node(dense, "f", 4, 1, in, Phase::kForward);
   }
-  for (int i = 0; i < 8; ++i) MakeNode(dense, "b", 4, 1, {7 - i, 8 + i - 1}, Phase::kBackward);
-  const Plan q = MustPlan("rockmate", dense, file_order_peak(dense));
+  for (int i = 0; i < 8; ++i) make_node(dense, "b", 4, 1, {7 - i, 8 + i - 1}, Phase::kBackward);
+  const Plan q = must_plan("rockmate", dense, file_order_peak(dense));
   EXPECT_TRUE(q.feasible) << q.reason;
 }
 
 // hold_inputs() graphs (what remat-compare and the hinted policy plan): every node waits
 // for a node reading all inputs and the tangent, and a last node holds them.
 TEST(Rockmate, HeldInputGraphsKeepTheirBlocks) {
-  const Graph g = hold_inputs(ResidualChain(8));
-  const rm::BlockSequence b = rm::DetectBlocks(g);
+  const Graph g = hold_inputs(residual_chain(8));
+  const rm::BlockSequence b = rm::detect_blocks(g);
   EXPECT_GE(b.size(), 8) << b.note;
   const int64_t full = file_order_peak(g);
   for (double f : {1.0, 0.8}) {
     const int64_t budget = static_cast<int64_t>(f * static_cast<double>(full));
-    const Plan p = MustPlan("rockmate", g, budget, 1);
+    const Plan p = must_plan("rockmate", g, budget, 1);
     EXPECT_TRUE(p.feasible) << f << ": " << p.reason;
     if (p.feasible) {
       EXPECT_TRUE(simulate(g, p.schedule, budget).valid);
@@ -284,7 +284,7 @@ TEST(Rockmate, HeldInputGraphsKeepTheirBlocks) {
 }
 
 TEST(Rockmate, MalformedGraphsAreErrorsNotCrashes) {
-  Graph g = ResidualChain(2);
+  Graph g = residual_chain(2);
   g.nodes[5].inputs.push_back(9);  // reads a later node
   auto p = run_planner("rockmate", g, PlanOptions{});
   ASSERT_FALSE(p.ok());
@@ -296,15 +296,15 @@ TEST(Rockmate, MalformedGraphsAreErrorsNotCrashes) {
 }
 
 TEST(Rockmate, GptSmallIsBlocksOfFewKindsAndFitsHalfItsPeak) {
-  const std::string dir = testing::SharedGraphsDir();
+  const std::string dir = testing::shared_graphs_dir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   auto g = read_graph_file(dir + "/gpt_small.json");
   ASSERT_TRUE(g.ok()) << g.status();
-  const rm::BlockSequence b = rm::DetectBlocks(*g);
+  const rm::BlockSequence b = rm::detect_blocks(*g);
   EXPECT_GE(b.size(), 10);
   EXPECT_LT(b.representative.size(), static_cast<size_t>(b.size()));
   const int64_t budget = file_order_peak(*g) / 2;
-  const Plan p = MustPlan("rockmate", *g, budget, 5);
+  const Plan p = must_plan("rockmate", *g, budget, 5);
   ASSERT_TRUE(p.feasible) << p.reason;
   EXPECT_LE(p.sim.peak_bytes, budget);
   EXPECT_LT(p.sim.overhead, 0.25);  // `best` with 30 s reached 0.210 before rockmate

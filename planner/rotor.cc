@@ -12,7 +12,7 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 // The chain in memory units and the dynamic program's tables: opt[at(s, t, m)] is the
@@ -31,7 +31,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Discretises memory into units (sizes round up, memory rounds down) and sizes the
 // tables; false when they would be too large.
-bool DiscretiseChain(const RotorChain& c, int64_t memory, int memory_steps, RotorTable* t) {
+bool discretise_chain(const RotorChain& c, int64_t memory, int memory_steps, RotorTable* t) {
   const int L = static_cast<int>(c.fwd_cost.size());
   int64_t unit = 1;
   if (memory_steps > 0 && memory > memory_steps) unit = (memory + memory_steps - 1) / memory_steps;
@@ -59,8 +59,8 @@ bool DiscretiseChain(const RotorChain& c, int64_t memory, int memory_steps, Roto
 }
 
 // The best way to run stages s..t with m units, from the entries for shorter ranges.
-std::pair<double, int> BestRotorChoice(const RotorChain& c, const RotorTable& t, int s, int e,
-                                       int m) {
+std::pair<double, int> best_rotor_choice(const RotorChain& c, const RotorTable& t, int s, int e,
+                                         int m) {
   double best = kInf;
   int ch = -2;
   if (s == e) {
@@ -91,11 +91,11 @@ std::pair<double, int> BestRotorChoice(const RotorChain& c, const RotorTable& t,
   return {best, ch};
 }
 
-void FillRotorTable(const RotorChain& c, RotorTable* t) {
+void fill_rotor_table(const RotorChain& c, RotorTable* t) {
   for (int len = 0; len < t->L; ++len) {
     for (int s = 0; s + len < t->L; ++s) {
       for (int m = 0; m <= t->M; ++m) {
-        auto [best, ch] = BestRotorChoice(c, *t, s, s + len, m);
+        auto [best, ch] = best_rotor_choice(c, *t, s, s + len, m);
         t->opt[t->at(s, s + len, m)] = best;
         t->choice[t->at(s, s + len, m)] = ch;
       }
@@ -104,7 +104,7 @@ void FillRotorTable(const RotorChain& c, RotorTable* t) {
 }
 
 // The op sequence of the choices made for the whole chain with all the memory.
-std::vector<RotorOp> RotorOps(const RotorTable& t) {
+std::vector<RotorOp> rotor_ops(const RotorTable& t) {
   std::vector<RotorOp> ops;
   // Iterative reconstruction with an explicit stack of (s, t, m, pending backward).
   struct Task {
@@ -139,17 +139,17 @@ std::vector<RotorOp> RotorOps(const RotorTable& t) {
 
 }  // namespace
 
-std::optional<std::pair<double, std::vector<RotorOp>>> RotorSolve(const RotorChain& c,
-                                                                  int64_t memory,
-                                                                  int memory_steps) {
+std::optional<std::pair<double, std::vector<RotorOp>>> rotor_solve(const RotorChain& c,
+                                                                   int64_t memory,
+                                                                   int memory_steps) {
   const int L = static_cast<int>(c.fwd_cost.size());
   if (L == 0) return std::make_pair(0.0, std::vector<RotorOp>{});
   if (memory < 0) return std::nullopt;
   RotorTable t;
-  if (!DiscretiseChain(c, memory, memory_steps, &t)) return std::nullopt;
-  FillRotorTable(c, &t);
+  if (!discretise_chain(c, memory, memory_steps, &t)) return std::nullopt;
+  fill_rotor_table(c, &t);
   if (t.opt[t.at(0, L - 1, t.M)] == kInf) return std::nullopt;
-  std::vector<RotorOp> ops = RotorOps(t);
+  std::vector<RotorOp> ops = rotor_ops(t);
   return std::make_pair(t.opt[t.at(0, L - 1, t.M)], ops);
 }
 
@@ -164,7 +164,7 @@ struct Blocks {
 
 // Values that depend on inputs only (transposed weights, attention masks) or are small
 // may cross block boundaries, as Rockmate treats parameters: they do not break the chain.
-std::vector<char> ConstLike(const Graph& g) {
+std::vector<char> const_like_nodes(const Graph& g) {
   std::vector<char> const_like(g.size(), 0);
   for (const Node& v : g.nodes) {
     bool c = v.phase == Phase::kForward && (!v.can_recompute() || !v.inputs.empty());
@@ -178,8 +178,8 @@ std::vector<char> ConstLike(const Graph& g) {
 // Cuts the forward recomputable nodes `fwd` (in file order) into blocks after each node v
 // such that no earlier value (other than const-like ones) that a node after v reads is
 // larger than 1/16 of v: v is then nearly all that crosses the boundary.
-std::vector<std::vector<int>> CutAtSeparators(const Graph& g, const std::vector<int>& fwd,
-                                              const std::vector<char>& const_like) {
+std::vector<std::vector<int>> cut_at_separators(const Graph& g, const std::vector<int>& fwd,
+                                                const std::vector<char>& const_like) {
   std::vector<int> pos(g.size(), -1);
   for (size_t k = 0; k < fwd.size(); ++k) pos[fwd[k]] = static_cast<int>(k);
   std::vector<int> far(fwd.size(), 0);
@@ -215,8 +215,8 @@ std::vector<std::vector<int>> CutAtSeparators(const Graph& g, const std::vector<
 }
 
 // Merges neighbouring blocks so that the chain has at most kMaxBlocks stages.
-void MergeBlocks(const Graph& g, const std::vector<int>& fwd,
-                 std::vector<std::vector<int>>* blocks) {
+void merge_blocks(const Graph& g, const std::vector<int>& fwd,
+                  std::vector<std::vector<int>>* blocks) {
   const size_t kMaxBlocks = 40;
   if (blocks->size() <= kMaxBlocks) return;
   double total = 0;
@@ -239,7 +239,7 @@ void MergeBlocks(const Graph& g, const std::vector<int>& fwd,
 
 // Places every node outside the forward blocks: forward ones in b->rest, backward ones in
 // a block's backward list.
-void AssignRest(const Graph& g, Blocks* b) {
+void assign_rest(const Graph& g, Blocks* b) {
   const int nb = static_cast<int>(b->fwd.size());
   for (const Node& v : g.nodes) {
     if (v.phase == Phase::kForward) {
@@ -267,23 +267,23 @@ void AssignRest(const Graph& g, Blocks* b) {
   }
 }
 
-Blocks FindBlocks(const Graph& g) {
+Blocks find_blocks(const Graph& g) {
   Blocks b;
   b.block_of.assign(g.size(), -1);
-  const std::vector<char> const_like = ConstLike(g);
+  const std::vector<char> const_like = const_like_nodes(g);
   std::vector<int> fwd;
   for (const Node& v : g.nodes)
     if (v.phase == Phase::kForward && v.can_recompute()) fwd.push_back(v.id);
-  b.fwd = CutAtSeparators(g, fwd, const_like);
-  MergeBlocks(g, fwd, &b.fwd);
+  b.fwd = cut_at_separators(g, fwd, const_like);
+  merge_blocks(g, fwd, &b.fwd);
   for (size_t i = 0; i < b.fwd.size(); ++i)
     for (int v : b.fwd[i]) b.block_of[v] = static_cast<int>(i);
-  AssignRest(g, &b);
+  assign_rest(g, &b);
   return b;
 }
 
 // Turns the op sequence into an order through the executor.
-std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<RotorOp>& ops) {
+std::vector<int> realise(const Graph& g, const Blocks& b, const std::vector<RotorOp>& ops) {
   Executor ex(g);
   const int n = g.size();
   auto users = g.users();
@@ -291,9 +291,9 @@ std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<Roto
   std::vector<char> done(n, 0);
   for (int v = 0; v < n; ++v) remaining[v] = static_cast<int>(users[v].size());
   std::vector<char> keep(n, 0);
-  for (int v : b.rest) ex.Ensure(v);
+  for (int v : b.rest) ex.ensure(v);
   auto drop_dead = [&](int v) {
-    if (ex.live(v) && remaining[v] == 0 && g.nodes[v].can_recompute()) ex.Drop(v);
+    if (ex.live(v) && remaining[v] == 0 && g.nodes[v].can_recompute()) ex.drop(v);
   };
   auto mark_done = [&](int v) {
     if (done[v]) return;
@@ -313,30 +313,30 @@ std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<Roto
     if (op.kind == RotorOp::kForward || op.kind == RotorOp::kForwardAll) {
       const auto& blk = b.fwd[op.stage];
       for (int v : blk) {
-        ex.Ensure(v);
+        ex.ensure(v);
         if (!done[v]) mark_done(v);
       }
       if (op.kind == RotorOp::kForward) {
         for (size_t k = 0; k + 1 < blk.size(); ++k)
-          if (!keep[blk[k]]) ex.Drop(blk[k]);
+          if (!keep[blk[k]]) ex.drop(blk[k]);
       }
       continue;
     }
     // Backward of a block, then free its values that nothing later reads.
     for (int v : b.bwd[op.stage]) {
-      ex.Ensure(v);
+      ex.ensure(v);
       mark_done(v);
       for (int u : g.nodes[v].inputs) drop_dead(u);
     }
     for (int v : b.fwd[op.stage]) {
       keep[v] = 0;
-      if (g.nodes[v].can_recompute()) ex.Drop(v);
+      if (g.nodes[v].can_recompute()) ex.drop(v);
     }
     if (op.stage > 0) keep[b.fwd[op.stage - 1].back()] = 0;
   }
   // Anything never reached (should not happen) is computed at the end.
   for (int v = 0; v < n; ++v)
-    if (!ex.computed(v)) ex.Ensure(v);
+    if (!ex.computed(v)) ex.ensure(v);
   return ex.order();
 }
 
@@ -345,7 +345,7 @@ std::vector<int> Realise(const Graph& g, const Blocks& b, const std::vector<Roto
 namespace {
 
 // One stage per block; *fixed: the bytes of the nodes outside the chain.
-RotorChain BuildChain(const Graph& g, const Blocks& b, int64_t* fixed) {
+RotorChain build_chain(const Graph& g, const Blocks& b, int64_t* fixed) {
   const int L = static_cast<int>(b.fwd.size());
   RotorChain c;
   *fixed = 0;
@@ -374,8 +374,8 @@ RotorChain BuildChain(const Graph& g, const Blocks& b, int64_t* fixed) {
 
 // Hands the DP less and less memory until the measured peak fits; keeps the cheapest
 // order that fits, or else the last attempt (to report its peak).
-std::vector<int> FitToBudget(const Graph& g, const Blocks& b, const RotorChain& c, int64_t fixed,
-                             const PlanOptions& opt) {
+std::vector<int> fit_to_budget(const Graph& g, const Blocks& b, const RotorChain& c, int64_t fixed,
+                               const PlanOptions& opt) {
   Deadline deadline(opt);
   Schedule s{g.name, {}};
   std::vector<int> best, last;
@@ -383,15 +383,15 @@ std::vector<int> FitToBudget(const Graph& g, const Blocks& b, const RotorChain& 
   std::vector<double> fs = {4.0, 2.0, 1.5, 1.25, 1.1};
   for (double f = 1.0; f > 0.02; f *= 0.93) fs.push_back(f);
   for (double f : fs) {
-    if (deadline.Expired()) break;
+    if (deadline.expired()) break;
     int64_t mem = static_cast<int64_t>(f * static_cast<double>(*opt.budget_bytes - fixed));
     if (mem <= 0) break;
-    auto r = RotorSolve(c, mem, 200);
+    auto r = rotor_solve(c, mem, 200);
     if (opt.verbose)
       fprintf(stderr, "rotor: f=%.3f mem=%lld dp=%s\n", f, static_cast<long long>(mem),
               r ? "ok" : "none");
     if (!r) continue;
-    s.order = Realise(g, b, r->second);
+    s.order = realise(g, b, r->second);
     SimResult sim = simulate(g, s, opt.budget_bytes);
     if (sim.valid) {
       if (best.empty() || sim.cost < best_cost) {
@@ -407,7 +407,7 @@ std::vector<int> FitToBudget(const Graph& g, const Blocks& b, const RotorChain& 
 
 }  // namespace
 
-absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<RawPlan> plan_rotor(const Graph& g, const PlanOptions& opt) {
   RawPlan plan;
   bool has_backward = false;
   for (const Node& v : g.nodes) has_backward |= v.phase == Phase::kBackward;
@@ -416,7 +416,7 @@ absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
     plan.note = "no backward phase: rotor does not apply, file order";
     return plan;
   }
-  Blocks b = FindBlocks(g);
+  Blocks b = find_blocks(g);
   const int L = static_cast<int>(b.fwd.size());
   if (L == 0) {
     for (int v = 0; v < g.size(); ++v) plan.order.push_back(v);
@@ -424,15 +424,15 @@ absl::StatusOr<RawPlan> PlanRotor(const Graph& g, const PlanOptions& opt) {
     return plan;
   }
   int64_t fixed = 0;
-  RotorChain c = BuildChain(g, b, &fixed);
+  RotorChain c = build_chain(g, b, &fixed);
   if (!opt.budget_bytes) {
-    auto r = RotorSolve(c, int64_t{1} << 60, 200);
-    if (r) plan.order = Realise(g, b, r->second);
+    auto r = rotor_solve(c, int64_t{1} << 60, 200);
+    if (r) plan.order = realise(g, b, r->second);
     return plan;
   }
-  plan.order = FitToBudget(g, b, c, fixed, opt);
+  plan.order = fit_to_budget(g, b, c, fixed, opt);
   plan.note = absl::StrCat("rotor: chain of ", L, " blocks");
   return plan;
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

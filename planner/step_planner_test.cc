@@ -19,9 +19,9 @@ namespace remat {
 namespace {
 
 // A training step of `n` forward and `n` backward nodes (random sizes of 1 to 4 KiB and costs
-// of 1 to 5) that reads `params` parameters: RandomTrainingGraph with input nodes in front.
-Graph StepGraph(int n, int params, std::uint64_t seed) {
-  const Graph body = testing::RandomTrainingGraph(n, seed);
+// of 1 to 5) that reads `params` parameters: random_training_graph with input nodes in front.
+Graph step_graph(int n, int params, std::uint64_t seed) {
+  const Graph body = testing::random_training_graph(n, seed);
   Graph g;
   g.name = "step" + std::to_string(seed);
   for (int i = 0; i < params; ++i) {
@@ -54,7 +54,7 @@ struct Recorded {
   RecordedStep step;
   std::vector<int> executed;
 };
-Recorded Record(const Graph& g, std::size_t budget = SIZE_MAX) {
+Recorded record(const Graph& g, std::size_t budget = SIZE_MAX) {
   const DtrTrace trace = dtr_trace_from_graph(g);
   Recorded r{record_replay(trace), {}};
   ReplayOptions ro;
@@ -68,19 +68,19 @@ Recorded Record(const Graph& g, std::size_t budget = SIZE_MAX) {
 }
 
 // Positions in the step: one past the largest site.
-int Positions(const Graph& g) {
+int positions(const Graph& g) {
   int p = 0;
   for (const Node& node : g.nodes) p = std::max(p, node.site_position + 1);
   return p;
 }
 
-std::int64_t HeldPeak(const Graph& g) { return file_order_peak(hold_inputs(g)); }
+std::int64_t held_peak(const Graph& g) { return file_order_peak(hold_inputs(g)); }
 
 TEST(StepPlannerTest, ChoosesTheCheapestFeasiblePlanUnderTheBudget) {
   for (std::uint64_t seed : {1, 2, 3}) {
     SCOPED_TRACE(seed);
-    const Recorded r = Record(StepGraph(20, 3, seed));
-    const std::int64_t peak = HeldPeak(r.step.graph);
+    const Recorded r = record(step_graph(20, 3, seed));
+    const std::int64_t peak = held_peak(r.step.graph);
     // The parameters are the recorded step's inputs, which plan_step() holds.
     EXPECT_EQ(std::count_if(r.step.graph.nodes.begin(), r.step.graph.nodes.end(),
                             [](const Node& n) { return n.kind == NodeKind::kInput; }),
@@ -133,7 +133,7 @@ TEST(StepPlannerTest, ChoosesTheCheapestFeasiblePlanUnderTheBudget) {
     // Hints: one OpHint per position of the step, named as the step's ops, from the schedule.
     const StepHints& h = chosen->hints;
     EXPECT_EQ(h.source, chosen->source);
-    ASSERT_EQ(static_cast<int>(h.ops.size()), Positions(r.step.graph));
+    ASSERT_EQ(static_cast<int>(h.ops.size()), positions(r.step.graph));
     for (const Node& node : r.step.graph.nodes) {
       if (node.site_position < 0) continue;
       EXPECT_EQ(h.ops[static_cast<std::size_t>(node.site_position)].op, node.op);
@@ -155,9 +155,9 @@ TEST(StepPlannerTest, ChoosesTheCheapestFeasiblePlanUnderTheBudget) {
 TEST(StepPlannerTest, TheRealizedScheduleCompetesAndWinsTies) {
   // Unconstrained, the step ran every op once: no planner can cost less, so the realized
   // schedule, weighed first, stays the choice.
-  const Recorded r = Record(StepGraph(16, 2, 7));
+  const Recorded r = record(step_graph(16, 2, 7));
   StepPlanOptions opt;
-  opt.budget_bytes = HeldPeak(r.step.graph);
+  opt.budget_bytes = held_peak(r.step.graph);
   opt.planners = {"chen", "twremat"};
   absl::StatusOr<ChosenPlan> chosen = plan_step(r.step.graph, r.executed, opt);
   ASSERT_TRUE(chosen.ok()) << chosen.status();
@@ -174,13 +174,13 @@ TEST(StepPlannerTest, TheRealizedScheduleCompetesAndWinsTies) {
 TEST(StepPlannerTest, ARealizedScheduleUnderABudgetIsAPlan) {
   // DTR under a budget evicts and recomputes; what it ran is a valid schedule of the held
   // graph and, checked against that budget, a feasible one.
-  const Graph g = StepGraph(24, 3, 11);
-  const Recorded unconstrained = Record(g);
-  const std::int64_t peak = HeldPeak(unconstrained.step.graph);
+  const Graph g = step_graph(24, 3, 11);
+  const Recorded unconstrained = record(g);
+  const std::int64_t peak = held_peak(unconstrained.step.graph);
   const auto budget = static_cast<std::size_t>(peak * 7 / 10);
-  const Recorded r = Record(g, budget);
+  const Recorded r = record(g, budget);
   // DTR recomputed: more ops ran than the step has.
-  EXPECT_GT(static_cast<int>(r.executed.size()), Positions(r.step.graph));
+  EXPECT_GT(static_cast<int>(r.executed.size()), positions(r.step.graph));
   const Graph held = hold_inputs(r.step.graph);
   absl::StatusOr<Plan> realized =
       realized_plan(held, recorded_sites(held), r.executed, static_cast<std::int64_t>(budget));
@@ -200,7 +200,7 @@ TEST(StepPlannerTest, ARealizedScheduleUnderABudgetIsAPlan) {
 }
 
 TEST(StepPlannerTest, AnImpossibleBudgetIsNotFeasibleAndSaysWhy) {
-  const Recorded r = Record(StepGraph(12, 2, 5));
+  const Recorded r = record(step_graph(12, 2, 5));
   StepPlanOptions opt;
   opt.budget_bytes = 1;
   opt.realized_budget_bytes = opt.budget_bytes;  // hold the realized schedule to it too
@@ -222,9 +222,9 @@ TEST(StepPlannerTest, AnImpossibleBudgetIsNotFeasibleAndSaysWhy) {
 }
 
 TEST(StepPlannerTest, AnUnknownPlannerIsACandidateThatFailsNotAnError) {
-  const Recorded r = Record(StepGraph(12, 2, 6));
+  const Recorded r = record(step_graph(12, 2, 6));
   StepPlanOptions opt;
-  opt.budget_bytes = HeldPeak(r.step.graph) * 8 / 10;
+  opt.budget_bytes = held_peak(r.step.graph) * 8 / 10;
   opt.include_realized = false;
   opt.planners = {"no_such_planner", "chen"};
   absl::StatusOr<ChosenPlan> chosen = plan_step(r.step.graph, r.executed, opt);
@@ -237,9 +237,9 @@ TEST(StepPlannerTest, AnUnknownPlannerIsACandidateThatFailsNotAnError) {
 }
 
 TEST(StepPlannerTest, GreedyIsSkippedOnLargeGraphs) {
-  const Recorded r = Record(StepGraph(12, 2, 8));
+  const Recorded r = record(step_graph(12, 2, 8));
   StepPlanOptions opt;
-  opt.budget_bytes = HeldPeak(r.step.graph);
+  opt.budget_bytes = held_peak(r.step.graph);
   opt.planners = {"greedy"};
   opt.include_realized = false;
   opt.greedy_max_nodes = 10;
@@ -255,13 +255,13 @@ TEST(StepPlannerTest, GreedyIsSkippedOnLargeGraphs) {
 }
 
 TEST(StepPlannerTest, ABudgetMustBeGiven) {
-  const Recorded r = Record(StepGraph(8, 1, 9));
+  const Recorded r = record(step_graph(8, 1, 9));
   absl::StatusOr<ChosenPlan> chosen = plan_step(r.step.graph, r.executed, StepPlanOptions{});
   EXPECT_EQ(chosen.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StepPlannerTest, PlanHoldingInputsKeepsThemToTheEnd) {
-  const Graph held = hold_inputs(StepGraph(20, 3, 4));
+  const Graph held = hold_inputs(step_graph(20, 3, 4));
   PlanOptions po;
   po.budget_bytes = file_order_peak(held) * 7 / 10;
   for (const std::string algo : {"chen", "twremat", "rotor"}) {

@@ -11,7 +11,7 @@
 //    order: for each component, Solve(ancestors of s in that component), then compute s
 //    (and hold it). Then Solve(C_i) for every component with S held. Values not read any
 //    more die by the simulator's accounting, so memory is O(width * log n) values.
-//    The recursion recomputes far more than the schedule keeps (PruneUnreadInstances drops
+//    The recursion recomputes far more than the schedule keeps (prune_unread_instances drops
 //    instances nothing reads): on dense graphs (DenseNet blocks, treewidth ~50) it made
 //    millions of steps for a few thousand nodes, nearly all dropped. So calls whose every
 //    instance would be dropped are skipped, and calls on already computed sets, which
@@ -36,7 +36,7 @@
 #include "internal.h"
 #include "remat/schedule.h"
 
-namespace remat::internal {
+namespace remat::detail {
 namespace {
 
 // The elimination graph of the min fill-in heuristic: the undirected graph plus the fill
@@ -49,10 +49,10 @@ class FillGraph {
     for (size_t v = 0; v < adj.size(); ++v) adj_[v].insert(adj[v].begin(), adj[v].end());
   }
 
-  int64_t Degree(int w) const { return static_cast<int64_t>(adj_[w].size()); }
+  int64_t degree(int w) const { return static_cast<int64_t>(adj_[w].size()); }
 
   // Edges missing among the neighbours of w.
-  int64_t Fill(int w) const {
+  int64_t fill(int w) const {
     const auto& nb = adj_[w];
     int64_t d = static_cast<int64_t>(nb.size());
     if (d > 40) return d * (d - 1) / 2;  // hubs: pessimistic, keeps this near-linear
@@ -65,12 +65,12 @@ class FillGraph {
   }
 
   // Removes v and joins its neighbours pairwise; returns them, sorted.
-  std::vector<int> Eliminate(int v) {
+  std::vector<int> eliminate(int v) {
     std::vector<int> nb(adj_[v].begin(), adj_[v].end());
     std::sort(nb.begin(), nb.end());
     for (int w : nb) {
       adj_[w].erase(v);
-      Touch(w);
+      touch(w);
     }
     for (size_t i = 0; i < nb.size(); ++i) {
       for (size_t j = i + 1; j < nb.size(); ++j) {
@@ -81,7 +81,7 @@ class FillGraph {
         const auto& large = adj_[a].size() < adj_[b].size() ? adj_[b] : adj_[a];
         if (small.size() <= 64)
           for (int w : small)
-            if (large.count(w)) Touch(w);
+            if (large.count(w)) touch(w);
         adj_[a].insert(b);
         adj_[b].insert(a);
       }
@@ -91,7 +91,7 @@ class FillGraph {
   }
 
   // The vertices touched since the last call, in the order they were first touched.
-  std::vector<int> TakeTouched() {
+  std::vector<int> take_touched() {
     std::vector<int> out;
     out.swap(touched_list_);
     for (int w : out) touched_[w] = 0;
@@ -99,7 +99,7 @@ class FillGraph {
   }
 
  private:
-  void Touch(int w) {
+  void touch(int w) {
     if (!touched_[w]) {
       touched_[w] = 1;
       touched_list_.push_back(w);
@@ -135,7 +135,7 @@ class TwRemat {
       a.erase(std::unique(a.begin(), a.end()), a.end());
     }
     users_ = g.users();
-    Decompose();
+    decompose();
     if (timed_out_) return;
     stamp_.assign(n_ + 1, 0);
     stamp2_.assign(n_ + 1, 0);
@@ -149,7 +149,7 @@ class TwRemat {
   // "plain computation fits" stop rule (kNoBudget: never stop early). shortcuts: skip and
   // replay calls (see Solve); without, the order is the plain recursion's, which prunes to
   // the same schedule (tests compare the two).
-  std::vector<int> Run(int depth_limit, int64_t budget, double balance = 0.5, bool early = true,
+  std::vector<int> run(int depth_limit, int64_t budget, double balance = 0.5, bool early = true,
                        bool shortcuts = true) {
     depth_limit_ = depth_limit;
     shortcuts_ = shortcuts;
@@ -163,7 +163,7 @@ class TwRemat {
     std::vector<int> all;
     for (int v = 0; v < n_; ++v)
       if (core_[v]) all.push_back(v);
-    Solve(all, {}, 0);
+    solve(all, {}, 0);
     for (int v = 0; v < n_; ++v) {
       if (!emitted_[v]) {
         order_.push_back(v);
@@ -175,14 +175,14 @@ class TwRemat {
 
  private:
   // ---- tree decomposition (min fill-in) ----
-  void Decompose() {
-    EliminateByMinFill();
-    if (!timed_out_) IndexTree(LinkBags());
+  void decompose() {
+    eliminate_by_min_fill();
+    if (!timed_out_) index_tree(link_bags());
   }
 
   // Eliminates the core vertices in min fill-in order (ties: lower degree, then lower id):
   // sets each vertex's elimination position and bag, and the width.
-  void EliminateByMinFill() {
+  void eliminate_by_min_fill() {
     FillGraph fill(adj_);
     using Key = std::tuple<int64_t, int64_t, int, int>;  // fill, degree, vertex, version
     std::priority_queue<Key, std::vector<Key>, std::greater<Key>> pq;
@@ -195,7 +195,7 @@ class TwRemat {
         continue;
       }
       ++remaining;
-      pq.push({fill.Fill(v), fill.Degree(v), v, 0});
+      pq.push({fill.fill(v), fill.degree(v), v, 0});
     }
     pos_.assign(n_, -1);
     bag_.assign(n_ + 1, {});
@@ -206,7 +206,7 @@ class TwRemat {
       // hundreds of neighbours pairwise, and the decomposition alone took minutes on a
       // 200,000-node graph where a tenth of the layers read any earlier one. The time limit
       // is checked at every elimination (a clock read beside an elimination's hash work).
-      if (deadline_ != nullptr && deadline_->Expired()) {
+      if (deadline_ != nullptr && deadline_->expired()) {
         timed_out_ = true;
         return;
       }
@@ -216,20 +216,20 @@ class TwRemat {
       gone[v] = 1;
       --remaining;
       pos_[v] = next++;
-      std::vector<int> nb = fill.Eliminate(v);
+      std::vector<int> nb = fill.eliminate(v);
       bag_[v].push_back(v);
       bag_[v].insert(bag_[v].end(), nb.begin(), nb.end());
       width_ = std::max(width_, static_cast<int>(nb.size()));
-      for (int w : fill.TakeTouched()) {
+      for (int w : fill.take_touched()) {
         if (gone[w]) continue;
-        pq.push({fill.Fill(w), fill.Degree(w), w, ++version[w]});
+        pq.push({fill.fill(w), fill.degree(w), w, ++version[w]});
       }
     }
   }
 
   // Parent of bag v: the bag of its neighbour eliminated first after it; roots hang from a
   // virtual root n_ with an empty bag. Returns the children of each bag.
-  std::vector<std::vector<int>> LinkBags() {
+  std::vector<std::vector<int>> link_bags() {
     parent_.assign(n_ + 1, n_);
     std::vector<std::vector<int>> children(n_ + 1);
     for (int v = 0; v < n_; ++v) {
@@ -246,7 +246,7 @@ class TwRemat {
   }
 
   // Euler tour and binary lifting for LCAs.
-  void IndexTree(const std::vector<std::vector<int>>& children) {
+  void index_tree(const std::vector<std::vector<int>>& children) {
     depth_.assign(n_ + 1, 0);
     tin_.assign(n_ + 1, 0);
     tout_.assign(n_ + 1, 0);
@@ -273,33 +273,33 @@ class TwRemat {
       for (int v = 0; v <= n_; ++v) up_[j][v] = up_[j - 1][up_[j - 1][v]];
   }
 
-  bool IsAncestor(int a, int b) const { return tin_[a] <= tin_[b] && tout_[b] <= tout_[a]; }
+  bool is_ancestor(int a, int b) const { return tin_[a] <= tin_[b] && tout_[b] <= tout_[a]; }
 
-  int Lca(int a, int b) const {
-    if (IsAncestor(a, b)) return a;
-    if (IsAncestor(b, a)) return b;
+  int lca(int a, int b) const {
+    if (is_ancestor(a, b)) return a;
+    if (is_ancestor(b, a)) return b;
     for (int j = static_cast<int>(up_.size()) - 1; j >= 0; --j) {
-      if (!IsAncestor(up_[j][a], b)) a = up_[j][a];
+      if (!is_ancestor(up_[j][a], b)) a = up_[j][a];
     }
     return up_[0][a];
   }
 
   // Balanced separator of G[U]: the bag (restricted to U) of the deepest node of the
   // decomposition whose subtree holds at least half of U.
-  std::vector<int> Separator(const std::vector<int>& U) {
+  std::vector<int> separator(const std::vector<int>& U) {
     std::vector<int> vt(U);
     auto by_tin = [&](int a, int b) { return tin_[a] < tin_[b]; };
     std::sort(vt.begin(), vt.end(), by_tin);
     const size_t m = vt.size();
-    for (size_t i = 0; i + 1 < m; ++i) vt.push_back(Lca(vt[i], vt[i + 1]));
+    for (size_t i = 0; i + 1 < m; ++i) vt.push_back(lca(vt[i], vt[i + 1]));
     std::sort(vt.begin(), vt.end(), by_tin);
     vt.erase(std::unique(vt.begin(), vt.end()), vt.end());
-    int mark = NewStamp();
+    int mark = new_stamp();
     for (int u : U) stamp_[u] = mark;
     std::vector<int> vpar(vt.size(), -1), stack;
     std::vector<int64_t> sub(vt.size(), 0);
     for (size_t i = 0; i < vt.size(); ++i) {
-      while (!stack.empty() && !IsAncestor(vt[stack.back()], vt[i])) stack.pop_back();
+      while (!stack.empty() && !is_ancestor(vt[stack.back()], vt[i])) stack.pop_back();
       vpar[i] = stack.empty() ? -1 : stack.back();
       stack.push_back(static_cast<int>(i));
       sub[i] = (vt[i] < n_ && stamp_[vt[i]] == mark) ? 1 : 0;
@@ -342,9 +342,9 @@ class TwRemat {
     return S;
   }
 
-  int NewStamp() { return ++stamp_counter_; }
+  int new_stamp() { return ++stamp_counter_; }
 
-  void Emit(int x) {
+  void emit(int x) {
     if (emitted_[x] && !g_.nodes[x].can_recompute()) return;
     for (int u : g_.nodes[x].inputs) {
       if (!core_[u] && !emitted_[u]) {
@@ -359,10 +359,10 @@ class TwRemat {
   // Peak of computing U (ascending ids) in order without recomputation, counting the
   // values U reads from outside as resident throughout and values read outside U as
   // resident to the end.
-  int64_t PlainPeak(const std::vector<int>& U) {
-    int mark = NewStamp();
+  int64_t plain_peak(const std::vector<int>& U) {
+    int mark = new_stamp();
     for (int u : U) stamp_[u] = mark;
-    int outside = NewStamp();
+    int outside = new_stamp();
     int64_t base = 0;
     std::vector<int> last(U.size(), -1);
     // Index of each member for last-reader bookkeeping.
@@ -398,20 +398,20 @@ class TwRemat {
     return base + peak;
   }
 
-  bool AllEmitted(const std::vector<int>& U) const {
+  bool all_emitted(const std::vector<int>& U) const {
     return std::all_of(U.begin(), U.end(), [&](int u) { return emitted_[u]; });
   }
 
   // Computes U (ascending ids) in order, less the nodes whose instance here nobody reads:
   // those that are not in need, were emitted before and feed no node computed here.
-  void EmitNeeded(const std::vector<int>& U, const std::vector<int>& need) {
+  void emit_needed(const std::vector<int>& U, const std::vector<int>& need) {
     if (!shortcuts_) {
-      for (int u : U) Emit(u);
+      for (int u : U) emit(u);
       return;
     }
-    int in_u = NewStamp();
+    int in_u = new_stamp();
     for (int u : U) stamp_[u] = in_u;
-    int wanted = NewStamp();
+    int wanted = new_stamp();
     for (int x : need) want_[x] = wanted;
     for (size_t i = U.size(); i-- > 0;) {
       int x = U[i];
@@ -421,7 +421,7 @@ class TwRemat {
         if (stamp_[u] == in_u) want_[u] = wanted;
     }
     for (int u : U)
-      if (want_[u] == wanted) Emit(u);
+      if (want_[u] == wanted) emit(u);
   }
 
   // Kumar et al.'s Solve(U), less the instances no later step can read: need holds the
@@ -429,35 +429,35 @@ class TwRemat {
   //
   // A call only matters for the instances the final schedule keeps: those a later step
   // reads (nodes of need) and first instances. Without either, every instance it would make
-  // is one PruneUnreadInstances drops, and the call is skipped. Once every node of U has
+  // is one prune_unread_instances drops, and the call is skipped. Once every node of U has
   // been computed, a call changes nothing but the order it appends, which then depends only
   // on (U, need, depth, held bytes): the recursion meets the same sets over and over (on
   // dense graphs, thousands of distinct calls make millions of steps), so that order is
   // recorded the first time and copied after.
-  void Solve(const std::vector<int>& U, const std::vector<int>& need, int depth) {
+  void solve(const std::vector<int>& U, const std::vector<int>& need, int depth) {
     if (U.empty()) return;
     if (!shortcuts_) {
-      SolveOnce(U, need, depth);
+      solve_once(U, need, depth);
       return;
     }
-    const bool replayable = AllEmitted(U);
+    const bool replayable = all_emitted(U);
     if (replayable && need.empty()) return;
     if (!replayable || U.size() <= 2) {
-      SolveOnce(U, need, depth);
+      solve_once(U, need, depth);
       return;
     }
-    std::vector<int64_t> key = MemoKey(U, need, depth);
+    std::vector<int64_t> key = memo_key(U, need, depth);
     if (auto it = memo_.find(key); it != memo_.end()) {
-      Replay(it->second);
+      replay(it->second);
       return;
     }
     const size_t begin = order_.size();
-    SolveOnce(U, need, depth);
+    solve_once(U, need, depth);
     memo_.emplace(std::move(key), std::make_pair(begin, order_.size()));
   }
 
-  std::vector<int64_t> MemoKey(const std::vector<int>& U, const std::vector<int>& need,
-                               int depth) const {
+  std::vector<int64_t> memo_key(const std::vector<int>& U, const std::vector<int>& need,
+                                int depth) const {
     std::vector<int64_t> key(U.begin(), U.end());
     key.push_back(-1);
     key.insert(key.end(), need.begin(), need.end());
@@ -468,44 +468,44 @@ class TwRemat {
   }
 
   // Appends order_[span.first, span.second) again.
-  void Replay(std::pair<size_t, size_t> span) {
+  void replay(std::pair<size_t, size_t> span) {
     const size_t size = order_.size() + (span.second - span.first);
     // Grow geometrically: an exact reserve per replay would copy the order every time.
     if (size > order_.capacity()) order_.reserve(std::max(size, 2 * order_.capacity()));
     for (size_t i = span.first; i < span.second; ++i) order_.push_back(order_[i]);
   }
 
-  void SolveOnce(const std::vector<int>& U, const std::vector<int>& need, int depth) {
+  void solve_once(const std::vector<int>& U, const std::vector<int>& need, int depth) {
     if (U.size() <= 2 || (depth_limit_ >= 0 && depth >= depth_limit_)) {
-      EmitNeeded(U, need);
+      emit_needed(U, need);
       return;
     }
-    if (budget_ != kNoBudget && held_bytes_ + PlainPeak(U) <= budget_) {
-      EmitNeeded(U, need);
+    if (budget_ != kNoBudget && held_bytes_ + plain_peak(U) <= budget_) {
+      emit_needed(U, need);
       return;
     }
-    std::vector<int> S = Separator(U);
-    int in_u = NewStamp();
+    std::vector<int> S = separator(U);
+    int in_u = new_stamp();
     for (int u : U) stamp_[u] = in_u;
-    int in_s = NewStamp();
+    int in_s = new_stamp();
     for (int s : S) stamp2_[s] = in_s;
-    std::vector<std::vector<int>> comps = ComponentsApart(U, in_u, in_s);
+    std::vector<std::vector<int>> comps = components_apart(U, in_u, in_s);
     if (comps.size() == 1 && comps[0].size() == U.size()) {  // no separation possible
-      EmitNeeded(U, need);
+      emit_needed(U, need);
       return;
     }
     for (auto& c : comps) std::sort(c.begin(), c.end());
     std::vector<std::vector<std::vector<int>>> anc =
-        AncestorsByComponent(S, comps.size(), in_u, in_s);
-    std::vector<std::vector<int>> at = ComponentSlots(S, comps, in_s);
-    std::vector<Step> steps = StepsAroundSeparator(S, comps, anc, at);
-    std::vector<std::vector<int>> needs = StepNeeds(steps, S, need);
-    RunSteps(steps, needs, S, depth);
+        ancestors_by_component(S, comps.size(), in_u, in_s);
+    std::vector<std::vector<int>> at = component_slots(S, comps, in_s);
+    std::vector<Step> steps = steps_around_separator(S, comps, anc, at);
+    std::vector<std::vector<int>> needs = step_needs(steps, S, need);
+    run_steps(steps, needs, S, depth);
   }
 
   // Connected components of U \ S (U stamped in_u in stamp_, S stamped in_s in stamp2_);
   // comp_ holds each member's component.
-  std::vector<std::vector<int>> ComponentsApart(const std::vector<int>& U, int in_u, int in_s) {
+  std::vector<std::vector<int>> components_apart(const std::vector<int>& U, int in_u, int in_s) {
     std::vector<std::vector<int>> comps;
     for (int u : U) comp_[u] = -1;
     for (int u : U) {
@@ -526,12 +526,12 @@ class TwRemat {
   }
 
   // Ancestors of each separator node within U \ S, split by component (sorted).
-  std::vector<std::vector<std::vector<int>>> AncestorsByComponent(const std::vector<int>& S,
-                                                                  size_t num_comps, int in_u,
-                                                                  int in_s) {
+  std::vector<std::vector<std::vector<int>>> ancestors_by_component(const std::vector<int>& S,
+                                                                    size_t num_comps, int in_u,
+                                                                    int in_s) {
     std::vector<std::vector<std::vector<int>>> anc(S.size());
     for (size_t k = 0; k < S.size(); ++k) {
-      int seen = NewStamp();
+      int seen = new_stamp();
       std::vector<int> stack = {S[k]};
       std::vector<std::vector<int>> parts(num_comps);
       while (!stack.empty()) {
@@ -553,9 +553,9 @@ class TwRemat {
   // at[k + 1]: the components to solve right after separator node k (at[0]: before the
   // first). A component is solved as soon as the separator nodes it reads are computed, so
   // that separator nodes die early and little is held while the others are prepared.
-  std::vector<std::vector<int>> ComponentSlots(const std::vector<int>& S,
-                                               const std::vector<std::vector<int>>& comps,
-                                               int in_s) {
+  std::vector<std::vector<int>> component_slots(const std::vector<int>& S,
+                                                const std::vector<std::vector<int>>& comps,
+                                                int in_s) {
     std::vector<int> ready(comps.size(), -1);
     for (size_t k = 0; k < S.size(); ++k) sidx_[S[k]] = static_cast<int>(k);
     for (size_t c = 0; c < comps.size(); ++c) {
@@ -584,7 +584,7 @@ class TwRemat {
 
   // For each separator node in order: solve its ancestors in each component, compute and
   // hold it, then solve the components that became ready.
-  static std::vector<Step> StepsAroundSeparator(
+  static std::vector<Step> steps_around_separator(
       const std::vector<int>& S, const std::vector<std::vector<int>>& comps,
       const std::vector<std::vector<std::vector<int>>>& anc,
       const std::vector<std::vector<int>>& at) {
@@ -603,17 +603,18 @@ class TwRemat {
   // own part (ancestor parts are closed under ancestors, components are not adjacent), so
   // an instance made in one is read only by the separator node it prepares (its inputs) or,
   // when no later step recomputes it, by the steps after Solve(U) (need).
-  std::vector<std::vector<int>> StepNeeds(const std::vector<Step>& steps, const std::vector<int>& S,
-                                          const std::vector<int>& need) {
+  std::vector<std::vector<int>> step_needs(const std::vector<Step>& steps,
+                                           const std::vector<int>& S,
+                                           const std::vector<int>& need) {
     for (size_t i = 0; i < steps.size(); ++i)
       if (steps[i].part)
         for (int x : *steps[i].part) last_step_[x] = static_cast<int>(i);
-    int needed = NewStamp();
+    int needed = new_stamp();
     for (int x : need) want_[x] = needed;
     std::vector<std::vector<int>> needs(steps.size());
     for (size_t i = 0; i < steps.size(); ++i) {
       if (!steps[i].part) continue;
-      int read = NewStamp();
+      int read = new_stamp();
       if (steps[i].sep >= 0)
         for (int u : g_.nodes[S[steps[i].sep]].inputs) visit_[u] = read;
       for (int x : *steps[i].part)
@@ -623,16 +624,16 @@ class TwRemat {
     return needs;
   }
 
-  void RunSteps(const std::vector<Step>& steps, const std::vector<std::vector<int>>& needs,
-                const std::vector<int>& S, int depth) {
+  void run_steps(const std::vector<Step>& steps, const std::vector<std::vector<int>>& needs,
+                 const std::vector<int>& S, int depth) {
     int64_t held_here = 0;
     for (size_t i = 0; i < steps.size(); ++i) {
       if (steps[i].part) {
-        Solve(*steps[i].part, needs[i], depth + 1);
+        solve(*steps[i].part, needs[i], depth + 1);
         continue;
       }
       int s = S[steps[i].sep];
-      Emit(s);
+      emit(s);
       held_bytes_ += g_.nodes[s].bytes;
       held_here += g_.nodes[s].bytes;
     }
@@ -662,13 +663,13 @@ class TwRemat {
   bool shortcuts_ = true;
   std::vector<int> order_;
   std::vector<char> emitted_;
-  // Solve calls on computed sets: key (see MemoKey) -> the span of order_ they appended.
+  // solve calls on computed sets: key (see memo_key) -> the span of order_ they appended.
   absl::flat_hash_map<std::vector<int64_t>, std::pair<size_t, size_t>> memo_;
 };
 
 }  // namespace
 
-std::vector<int> PruneUnreadInstances(const Graph& g, const std::vector<int>& order) {
+std::vector<int> prune_unread_instances(const Graph& g, const std::vector<int>& order) {
   // Backward pass: an instance is kept when a kept later step reads it before the node's
   // next instance, or when it is the node's first instance and no later one was kept.
   const int n = g.size();
@@ -695,7 +696,7 @@ namespace {
 
 // Without a budget, minimises the peak: a few separator rules and component orders, the
 // lowest peak wins (k = 0, plain order, included: never above file order).
-RawPlan LowestPeakPlan(const Graph& g, TwRemat& tw, int k) {
+RawPlan lowest_peak_plan(const Graph& g, TwRemat& tw, int k) {
   RawPlan plan;
   SimResult best;
   std::string how;
@@ -707,7 +708,7 @@ RawPlan LowestPeakPlan(const Graph& g, TwRemat& tw, int k) {
       if (large && !early) continue;
       for (int kk : {k, 0}) {
         if (kk == 0 && (balance != 0.5 || !early)) continue;
-        std::vector<int> o = PruneUnreadInstances(g, tw.Run(kk, kNoBudget, balance, early));
+        std::vector<int> o = prune_unread_instances(g, tw.run(kk, kNoBudget, balance, early));
         SimResult r = simulate(g, Schedule{g.name, o, std::nullopt});
         if (!r.valid) continue;
         if (plan.order.empty() || r.peak_bytes < best.peak_bytes ||
@@ -725,7 +726,8 @@ RawPlan LowestPeakPlan(const Graph& g, TwRemat& tw, int k) {
 
 // With a budget: stop recursing where the plain computation fits an effective budget; lower
 // the effective budget until the simulated peak holds, keep the cheapest that fits.
-RawPlan BudgetedPlan(const Graph& g, TwRemat& tw, int k, int64_t budget, const Deadline& deadline) {
+RawPlan budgeted_plan(const Graph& g, TwRemat& tw, int k, int64_t budget,
+                      const Deadline& deadline) {
   RawPlan plan;
   int64_t eff = budget;
   SimResult best;
@@ -733,7 +735,7 @@ RawPlan BudgetedPlan(const Graph& g, TwRemat& tw, int k, int64_t budget, const D
   std::vector<int> fallback;
   int64_t fallback_peak = 0;
   for (int round = 0; round < 40; ++round) {
-    std::vector<int> o = PruneUnreadInstances(g, tw.Run(k, eff));
+    std::vector<int> o = prune_unread_instances(g, tw.run(k, eff));
     SimResult r = simulate(g, Schedule{g.name, o, std::nullopt});
     if (r.valid && r.peak_bytes <= budget) {
       if (!have || r.cost < best.cost) {
@@ -750,7 +752,7 @@ RawPlan BudgetedPlan(const Graph& g, TwRemat& tw, int k, int64_t budget, const D
     if (eff <= 0) break;
     int64_t over = r.peak_bytes - budget;
     eff -= std::max<int64_t>(over, eff / 16 + 1);
-    if (eff < 0 || deadline.Expired()) eff = 0;  // last round: full recursion
+    if (eff < 0 || deadline.expired()) eff = 0;  // last round: full recursion
   }
   if (!have) {
     plan.order = fallback;
@@ -763,12 +765,12 @@ RawPlan BudgetedPlan(const Graph& g, TwRemat& tw, int k, int64_t budget, const D
 
 }  // namespace
 
-std::vector<int> TwRematOrderForTest(const Graph& g, int k, int64_t budget, double balance,
-                                     bool early, bool shortcuts) {
-  return PruneUnreadInstances(g, TwRemat(g).Run(k, budget, balance, early, shortcuts));
+std::vector<int> tw_remat_order_for_test(const Graph& g, int k, int64_t budget, double balance,
+                                         bool early, bool shortcuts) {
+  return prune_unread_instances(g, TwRemat(g).run(k, budget, balance, early, shortcuts));
 }
 
-absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
+absl::StatusOr<RawPlan> plan_tw_remat(const Graph& g, const PlanOptions& opt) {
   Deadline deadline(opt);
   TwRemat tw(g, &deadline);
   if (tw.timed_out()) {
@@ -777,8 +779,8 @@ absl::StatusOr<RawPlan> PlanTwRemat(const Graph& g, const PlanOptions& opt) {
                      tw.width(), " when it stopped)"));
   }
   const int k = opt.twremat_k;
-  if (!opt.budget_bytes) return LowestPeakPlan(g, tw, k);
-  return BudgetedPlan(g, tw, k, *opt.budget_bytes, deadline);
+  if (!opt.budget_bytes) return lowest_peak_plan(g, tw, k);
+  return budgeted_plan(g, tw, k, *opt.budget_bytes, deadline);
 }
 
-}  // namespace remat::internal
+}  // namespace remat::detail

@@ -49,14 +49,14 @@
 namespace {
 
 // A file under ../shared, or "" where it is absent.
-std::string SharedFile(const std::string& relative) {
+std::string shared_file(const std::string& relative) {
   const std::filesystem::path p = std::filesystem::path(REMAT_SHARED_DIR) / relative;
   std::error_code ec;
   return std::filesystem::is_regular_file(p, ec) ? p.string() : std::string();
 }
 
 // The op of op.h's example, which tensor.h's example runs.
-remat::OpPtr Relu() {
+remat::OpPtr relu_op() {
   return remat::make_op(
       "relu", [](remat::SpecList in) { return remat::Outputs{{in[0]}}; },  // same shape as input
       [](const remat::KernelContext& k) {
@@ -68,7 +68,7 @@ remat::OpPtr Relu() {
 }
 
 // [m, k] x [k, n] -> [m, n], float32, naive.
-remat::OpPtr Matmul() {
+remat::OpPtr matmul_op() {
   return remat::make_op(
       "matmul",
       [](remat::SpecList in) {
@@ -93,8 +93,8 @@ remat::OpPtr Matmul() {
       });
 }
 
-remat::Node MakeNode(int id, int64_t bytes, double cost, std::vector<int> inputs,
-                     remat::Phase phase, remat::NodeKind kind = remat::NodeKind::kCompute) {
+remat::Node make_node(int id, int64_t bytes, double cost, std::vector<int> inputs,
+                      remat::Phase phase, remat::NodeKind kind = remat::NodeKind::kCompute) {
   remat::Node n;
   n.id = id;
   n.name = "n" + std::to_string(id);
@@ -108,7 +108,7 @@ remat::Node MakeNode(int id, int64_t bytes, double cost, std::vector<int> inputs
 }
 
 // Checkmate's gen_linear_graph(n): 2n+1 unit nodes, i -> i+1 and i -> 2n-i for i < n.
-remat::Graph LinearGraph(int n) {
+remat::Graph linear_graph(int n) {
   remat::Graph g;
   g.name = "linear" + std::to_string(n);
   for (int i = 0; i <= 2 * n; ++i) {
@@ -116,7 +116,7 @@ remat::Graph LinearGraph(int n) {
     if (i > 0) in.push_back(i - 1);
     if (i > n) in.push_back(2 * n - i);
     g.nodes.push_back(
-        MakeNode(i, 1, 1, in, i <= n ? remat::Phase::kForward : remat::Phase::kBackward));
+        make_node(i, 1, 1, in, i <= n ? remat::Phase::kForward : remat::Phase::kBackward));
   }
   g.outputs = {2 * n};
   return g;
@@ -124,27 +124,27 @@ remat::Graph LinearGraph(int n) {
 
 // A recorded training-like step on `rt`: a forward chain of `n` ops over a parameter, then a
 // backward chain that reads the forward values in reverse. Returns the value read back.
-float RunStep(remat::Runtime& rt, const remat::Tensor& w, const remat::Tensor& x, int n);
+float run_step(remat::Runtime& rt, const remat::Tensor& w, const remat::Tensor& x, int n);
 
-// The value RunStep computes with no budget and no hints, and the peak allocated bytes.
+// The value run_step computes with no budget and no hints, and the peak allocated bytes.
 struct Unconstrained {
   float value = 0;
   std::size_t peak = 0;
 };
-Unconstrained RunUnconstrained(const std::vector<float>& wv, const std::vector<float>& xv, int n,
-                               remat::Accounting accounting) {
+Unconstrained run_unconstrained(const std::vector<float>& wv, const std::vector<float>& xv, int n,
+                                remat::Accounting accounting) {
   remat::Runtime plain({.backend = remat::Backend::kCpu, .accounting = accounting});
   remat::Tensor w = plain.constant(remat::testing::vec(64), wv.data());
   remat::Tensor x = plain.constant(remat::testing::vec(64), xv.data());
   plain.begin_step();
   Unconstrained u;
-  u.value = RunStep(plain, w, x, n);
+  u.value = run_step(plain, w, x, n);
   plain.end_step();
   u.peak = plain.stats().memory.peak_allocated;
   return u;
 }
 
-float RunStep(remat::Runtime& rt, const remat::Tensor& w, const remat::Tensor& x, int n) {
+float run_step(remat::Runtime& rt, const remat::Tensor& w, const remat::Tensor& x, int n) {
   const remat::OpPtr f = remat::testing::affine(0.5f, 1.0f);
   const remat::OpPtr c = remat::testing::combine();
   std::vector<remat::Tensor> acts;
@@ -200,7 +200,7 @@ TEST(HeaderExamples, CudaApi) {
 }
 
 TEST(HeaderExamples, DtrTrace) {
-  const std::string path = SharedFile("traces/dtr/resnet32.log");
+  const std::string path = shared_file("traces/dtr/resnet32.log");
   if (path.empty()) GTEST_SKIP() << "no ../shared/traces/dtr/resnet32.log";
   absl::StatusOr<remat::DtrTrace> trace = remat::read_dtr_trace_file(path);
   if (!trace.ok()) std::cerr << trace.status();  // names the offending line
@@ -233,7 +233,7 @@ TEST(HeaderExamples, Errors) {
   remat::Tensor a = rt.constant({{16, 16}}, values.data());  // pinned: 2 x 1 KiB of 3 KiB
   remat::Tensor b = rt.constant({{16, 16}}, ident.data());
   remat::Tensor keep = rt.constant({{16, 16}}, values.data());  // leaves no room for a result
-  const remat::OpPtr matmul = Matmul();
+  const remat::OpPtr matmul = matmul_op();
   bool threw = false;
   std::vector<remat::Tensor> result;
   try {
@@ -256,7 +256,7 @@ TEST(HeaderExamples, Errors) {
 }
 
 TEST(HeaderExamples, Graph) {
-  const std::string path = SharedFile("graphs/rlg_n100.json");
+  const std::string path = shared_file("graphs/rlg_n100.json");
   if (path.empty()) GTEST_SKIP() << "no ../shared/graphs/rlg_n100.json";
   absl::StatusOr<remat::Graph> g = remat::read_graph_file(path);
   if (!g.ok()) {
@@ -287,7 +287,7 @@ TEST(HeaderExamples, GraphTransforms) {
   remat::StepOptions so;
   so.record = true;  // recorded with StepOptions::record
   rt.begin_step(so);
-  RunStep(rt, w, x, 6);
+  run_step(rt, w, x, 6);
   remat::RecordedStep step = rt.end_step();
   ASSERT_GT(step.graph.size(), 0);
   remat::Graph g = remat::hold_inputs(step.graph);
@@ -310,7 +310,7 @@ TEST(HeaderExamples, Hints) {
   const std::vector<float> wv = remat::testing::iota(64, 0.25f),
                            xv = remat::testing::iota(64, -3.0f);
   // The value the step computes, with no budget and no hints.
-  const float expected = RunUnconstrained(wv, xv, 8, remat::Accounting::kAllocator).value;
+  const float expected = run_unconstrained(wv, xv, 8, remat::Accounting::kAllocator).value;
   remat::Runtime rt({.backend = remat::Backend::kCpu,
                      .accounting = remat::Accounting::kLogical,
                      .policy = "hinted"});
@@ -325,8 +325,8 @@ TEST(HeaderExamples, Hints) {
     EXPECT_EQ(so.hints == nullptr, first_time);
     so.record = first_time;
     rt.begin_step(so);
-    EXPECT_EQ(RunStep(rt, w, x, 8), expected);  // forward, rt.mark_backward(), backward
-    remat::RecordedStep step = rt.end_step();   // the step as a graph and a trace
+    EXPECT_EQ(run_step(rt, w, x, 8), expected);  // forward, rt.mark_backward(), backward
+    remat::RecordedStep step = rt.end_step();    // the step as a graph and a trace
     if (!first_time) continue;
     ASSERT_GT(step.graph.size(), 0);
     remat::Plan plan = remat::run_planner("twremat", step.graph, opt).value();
@@ -372,7 +372,7 @@ TEST(HeaderExamples, MemoryResource) {
 }
 
 TEST(HeaderExamples, Op) {
-  const auto relu = Relu();  // op.h's example
+  const auto relu = relu_op();  // op.h's example
   const remat::TensorSpec spec{{2, 3}, remat::DType::kF32};
   EXPECT_EQ(relu->name, "relu");
   EXPECT_EQ(relu->infer(remat::SpecList(&spec, 1)).at(0).spec, spec);
@@ -434,7 +434,7 @@ TEST(HeaderExamples, PlanCache) {
 }
 
 TEST(HeaderExamples, Planner) {
-  const remat::Graph g = LinearGraph(4);  // 9 unit nodes; no remat peaks at 6
+  const remat::Graph g = linear_graph(4);  // 9 unit nodes; no remat peaks at 6
   remat::PlanOptions opt;
   opt.budget_bytes = 4;  // or leave empty: the planner's own default
   opt.time_limit_seconds = 30;
@@ -450,7 +450,7 @@ TEST(HeaderExamples, Planner) {
 }
 
 TEST(HeaderExamples, Replay) {
-  const std::string path = SharedFile("traces/dtr/resnet32.log");
+  const std::string path = shared_file("traces/dtr/resnet32.log");
   if (path.empty()) GTEST_SKIP() << "no ../shared/traces/dtr/resnet32.log";
   auto trace = remat::read_dtr_trace_file(path).value();
   remat::ReplayOptions opts;
@@ -471,7 +471,7 @@ TEST(HeaderExamples, Runtime) {
   std::vector<float> weights(n * n, 0.0f);  // a cyclic shift of the columns
   for (int i = 0; i < n; ++i) weights[static_cast<std::size_t>(i * n + (i + 1) % n)] = 1.0f;
   const std::vector<float> xv = remat::testing::iota(n * n, 0.0f);
-  const remat::OpPtr matmul = Matmul();
+  const remat::OpPtr matmul = matmul_op();
   remat::Tensor x = rt.constant({{n, n}}, xv.data());
   remat::Tensor w = rt.constant({{n, n}}, weights.data());  // pinned
   std::vector<remat::Tensor> hs;
@@ -574,10 +574,10 @@ TEST(HeaderExamples, Schedule) {
   // 0 (an input) -> 1 -> 2, and 3 reads 1 and 2.
   remat::Graph g;
   g.name = "diamond";
-  g.nodes = {MakeNode(0, 100, 0, {}, remat::Phase::kForward, remat::NodeKind::kInput),
-             MakeNode(1, 1000, 2, {0}, remat::Phase::kForward),
-             MakeNode(2, 10, 1, {1}, remat::Phase::kForward),
-             MakeNode(3, 10, 1, {1, 2}, remat::Phase::kBackward)};
+  g.nodes = {make_node(0, 100, 0, {}, remat::Phase::kForward, remat::NodeKind::kInput),
+             make_node(1, 1000, 2, {0}, remat::Phase::kForward),
+             make_node(2, 10, 1, {1}, remat::Phase::kForward),
+             make_node(3, 10, 1, {1, 2}, remat::Phase::kBackward)};
   ASSERT_TRUE(remat::validate_graph(g).ok());
   remat::Schedule s{.graph = g.name, .order = {0, 1, 2, 1, 3}};  // node 1 recomputed
   remat::SimResult r = remat::simulate(g, s, /*budget_bytes=*/1 << 20);
@@ -612,7 +612,7 @@ TEST(HeaderExamples, SegmentSource) {
 }
 
 TEST(HeaderExamples, StaticReplay) {
-  const std::string path = SharedFile("graphs/mlp16.json");
+  const std::string path = shared_file("graphs/mlp16.json");
   if (path.empty()) GTEST_SKIP() << "no ../shared/graphs/mlp16.json";
   remat::PlanOptions opt;
   remat::Graph g = remat::hold_inputs(remat::read_graph_file(path).value());
@@ -639,7 +639,7 @@ TEST(HeaderExamples, StepPlanner) {
   const std::vector<float> wv = remat::testing::iota(64, 0.25f),
                            xv = remat::testing::iota(64, -3.0f);
   // The value the step computes and its peak, with no budget.
-  const Unconstrained plain = RunUnconstrained(wv, xv, 8, remat::Accounting::kLogical);
+  const Unconstrained plain = run_unconstrained(wv, xv, 8, remat::Accounting::kLogical);
   const float expected = plain.value;
   const std::size_t peak = plain.peak;
   // Under two thirds of that peak, counted as the planners count it.
@@ -655,7 +655,7 @@ TEST(HeaderExamples, StepPlanner) {
   remat::StepOptions so;
   so.record = true;
   rt.begin_step(so);
-  EXPECT_EQ(RunStep(rt, w, x, 8), expected);
+  EXPECT_EQ(run_step(rt, w, x, 8), expected);
   remat::RecordedStep step = rt.end_step();  // recorded with StepOptions::record
   EXPECT_GT(rt.stats().recomputations, 0u);  // DTR alone had to recompute
 
@@ -684,7 +684,7 @@ TEST(HeaderExamples, StepPlanner) {
   so.hints = cache.find(key).hints;
   ASSERT_NE(so.hints, nullptr);
   rt.begin_step(so);
-  EXPECT_EQ(RunStep(rt, w, x, 8), expected);
+  EXPECT_EQ(run_step(rt, w, x, 8), expected);
   rt.end_step();
   EXPECT_EQ(rt.stats().hint_mismatches, 0u);
   EXPECT_LE(rt.stats().memory.peak_allocated, budget);
@@ -701,7 +701,7 @@ TEST(HeaderExamples, StepPlanner) {
 
 TEST(HeaderExamples, Tensor) {
   remat::Runtime rt({.backend = remat::Backend::kCpu});
-  const auto relu = Relu();
+  const auto relu = relu_op();
   const std::vector<float> host_data = {-2, -1, 0, 1, 2, 3, -4, 5, 6, -7, 8, 9, 10, -11, 12, 13,
                                         -2, -1, 0, 1, 2, 3, -4, 5, 6, -7, 8, 9, 10, -11, 12, 13};
   remat::TensorSpec spec{{4, 8}, remat::DType::kF32};     // shape and dtype, always known
@@ -724,7 +724,7 @@ TEST(HeaderExamples, Timeline) {
   remat::Tensor w = rt.constant(remat::testing::vec(256));
   remat::Tensor x = rt.constant(remat::testing::vec(256));
   rt.begin_step();
-  RunStep(rt, w, x, 4);  // a step of 10 ops
+  run_step(rt, w, x, 4);  // a step of 10 ops
   rt.end_step();
   ASSERT_EQ(rt.timeline().events.size(), rt.stats().calls);
   EXPECT_EQ(rt.timeline().memory.size(), rt.timeline().events.size());

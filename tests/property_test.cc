@@ -196,7 +196,7 @@ std::optional<Outcome> run_if_it_fits(const Program& p, const RuntimeOptions& op
 
 // The CPU backend with small allocator segments, so that budgets well below a small
 // program's peak still leave room for several.
-RuntimeOptions SmallSegmentsOnCpu(std::uint64_t seed) {
+RuntimeOptions small_segments_on_cpu(std::uint64_t seed) {
   RuntimeOptions o;
   o.backend = Backend::kCpu;
   o.seed = seed;
@@ -212,7 +212,7 @@ TEST(RecordingProperty, RandomHintsNeverChangeResults) {
   int passes = 0, hint_evictions = 0;
   for (int trial = 0; trial < 20; ++trial) {
     const Program p{rng(), 120 + static_cast<int>(rng() % 120)};
-    RuntimeOptions o = SmallSegmentsOnCpu(5);
+    RuntimeOptions o = small_segments_on_cpu(5);
     StepOptions record;
     record.record = true;
     const Outcome base = run(p, o, record);
@@ -261,13 +261,13 @@ TEST(RecordingProperty, RandomSchedulesFollowedNeverChangeResults) {
   std::size_t deferred = 0, recomputed = 0;
   for (int trial = 0; trial < 20; ++trial) {
     const Program p{rng(), 100 + static_cast<int>(rng() % 140)};
-    RuntimeOptions o = SmallSegmentsOnCpu(3);
+    RuntimeOptions o = small_segments_on_cpu(3);
     StepOptions record;
     record.record = true;
     const Outcome base = run(p, o, record);
     const Graph& g = base.recorded.graph;
     auto hints = std::make_shared<StepHints>();
-    const std::vector<int> order = testing::RandomTopologicalOrder(g, rng);
+    const std::vector<int> order = testing::random_topological_order(g, rng);
     ASSERT_EQ(order.size(), g.nodes.size());
     std::vector<int> placed;
     for (int v : order) {

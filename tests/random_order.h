@@ -14,7 +14,7 @@ namespace remat::testing {
 // Every node once, each after all of its inputs; at each step any node whose inputs are all
 // placed is equally likely to come next.
 template <typename Rng>
-std::vector<int> RandomTopologicalOrder(const Graph& g, Rng& rng) {
+std::vector<int> random_topological_order(const Graph& g, Rng& rng) {
   const std::size_t n = g.nodes.size();
   std::vector<int> missing(n, 0);
   std::vector<std::vector<int>> users(n);

@@ -25,7 +25,7 @@ struct ToolRun {
   std::string err, out;
 };
 
-std::string ReadFile(const fs::path& p) {
+std::string read_file(const fs::path& p) {
   std::ifstream in(p);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -33,7 +33,7 @@ std::string ReadFile(const fs::path& p) {
 }
 
 // Runs `tool args` from the build's bin directory, stderr captured (and stdout if asked).
-ToolRun RunTool(const std::string& tool, const std::string& args, bool keep_stdout = false) {
+ToolRun run_tool(const std::string& tool, const std::string& args, bool keep_stdout = false) {
   const fs::path bin = fs::path(REMAT_BIN_DIR) / tool;
   // ctest runs the tests of this file in parallel processes: the files are the test's own.
   const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -46,12 +46,12 @@ ToolRun RunTool(const std::string& tool, const std::string& args, bool keep_stdo
   const int status = std::system(cmd.c_str());
   ToolRun r;
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.err = ReadFile(err);
-  if (keep_stdout) r.out = ReadFile(out);
+  r.err = read_file(err);
+  if (keep_stdout) r.out = read_file(out);
   return r;
 }
 
-std::string Write(const std::string& name, const std::string& text) {
+std::string write(const std::string& name, const std::string& text) {
   const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
   const fs::path p = fs::path(::testing::TempDir()) /
                      (std::string(test->test_suite_name()) + "." + test->name() + "." + name);
@@ -60,7 +60,7 @@ std::string Write(const std::string& name, const std::string& text) {
 }
 
 // A clean failure: exit kExitError (a bad input file) and one line on stderr.
-void ExpectCleanFailure(const ToolRun& r, const std::string& fragment) {
+void expect_clean_failure(const ToolRun& r, const std::string& fragment) {
   EXPECT_EQ(r.exit_code, remat::cli::kExitError) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr(fragment));
@@ -81,64 +81,64 @@ class ReplayCli : public ::testing::Test {
   void SetUp() override {
     if (!fs::exists(fs::path(REMAT_BIN_DIR) / "remat-replay")) GTEST_SKIP() << "no remat-replay";
   }
-  ToolRun Replay(const std::string& path) {
-    return RunTool("remat-replay", path + " --policy dtr --budget-fraction 1");
+  ToolRun replay(const std::string& path) {
+    return run_tool("remat-replay", path + " --policy dtr --budget-fraction 1");
   }
 };
 
 TEST_F(ReplayCli, UseOfAReleasedHandle) {
   const std::string path =
-      Write("use.log",
+      write("use.log",
             kReleasedW + R"({"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"f","RESULT":[],"TIME":"1"})"
                          "\n");
-  ExpectCleanFailure(Replay(path), path + ":5: CALL 'f' reads argument 'w', released at line 4");
+  expect_clean_failure(replay(path), path + ":5: CALL 'f' reads argument 'w', released at line 4");
 }
 
 TEST_F(ReplayCli, MutateOfAReleasedHandle) {
-  const std::string path = Write(
+  const std::string path = write(
       "mutate.log",
       kReleasedW + R"({"ARGS":["w"],"INSTRUCTION":"MUTATE","MUTATE":[0],"NAME":"add_","TIME":"1"})"
                    "\n");
-  ExpectCleanFailure(Replay(path),
-                     path + ":5: MUTATE 'add_' reads argument 'w', released at line 4");
+  expect_clean_failure(replay(path),
+                       path + ":5: MUTATE 'add_' reads argument 'w', released at line 4");
 }
 
 TEST_F(ReplayCli, CopyOfAReleasedHandle) {
   const std::string path =
-      Write("copy.log",
+      write("copy.log",
             kReleasedW + R"({"DST":"c","INSTRUCTION":"COPY","SRC":"w"})"
                          "\n"
                          R"({"ARGS":["c"],"INSTRUCTION":"CALL","NAME":"f","RESULT":[],"TIME":"1"})"
                          "\n");
-  ExpectCleanFailure(Replay(path), path + ":5: COPY reads SRC 'w', released at line 4");
+  expect_clean_failure(replay(path), path + ":5: COPY reads SRC 'w', released at line 4");
 }
 
 TEST_F(ReplayCli, MemoryOf2To63) {
   const std::string path =
-      Write("huge.log", std::string(kStart) +
+      write("huge.log", std::string(kStart) +
                             R"({"INSTRUCTION":"CONSTANT","NAME":"w"})"
                             "\n"
                             R"({"INSTRUCTION":"MEMORY","MEMORY":"9223372036854775808","NAME":"w"})"
                             "\n");
-  ExpectCleanFailure(Replay(path), path + ":3: field MEMORY is out of range");
+  expect_clean_failure(replay(path), path + ":3: field MEMORY is out of range");
 }
 
 TEST_F(ReplayCli, TimeSumPast2To64) {
-  const std::string path = Write(
+  const std::string path = write(
       "time.log",
       std::string(kStart) +
           R"({"ARGS":[],"INSTRUCTION":"CALL","NAME":"f","RESULT":[],"TIME":"18446744073709551615"})"
           "\n"
           R"({"ARGS":[],"INSTRUCTION":"CALL","NAME":"g","RESULT":[],"TIME":"1"})"
           "\n");
-  ExpectCleanFailure(Replay(path), path + ":3: TIME 1 makes the trace's total time pass 2^64-1");
+  expect_clean_failure(replay(path), path + ":3: TIME 1 makes the trace's total time pass 2^64-1");
 }
 
 TEST_F(ReplayCli, DoubleRelease) {
   const std::string path =
-      Write("release.log", kReleasedW + R"({"INSTRUCTION":"RELEASE","NAME":"w"})"
+      write("release.log", kReleasedW + R"({"INSTRUCTION":"RELEASE","NAME":"w"})"
                                         "\n");
-  ExpectCleanFailure(Replay(path), path + ":5: RELEASE of 'w', already released at line 4");
+  expect_clean_failure(replay(path), path + ":5: RELEASE of 'w', already released at line 4");
 }
 
 // A graph with a number beyond a double, and one where a group member reads another.
@@ -150,34 +150,34 @@ const char* kGroupGraph =
 
 TEST(PlanCli, NumberBeyondADoubleAndGroupMembersReadingEachOther) {
   if (!fs::exists(fs::path(REMAT_BIN_DIR) / "remat-plan")) GTEST_SKIP() << "no remat-plan";
-  const std::string huge = Write("huge.json", kHugeGraph);
-  ExpectCleanFailure(RunTool("remat-plan", huge + " --algo chen"),
-                     huge + ": bad JSON: number overflow parsing '1e309' at line 1, column");
-  const std::string group = Write("group.json", kGroupGraph);
-  ExpectCleanFailure(RunTool("remat-plan", group + " --algo chen"),
-                     group + ": node 2 ('2') reads node 1 ('1') of its own group 7");
+  const std::string huge = write("huge.json", kHugeGraph);
+  expect_clean_failure(run_tool("remat-plan", huge + " --algo chen"),
+                       huge + ": bad JSON: number overflow parsing '1e309' at line 1, column");
+  const std::string group = write("group.json", kGroupGraph);
+  expect_clean_failure(run_tool("remat-plan", group + " --algo chen"),
+                       group + ": node 2 ('2') reads node 1 ('1') of its own group 7");
 }
 
 TEST(CompareCli, BadGraphsAndTraces) {
   if (!fs::exists(fs::path(REMAT_BIN_DIR) / "remat-compare")) GTEST_SKIP() << "no remat-compare";
   const std::string out = (fs::path(::testing::TempDir()) / "cli_errors_compare").string();
-  const std::string huge = Write("huge.json", kHugeGraph);
-  ExpectCleanFailure(RunTool("remat-compare", huge + " --out " + out),
-                     huge + ": bad JSON: number overflow parsing '1e309'");
-  const std::string group = Write("group.json", kGroupGraph);
-  ExpectCleanFailure(RunTool("remat-compare", group + " --out " + out),
-                     group + ": node 2 ('2') reads node 1 ('1') of its own group 7");
+  const std::string huge = write("huge.json", kHugeGraph);
+  expect_clean_failure(run_tool("remat-compare", huge + " --out " + out),
+                       huge + ": bad JSON: number overflow parsing '1e309'");
+  const std::string group = write("group.json", kGroupGraph);
+  expect_clean_failure(run_tool("remat-compare", group + " --out " + out),
+                       group + ": node 2 ('2') reads node 1 ('1') of its own group 7");
   const std::string trace =
-      Write("use.log",
+      write("use.log",
             kReleasedW + R"({"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"f","RESULT":[],"TIME":"1"})"
                          "\n");
-  ExpectCleanFailure(RunTool("remat-compare", trace + " --out " + out),
-                     trace + ":5: CALL 'f' reads argument 'w', released at line 4");
+  expect_clean_failure(run_tool("remat-compare", trace + " --out " + out),
+                       trace + ":5: CALL 'f' reads argument 'w', released at line 4");
 }
 
 // A four-node chain: an input and three ops, 100 bytes each.
-std::string ChainGraph() {
-  return Write("chain.json",
+std::string chain_graph() {
+  return write("chain.json",
                R"({"format":"remat-graph-v1","name":"chain","nodes":[)"
                R"({"id":0,"bytes":100,"kind":"input"},{"id":1,"bytes":100,"inputs":[0],"cost":1},)"
                R"({"id":2,"bytes":100,"inputs":[1],"cost":1},{"id":3,"bytes":100,"inputs":[2],)"
@@ -189,50 +189,50 @@ struct Tool {
   const char* name;
   std::string args;
 };
-std::vector<Tool> Tools() {
+std::vector<Tool> tools() {
   const std::string graph = std::string(REMAT_SOURCE_DIR) + "/examples/traces/mlp12.log";
   std::vector<Tool> tools = {{"remat-replay", graph + " --policy dtr"},
                              {"remat-compare", graph + " --planners chen --policies dtr"},
                              {"mlp_train", "--steps 1"},
                              {"gpt_train", "--steps 1"}};
   if (fs::exists(fs::path(REMAT_BIN_DIR) / "remat-plan"))
-    tools.push_back({"remat-plan", ChainGraph() + " --algo chen"});
+    tools.push_back({"remat-plan", chain_graph() + " --algo chen"});
   return tools;
 }
 
 TEST(EveryTool, HelpListsTheFlagsAndExitsZero) {
-  for (const Tool& t : Tools()) {
-    const ToolRun help = RunTool(t.name, "--help", /*keep_stdout=*/true);
+  for (const Tool& t : tools()) {
+    const ToolRun help = run_tool(t.name, "--help", /*keep_stdout=*/true);
     EXPECT_EQ(help.exit_code, remat::cli::kExitOk) << t.name << ": " << help.err;
     EXPECT_THAT(help.out, HasSubstr(std::string("usage: ") + t.name)) << t.name;
     EXPECT_THAT(help.out, HasSubstr("--version")) << t.name;
     EXPECT_THAT(help.out, HasSubstr("(default ")) << t.name;
-    const ToolRun version = RunTool(t.name, "--version", true);
+    const ToolRun version = run_tool(t.name, "--version", true);
     EXPECT_EQ(version.exit_code, remat::cli::kExitOk) << t.name;
     EXPECT_THAT(version.out, HasSubstr("(remat) ")) << t.name;
   }
 }
 
 TEST(EveryTool, OneBudgetRule) {
-  for (const Tool& t : Tools()) {
+  for (const Tool& t : tools()) {
     const bool compare = std::string(t.name) == "remat-compare";
     for (const char* bad : {"1e30", "inf", "nan", "1.5", "0", "-0.5", "half"}) {
       const std::string flag = compare ? " --budgets " : " --budget-fraction ";
-      const ToolRun r = RunTool(t.name, t.args + flag + bad);
+      const ToolRun r = run_tool(t.name, t.args + flag + bad);
       EXPECT_EQ(r.exit_code, remat::cli::kExitError) << t.name << " " << bad;
       EXPECT_THAT(r.err, HasSubstr("wants a number in (0, 1]")) << t.name << " " << bad;
       EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     }
     if (compare) continue;
     for (const char* bad : {"1e30", "-1", "12.5", "5XB", "inf"}) {
-      const ToolRun r = RunTool(t.name, t.args + " --budget " + bad);
+      const ToolRun r = run_tool(t.name, t.args + " --budget " + bad);
       EXPECT_EQ(r.exit_code, remat::cli::kExitError) << t.name << " " << bad;
       EXPECT_THAT(r.err, HasSubstr("is not a budget")) << t.name << " " << bad;
     }
-    const ToolRun both = RunTool(t.name, t.args + " --budget 1GiB --budget-fraction 0.5");
+    const ToolRun both = run_tool(t.name, t.args + " --budget 1GiB --budget-fraction 0.5");
     EXPECT_EQ(both.exit_code, remat::cli::kExitError) << t.name;
     EXPECT_THAT(both.err, HasSubstr("not both")) << t.name;
-    const ToolRun unknown = RunTool(t.name, t.args + " --nope 3");
+    const ToolRun unknown = run_tool(t.name, t.args + " --nope 3");
     EXPECT_EQ(unknown.exit_code, remat::cli::kExitError) << t.name;
     EXPECT_THAT(unknown.err, HasSubstr("unrecognised option '--nope'")) << t.name;
   }
@@ -240,20 +240,20 @@ TEST(EveryTool, OneBudgetRule) {
 
 TEST(ExitCodes, PlanSaysFeasibleOrNot) {
   if (!fs::exists(fs::path(REMAT_BIN_DIR) / "remat-plan")) GTEST_SKIP() << "no remat-plan";
-  const std::string graph = ChainGraph();
-  EXPECT_EQ(RunTool("remat-plan", graph + " --algo chen --budget-fraction 1").exit_code,
+  const std::string graph = chain_graph();
+  EXPECT_EQ(run_tool("remat-plan", graph + " --algo chen --budget-fraction 1").exit_code,
             remat::cli::kExitOk);
-  EXPECT_EQ(RunTool("remat-plan", graph + " --algo chen --budget 1").exit_code,
+  EXPECT_EQ(run_tool("remat-plan", graph + " --algo chen --budget 1").exit_code,
             remat::cli::kExitInfeasible);
 }
 
 TEST(ExitCodes, ReplaySaysWhetherEveryRunFit) {
   const std::string trace = std::string(REMAT_SOURCE_DIR) + "/examples/traces/mlp12.log";
-  EXPECT_EQ(RunTool("remat-replay", trace + " --policy dtr --budget-fraction 1").exit_code,
+  EXPECT_EQ(run_tool("remat-replay", trace + " --policy dtr --budget-fraction 1").exit_code,
             remat::cli::kExitOk);
   // At 0.1 the step cannot fit: exit 1, and the row has no slowdown (its time is not a step's).
-  const ToolRun r = RunTool("remat-replay", trace + " --policy dtr --budget-fraction 0.1 --json",
-                            /*keep_stdout=*/true);
+  const ToolRun r = run_tool("remat-replay", trace + " --policy dtr --budget-fraction 0.1 --json",
+                             /*keep_stdout=*/true);
   EXPECT_EQ(r.exit_code, remat::cli::kExitInfeasible) << r.err;
   EXPECT_THAT(r.out, HasSubstr(R"("slowdown":null)"));
   EXPECT_THAT(r.out, HasSubstr(R"("status":"oom")"));
@@ -261,11 +261,11 @@ TEST(ExitCodes, ReplaySaysWhetherEveryRunFit) {
 
 TEST(CompareCli, UnknownPoliciesAndAFileForOut) {
   const std::string trace = std::string(REMAT_SOURCE_DIR) + "/examples/traces/mlp12.log";
-  const ToolRun policy = RunTool("remat-compare", trace + " --policies dtr,nope");
+  const ToolRun policy = run_tool("remat-compare", trace + " --policies dtr,nope");
   EXPECT_EQ(policy.exit_code, remat::cli::kExitError);
   EXPECT_THAT(policy.err, HasSubstr("unknown policy 'nope' in --policies"));
-  const std::string file = Write("not_a_dir", "x");
-  const ToolRun out = RunTool("remat-compare", trace + " --out " + file);
+  const std::string file = write("not_a_dir", "x");
+  const ToolRun out = run_tool("remat-compare", trace + " --out " + file);
   EXPECT_EQ(out.exit_code, remat::cli::kExitError);
   EXPECT_THAT(out.err, HasSubstr("exists and is not a directory"));
 }

@@ -16,7 +16,7 @@
 
 namespace {
 
-bool WriteSchedule(const std::string& path, const remat::Schedule& schedule) {
+bool write_schedule_file(const std::string& path, const remat::Schedule& schedule) {
   std::ofstream out(path);
   out << remat::write_schedule(schedule) << "\n";
   if (!out) {
@@ -26,7 +26,7 @@ bool WriteSchedule(const std::string& path, const remat::Schedule& schedule) {
   return true;
 }
 
-void PrintJson(const remat::Graph& g, const remat::Plan& plan, std::optional<int64_t> budget) {
+void print_json(const remat::Graph& g, const remat::Plan& plan, std::optional<int64_t> budget) {
   const remat::SimResult& r = plan.sim;
   nlohmann::json j;
   j["graph"] = g.name;
@@ -51,7 +51,7 @@ void PrintJson(const remat::Graph& g, const remat::Plan& plan, std::optional<int
   std::cout << j.dump() << "\n";
 }
 
-void PrintText(const remat::Graph& g, const remat::Plan& plan, std::optional<int64_t> budget) {
+void print_text(const remat::Graph& g, const remat::Plan& plan, std::optional<int64_t> budget) {
   const remat::SimResult& r = plan.sim;
   std::cout << "graph " << g.name << "  algo " << plan.algo << "  budget "
             << (budget ? std::to_string(*budget) : std::string("none")) << "\n"
@@ -130,12 +130,12 @@ int main(int argc, char** argv) try {
     return cli::kExitError;
   }
   if (!schedule_out.empty() && !plan->schedule.order.empty() &&
-      !WriteSchedule(schedule_out, plan->schedule))
+      !write_schedule_file(schedule_out, plan->schedule))
     return cli::kExitError;
   if (json)
-    PrintJson(*g, *plan, budget);
+    print_json(*g, *plan, budget);
   else
-    PrintText(*g, *plan, budget);
+    print_text(*g, *plan, budget);
   return plan->feasible ? cli::kExitOk : cli::kExitInfeasible;
 } catch (const std::exception& e) {
   std::cerr << "remat-plan: error: " << e.what() << "\n";

@@ -30,7 +30,7 @@ struct Args {
   remat::ReplayOptions replay;
 };
 
-void DeclareFlags(remat::cli::FlagSet& flags, Args& a) {
+void declare_flags(remat::cli::FlagSet& flags, Args& a) {
   flags.add_positional("TRACE.log", &a.trace, "the recorded step (DTR log format)");
   flags.add("policy", &a.policy,
             "eviction policies, comma-separated, or all, or list (prints their names)");
@@ -59,7 +59,7 @@ int run(int argc, char** argv) {
                      "Replays a recorded training step under a memory budget on the simulated "
                      "backend, one result per run.\nExit status: 0 every run fit its budget, 1 "
                      "some run ran out of memory or thrashed, 2 a bad flag or input.");
-  DeclareFlags(flags, a);
+  declare_flags(flags, a);
   if (std::optional<int> code = flags.parse(argc, const_cast<const char* const*>(argv)))
     return *code;
   auto usage = [](const std::string& why) {

@@ -22,7 +22,7 @@ constexpr float kGeluCoeff = 0.044715f;
 // Items below which a loop is not worth waking another thread for (Note [Deterministic
 // threading] in parallel.h): about 20 us of simple float work.
 constexpr i64 kGrain = i64{1} << 15;
-i64 RowGrain(i64 cols) { return std::max<i64>(1, kGrain / std::max<i64>(cols, 1)); }
+i64 row_grain(i64 cols) { return std::max<i64>(1, kGrain / std::max<i64>(cols, 1)); }
 
 // y[j] = exp(x[j] - shift) for j < n, in vector steps (Note [Vector exp] in vector_exp.h);
 // x and y may be the same. Returns the sum of the y[j] in index order, in double.
@@ -121,7 +121,7 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
 }
 
 void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols) {
-  parallel_for(rows, RowGrain(cols), [&](i64 r0, i64 r1) {
+  parallel_for(rows, row_grain(cols), [&](i64 r0, i64 r1) {
     for (i64 r = r0; r < r1; ++r) {
       const float* xr = x + r * cols;
       float* yr = y + r * cols;
@@ -237,7 +237,7 @@ void sum(const float* x, float* y, i64 n) {
 
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                        float* rstd, i64 rows, i64 c, float eps) {
-  parallel_for(rows, RowGrain(c), [&](i64 r0, i64 r1) {
+  parallel_for(rows, row_grain(c), [&](i64 r0, i64 r1) {
     for (i64 r = r0; r < r1; ++r) {
       const float* xr = x + r * c;
       float* yr = y + r * c;
@@ -344,7 +344,7 @@ void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i
       else
         zero(a, t * t);
       // A stable softmax over each row's causal prefix; the rest of the row is zero.
-      parallel_for(t, RowGrain(t), [&](i64 r0, i64 r1) {
+      parallel_for(t, row_grain(t), [&](i64 r0, i64 r1) {
         for (i64 r = r0; r < r1; ++r) {
           float* row = a + r * t;
           float mx = -INFINITY;
@@ -388,7 +388,7 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ti, ti, hi, 1.0f, dout_h, ld, v, ld3,
                   0.0f, dpre.data(), ti);
       // Through the softmax and the scale: dpre = att (datt - sum(att datt)) sc.
-      parallel_for(t, RowGrain(t), [&](i64 r0, i64 r1) {
+      parallel_for(t, row_grain(t), [&](i64 r0, i64 r1) {
         for (i64 r = r0; r < r1; ++r) {
           const float* arow = a + r * t;
           float* drow = dpre.data() + r * t;
@@ -446,7 +446,7 @@ void embedding_backward(const float* dout, const std::int32_t* idx, float* dwte,
 // threading]). The exponentials are float (exp_shifted), their sums double.
 void cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses, i64 n,
                            i64 v) {
-  parallel_for(n, RowGrain(v), [&](i64 i0, i64 i1) {
+  parallel_for(n, row_grain(v), [&](i64 i0, i64 i1) {
     std::vector<float> e(static_cast<std::size_t>(v));
     for (i64 i = i0; i < i1; ++i) {
       const float* l = logits + i * v;
@@ -461,7 +461,7 @@ void cross_entropy_forward(const float* logits, const std::int32_t* targets, flo
 void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* dloss,
                             float scale, float* dlogits, i64 n, i64 v) {
   const float g = n > 0 ? dloss[0] * scale : 0.0f;
-  parallel_for(n, RowGrain(v), [&](i64 i0, i64 i1) {
+  parallel_for(n, row_grain(v), [&](i64 i0, i64 i1) {
     for (i64 i = i0; i < i1; ++i) {
       const float* l = logits + i * v;
       float* d = dlogits + i * v;

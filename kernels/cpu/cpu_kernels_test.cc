@@ -24,7 +24,7 @@ namespace {
 
 using Vec = std::vector<float>;
 
-Vec Rand(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+Vec random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   Vec v(n);
@@ -32,21 +32,21 @@ Vec Rand(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   return v;
 }
 
-double Dot(const Vec& a, const Vec& b) {
+double dot(const Vec& a, const Vec& b) {
   double s = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
   return s;
 }
 
-bool BitwiseEqual(const Vec& a, const Vec& b) {
+bool bitwise_equal(const Vec& a, const Vec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Compares `grad` with central differences of loss() w.r.t. each element of x (perturbed in
 // place and restored).
-void ExpectGradMatches(const std::string& what, Vec& x, const Vec& grad,
-                       const std::function<double()>& loss, float h = 1e-2f, double rtol = 1e-2,
-                       double atol = 2e-3) {
+void expect_grad_matches(const std::string& what, Vec& x, const Vec& grad,
+                         const std::function<double()>& loss, float h = 1e-2f, double rtol = 1e-2,
+                         double atol = 2e-3) {
   ASSERT_EQ(x.size(), grad.size()) << what;
   int failures = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -68,8 +68,8 @@ void ExpectGradMatches(const std::string& what, Vec& x, const Vec& grad,
   }
 }
 
-void ExpectNear(const std::string& what, const Vec& got, const std::vector<double>& want,
-                double tol) {
+void expect_near(const std::string& what, const Vec& got, const std::vector<double>& want,
+                 double tol) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i) {
     ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << what << "[" << i << "]";
@@ -79,8 +79,8 @@ void ExpectNear(const std::string& what, const Vec& got, const std::vector<doubl
 // ---------------------------------------------------------------------------------------------
 // GEMM
 
-std::vector<double> NaiveGemm(bool ta, bool tb, i64 m, i64 n, i64 k, float alpha, const Vec& a,
-                              const Vec& b, float beta, const Vec& c) {
+std::vector<double> naive_gemm(bool ta, bool tb, i64 m, i64 n, i64 k, float alpha, const Vec& a,
+                               const Vec& b, float beta, const Vec& c) {
   std::vector<double> out(static_cast<std::size_t>(m * n));
   for (i64 i = 0; i < m; ++i) {
     for (i64 j = 0; j < n; ++j) {
@@ -103,16 +103,17 @@ TEST(CpuKernelsTest, GemmMatchesNaiveTripleLoop) {
   for (const Size s : {Size{5, 7, 3}, Size{33, 17, 29}, Size{1, 64, 9}}) {
     for (int ta = 0; ta < 2; ++ta) {
       for (int tb = 0; tb < 2; ++tb) {
-        const Vec a = Rand(s.m * s.k, 1);
-        const Vec b = Rand(s.k * s.n, 2);
-        const Vec c0 = Rand(s.m * s.n, 3);
+        const Vec a = random_vec(s.m * s.k, 1);
+        const Vec b = random_vec(s.k * s.n, 2);
+        const Vec c0 = random_vec(s.m * s.n, 3);
         Vec c = c0;
         gemm(ta, tb, s.m, s.n, s.k, 0.7f, a.data(), b.data(), 0.3f, c.data());
-        ExpectNear("gemm", c, NaiveGemm(ta, tb, s.m, s.n, s.k, 0.7f, a, b, 0.3f, c0), 1e-5);
+        expect_near("gemm", c, naive_gemm(ta, tb, s.m, s.n, s.k, 0.7f, a, b, 0.3f, c0), 1e-5);
         // beta == 0 overwrites C, whatever it held (NaN included).
         Vec c2(s.m * s.n, std::numeric_limits<float>::quiet_NaN());
         gemm(ta, tb, s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, c2.data());
-        ExpectNear("gemm beta=0", c2, NaiveGemm(ta, tb, s.m, s.n, s.k, 1.0f, a, b, 0.0f, c0), 1e-5);
+        expect_near("gemm beta=0", c2, naive_gemm(ta, tb, s.m, s.n, s.k, 1.0f, a, b, 0.0f, c0),
+                    1e-5);
       }
     }
   }
@@ -123,12 +124,12 @@ TEST(CpuKernelsTest, GemmGradients) {
   for (int tai = 0; tai < 2; ++tai) {
     for (int tbi = 0; tbi < 2; ++tbi) {
       const bool ta = tai, tb = tbi;
-      Vec a = Rand(m * k, 10), b = Rand(k * n, 11);
-      const Vec r = Rand(m * n, 12);
+      Vec a = random_vec(m * k, 10), b = random_vec(k * n, 11);
+      const Vec r = random_vec(m * n, 12);
       auto loss = [&] {
         Vec c(m * n);
         gemm(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 0.0f, c.data());
-        return Dot(c, r);
+        return dot(c, r);
       };
       // dop(A) = R op(B)^T (M x K), dop(B) = op(A)^T R (K x N), stored like A and B.
       Vec da(m * k), db(k * n);
@@ -143,19 +144,19 @@ TEST(CpuKernelsTest, GemmGradients) {
         gemm(true, ta, n, k, m, 1.0f, r.data(), a.data(), 0.0f, db.data());
       }
       const std::string tag = "ta=" + std::to_string(tai) + " tb=" + std::to_string(tbi);
-      ExpectGradMatches("gemm dA " + tag, a, da, loss);
-      ExpectGradMatches("gemm dB " + tag, b, db, loss);
+      expect_grad_matches("gemm dA " + tag, a, da, loss);
+      expect_grad_matches("gemm dB " + tag, b, db, loss);
     }
   }
 }
 
 TEST(CpuKernelsTest, GemmIsDeterministic) {
   const i64 m = 192, n = 160, k = 224;
-  const Vec a = Rand(m * k, 20), b = Rand(k * n, 21);
+  const Vec a = random_vec(m * k, 20), b = random_vec(k * n, 21);
   Vec c1(m * n), c2(m * n);
   gemm(false, true, m, n, k, 1.0f, a.data(), b.data(), 0.0f, c1.data());
   gemm(false, true, m, n, k, 1.0f, a.data(), b.data(), 0.0f, c2.data());
-  EXPECT_TRUE(BitwiseEqual(c1, c2));
+  EXPECT_TRUE(bitwise_equal(c1, c2));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -163,28 +164,28 @@ TEST(CpuKernelsTest, GemmIsDeterministic) {
 
 TEST(CpuKernelsTest, BiasAddAndBiasGrad) {
   const i64 rows = 4, cols = 6;
-  Vec x = Rand(rows * cols, 30), bias = Rand(cols, 31);
-  const Vec r = Rand(rows * cols, 32);
+  Vec x = random_vec(rows * cols, 30), bias = random_vec(cols, 31);
+  const Vec r = random_vec(rows * cols, 32);
   auto loss = [&] {
     Vec y(rows * cols);
     bias_add(x.data(), bias.data(), y.data(), rows, cols);
-    return Dot(y, r);
+    return dot(y, r);
   };
   Vec dbias(cols, 123.0f);
   bias_grad(r.data(), dbias.data(), rows, cols);
-  ExpectGradMatches("bias_add dx", x, r, loss);
-  ExpectGradMatches("bias_grad", bias, dbias, loss);
+  expect_grad_matches("bias_add dx", x, r, loss);
+  expect_grad_matches("bias_grad", bias, dbias, loss);
 
   // In place (y == x) gives the same values.
   Vec y(rows * cols), inplace = x;
   bias_add(x.data(), bias.data(), y.data(), rows, cols);
   bias_add(inplace.data(), bias.data(), inplace.data(), rows, cols);
-  EXPECT_TRUE(BitwiseEqual(y, inplace));
+  EXPECT_TRUE(bitwise_equal(y, inplace));
 }
 
 TEST(CpuKernelsTest, ElementwiseAddMulScaleSum) {
   const i64 n = 37;
-  const Vec a = Rand(n, 40), b = Rand(n, 41);
+  const Vec a = random_vec(n, 40), b = random_vec(n, 41);
   Vec y(n);
   add(a.data(), b.data(), y.data(), n);
   for (i64 i = 0; i < n; ++i) EXPECT_EQ(y[i], a[i] + b[i]);
@@ -203,28 +204,30 @@ using UnaryFwd = void (*)(const float*, float*, i64);
 using UnaryBwd = void (*)(const float*, const float*, float*, i64);
 
 // Checks an activation's backward; `from_output` says the backward takes y instead of x.
-void CheckActivation(const std::string& what, UnaryFwd fwd, UnaryBwd bwd, bool from_output, Vec x) {
+void check_activation(const std::string& what, UnaryFwd fwd, UnaryBwd bwd, bool from_output,
+                      Vec x) {
   const i64 n = static_cast<i64>(x.size());
-  const Vec r = Rand(n, 50);
+  const Vec r = random_vec(n, 50);
   auto loss = [&] {
     Vec y(n);
     fwd(x.data(), y.data(), n);
-    return Dot(y, r);
+    return dot(y, r);
   };
   Vec y(n), dx(n);
   fwd(x.data(), y.data(), n);
   bwd(from_output ? y.data() : x.data(), r.data(), dx.data(), n);
-  ExpectGradMatches(what, x, dx, loss, 1e-3f);
+  expect_grad_matches(what, x, dx, loss, 1e-3f);
 }
 
 TEST(CpuKernelsTest, ActivationGradients) {
-  CheckActivation("gelu", gelu_forward, gelu_backward, false, Rand(40, 51, -3.0f, 3.0f));
-  CheckActivation("sigmoid", sigmoid_forward, sigmoid_backward, true, Rand(40, 52, -6.0f, 6.0f));
-  CheckActivation("tanh", tanh_forward, tanh_backward, true, Rand(40, 53, -2.5f, 2.5f));
+  check_activation("gelu", gelu_forward, gelu_backward, false, random_vec(40, 51, -3.0f, 3.0f));
+  check_activation("sigmoid", sigmoid_forward, sigmoid_backward, true,
+                   random_vec(40, 52, -6.0f, 6.0f));
+  check_activation("tanh", tanh_forward, tanh_backward, true, random_vec(40, 53, -2.5f, 2.5f));
   // ReLU away from its kink: |x| >= 0.1.
-  Vec xr = Rand(40, 54, 0.1f, 1.0f);
+  Vec xr = random_vec(40, 54, 0.1f, 1.0f);
   for (std::size_t i = 0; i < xr.size(); i += 2) xr[i] = -xr[i];
-  CheckActivation("relu", relu_forward, relu_backward, false, xr);
+  check_activation("relu", relu_forward, relu_backward, false, xr);
 }
 
 TEST(CpuKernelsTest, ActivationForwardValues) {
@@ -252,13 +255,14 @@ TEST(CpuKernelsTest, ActivationForwardValues) {
 TEST(CpuKernelsTest, LayerNormGradients) {
   const i64 rows = 3, c = 8;
   const float eps = 1e-5f;
-  Vec x = Rand(rows * c, 60, -2.0f, 2.0f), w = Rand(c, 61, 0.5f, 1.5f), b = Rand(c, 62);
-  const Vec r = Rand(rows * c, 63);
+  Vec x = random_vec(rows * c, 60, -2.0f, 2.0f), w = random_vec(c, 61, 0.5f, 1.5f),
+      b = random_vec(c, 62);
+  const Vec r = random_vec(rows * c, 63);
   auto loss = [&] {
     Vec y(rows * c), mean(rows), rstd(rows);
     layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, c,
                       eps);
-    return Dot(y, r);
+    return dot(y, r);
   };
   Vec y(rows * c), mean(rows), rstd(rows);
   layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, c, eps);
@@ -274,14 +278,15 @@ TEST(CpuKernelsTest, LayerNormGradients) {
   Vec dx(rows * c), dw(c, 7.0f), db(c, 7.0f);
   layernorm_backward(r.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(),
                      db.data(), rows, c);
-  ExpectGradMatches("layernorm dx", x, dx, loss, 3e-3f);
-  ExpectGradMatches("layernorm dw", w, dw, loss, 3e-3f);
-  ExpectGradMatches("layernorm db", b, db, loss, 3e-3f);
+  expect_grad_matches("layernorm dx", x, dx, loss, 3e-3f);
+  expect_grad_matches("layernorm dw", w, dw, loss, 3e-3f);
+  expect_grad_matches("layernorm db", b, db, loss, 3e-3f);
 }
 
 TEST(CpuKernelsTest, LayerNormBackwardIsDeterministic) {
   const i64 rows = 64, c = 96;
-  const Vec x = Rand(rows * c, 65), w = Rand(c, 66), dy = Rand(rows * c, 67), b = Rand(c, 68);
+  const Vec x = random_vec(rows * c, 65), w = random_vec(c, 66), dy = random_vec(rows * c, 67),
+            b = random_vec(c, 68);
   Vec y(rows * c), mean(rows), rstd(rows);
   layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, c,
                     1e-5f);
@@ -290,19 +295,19 @@ TEST(CpuKernelsTest, LayerNormBackwardIsDeterministic) {
                      dw1.data(), db1.data(), rows, c);
   layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx2.data(),
                      dw2.data(), db2.data(), rows, c);
-  EXPECT_TRUE(BitwiseEqual(dx1, dx2));
-  EXPECT_TRUE(BitwiseEqual(dw1, dw2));
-  EXPECT_TRUE(BitwiseEqual(db1, db2));
+  EXPECT_TRUE(bitwise_equal(dx1, dx2));
+  EXPECT_TRUE(bitwise_equal(dw1, dw2));
+  EXPECT_TRUE(bitwise_equal(db1, db2));
 }
 
 TEST(CpuKernelsTest, SoftmaxGradientsAndRowSums) {
   const i64 rows = 4, cols = 7;
-  Vec x = Rand(rows * cols, 70, -3.0f, 3.0f);
-  const Vec r = Rand(rows * cols, 71);
+  Vec x = random_vec(rows * cols, 70, -3.0f, 3.0f);
+  const Vec r = random_vec(rows * cols, 71);
   auto loss = [&] {
     Vec y(rows * cols);
     softmax_forward(x.data(), y.data(), rows, cols);
-    return Dot(y, r);
+    return dot(y, r);
   };
   Vec y(rows * cols), dx(rows * cols);
   softmax_forward(x.data(), y.data(), rows, cols);
@@ -312,13 +317,13 @@ TEST(CpuKernelsTest, SoftmaxGradientsAndRowSums) {
     EXPECT_NEAR(s, 1.0, 1e-6);
   }
   softmax_backward(y.data(), r.data(), dx.data(), rows, cols);
-  ExpectGradMatches("softmax dx", x, dx, loss, 1e-3f);
+  expect_grad_matches("softmax dx", x, dx, loss, 1e-3f);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Attention
 
-void NaiveAttention(const Vec& qkv, Vec& out, i64 b, i64 t, i64 c, i64 nh) {
+void naive_attention(const Vec& qkv, Vec& out, i64 b, i64 t, i64 c, i64 nh) {
   const i64 hs = c / nh;
   out.assign(b * t * c, 0.0f);
   for (i64 bi = 0; bi < b; ++bi) {
@@ -351,10 +356,10 @@ void NaiveAttention(const Vec& qkv, Vec& out, i64 b, i64 t, i64 c, i64 nh) {
 
 TEST(CpuKernelsTest, AttentionForwardMatchesNaive) {
   const i64 b = 2, t = 5, c = 8, nh = 2;
-  const Vec qkv = Rand(b * t * 3 * c, 80, -2.0f, 2.0f);
+  const Vec qkv = random_vec(b * t * 3 * c, 80, -2.0f, 2.0f);
   Vec out(b * t * c), att(b * nh * t * t, 99.0f), want;
   attention_forward(qkv.data(), out.data(), att.data(), b, t, c, nh);
-  NaiveAttention(qkv, want, b, t, c, nh);
+  naive_attention(qkv, want, b, t, c, nh);
   for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-5) << i;
   for (i64 row = 0; row < b * nh * t; ++row) {
     const i64 ti = row % t;
@@ -374,28 +379,28 @@ TEST(CpuKernelsTest, AttentionForwardMatchesNaive) {
 
 TEST(CpuKernelsTest, AttentionGradients) {
   const i64 b = 2, t = 5, c = 8, nh = 2;
-  Vec qkv = Rand(b * t * 3 * c, 81);
-  const Vec r = Rand(b * t * c, 82);
+  Vec qkv = random_vec(b * t * 3 * c, 81);
+  const Vec r = random_vec(b * t * c, 82);
   auto loss = [&] {
     Vec out(b * t * c), att(b * nh * t * t);
     attention_forward(qkv.data(), out.data(), att.data(), b, t, c, nh);
-    return Dot(out, r);
+    return dot(out, r);
   };
   Vec out(b * t * c), att(b * nh * t * t), dqkv(b * t * 3 * c, 5.0f);
   attention_forward(qkv.data(), out.data(), att.data(), b, t, c, nh);
   attention_backward(r.data(), qkv.data(), att.data(), dqkv.data(), b, t, c, nh);
-  ExpectGradMatches("attention dqkv", qkv, dqkv, loss, 3e-3f);
+  expect_grad_matches("attention dqkv", qkv, dqkv, loss, 3e-3f);
 }
 
 TEST(CpuKernelsTest, AttentionBackwardIsDeterministic) {
   const i64 b = 2, t = 16, c = 32, nh = 4;
-  const Vec qkv = Rand(b * t * 3 * c, 83), dout = Rand(b * t * c, 84);
+  const Vec qkv = random_vec(b * t * 3 * c, 83), dout = random_vec(b * t * c, 84);
   Vec out(b * t * c), att(b * nh * t * t);
   attention_forward(qkv.data(), out.data(), att.data(), b, t, c, nh);
   Vec d1(b * t * 3 * c), d2(b * t * 3 * c);
   attention_backward(dout.data(), qkv.data(), att.data(), d1.data(), b, t, c, nh);
   attention_backward(dout.data(), qkv.data(), att.data(), d2.data(), b, t, c, nh);
-  EXPECT_TRUE(BitwiseEqual(d1, d2));
+  EXPECT_TRUE(bitwise_equal(d1, d2));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -404,17 +409,17 @@ TEST(CpuKernelsTest, AttentionBackwardIsDeterministic) {
 TEST(CpuKernelsTest, EmbeddingGradients) {
   const i64 b = 2, t = 3, c = 4, v = 6;
   const std::vector<std::int32_t> idx = {1, 4, 1, 0, 4, 4};  // repeated ids, id 2, 3, 5 unused
-  Vec wte = Rand(v * c, 90), wpe = Rand(t * c, 91);
-  const Vec r = Rand(b * t * c, 92);
+  Vec wte = random_vec(v * c, 90), wpe = random_vec(t * c, 91);
+  const Vec r = random_vec(b * t * c, 92);
   auto loss = [&] {
     Vec out(b * t * c);
     embedding_forward(idx.data(), wte.data(), wpe.data(), out.data(), b, t, c);
-    return Dot(out, r);
+    return dot(out, r);
   };
   Vec dwte(v * c, 3.0f), dwpe(t * c, 3.0f);
   embedding_backward(r.data(), idx.data(), dwte.data(), dwpe.data(), b, t, c, v);
-  ExpectGradMatches("embedding dwte", wte, dwte, loss);
-  ExpectGradMatches("embedding dwpe", wpe, dwpe, loss);
+  expect_grad_matches("embedding dwte", wte, dwte, loss);
+  expect_grad_matches("embedding dwpe", wpe, dwpe, loss);
 
   // Without positions: out is the token row alone, and dwte is unchanged.
   Vec out(b * t * c), dwte2(v * c, 3.0f);
@@ -423,19 +428,19 @@ TEST(CpuKernelsTest, EmbeddingGradients) {
     for (i64 j = 0; j < c; ++j) EXPECT_EQ(out[row * c + j], wte[idx[row] * c + j]);
   }
   embedding_backward(r.data(), idx.data(), dwte2.data(), nullptr, b, t, c, v);
-  EXPECT_TRUE(BitwiseEqual(dwte, dwte2));
+  EXPECT_TRUE(bitwise_equal(dwte, dwte2));
 }
 
 TEST(CpuKernelsTest, EmbeddingBackwardIsDeterministic) {
   const i64 b = 4, t = 32, c = 16, v = 10;
   std::vector<std::int32_t> idx(b * t);
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int32_t>((i * 7) % v);
-  const Vec dout = Rand(b * t * c, 93);
+  const Vec dout = random_vec(b * t * c, 93);
   Vec dwte1(v * c), dwpe1(t * c), dwte2(v * c), dwpe2(t * c);
   embedding_backward(dout.data(), idx.data(), dwte1.data(), dwpe1.data(), b, t, c, v);
   embedding_backward(dout.data(), idx.data(), dwte2.data(), dwpe2.data(), b, t, c, v);
-  EXPECT_TRUE(BitwiseEqual(dwte1, dwte2));
-  EXPECT_TRUE(BitwiseEqual(dwpe1, dwpe2));
+  EXPECT_TRUE(bitwise_equal(dwte1, dwte2));
+  EXPECT_TRUE(bitwise_equal(dwpe1, dwpe2));
 }
 
 TEST(CpuKernelsTest, CrossEntropyMatchesHandComputation) {
@@ -451,12 +456,12 @@ TEST(CpuKernelsTest, CrossEntropyMatchesHandComputation) {
   cross_entropy_backward(logits.data(), targets.data(), &dloss, 0.5f, d.data(), 2, 3);
   const std::vector<double> want = {0.0900305732,  0.2447284711, 0.6652409558 - 1.0,
                                     1.0 / 3 - 1.0, 1.0 / 3,      1.0 / 3};
-  ExpectNear("cross_entropy dlogits", d, want, 1e-6);
+  expect_near("cross_entropy dlogits", d, want, 1e-6);
 }
 
 TEST(CpuKernelsTest, CrossEntropyGradients) {
   const i64 n = 4, v = 5;
-  Vec logits = Rand(n * v, 100, -2.0f, 2.0f);
+  Vec logits = random_vec(n * v, 100, -2.0f, 2.0f);
   const std::vector<std::int32_t> targets = {0, 3, 4, 3};
   const float dloss = 0.7f;
   const float sc = 1.0f / n;
@@ -469,21 +474,21 @@ TEST(CpuKernelsTest, CrossEntropyGradients) {
   };
   Vec d(n * v);
   cross_entropy_backward(logits.data(), targets.data(), &dloss, sc, d.data(), n, v);
-  ExpectGradMatches("cross_entropy dlogits", logits, d, loss, 1e-2f, 1e-2, 5e-4);
+  expect_grad_matches("cross_entropy dlogits", logits, d, loss, 1e-2f, 1e-2, 5e-4);
 }
 
 TEST(CpuKernelsTest, DropoutMaskAndScaling) {
   const i64 n = 100000;
   const float p = 0.3f;
   const std::uint64_t seed = 1234, offset = 77;
-  const Vec x = Rand(n, 110);
+  const Vec x = random_vec(n, 110);
   Vec y(n), y2(n), y3(n);
   std::vector<std::uint8_t> mask(n), mask2(n), mask3(n);
   dropout_forward(x.data(), y.data(), mask.data(), n, p, seed, offset);
   dropout_forward(x.data(), y2.data(), mask2.data(), n, p, seed, offset);
   dropout_forward(x.data(), y3.data(), mask3.data(), n, p, seed, offset + 1);
 
-  EXPECT_TRUE(BitwiseEqual(y, y2));
+  EXPECT_TRUE(bitwise_equal(y, y2));
   EXPECT_EQ(mask, mask2);
   EXPECT_NE(mask, mask3);
 
@@ -500,7 +505,7 @@ TEST(CpuKernelsTest, DropoutMaskAndScaling) {
   }
   EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.01);
 
-  const Vec dy = Rand(n, 111);
+  const Vec dy = random_vec(n, 111);
   Vec dx(n);
   dropout_backward(dy.data(), mask.data(), dx.data(), n, p);
   for (i64 i = 0; i < n; ++i) {
@@ -517,7 +522,7 @@ struct ConvCfg {
   i64 ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
 
-std::vector<double> NaiveConv(const ConvCfg& g, const Vec& x, const Vec& w, const Vec& bias) {
+std::vector<double> naive_conv(const ConvCfg& g, const Vec& x, const Vec& w, const Vec& bias) {
   std::vector<double> y(g.n * g.oc * g.oh() * g.ow());
   for (i64 ni = 0; ni < g.n; ++ni) {
     for (i64 o = 0; o < g.oc; ++o) {
@@ -547,62 +552,63 @@ const ConvCfg kConvCfgs[] = {{2, 3, 5, 6, 4, 3, 3, 1, 1}, {2, 3, 5, 6, 4, 3, 3, 
 
 TEST(CpuKernelsTest, Conv2dForwardMatchesDirectConvolution) {
   for (const ConvCfg& g : kConvCfgs) {
-    const Vec x = Rand(g.n * g.ic * g.h * g.w, 120), w = Rand(g.oc * g.ic * g.kh * g.kw, 121),
-              bias = Rand(g.oc, 122);
+    const Vec x = random_vec(g.n * g.ic * g.h * g.w, 120),
+              w = random_vec(g.oc * g.ic * g.kh * g.kw, 121), bias = random_vec(g.oc, 122);
     Vec y(g.n * g.oc * g.oh() * g.ow(), 9.0f), cols(g.ic * g.kh * g.kw * g.oh() * g.ow());
     conv2d_forward(x.data(), w.data(), bias.data(), y.data(), cols.data(), g.n, g.ic, g.h, g.w,
                    g.oc, g.kh, g.kw, g.stride, g.pad);
-    ExpectNear("conv2d y stride " + std::to_string(g.stride), y, NaiveConv(g, x, w, bias), 1e-5);
+    expect_near("conv2d y stride " + std::to_string(g.stride), y, naive_conv(g, x, w, bias), 1e-5);
     // Without bias.
     const Vec zero_bias(g.oc, 0.0f);
     conv2d_forward(x.data(), w.data(), nullptr, y.data(), cols.data(), g.n, g.ic, g.h, g.w, g.oc,
                    g.kh, g.kw, g.stride, g.pad);
-    ExpectNear("conv2d y no bias", y, NaiveConv(g, x, w, zero_bias), 1e-5);
+    expect_near("conv2d y no bias", y, naive_conv(g, x, w, zero_bias), 1e-5);
   }
 }
 
 TEST(CpuKernelsTest, Conv2dGradients) {
   for (const ConvCfg& g : kConvCfgs) {
-    Vec x = Rand(g.n * g.ic * g.h * g.w, 130), w = Rand(g.oc * g.ic * g.kh * g.kw, 131),
-        bias = Rand(g.oc, 132);
-    const Vec r = Rand(g.n * g.oc * g.oh() * g.ow(), 133);
+    Vec x = random_vec(g.n * g.ic * g.h * g.w, 130), w = random_vec(g.oc * g.ic * g.kh * g.kw, 131),
+        bias = random_vec(g.oc, 132);
+    const Vec r = random_vec(g.n * g.oc * g.oh() * g.ow(), 133);
     Vec cols(g.ic * g.kh * g.kw * g.oh() * g.ow());
     auto loss = [&] {
       Vec y(g.n * g.oc * g.oh() * g.ow());
       conv2d_forward(x.data(), w.data(), bias.data(), y.data(), cols.data(), g.n, g.ic, g.h, g.w,
                      g.oc, g.kh, g.kw, g.stride, g.pad);
-      return Dot(y, r);
+      return dot(y, r);
     };
     Vec dx(x.size(), 4.0f), dw(w.size(), 4.0f), db(g.oc, 4.0f);
     conv2d_backward(r.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), cols.data(), g.n,
                     g.ic, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad);
     const std::string tag = " stride " + std::to_string(g.stride);
-    ExpectGradMatches("conv2d dx" + tag, x, dx, loss);
-    ExpectGradMatches("conv2d dw" + tag, w, dw, loss);
-    ExpectGradMatches("conv2d dbias" + tag, bias, db, loss);
+    expect_grad_matches("conv2d dx" + tag, x, dx, loss);
+    expect_grad_matches("conv2d dw" + tag, w, dw, loss);
+    expect_grad_matches("conv2d dbias" + tag, bias, db, loss);
 
     // dx == null (first layer): dw and dbias are unchanged.
     Vec dw2(w.size(), 4.0f), db2(g.oc, 4.0f);
     conv2d_backward(r.data(), x.data(), w.data(), nullptr, dw2.data(), db2.data(), cols.data(), g.n,
                     g.ic, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad);
-    EXPECT_TRUE(BitwiseEqual(dw, dw2));
-    EXPECT_TRUE(BitwiseEqual(db, db2));
+    EXPECT_TRUE(bitwise_equal(dw, dw2));
+    EXPECT_TRUE(bitwise_equal(db, db2));
   }
 }
 
 TEST(CpuKernelsTest, Conv2dBackwardIsDeterministic) {
   const ConvCfg g{4, 8, 12, 12, 16, 3, 3, 1, 1};
-  const Vec x = Rand(g.n * g.ic * g.h * g.w, 140), w = Rand(g.oc * g.ic * g.kh * g.kw, 141),
-            dy = Rand(g.n * g.oc * g.oh() * g.ow(), 142);
+  const Vec x = random_vec(g.n * g.ic * g.h * g.w, 140),
+            w = random_vec(g.oc * g.ic * g.kh * g.kw, 141),
+            dy = random_vec(g.n * g.oc * g.oh() * g.ow(), 142);
   Vec cols(g.ic * g.kh * g.kw * g.oh() * g.ow());
   Vec dx1(x.size()), dw1(w.size()), db1(g.oc), dx2(x.size()), dw2(w.size()), db2(g.oc);
   conv2d_backward(dy.data(), x.data(), w.data(), dx1.data(), dw1.data(), db1.data(), cols.data(),
                   g.n, g.ic, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad);
   conv2d_backward(dy.data(), x.data(), w.data(), dx2.data(), dw2.data(), db2.data(), cols.data(),
                   g.n, g.ic, g.h, g.w, g.oc, g.kh, g.kw, g.stride, g.pad);
-  EXPECT_TRUE(BitwiseEqual(dx1, dx2));
-  EXPECT_TRUE(BitwiseEqual(dw1, dw2));
-  EXPECT_TRUE(BitwiseEqual(db1, db2));
+  EXPECT_TRUE(bitwise_equal(dx1, dx2));
+  EXPECT_TRUE(bitwise_equal(dw1, dw2));
+  EXPECT_TRUE(bitwise_equal(db1, db2));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -611,13 +617,14 @@ TEST(CpuKernelsTest, Conv2dBackwardIsDeterministic) {
 TEST(CpuKernelsTest, BatchNormGradients) {
   const i64 n = 3, c = 2, hw = 4;
   const float eps = 1e-5f;
-  Vec x = Rand(n * c * hw, 150, -2.0f, 2.0f), gamma = Rand(c, 151, 0.5f, 1.5f), beta = Rand(c, 152);
-  const Vec r = Rand(n * c * hw, 153);
+  Vec x = random_vec(n * c * hw, 150, -2.0f, 2.0f), gamma = random_vec(c, 151, 0.5f, 1.5f),
+      beta = random_vec(c, 152);
+  const Vec r = random_vec(n * c * hw, 153);
   auto loss = [&] {
     Vec y(n * c * hw), mean(c), rstd(c);
     batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), n, c,
                       hw, eps);
-    return Dot(y, r);
+    return dot(y, r);
   };
   Vec y(n * c * hw), mean(c), rstd(c);
   batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), n, c,
@@ -641,9 +648,9 @@ TEST(CpuKernelsTest, BatchNormGradients) {
   Vec dx(x.size(), 2.0f), dgamma(c, 2.0f), dbeta(c, 2.0f);
   batchnorm_backward(r.data(), x.data(), gamma.data(), mean.data(), rstd.data(), dx.data(),
                      dgamma.data(), dbeta.data(), n, c, hw);
-  ExpectGradMatches("batchnorm dx", x, dx, loss, 3e-3f);
-  ExpectGradMatches("batchnorm dgamma", gamma, dgamma, loss, 3e-3f);
-  ExpectGradMatches("batchnorm dbeta", beta, dbeta, loss, 3e-3f);
+  expect_grad_matches("batchnorm dx", x, dx, loss, 3e-3f);
+  expect_grad_matches("batchnorm dgamma", gamma, dgamma, loss, 3e-3f);
+  expect_grad_matches("batchnorm dbeta", beta, dbeta, loss, 3e-3f);
 }
 
 TEST(CpuKernelsTest, BatchNormRunningUpdateMatchesHandComputation) {
@@ -659,7 +666,7 @@ TEST(CpuKernelsTest, BatchNormRunningUpdateMatchesHandComputation) {
 }
 
 // Distinct values spaced 0.05 apart, so a small perturbation never changes a window's argmax.
-Vec DistinctValues(i64 n, std::uint32_t seed) {
+Vec distinct_values(i64 n, std::uint32_t seed) {
   std::vector<int> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
@@ -672,8 +679,8 @@ TEST(CpuKernelsTest, MaxPoolForwardAndGradients) {
   const i64 n = 2, c = 2, h = 5, wd = 5;
   for (const auto& [k, s] : {std::pair<i64, i64>{2, 2}, std::pair<i64, i64>{3, 2}}) {
     const i64 oh = (h - k) / s + 1, ow = (wd - k) / s + 1;
-    Vec x = DistinctValues(n * c * h * wd, 160);
-    const Vec r = Rand(n * c * oh * ow, 161);
+    Vec x = distinct_values(n * c * h * wd, 160);
+    const Vec r = random_vec(n * c * oh * ow, 161);
     Vec y(n * c * oh * ow);
     std::vector<std::int32_t> argmax(y.size());
     maxpool2d_forward(x.data(), y.data(), argmax.data(), n, c, h, wd, k, s);
@@ -696,11 +703,11 @@ TEST(CpuKernelsTest, MaxPoolForwardAndGradients) {
       Vec yy(n * c * oh * ow);
       std::vector<std::int32_t> am(yy.size());
       maxpool2d_forward(x.data(), yy.data(), am.data(), n, c, h, wd, k, s);
-      return Dot(yy, r);
+      return dot(yy, r);
     };
     Vec dx(x.size(), 6.0f);
     maxpool2d_backward(r.data(), argmax.data(), dx.data(), n, c, h, wd, k, s);
-    ExpectGradMatches("maxpool dx k=" + std::to_string(k), x, dx, loss, 1e-2f);
+    expect_grad_matches("maxpool dx k=" + std::to_string(k), x, dx, loss, 1e-2f);
   }
 }
 
@@ -715,12 +722,12 @@ TEST(CpuKernelsTest, MaxPoolTiesPickTheFirstMaximum) {
 
 TEST(CpuKernelsTest, AvgPoolGradients) {
   const i64 n = 2, c = 3, hw = 5;
-  Vec x = Rand(n * c * hw, 170);
-  const Vec r = Rand(n * c, 171);
+  Vec x = random_vec(n * c * hw, 170);
+  const Vec r = random_vec(n * c, 171);
   auto loss = [&] {
     Vec y(n * c);
     avgpool_forward(x.data(), y.data(), n, c, hw);
-    return Dot(y, r);
+    return dot(y, r);
   };
   Vec y(n * c);
   avgpool_forward(x.data(), y.data(), n, c, hw);
@@ -731,7 +738,7 @@ TEST(CpuKernelsTest, AvgPoolGradients) {
   }
   Vec dx(x.size(), 8.0f);
   avgpool_backward(r.data(), dx.data(), n, c, hw);
-  ExpectGradMatches("avgpool dx", x, dx, loss);
+  expect_grad_matches("avgpool dx", x, dx, loss);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -740,10 +747,10 @@ TEST(CpuKernelsTest, AvgPoolGradients) {
 TEST(CpuKernelsTest, AdamWMatchesScalarReference) {
   const i64 n = 9;
   const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
-  Vec p = Rand(n, 180), m(n, 0.0f), v(n, 0.0f);
+  Vec p = random_vec(n, 180), m(n, 0.0f), v(n, 0.0f);
   std::vector<double> rp(p.begin(), p.end()), rm(n, 0.0), rv(n, 0.0);
   for (int t = 1; t <= 3; ++t) {
-    const Vec g = Rand(n, 181 + t);
+    const Vec g = random_vec(n, 181 + t);
     adamw_update(p.data(), m.data(), v.data(), g.data(), n, lr, b1, b2, eps, wd, t);
     for (i64 i = 0; i < n; ++i) {
       rm[i] = b1 * rm[i] + (1.0 - b1) * g[i];
@@ -752,9 +759,9 @@ TEST(CpuKernelsTest, AdamWMatchesScalarReference) {
       const double vhat = rv[i] / (1.0 - std::pow(static_cast<double>(b2), t));
       rp[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * rp[i]);
     }
-    ExpectNear("adamw param step " + std::to_string(t), p, rp, 1e-5);
-    ExpectNear("adamw m step " + std::to_string(t), m, rm, 1e-6);
-    ExpectNear("adamw v step " + std::to_string(t), v, rv, 1e-6);
+    expect_near("adamw param step " + std::to_string(t), p, rp, 1e-5);
+    expect_near("adamw m step " + std::to_string(t), m, rm, 1e-6);
+    expect_near("adamw v step " + std::to_string(t), v, rv, 1e-6);
   }
 }
 

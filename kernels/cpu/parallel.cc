@@ -11,7 +11,7 @@ namespace remat::kernels::cpu {
 
 namespace {
 
-int ReadThreads() {
+int read_threads() {
   for (const char* name : {"REMAT_CPU_THREADS", "OPENBLAS_NUM_THREADS"}) {
     if (const char* v = std::getenv(name)) {
       const int n = std::atoi(v);
@@ -25,7 +25,7 @@ int ReadThreads() {
 class Pool {
  public:
   explicit Pool(int workers) {
-    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { Work(w + 1); });
+    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { work(w + 1); });
   }
   ~Pool() {
     {
@@ -37,7 +37,7 @@ class Pool {
   }
 
   // False when another job is running (the caller then runs it alone).
-  bool Run(const std::vector<std::int64_t>& bounds, detail::ChunkFn fn, const void* ctx) {
+  bool run(const std::vector<std::int64_t>& bounds, detail::ChunkFn fn, const void* ctx) {
     std::unique_lock<std::mutex> busy(run_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
     const int chunks = static_cast<int>(bounds.size()) - 1;
@@ -57,7 +57,7 @@ class Pool {
   }
 
  private:
-  void Work(int chunk) {
+  void work(int chunk) {
     std::uint64_t seen = 0;
     for (;;) {
       detail::ChunkFn fn;
@@ -96,7 +96,7 @@ class Pool {
   bool stop_ = false;
 };
 
-Pool& SharedPool() {
+Pool& shared_pool() {
   static Pool pool(cpu_threads() - 1);
   return pool;
 }
@@ -104,7 +104,7 @@ Pool& SharedPool() {
 }  // namespace
 
 int cpu_threads() {
-  static const int threads = ReadThreads();
+  static const int threads = read_threads();
   return threads;
 }
 
@@ -124,7 +124,7 @@ void parallel_for(std::int64_t n, std::int64_t grain, std::int64_t align, ChunkF
   bounds[0] = 0;
   for (std::int64_t c = 1; c < chunks; ++c)
     bounds[static_cast<std::size_t>(c)] = std::min(n, (n * c / chunks) / align * align);
-  if (!SharedPool().Run(bounds, fn, ctx)) fn(ctx, 0, n);
+  if (!shared_pool().run(bounds, fn, ctx)) fn(ctx, 0, n);
 }
 
 }  // namespace detail

@@ -12,14 +12,14 @@ namespace remat::kernels::cpu {
 namespace {
 
 // Distance in representable floats between two positive finite floats.
-std::int64_t UlpDistance(float a, float b) {
+std::int64_t ulp_distance(float a, float b) {
   std::int32_t ia, ib;
   std::memcpy(&ia, &a, sizeof a);
   std::memcpy(&ib, &b, sizeof b);
   return std::llabs(static_cast<std::int64_t>(ia) - ib);
 }
 
-float Exp1(float x) {
+float exp1(float x) {
   float out;
   store4(&out, exp4(splat4(x)), 1);
   return out;
@@ -40,7 +40,7 @@ TEST(VectorExp, WithinFourUlpOfTheTrueValueOverItsRange) {
       std::memcpy(&m, &i, sizeof m);
       const float x = lo == 0.0f ? m : -m;
       const float want = static_cast<float>(std::exp(static_cast<double>(x)));
-      const std::int64_t d = UlpDistance(Exp1(x), want);
+      const std::int64_t d = ulp_distance(exp1(x), want);
       if (d > worst) worst = d, at = x;
     }
   }
@@ -48,14 +48,14 @@ TEST(VectorExp, WithinFourUlpOfTheTrueValueOverItsRange) {
 }
 
 TEST(VectorExp, ClampsOutsideTheNormalRange) {
-  EXPECT_FLOAT_EQ(Exp1(0.0f), 1.0f);
-  EXPECT_TRUE(std::isfinite(Exp1(1000.0f)));
-  EXPECT_GT(Exp1(1000.0f), 1e38f);
-  EXPECT_GT(Exp1(-1000.0f), 0.0f);
-  EXPECT_LT(Exp1(-1000.0f), 2e-38f);
+  EXPECT_FLOAT_EQ(exp1(0.0f), 1.0f);
+  EXPECT_TRUE(std::isfinite(exp1(1000.0f)));
+  EXPECT_GT(exp1(1000.0f), 1e38f);
+  EXPECT_GT(exp1(-1000.0f), 0.0f);
+  EXPECT_LT(exp1(-1000.0f), 2e-38f);
   // 1 / (1 + exp(-2z)), GELU's sigmoid, is about 0 or 1 at the extremes, never NaN.
-  EXPECT_LT(1.0f / (1.0f + Exp1(1000.0f)), 1e-37f);
-  EXPECT_EQ(1.0f / (1.0f + Exp1(-1000.0f)), 1.0f);
+  EXPECT_LT(1.0f / (1.0f + exp1(1000.0f)), 1e-37f);
+  EXPECT_EQ(1.0f / (1.0f + exp1(-1000.0f)), 1.0f);
 }
 
 TEST(VectorExp, EachLaneIsComputedAloneAndTailsArePadded) {
@@ -66,7 +66,7 @@ TEST(VectorExp, EachLaneIsComputedAloneAndTailsArePadded) {
   for (std::int64_t i = 0; i < 11; i += 4)
     store4(y.data() + i, exp4(load4(x.data() + i, 11 - i)), 11 - i);
   for (std::size_t i = 0; i < x.size(); ++i) {
-    const float one = Exp1(x[i]);
+    const float one = exp1(x[i]);
     EXPECT_EQ(std::memcmp(&one, &y[i], sizeof one), 0) << "lane " << i;
   }
   // The padded lanes read nothing past the end and write nothing past it.

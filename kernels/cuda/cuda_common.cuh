@@ -51,11 +51,12 @@ inline void check_launch(const char* kernel) {
 // kernel<<<grid, block, smem, stream>>>(args...), written REMAT_LAUNCH(kernel, grid, block,
 // smem, stream)(args...); on the host the grid runs before the call returns.
 #ifdef REMAT_CUDA_HOST_EXECUTION
-#define REMAT_LAUNCH(kernel, grid, block, smem, stream)                                         \
-  ((void)(stream), ::remat_cuda_host::LaunchConfig{dim3(grid), dim3(block), (smem), #kernel}->* \
-                       [](auto&... remat_args) { kernel(remat_args...); })
+#define REMAT_LAUNCH(kernel, grid, block, smem, stream)                                  \
+  ((void)(stream),                                                                       \
+   ::remat::detail::cuda_host::LaunchConfig{dim3(grid), dim3(block), (smem), #kernel}->* \
+       [](auto&... remat_args) { kernel(remat_args...); })
 #define REMAT_DYNAMIC_SHARED(type, name) \
-  type* name = static_cast<type*>(::remat_cuda_host::dynamic_shared())
+  type* name = static_cast<type*>(::remat::detail::cuda_host::dynamic_shared())
 #else
 #define REMAT_LAUNCH(kernel, grid, block, smem, stream) \
   kernel<<<(grid), (block), (smem), (stream)>>>
@@ -84,7 +85,7 @@ constexpr int kWarp = 32;
 inline unsigned grid_for(i64 n, int threads = kThreads) {
   const i64 blocks = (n + threads - 1) / threads;
 #ifdef REMAT_CUDA_HOST_EXECUTION
-  const i64 cap = ::remat_cuda_host::grid_stride_cap();
+  const i64 cap = ::remat::detail::cuda_host::grid_stride_cap();
 #else
   const i64 cap = i64{1} << 20;
 #endif

@@ -74,7 +74,7 @@ class HostExecutionReport : public ::testing::Environment {
   void TearDown() override {
     const std::set<std::string> all = kernels_in_sources();
     std::set<std::string> ran;
-    for (std::string name : remat_cuda_host::kernels_run())
+    for (std::string name : remat::detail::cuda_host::kernels_run())
       ran.insert(name.substr(name.rfind(':') == std::string::npos ? 0 : name.rfind(':') + 1));
     std::size_t covered = 0;
     std::string missing;
@@ -264,7 +264,7 @@ class CudaKernelsTest : public ::testing::Test {
 // is also the thread's last error; thrown without clearing it, the next, unrelated launch
 // check reported it again as that kernel's failure.
 TEST(CudaStatusChecks, AFailedCallIsNotBlamedOnTheNextLaunch) {
-  remat_cuda_host::fail_next_mallocs(1);
+  remat::detail::cuda_host::fail_next_mallocs(1);
   void* p = nullptr;
   EXPECT_THROW(REMAT_CUDA_CHECK(cudaMalloc(&p, 64)), std::runtime_error);
   EXPECT_NO_THROW(remat::kernels::cuda::detail::check_launch("the_next_kernel"));
@@ -323,12 +323,14 @@ TEST_F(CudaKernelsTest, GemmUsesTheWorkspaceItIsGiven) {
   });
   EXPECT_TRUE(all_near(dc.download(), want, 1e-4f));
 #ifdef REMAT_CUDA_HOST_EXECUTION
-  const remat_cuda_host::BlasWorkspaceCall given = remat_cuda_host::last_blas_workspace();
+  const remat::detail::cuda_host::BlasWorkspaceCall given =
+      remat::detail::cuda_host::last_blas_workspace();
   EXPECT_EQ(given.ptr, workspace.raw());
   EXPECT_EQ(given.bytes, workspace.bytes());
 
   gpu::gemm(false, true, m, n, k, 1.0f, da.get(), db.get(), 0.0f, dc.get(), stream_);
-  const remat_cuda_host::BlasWorkspaceCall own = remat_cuda_host::last_blas_workspace();
+  const remat::detail::cuda_host::BlasWorkspaceCall own =
+      remat::detail::cuda_host::last_blas_workspace();
   EXPECT_EQ(own.calls, given.calls + 1);
   EXPECT_NE(own.ptr, nullptr);
   EXPECT_NE(own.ptr, workspace.raw()) << "a GEMM lent nothing must use the stream's own";
@@ -338,11 +340,13 @@ TEST_F(CudaKernelsTest, GemmUsesTheWorkspaceItIsGiven) {
       cols(sz(ic * kh * kw * h * wd)), dx(x.size()), dw(w.size());
   gpu::conv2d_forward(x.get(), w.get(), nullptr, y.get(), cols.get(), cn, ic, h, wd, oc, kh, kw, 1,
                       1, stream_, lent);
-  EXPECT_EQ(remat_cuda_host::last_blas_workspace().ptr, workspace.raw()) << "conv2d_forward";
+  EXPECT_EQ(remat::detail::cuda_host::last_blas_workspace().ptr, workspace.raw())
+      << "conv2d_forward";
   gpu::gemm(false, true, m, n, k, 1.0f, da.get(), db.get(), 0.0f, dc.get(), stream_);
   gpu::conv2d_backward(y.get(), x.get(), w.get(), dx.get(), dw.get(), nullptr, cols.get(), cn, ic,
                        h, wd, oc, kh, kw, 1, 1, stream_, lent);
-  EXPECT_EQ(remat_cuda_host::last_blas_workspace().ptr, workspace.raw()) << "conv2d_backward";
+  EXPECT_EQ(remat::detail::cuda_host::last_blas_workspace().ptr, workspace.raw())
+      << "conv2d_backward";
 #endif
 }
 
@@ -873,13 +877,13 @@ TEST_F(CudaKernelsTest, GridStrideLoopsGiveTheSameBitsAtAnyGridSize) {
   for (DeviceMem* o : outs) want.push_back(o->host_bytes());
   for (std::int64_t cap : {1, 3, 5, 1000}) {
     SCOPED_TRACE(::testing::Message() << "grid capped at " << cap << " blocks");
-    remat_cuda_host::set_grid_stride_cap(cap);
+    remat::detail::cuda_host::set_grid_stride_cap(cap);
     for (DeviceMem* o : outs) o->poison(0x7F, stream_);
     run_all();
     for (std::size_t k = 0; k < outs.size(); ++k)
       EXPECT_TRUE(outs[k]->host_bytes() == want[k]) << "output #" << k << " differs";
   }
-  remat_cuda_host::set_grid_stride_cap(std::int64_t{1} << 20);
+  remat::detail::cuda_host::set_grid_stride_cap(std::int64_t{1} << 20);
 }
 #endif
 

@@ -15,7 +15,7 @@
 
 namespace {
 
-remat::Graph RandomLayered(int n_forward, uint64_t seed) {
+remat::Graph random_layered(int n_forward, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> width(1, 6), bytes(20, 5000), cost(1, 1000);
   std::uniform_real_distribution<double> u(0, 1);
@@ -65,7 +65,8 @@ remat::Graph RandomLayered(int n_forward, uint64_t seed) {
 }
 
 // Plans g with algo at fraction of its no-remat peak (1: no budget) and reports the plan.
-void RunPlanner(benchmark::State& state, const char* algo, const remat::Graph& g, double fraction) {
+void bench_planner(benchmark::State& state, const char* algo, const remat::Graph& g,
+                   double fraction) {
   remat::Schedule s{g.name, {}};
   for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
   int64_t peak = remat::simulate(g, s).peak_bytes;
@@ -88,7 +89,7 @@ void RunPlanner(benchmark::State& state, const char* algo, const remat::Graph& g
 }
 
 void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
-  RunPlanner(state, algo, RandomLayered(static_cast<int>(state.range(0)) / 2, 42), fraction);
+  bench_planner(state, algo, random_layered(static_cast<int>(state.range(0)) / 2, 42), fraction);
 }
 
 // DenseNet-like graphs (each layer reads every earlier layer of its block), by DenseNet
@@ -96,7 +97,7 @@ void BM_Planner(benchmark::State& state, const char* algo, double fraction) {
 void BM_TwRematDense(benchmark::State& state, double fraction) {
   const std::vector<int> blocks =
       state.range(0) == 121 ? std::vector<int>{6, 12, 24, 16} : std::vector<int>{6, 12, 32, 32};
-  RunPlanner(state, "twremat", remat::testing::DenseNetGraph(blocks, 1), fraction);
+  bench_planner(state, "twremat", remat::testing::dense_net_graph(blocks, 1), fraction);
 }
 
 #define SIZES \

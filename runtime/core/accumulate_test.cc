@@ -19,7 +19,7 @@ using testing::vec;
 
 // Inputs dy, x, w, dw (all of one size): writes dx = dy * w + x (a new output) and adds
 // dy * x into dw (the constant it accumulates into, its second output).
-OpPtr LinearBackward() {
+OpPtr linear_backward() {
   return make_op(
       "linear_backward", [](SpecList in) { return Outputs{{in[0]}}; },
       [](const KernelContext& k) {
@@ -43,7 +43,7 @@ struct Trained {
 };
 
 // `layers` of h = tanh-free affine maps forward, then the backward chain through
-// LinearBackward, accumulating each layer's dw twice (two micro-batches).
+// linear_backward, accumulating each layer's dw twice (two micro-batches).
 Trained train(const RuntimeOptions& options, int layers, std::int64_t n, std::uint32_t seed) {
   Runtime rt(options);
   std::mt19937 rng(seed);
@@ -68,7 +68,7 @@ Trained train(const RuntimeOptions& options, int layers, std::int64_t n, std::ui
     for (int l = layers - 1; l >= 0; --l) {
       const Tensor args[] = {gs.back(), hs[static_cast<std::size_t>(l)],
                              ws[static_cast<std::size_t>(l)], dws[static_cast<std::size_t>(l)]};
-      gs.push_back(rt.call_accumulate(LinearBackward(), args, acc).at(0));
+      gs.push_back(rt.call_accumulate(linear_backward(), args, acc).at(0));
     }
     // Read back every gradient, the early ones last: under a budget they were evicted, and
     // reading them recomputes the accumulating ops.
@@ -134,7 +134,7 @@ TEST(AccumulateTest, RecomputingTheOutputDoesNotAddAgain) {
   Tensor dy = rt.call1(testing::affine(1.0f, 1.0f), {x});  // 3s
   const int acc[] = {3};
   const Tensor args[] = {dy, x, w, dw};
-  Tensor dx = rt.call_accumulate(LinearBackward(), args, acc).at(0);
+  Tensor dx = rt.call_accumulate(linear_backward(), args, acc).at(0);
   EXPECT_EQ(read(rt, dw), std::vector<float>(32, 6.0f));
   ASSERT_TRUE(rt.evict(dx));
   ASSERT_TRUE(rt.evict(dy));
@@ -154,15 +154,15 @@ TEST(AccumulateTest, FreezesWhatReadTheOldValueAndRefusesNonConstants) {
   Tensor x = rt.constant(vec(8), ones.data());
   const int acc[] = {3};
   const Tensor args[] = {x, x, x, dw};
-  rt.call_accumulate(LinearBackward(), args, acc);
+  rt.call_accumulate(linear_backward(), args, acc);
   EXPECT_FALSE(rt.evict(seen)) << "frozen";
   EXPECT_EQ(read(rt, seen), std::vector<float>(8, 3.0f));
   EXPECT_EQ(read(rt, dw), std::vector<float>(8, 2.0f));
   Tensor not_constant = rt.call1(testing::affine(1.0f, 0.0f), {x});
   const Tensor bad[] = {x, x, x, not_constant};
-  EXPECT_THROW(rt.call_accumulate(LinearBackward(), bad, acc), std::invalid_argument);
+  EXPECT_THROW(rt.call_accumulate(linear_backward(), bad, acc), std::invalid_argument);
   const int out_of_range[] = {7};
-  EXPECT_THROW(rt.call_accumulate(LinearBackward(), args, out_of_range), std::invalid_argument);
+  EXPECT_THROW(rt.call_accumulate(linear_backward(), args, out_of_range), std::invalid_argument);
   // An output that copies what the op accumulates into would change with the accumulation.
   const OpPtr copies_target = make_op(
       "copies_target",
@@ -185,8 +185,8 @@ TEST(AccumulateTest, AnotherAccumulationDoesNotFreezeTheFirstOnesOutput) {
   Tensor dw = rt.constant(vec(8), zeros.data());
   const int acc[] = {3};
   const Tensor args[] = {x, x, x, dw};
-  Tensor first = rt.call_accumulate(LinearBackward(), args, acc).at(0);
-  Tensor second = rt.call_accumulate(LinearBackward(), args, acc).at(0);
+  Tensor first = rt.call_accumulate(linear_backward(), args, acc).at(0);
+  Tensor second = rt.call_accumulate(linear_backward(), args, acc).at(0);
   EXPECT_EQ(rt.stats().frozen, 0u);
   EXPECT_TRUE(rt.evict(first));
   EXPECT_EQ(read(rt, first), std::vector<float>(8, 2.0f));

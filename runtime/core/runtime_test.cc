@@ -136,7 +136,7 @@ TEST(RuntimeTest, InPlaceOpIsCopyOnWrite) {
 
 // An op that adds 1 to its output in place, reading nothing else: what call_inplace's
 // copy-on-write must hand it is the old version.
-OpPtr IncrementInPlace() {
+OpPtr increment_in_place() {
   return make_op(
       "increment_", [](SpecList in) { return Outputs{{in[0]}}; },
       [](const KernelContext& k) {
@@ -161,7 +161,7 @@ TEST(RuntimeTest, CallInplaceStartsTheNewVersionFromTheOldOne) {
     Tensor x = rt.call1(testing::affine(1, 0), {base});
     Tensor* args[] = {&x};
     const int mutated[] = {0};
-    rt.call_inplace(IncrementInPlace(), args, mutated);
+    rt.call_inplace(increment_in_place(), args, mutated);
     EXPECT_EQ(read(rt, x), std::vector<float>(256, 3.0f));
     ASSERT_TRUE(rt.evict(x));
     EXPECT_EQ(read(rt, x), std::vector<float>(256, 3.0f)) << "recomputed from a copy again";

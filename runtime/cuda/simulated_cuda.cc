@@ -61,7 +61,7 @@ namespace remat {
 // API call returns illegal_address and does nothing, as a CUDA context is unusable after an
 // illegal memory access. Pending work is dropped.
 
-using namespace simulated_cuda_internal;  // NOLINT: this file's own helpers
+using namespace detail::simulated_cuda;  // NOLINT: this file's own helpers
 
 SimulatedCuda::SimulatedCuda(SimulatedCudaOptions options)
     : options_(options),

@@ -8,7 +8,7 @@
 
 #include "runtime/cuda/simulated_cuda.h"
 
-namespace remat::simulated_cuda_internal {
+namespace remat::detail::simulated_cuda {
 
 inline constexpr std::size_t kMallocAlignment = 256;  // what cudaMalloc guarantees
 inline constexpr std::uintptr_t kHandleBase =
@@ -32,6 +32,6 @@ inline bool overlap(std::uintptr_t b1, std::uintptr_t e1, std::uintptr_t b2, std
   return b1 < e2 && b2 < e1;
 }
 
-}  // namespace remat::simulated_cuda_internal
+}  // namespace remat::detail::simulated_cuda
 
 #endif  // REMAT_RUNTIME_CUDA_SIMULATED_CUDA_INTERNAL_H_

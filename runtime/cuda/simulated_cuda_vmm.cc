@@ -11,7 +11,7 @@
 
 namespace remat {
 
-using namespace simulated_cuda_internal;  // NOLINT: the device's own helpers
+using namespace detail::simulated_cuda;  // NOLINT: the device's own helpers
 
 // --- Virtual memory -------------------------------------------------------------------------
 

@@ -266,9 +266,9 @@ class TraceParser {
     json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
       // The line is this one: only the column of nlohmann's position says more.
-      return error(absl::StrCat("not a JSON object: ",
-                                absl::StrReplaceAll(ir_internal::json_error(text),
-                                                    {{"at line 1, column", "at column"}})));
+      return error(absl::StrCat(
+          "not a JSON object: ",
+          absl::StrReplaceAll(detail::json_error(text), {{"at line 1, column", "at column"}})));
     }
     if (!j.is_object()) return error("not a JSON object");
     std::string instr;

@@ -19,27 +19,27 @@ namespace {
 using json = nlohmann::json;
 
 // A name as an error shows it: escaped and cut short, so that the message stays one line.
-std::string ShownName(std::string_view name) {
+std::string shown_name(std::string_view name) {
   constexpr size_t kShown = 64;
   const absl::string_view head(name.data(), std::min(name.size(), kShown));
   return absl::StrCat(absl::CHexEscape(head), name.size() > kShown ? "..." : "");
 }
 
-std::string NodeLabel(const json& node, size_t index) {
+std::string node_label(const json& node, size_t index) {
   std::string label = absl::StrCat("node ", index);
   if (node.is_object() && node.contains("name") && node["name"].is_string()) {
-    absl::StrAppend(&label, " ('", ShownName(node["name"].get_ref<const std::string&>()), "')");
+    absl::StrAppend(&label, " ('", shown_name(node["name"].get_ref<const std::string&>()), "')");
   }
   return label;
 }
 
-std::string NodeLabel(const Node& n) {
-  return absl::StrCat("node ", n.id, " ('", ShownName(n.name), "')");
+std::string node_label(const Node& n) {
+  return absl::StrCat("node ", n.id, " ('", shown_name(n.name), "')");
 }
 
 // A JSON integer as int64, or nothing where it is not an integer or lies outside int64
 // (nlohmann keeps integers above INT64_MAX unsigned; get<int64_t> would wrap them).
-std::optional<int64_t> AsInt64(const json& v) {
+std::optional<int64_t> as_int64(const json& v) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
@@ -50,7 +50,7 @@ std::optional<int64_t> AsInt64(const json& v) {
 }
 
 // Reads a non-negative integer that fits int64 from a JSON number.
-absl::StatusOr<int64_t> ReadSize(const json& v, const std::string& what) {
+absl::StatusOr<int64_t> read_size(const json& v, const std::string& what) {
   if (v.is_number_unsigned()) {
     uint64_t u = v.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -78,8 +78,8 @@ absl::StatusOr<int64_t> ReadSize(const json& v, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(what, " is not a number"));
 }
 
-absl::StatusOr<std::string> ReadString(const json& obj, const char* key, const std::string& where,
-                                       bool required) {
+absl::StatusOr<std::string> read_string(const json& obj, const char* key, const std::string& where,
+                                        bool required) {
   if (!obj.contains(key)) {
     if (required) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": missing field '", key, "'"));
@@ -94,7 +94,7 @@ absl::StatusOr<std::string> ReadString(const json& obj, const char* key, const s
 
 // Checks each node on its own: ids, sizes (and that their total fits 64 bits), costs, input
 // ids, and that inputs and tangents read nothing.
-absl::Status ValidateNodes(const Graph& g) {
+absl::Status validate_nodes(const Graph& g) {
   const int n = g.size();
   int64_t total = 0;
   for (int i = 0; i < n; ++i) {
@@ -106,28 +106,28 @@ absl::Status ValidateNodes(const Graph& g) {
     }
     if (node.bytes < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(NodeLabel(node), ": bytes is negative (", node.bytes, ")"));
+          absl::StrCat(node_label(node), ": bytes is negative (", node.bytes, ")"));
     }
     if (node.bytes > std::numeric_limits<int64_t>::max() - total) {
       return absl::InvalidArgumentError(
-          absl::StrCat(NodeLabel(node), ": bytes ", node.bytes,
+          absl::StrCat(node_label(node), ": bytes ", node.bytes,
                        " makes the graph's total size overflow 64 bits"));
     }
     total += node.bytes;
     if (!std::isfinite(node.cost) || node.cost < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(NodeLabel(node), ": cost must be finite and >= 0"));
+          absl::StrCat(node_label(node), ": cost must be finite and >= 0"));
     }
     for (int u : node.inputs) {
       if (u < 0 || u >= n) {
         return absl::InvalidArgumentError(
-            absl::StrCat(NodeLabel(node), " reads unknown node id ", u));
+            absl::StrCat(node_label(node), " reads unknown node id ", u));
       }
     }
     if ((node.kind == NodeKind::kInput || node.kind == NodeKind::kTangent) &&
         !node.inputs.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(NodeLabel(node), " is of kind '", kind_name(node.kind), "' but has inputs"));
+      return absl::InvalidArgumentError(absl::StrCat(node_label(node), " is of kind '",
+                                                     kind_name(node.kind), "' but has inputs"));
     }
   }
   return absl::OkStatus();
@@ -135,7 +135,7 @@ absl::Status ValidateNodes(const Graph& g) {
 
 // Names a cycle among the nodes that Kahn's algorithm left blocked (indeg > 0): walks
 // backwards along blocked inputs until a node repeats.
-absl::Status CycleError(const Graph& g, const std::vector<int>& indeg) {
+absl::Status cycle_error(const Graph& g, const std::vector<int>& indeg) {
   const int n = g.size();
   int v = 0;
   while (indeg[v] == 0) ++v;
@@ -155,11 +155,11 @@ absl::Status CycleError(const Graph& g, const std::vector<int>& indeg) {
   for (size_t k = pos[v]; k < path.size(); ++k) absl::StrAppend(&cycle, path[k], " <- ");
   absl::StrAppend(&cycle, v);
   return absl::InvalidArgumentError(
-      absl::StrCat("cycle through ", NodeLabel(g.nodes[v]), ": ", cycle));
+      absl::StrCat("cycle through ", node_label(g.nodes[v]), ": ", cycle));
 }
 
 // Kahn's algorithm on the edges as given.
-absl::Status CheckAcyclic(const Graph& g) {
+absl::Status check_acyclic(const Graph& g) {
   const int n = g.size();
   std::vector<int> indeg(n, 0);
   std::vector<std::vector<int>> users(n);
@@ -180,30 +180,30 @@ absl::Status CheckAcyclic(const Graph& g) {
     for (int w : users[v])
       if (--indeg[w] == 0) stack.push_back(w);
   }
-  if (seen != n) return CycleError(g, indeg);
+  if (seen != n) return cycle_error(g, indeg);
   return absl::OkStatus();
 }
 
 // Parses the text, with the position of the first error when it is not JSON (a number beyond
 // a double among them: nlohmann reports that as out_of_range, not as a parse error).
-absl::StatusOr<json> ParseJson(std::string_view text) {
+absl::StatusOr<json> parse_json(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat("bad JSON: ", ir_internal::json_error(text)));
+    return absl::InvalidArgumentError(absl::StrCat("bad JSON: ", detail::json_error(text)));
   }
   return doc;
 }
 
 // The top level: format, name and source, and that 'nodes' is an array.
-absl::Status ParseHeader(const json& doc, Graph* g) {
+absl::Status parse_header(const json& doc, Graph* g) {
   if (!doc.is_object()) return absl::InvalidArgumentError("graph: top level is not a JSON object");
   if (!doc.contains("format") || doc["format"] != "remat-graph-v1") {
     return absl::InvalidArgumentError("graph: field 'format' is not \"remat-graph-v1\"");
   }
-  auto name = ReadString(doc, "name", "graph", true);
+  auto name = read_string(doc, "name", "graph", true);
   if (!name.ok()) return name.status();
   g->name = *name;
-  auto source = ReadString(doc, "source", "graph", false);
+  auto source = read_string(doc, "source", "graph", false);
   if (!source.ok()) return source.status();
   g->source = *source;
   if (!doc.contains("nodes") || !doc["nodes"].is_array()) {
@@ -213,24 +213,24 @@ absl::Status ParseHeader(const json& doc, Graph* g) {
 }
 
 // A node's id, name, op, kind and phase.
-absl::Status ParseNodeIdentity(const json& jn, size_t i, const std::string& where, Node* node) {
+absl::Status parse_node_identity(const json& jn, size_t i, const std::string& where, Node* node) {
   if (!jn.contains("id") || !jn["id"].is_number_integer()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": 'id' is missing or not an integer"));
   }
-  const std::optional<int64_t> id = AsInt64(jn["id"]);
+  const std::optional<int64_t> id = as_int64(jn["id"]);
   if (!id) return absl::InvalidArgumentError(absl::StrCat(where, ": 'id' is out of range"));
   if (*id != static_cast<int64_t>(i)) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, " has id ", *id, "; nodes[i].id must equal i"));
   }
   node->id = static_cast<int>(i);
-  auto nm = ReadString(jn, "name", where, false);
+  auto nm = read_string(jn, "name", where, false);
   if (!nm.ok()) return nm.status();
   node->name = nm->empty() ? std::to_string(i) : *nm;
-  auto op = ReadString(jn, "op", where, false);
+  auto op = read_string(jn, "op", where, false);
   if (!op.ok()) return op.status();
   node->op = *op;
-  auto kind = ReadString(jn, "kind", where, false);
+  auto kind = read_string(jn, "kind", where, false);
   if (!kind.ok()) return kind.status();
   if (kind->empty() || *kind == "compute")
     node->kind = NodeKind::kCompute;
@@ -242,7 +242,7 @@ absl::Status ParseNodeIdentity(const json& jn, size_t i, const std::string& wher
     node->kind = NodeKind::kTangent;
   else
     return absl::InvalidArgumentError(absl::StrCat(where, ": unknown kind '", *kind, "'"));
-  auto phase = ReadString(jn, "phase", where, false);
+  auto phase = read_string(jn, "phase", where, false);
   if (!phase.ok()) return phase.status();
   if (phase->empty() || *phase == "forward")
     node->phase = Phase::kForward;
@@ -254,12 +254,12 @@ absl::Status ParseNodeIdentity(const json& jn, size_t i, const std::string& wher
 }
 
 // A node's bytes, cost, flops and inputs (each an id below num_nodes).
-absl::Status ParseNodeFigures(const json& jn, size_t num_nodes, const std::string& where,
-                              Node* node) {
+absl::Status parse_node_figures(const json& jn, size_t num_nodes, const std::string& where,
+                                Node* node) {
   if (!jn.contains("bytes")) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": missing field 'bytes'"));
   }
-  auto bytes = ReadSize(jn["bytes"], absl::StrCat(where, ": bytes"));
+  auto bytes = read_size(jn["bytes"], absl::StrCat(where, ": bytes"));
   if (!bytes.ok()) return bytes.status();
   node->bytes = *bytes;
   if (jn.contains("cost")) {
@@ -285,7 +285,7 @@ absl::Status ParseNodeFigures(const json& jn, size_t num_nodes, const std::strin
       if (!u.is_number_integer()) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": an input id is not an integer"));
       }
-      const std::optional<int64_t> uid = AsInt64(u);
+      const std::optional<int64_t> uid = as_int64(u);
       if (!uid || *uid < 0 || *uid >= static_cast<int64_t>(num_nodes)) {
         return absl::InvalidArgumentError(absl::StrCat(where, " reads unknown node id ", u.dump()));
       }
@@ -296,12 +296,12 @@ absl::Status ParseNodeFigures(const json& jn, size_t num_nodes, const std::strin
 }
 
 // A node's optional annotations: group, recomputable, site and pytorch_banned.
-absl::Status ParseNodeAnnotations(const json& jn, const std::string& where, Node* node) {
+absl::Status parse_node_annotations(const json& jn, const std::string& where, Node* node) {
   if (jn.contains("group") && !jn["group"].is_null()) {
     if (!jn["group"].is_number_integer()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": 'group' is not an integer"));
     }
-    node->group = AsInt64(jn["group"]);
+    node->group = as_int64(jn["group"]);
     if (!node->group) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": 'group' is out of range"));
     }
@@ -332,19 +332,19 @@ absl::Status ParseNodeAnnotations(const json& jn, const std::string& where, Node
   return absl::OkStatus();
 }
 
-absl::StatusOr<Node> ParseNode(const json& nodes, size_t i) {
+absl::StatusOr<Node> parse_node(const json& nodes, size_t i) {
   const json& jn = nodes[i];
-  std::string where = NodeLabel(jn, i);
+  std::string where = node_label(jn, i);
   if (!jn.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
   Node node;
-  absl::Status st = ParseNodeIdentity(jn, i, where, &node);
-  if (st.ok()) st = ParseNodeFigures(jn, nodes.size(), where, &node);
-  if (st.ok()) st = ParseNodeAnnotations(jn, where, &node);
+  absl::Status st = parse_node_identity(jn, i, where, &node);
+  if (st.ok()) st = parse_node_figures(jn, nodes.size(), where, &node);
+  if (st.ok()) st = parse_node_annotations(jn, where, &node);
   if (!st.ok()) return st;
   return node;
 }
 
-absl::Status ParseOutputs(const json& doc, Graph* g) {
+absl::Status parse_outputs(const json& doc, Graph* g) {
   if (!doc.contains("outputs")) return absl::OkStatus();
   if (!doc["outputs"].is_array()) {
     return absl::InvalidArgumentError("graph: 'outputs' is not an array");
@@ -353,7 +353,7 @@ absl::Status ParseOutputs(const json& doc, Graph* g) {
     if (!o.is_number_integer()) {
       return absl::InvalidArgumentError("graph: an output id is not an integer");
     }
-    const std::optional<int64_t> oid = AsInt64(o);
+    const std::optional<int64_t> oid = as_int64(o);
     if (!oid || *oid < 0 || *oid >= g->size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("graph: output id ", o.dump(), " names no node"));
@@ -365,32 +365,32 @@ absl::Status ParseOutputs(const json& doc, Graph* g) {
 
 // A byte count among the peer figures: a whole number in int64 (an integral float too), or
 // nothing. Converting any other double to int64 would be undefined.
-std::optional<int64_t> PeerBytes(const json& v) {
+std::optional<int64_t> peer_bytes(const json& v) {
   if (v.is_number_float()) {
     const double d = v.get<double>();
     if (!(d >= -9.2e18 && d <= 9.2e18) || d != std::floor(d)) return std::nullopt;
     return static_cast<int64_t>(d);
   }
-  return AsInt64(v);
+  return as_int64(v);
 }
 
 // The peer figures are informational: fields of the wrong type (or out of range) are skipped,
 // not rejected.
-void ParsePeer(const json& doc, Graph* g) {
+void parse_peer(const json& doc, Graph* g) {
   if (!doc.contains("peer") || !doc["peer"].is_object()) return;
   const json& p = doc["peer"];
   if (p.contains("pytorch_mincut_saved_bytes")) {
-    g->peer.pytorch_mincut_saved_bytes = PeerBytes(p["pytorch_mincut_saved_bytes"]);
+    g->peer.pytorch_mincut_saved_bytes = peer_bytes(p["pytorch_mincut_saved_bytes"]);
   }
   if (p.contains("pytorch_default_saved_bytes")) {
-    g->peer.pytorch_default_saved_bytes = PeerBytes(p["pytorch_default_saved_bytes"]);
+    g->peer.pytorch_default_saved_bytes = peer_bytes(p["pytorch_default_saved_bytes"]);
   }
   if (p.contains("pytorch_mincut_seconds") && p["pytorch_mincut_seconds"].is_number()) {
     g->peer.pytorch_mincut_seconds = p["pytorch_mincut_seconds"].get<double>();
   }
   if (p.contains("pytorch_mincut_saved") && p["pytorch_mincut_saved"].is_array()) {
     for (const json& s : p["pytorch_mincut_saved"]) {
-      const std::optional<int64_t> id = AsInt64(s);
+      const std::optional<int64_t> id = as_int64(s);
       if (id && *id >= 0 && *id <= std::numeric_limits<int>::max()) {
         g->peer.pytorch_mincut_saved.push_back(static_cast<int>(*id));
       }
@@ -422,16 +422,16 @@ double Graph::total_cost() const {
 
 absl::Status validate_graph(const Graph& g) {
   const int n = g.size();
-  absl::Status st = ValidateNodes(g);
+  absl::Status st = validate_nodes(g);
   if (!st.ok()) return st;
   // A cycle is reported before the order rule so that it is named as such.
-  st = CheckAcyclic(g);
+  st = check_acyclic(g);
   if (!st.ok()) return st;
   for (const Node& node : g.nodes) {
     for (int u : node.inputs) {
       if (u >= node.id) {
         return absl::InvalidArgumentError(
-            absl::StrCat(NodeLabel(node), " reads node ", u,
+            absl::StrCat(node_label(node), " reads node ", u,
                          ", which is not listed before it (nodes must be in topological order)"));
       }
     }
@@ -443,7 +443,7 @@ absl::Status validate_graph(const Graph& g) {
     for (int u : node.inputs) {
       if (g.nodes[u].group == node.group) {
         return absl::InvalidArgumentError(
-            absl::StrCat(NodeLabel(node), " reads ", NodeLabel(g.nodes[u]), " of its own group ",
+            absl::StrCat(node_label(node), " reads ", node_label(g.nodes[u]), " of its own group ",
                          *node.group, " (the outputs of one operator cannot read each other)"));
       }
     }
@@ -457,21 +457,21 @@ absl::Status validate_graph(const Graph& g) {
 }
 
 absl::StatusOr<Graph> parse_graph(std::string_view text) {
-  absl::StatusOr<json> doc = ParseJson(text);
+  absl::StatusOr<json> doc = parse_json(text);
   if (!doc.ok()) return doc.status();
   Graph g;
-  absl::Status st = ParseHeader(*doc, &g);
+  absl::Status st = parse_header(*doc, &g);
   if (!st.ok()) return st;
   const json& nodes = (*doc)["nodes"];
   g.nodes.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
-    absl::StatusOr<Node> node = ParseNode(nodes, i);
+    absl::StatusOr<Node> node = parse_node(nodes, i);
     if (!node.ok()) return node.status();
     g.nodes.push_back(*std::move(node));
   }
-  st = ParseOutputs(*doc, &g);
+  st = parse_outputs(*doc, &g);
   if (!st.ok()) return st;
-  ParsePeer(*doc, &g);
+  parse_peer(*doc, &g);
   st = validate_graph(g);
   if (!st.ok()) return st;
   return g;

@@ -14,7 +14,7 @@ namespace {
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-json SmallGraph() {
+json small_graph() {
   return json::parse(R"({"format":"remat-graph-v1","name":"tiny","source":"test",
     "nodes":[
       {"id":0,"name":"x","op":"placeholder","kind":"input","phase":"forward","bytes":4,"cost":0,"inputs":[]},
@@ -25,14 +25,14 @@ json SmallGraph() {
     "outputs":[3]})");
 }
 
-std::string ErrorOf(const json& j) {
+std::string error_of(const json& j) {
   auto g = parse_graph(j.dump());
   EXPECT_FALSE(g.ok());
   return g.ok() ? "" : std::string(g.status().message());
 }
 
 TEST(GraphIo, ParsesFieldsAndKeepsNamesAndOps) {
-  auto g = parse_graph(SmallGraph().dump());
+  auto g = parse_graph(small_graph().dump());
   ASSERT_TRUE(g.ok()) << g.status();
   ASSERT_EQ(g->size(), 4);
   EXPECT_EQ(g->name, "tiny");
@@ -56,7 +56,7 @@ TEST(GraphIo, ParsesFieldsAndKeepsNamesAndOps) {
 }
 
 TEST(GraphIo, WriteThenParseRoundTrips) {
-  auto g = parse_graph(SmallGraph().dump());
+  auto g = parse_graph(small_graph().dump());
   ASSERT_TRUE(g.ok());
   auto again = parse_graph(write_graph(*g));
   ASSERT_TRUE(again.ok()) << again.status();
@@ -84,90 +84,90 @@ TEST(GraphIo, RejectsBadJson) {
 }
 
 TEST(GraphIo, RejectsWrongFormat) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["format"] = "something-else";
-  EXPECT_THAT(ErrorOf(j), HasSubstr("format"));
+  EXPECT_THAT(error_of(j), HasSubstr("format"));
 }
 
 TEST(GraphIo, RejectsUnknownInputIdNamingTheNode) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][2]["inputs"] = {1, 17};
-  std::string e = ErrorOf(j);
+  std::string e = error_of(j);
   EXPECT_THAT(e, HasSubstr("node 2 ('t')"));
   EXPECT_THAT(e, HasSubstr("unknown node id 17"));
   j["nodes"][2]["inputs"] = {-1};
-  EXPECT_THAT(ErrorOf(j), HasSubstr("unknown node id -1"));
+  EXPECT_THAT(error_of(j), HasSubstr("unknown node id -1"));
 }
 
 TEST(GraphIo, RejectsIdsNotInTopologicalOrder) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][1]["inputs"] = {2};  // node 1 reads node 2, listed after it; no cycle
   j["nodes"][2]["inputs"] = {0};
-  std::string e = ErrorOf(j);
+  std::string e = error_of(j);
   EXPECT_THAT(e, HasSubstr("node 1 ('relu')"));
   EXPECT_THAT(e, HasSubstr("topological"));
 }
 
 TEST(GraphIo, RejectsIdNotEqualToIndex) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][2]["id"] = 5;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t') has id 5"));
+  EXPECT_THAT(error_of(j), HasSubstr("node 2 ('t') has id 5"));
 }
 
 TEST(GraphIo, RejectsCyclesNamingANodeOnTheCycle) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][1]["inputs"] = {0, 2};  // 1 -> 2 -> 1
-  std::string e = ErrorOf(j);
+  std::string e = error_of(j);
   EXPECT_THAT(e, HasSubstr("cycle"));
   EXPECT_TRUE(e.find("node 1") != std::string::npos || e.find("node 2") != std::string::npos) << e;
-  j = SmallGraph();
+  j = small_graph();
   j["nodes"][3]["inputs"] = {3};  // self-loop
-  EXPECT_THAT(ErrorOf(j), HasSubstr("cycle through node 3 ('grad')"));
+  EXPECT_THAT(error_of(j), HasSubstr("cycle through node 3 ('grad')"));
 }
 
 TEST(GraphIo, RejectsNegativeAndOverflowingSizes) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][1]["bytes"] = -8;
-  std::string e = ErrorOf(j);
+  std::string e = error_of(j);
   EXPECT_THAT(e, HasSubstr("node 1 ('relu')"));
   EXPECT_THAT(e, HasSubstr("negative"));
   j["nodes"][1]["bytes"] = 18446744073709551615ULL;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("overflow"));
+  EXPECT_THAT(error_of(j), HasSubstr("overflow"));
   j["nodes"][1]["bytes"] = 1e30;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("overflow"));
+  EXPECT_THAT(error_of(j), HasSubstr("overflow"));
   j["nodes"][1]["bytes"] = 2.5;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("whole number"));
+  EXPECT_THAT(error_of(j), HasSubstr("whole number"));
   // Each size fits, but their sum does not.
-  j = SmallGraph();
+  j = small_graph();
   j["nodes"][1]["bytes"] = 9000000000000000000LL;
   j["nodes"][2]["bytes"] = 9000000000000000000LL;
-  e = ErrorOf(j);
+  e = error_of(j);
   EXPECT_THAT(e, HasSubstr("node 2 ('t')"));
   EXPECT_THAT(e, HasSubstr("overflow"));
 }
 
 TEST(GraphIo, RejectsBadFieldTypesNamingTheNode) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][1]["kind"] = "banana";
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 1 ('relu'): unknown kind 'banana'"));
-  j = SmallGraph();
+  EXPECT_THAT(error_of(j), HasSubstr("node 1 ('relu'): unknown kind 'banana'"));
+  j = small_graph();
   j["nodes"][1]["cost"] = -1;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 1 ('relu')"));
-  j = SmallGraph();
+  EXPECT_THAT(error_of(j), HasSubstr("node 1 ('relu')"));
+  j = small_graph();
   j["nodes"][1].erase("bytes");
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 1 ('relu'): missing field 'bytes'"));
-  j = SmallGraph();
+  EXPECT_THAT(error_of(j), HasSubstr("node 1 ('relu'): missing field 'bytes'"));
+  j = small_graph();
   j["nodes"][0]["inputs"] = {1};
   EXPECT_FALSE(parse_graph(j.dump()).ok());
-  j = SmallGraph();
+  j = small_graph();
   j["nodes"] = 3;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("nodes"));
+  EXPECT_THAT(error_of(j), HasSubstr("nodes"));
 }
 
 // Issue 23: remat-plan and remat-compare aborted on this (nlohmann reports a number beyond a
 // double as out_of_range, which escaped parse_graph).
 TEST(GraphIo, RejectsANumberBeyondADoubleWithItsPosition) {
-  std::string text = SmallGraph().dump();
+  std::string text = small_graph().dump();
   const std::size_t at = text.find("\"bytes\":8");
   ASSERT_NE(at, std::string::npos);
   text.replace(at, 9, "\"bytes\":1e309");
@@ -185,10 +185,10 @@ TEST(GraphIo, RejectsANumberBeyondADoubleWithItsPosition) {
 
 // Issue 23: accepted silently before. The outputs of one operator are made together.
 TEST(GraphIo, RejectsAGroupMemberReadingAnotherMember) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][1]["group"] = 2;  // node 2 ('t', group 2) reads node 1
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t') reads node 1 ('relu') of its own group 2"));
-  Graph g = *parse_graph(SmallGraph().dump());
+  EXPECT_THAT(error_of(j), HasSubstr("node 2 ('t') reads node 1 ('relu') of its own group 2"));
+  Graph g = *parse_graph(small_graph().dump());
   g.nodes[1].group = 2;
   EXPECT_FALSE(validate_graph(g).ok());
   g.nodes[1].group = 3;  // members of different groups may read each other
@@ -197,24 +197,24 @@ TEST(GraphIo, RejectsAGroupMemberReadingAnotherMember) {
 
 // Integers past int64 are kept unsigned by nlohmann; read as int64 they wrapped to -1.
 TEST(GraphIo, RejectsIntegersOutOfRangeNamingThem) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][2]["id"] = 18446744073709551615ULL;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t'): 'id' is out of range"));
-  j = SmallGraph();
+  EXPECT_THAT(error_of(j), HasSubstr("node 2 ('t'): 'id' is out of range"));
+  j = small_graph();
   j["nodes"][2]["inputs"] = {18446744073709551615ULL};
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t') reads unknown node id 18446744073709551615"));
-  j = SmallGraph();
+  EXPECT_THAT(error_of(j), HasSubstr("node 2 ('t') reads unknown node id 18446744073709551615"));
+  j = small_graph();
   j["nodes"][2]["group"] = 18446744073709551615ULL;
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 2 ('t'): 'group' is out of range"));
-  j = SmallGraph();
+  EXPECT_THAT(error_of(j), HasSubstr("node 2 ('t'): 'group' is out of range"));
+  j = small_graph();
   j["outputs"] = {9223372036854775808ULL};
-  EXPECT_THAT(ErrorOf(j), HasSubstr("output id 9223372036854775808 names no node"));
+  EXPECT_THAT(error_of(j), HasSubstr("output id 9223372036854775808 names no node"));
 }
 
 // The peer figures are informational, but a double out of int64's range was converted to
 // int64 anyway (undefined behaviour): now it is skipped like a field of the wrong type.
 TEST(GraphIo, SkipsPeerFiguresOutOfRange) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["peer"] = {{"pytorch_mincut_saved_bytes", 1e300},
                {"pytorch_default_saved_bytes", 1024.0},
                {"pytorch_mincut_saved", {1, 18446744073709551615ULL, -4}}};
@@ -226,14 +226,14 @@ TEST(GraphIo, SkipsPeerFiguresOutOfRange) {
 }
 
 TEST(GraphIo, ErrorsStayOnOneLine) {
-  json j = SmallGraph();
+  json j = small_graph();
   j["nodes"][1]["name"] = "two\nlines";
   j["nodes"][1]["kind"] = "banana";
-  EXPECT_THAT(ErrorOf(j), HasSubstr("node 1 ('two\\nlines'): unknown kind"));
+  EXPECT_THAT(error_of(j), HasSubstr("node 1 ('two\\nlines'): unknown kind"));
 }
 
 TEST(GraphIo, ValidateGraphChecksGraphsBuiltInCode) {
-  Graph g = testing::LinearGraph(3);
+  Graph g = testing::linear_graph(3);
   EXPECT_TRUE(validate_graph(g).ok());
   g.nodes[4].inputs.push_back(5);
   EXPECT_FALSE(validate_graph(g).ok());
@@ -246,7 +246,7 @@ TEST(GraphIo, MissingFileIsAnError) {
 }
 
 TEST(GraphIo, ReadsEverySharedGraph) {
-  std::string dir = testing::SharedGraphsDir();
+  std::string dir = testing::shared_graphs_dir();
   if (dir.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   int count = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

@@ -26,9 +26,9 @@ namespace {
 // realized recomputed 1.39 of a step. Dropped instead, they stay resident while the program
 // holds them and are freed with their last handle, as an update-free schedule would have
 // them.
-void AppendScheduleSteps(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
-                         const Instances& instances, const std::vector<bool>& is_output,
-                         StepHints& hints) {
+void append_schedule_steps(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
+                           const Instances& instances, const std::vector<bool>& is_output,
+                           StepHints& hints) {
   const std::size_t steps = s.order.size();
   std::vector<bool> read(g.nodes.size(), false);
   for (const Node& node : g.nodes)
@@ -69,7 +69,7 @@ StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vect
   auto site = [&](int v) -> const StepSite& { return sites[static_cast<std::size_t>(v)]; };
   auto valid = [&](int v) { return v >= 0 && v < n && site(v).position >= 0; };
 
-  const Instances instances = ComputeInstances(g, s.order);
+  const Instances instances = compute_instances(g, s.order);
   if (!instances.error.empty()) return hints;  // not a valid schedule of g: no advice
   const std::vector<int>& last_read = instances.last_read;
   const std::vector<int>& next_instance = instances.next_instance;
@@ -116,7 +116,7 @@ StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vect
             .evict_after;
     if (std::find(list.begin(), list.end(), site(v)) == list.end()) list.push_back(site(v));
   }
-  AppendScheduleSteps(g, s, sites, instances, is_output, hints);
+  append_schedule_steps(g, s, sites, instances, is_output, hints);
   return hints;
 }
 

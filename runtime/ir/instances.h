@@ -2,7 +2,7 @@
 // one computation the simulator, the hint builder and static replay all need. Internal to
 // the IR (remat::ir) and its users in this repository; not installed.
 //
-//   remat::Instances in = remat::ComputeInstances(g, schedule.order);
+//   remat::Instances in = remat::compute_instances(g, schedule.order);
 //   if (!in.error.empty()) return Invalid(in.error);
 //   // in.last_read[j]: the last step reading the instance step j made (j if none)
 #ifndef REMAT_RUNTIME_IR_INSTANCES_H_
@@ -24,14 +24,14 @@ struct Instances {
   std::string error;               // why the order is invalid (names step and node); "" if valid
 };
 
-inline std::string NodeLabel(const Graph& g, int v) {
+inline std::string node_label(const Graph& g, int v) {
   return absl::StrCat("node ", v, " ('", g.nodes[static_cast<std::size_t>(v)].name, "')");
 }
 
 // A read at step j uses the newest instance made before j. Stops at the first structural
 // error: an unknown id, a read before any instance, a node that may not be recomputed
 // computed again, or a node never computed.
-inline Instances ComputeInstances(const Graph& g, const std::vector<int>& order) {
+inline Instances compute_instances(const Graph& g, const std::vector<int>& order) {
   Instances r;
   const int n = g.size();
   std::vector<int> latest(static_cast<std::size_t>(n), -1);
@@ -48,7 +48,7 @@ inline Instances ComputeInstances(const Graph& g, const std::vector<int>& order)
     for (int u : node.inputs) {
       const int inst = latest[static_cast<std::size_t>(u)];
       if (inst < 0) {
-        r.error = absl::StrCat("step ", j, ": ", NodeLabel(g, v), " reads ", NodeLabel(g, u),
+        r.error = absl::StrCat("step ", j, ": ", node_label(g, v), " reads ", node_label(g, u),
                                " before any instance of it");
         return r;
       }
@@ -56,7 +56,7 @@ inline Instances ComputeInstances(const Graph& g, const std::vector<int>& order)
     }
     if (const int prev = latest[static_cast<std::size_t>(v)]; prev >= 0) {
       if (!node.can_recompute()) {
-        r.error = absl::StrCat("step ", j, ": ", NodeLabel(g, v), " (kind '", kind_name(node.kind),
+        r.error = absl::StrCat("step ", j, ": ", node_label(g, v), " (kind '", kind_name(node.kind),
                                node.recomputable ? "" : ", not recomputable",
                                "') is computed a second time");
         return r;
@@ -67,7 +67,7 @@ inline Instances ComputeInstances(const Graph& g, const std::vector<int>& order)
   }
   for (int v = 0; v < n; ++v) {
     if (latest[static_cast<std::size_t>(v)] < 0) {
-      r.error = absl::StrCat(NodeLabel(g, v), " is never computed");
+      r.error = absl::StrCat(node_label(g, v), " is never computed");
       return r;
     }
   }

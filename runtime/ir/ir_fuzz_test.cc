@@ -33,7 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using testing::CaseSeed;
+using testing::case_seed;
 using testing::CrashContext;
 using testing::FuzzOptions;
 using testing::Mutator;
@@ -46,7 +46,7 @@ struct Seed {
   Graph graph;  // the seed's graph (for schedules: the graph they order)
 };
 
-std::string ReadAll(const fs::path& p) {
+std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -54,17 +54,17 @@ std::string ReadAll(const fs::path& p) {
 }
 
 // Every shared graph, as a file holds it and as write_graph writes it.
-const std::vector<Seed>& GraphSeeds() {
+const std::vector<Seed>& graph_seeds() {
   static const std::vector<Seed>* seeds = [] {
     auto* s = new std::vector<Seed>;
-    const std::string dir = testing::SharedGraphsDir();
+    const std::string dir = testing::shared_graphs_dir();
     if (dir.empty()) return s;
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(dir))
       if (e.path().extension() == ".json") files.push_back(e.path());
     std::sort(files.begin(), files.end());
     for (const fs::path& p : files) {
-      const std::string text = ReadAll(p);
+      const std::string text = read_all(p);
       absl::StatusOr<Graph> g = parse_graph(text);
       if (!g.ok()) continue;  // graph_test reports a shared graph that does not parse
       s->push_back({p.filename().string(), text, *g});
@@ -76,16 +76,16 @@ const std::vector<Seed>& GraphSeeds() {
 }
 
 // Edits the parsed graph where the text mutations rarely reach: the structure.
-std::string MutateGraphDocument(json& doc, Mutator& m) {
+std::string mutate_graph_document(json& doc, Mutator& m) {
   if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array() ||
       doc["nodes"].empty())
     return "no nodes to edit";
   json& nodes = doc["nodes"];
   const std::size_t n = nodes.size();
-  const std::size_t i = m.Below(n);
+  const std::size_t i = m.below(n);
   json& node = nodes[i];
   auto edge_value = [&]() -> json {
-    switch (m.Below(9)) {
+    switch (m.below(9)) {
       case 0:
         return -1;
       case 1:
@@ -103,14 +103,14 @@ std::string MutateGraphDocument(json& doc, Mutator& m) {
       case 7:
         return json::array({0});
       default:
-        return static_cast<std::int64_t>(m.Below(n + 2));
+        return static_cast<std::int64_t>(m.below(n + 2));
     }
   };
   static const char* kFields[] = {"id",    "bytes",        "cost", "inputs", "group",  "kind",
                                   "phase", "recomputable", "site", "flops",  "outputs"};
-  switch (m.Below(8)) {
+  switch (m.below(8)) {
     case 0: {
-      const char* field = kFields[m.Below(std::size(kFields))];
+      const char* field = kFields[m.below(std::size(kFields))];
       if (std::string(field) == "outputs") {
         doc["outputs"] = json::array({edge_value()});
       } else {
@@ -121,7 +121,7 @@ std::string MutateGraphDocument(json& doc, Mutator& m) {
           std::string(field) == "outputs" ? doc["outputs"].dump() : node[field].dump());
     }
     case 1: {  // an input pointing anywhere: itself, a later node, none
-      const std::int64_t u = static_cast<std::int64_t>(m.Below(n + 1)) - (m.OneIn(8) ? 1 : 0);
+      const std::int64_t u = static_cast<std::int64_t>(m.below(n + 1)) - (m.one_in(8) ? 1 : 0);
       if (!node["inputs"].is_array()) node["inputs"] = json::array();
       node["inputs"].push_back(u);
       return absl::StrCat("node ", i, " reads ", u);
@@ -129,7 +129,7 @@ std::string MutateGraphDocument(json& doc, Mutator& m) {
     case 2: {  // a member of the group of a node it reads (or that reads it)
       if (!node.contains("inputs") || !node["inputs"].is_array() || node["inputs"].empty())
         return "no input to join";
-      const json& u = node["inputs"][m.Below(node["inputs"].size())];
+      const json& u = node["inputs"][m.below(node["inputs"].size())];
       if (!u.is_number_unsigned() || u.get<std::uint64_t>() >= n) return "odd input";
       const std::int64_t group = 1000000 + static_cast<std::int64_t>(i);
       node["group"] = group;
@@ -142,11 +142,11 @@ std::string MutateGraphDocument(json& doc, Mutator& m) {
     }
     case 4: {
       json copy = node;
-      nodes.insert(nodes.begin() + static_cast<std::ptrdiff_t>(m.Below(n + 1)), copy);
+      nodes.insert(nodes.begin() + static_cast<std::ptrdiff_t>(m.below(n + 1)), copy);
       return absl::StrCat("copy node ", i);
     }
     case 5: {
-      const std::size_t j = m.Below(n);
+      const std::size_t j = m.below(n);
       std::swap(nodes[i], nodes[j]);
       return absl::StrCat("swap nodes ", i, " and ", j);
     }
@@ -164,12 +164,12 @@ std::string MutateGraphDocument(json& doc, Mutator& m) {
 }
 
 // An error must be one line.
-void ExpectOneLine(const absl::Status& status, const std::string& where) {
+void expect_one_line(const absl::Status& status, const std::string& where) {
   EXPECT_EQ(status.message().find('\n'), std::string::npos) << where << ": " << status;
 }
 
 // What a graph that parsed must allow.
-void CheckParsedGraph(const Graph& g, const std::string& where) {
+void check_parsed_graph(const Graph& g, const std::string& where) {
   ASSERT_TRUE(validate_graph(g).ok()) << where << ": " << validate_graph(g);
   absl::StatusOr<Graph> again = parse_graph(write_graph(g));
   ASSERT_TRUE(again.ok()) << where << ": " << again.status();
@@ -189,8 +189,8 @@ void CheckParsedGraph(const Graph& g, const std::string& where) {
 }
 
 template <typename Check>
-void Timed(const std::string& where, Check check, double& slowest) {
-  CrashContext::Set(where);
+void timed(const std::string& where, Check check, double& slowest) {
+  CrashContext::set(where);
   const auto start = std::chrono::steady_clock::now();
   try {
     check();
@@ -203,7 +203,7 @@ void Timed(const std::string& where, Check check, double& slowest) {
   EXPECT_LT(seconds, kCaseLimitSeconds) << where;
 }
 
-void Dump(const FuzzOptions& opt, const std::string& name, const std::string& where,
+void dump(const FuzzOptions& opt, const std::string& name, const std::string& where,
           const std::string& input) {
   if (!opt.only) return;
   const fs::path out = fs::path(::testing::TempDir()) / name;
@@ -212,36 +212,36 @@ void Dump(const FuzzOptions& opt, const std::string& name, const std::string& wh
 }
 
 TEST(GraphFuzz, MutatedGraphsParseOrFailCleanly) {
-  const std::vector<Seed>& seeds = GraphSeeds();
+  const std::vector<Seed>& seeds = graph_seeds();
   if (seeds.empty()) GTEST_SKIP() << "../shared/graphs is absent";
-  const FuzzOptions opt = FuzzOptions::FromEnv(3000);
+  const FuzzOptions opt = FuzzOptions::from_env(3000);
   int parsed = 0, rejected = 0;
   double slowest = 0;
-  for (int i = 0; i < opt.End(); ++i) {
-    if (!opt.Runs(i)) continue;
+  for (int i = 0; i < opt.end(); ++i) {
+    if (!opt.runs(i)) continue;
     const Seed& seed = seeds[static_cast<std::size_t>(i) % seeds.size()];
-    Mutator m(CaseSeed(0x6a0f0001, static_cast<std::uint64_t>(i)));
+    Mutator m(case_seed(0x6a0f0001, static_cast<std::uint64_t>(i)));
     std::string log, input;
-    if (m.OneIn(2)) {
+    if (m.one_in(2)) {
       json doc = json::parse(seed.text);
-      log = MutateGraphDocument(doc, m);
-      if (m.OneIn(3)) log += "; " + MutateGraphDocument(doc, m);
+      log = mutate_graph_document(doc, m);
+      if (m.one_in(3)) log += "; " + mutate_graph_document(doc, m);
       input = doc.dump();
     } else {
-      input = m.Mutate(seed.text, &log);
+      input = m.mutate(seed.text, &log);
     }
     const std::string where = absl::StrCat("case ", i, " (", seed.name, ": ", log, ")");
-    Dump(opt, absl::StrCat("graph_fuzz_", i, ".json"), where, input);
-    Timed(
+    dump(opt, absl::StrCat("graph_fuzz_", i, ".json"), where, input);
+    timed(
         where,
         [&] {
           absl::StatusOr<Graph> g = parse_graph(input);
           if (g.ok()) {
             ++parsed;
-            CheckParsedGraph(*g, where);
+            check_parsed_graph(*g, where);
           } else {
             ++rejected;
-            ExpectOneLine(g.status(), where);
+            expect_one_line(g.status(), where);
           }
         },
         slowest);
@@ -252,7 +252,7 @@ TEST(GraphFuzz, MutatedGraphsParseOrFailCleanly) {
 }
 
 TEST(ScheduleFuzz, MutatedSchedulesParseOrFailCleanly) {
-  const std::vector<Seed>& graphs = GraphSeeds();
+  const std::vector<Seed>& graphs = graph_seeds();
   if (graphs.empty()) GTEST_SKIP() << "../shared/graphs is absent";
   // Per graph: computing every node once in file order, and that order with recomputations
   // and a backward start.
@@ -267,24 +267,24 @@ TEST(ScheduleFuzz, MutatedSchedulesParseOrFailCleanly) {
     again.backward_start = g.size() / 2;
     seeds.push_back({g.name + " with recomputation", write_schedule(again), g});
   }
-  const FuzzOptions opt = FuzzOptions::FromEnv(3000);
+  const FuzzOptions opt = FuzzOptions::from_env(3000);
   int parsed = 0, rejected = 0;
   double slowest = 0;
-  for (int i = 0; i < opt.End(); ++i) {
-    if (!opt.Runs(i)) continue;
+  for (int i = 0; i < opt.end(); ++i) {
+    if (!opt.runs(i)) continue;
     const Seed& seed = seeds[static_cast<std::size_t>(i) % seeds.size()];
-    Mutator m(CaseSeed(0x5c4ed001, static_cast<std::uint64_t>(i)));
+    Mutator m(case_seed(0x5c4ed001, static_cast<std::uint64_t>(i)));
     std::string log;
-    const std::string input = m.Mutate(seed.text, &log);
+    const std::string input = m.mutate(seed.text, &log);
     const std::string where = absl::StrCat("case ", i, " (", seed.name, ": ", log, ")");
-    Dump(opt, absl::StrCat("schedule_fuzz_", i, ".json"), where, input);
-    Timed(
+    dump(opt, absl::StrCat("schedule_fuzz_", i, ".json"), where, input);
+    timed(
         where,
         [&] {
           absl::StatusOr<Schedule> s = parse_schedule(input);
           if (!s.ok()) {
             ++rejected;
-            ExpectOneLine(s.status(), where);
+            expect_one_line(s.status(), where);
             return;
           }
           ++parsed;

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace remat::ir_internal {
+namespace remat::detail {
 
 // A SAX handler that builds nothing and keeps the first error with its byte position. Every
 // error nlohmann reports (a number beyond a double is an out_of_range, not a parse_error)
@@ -67,6 +67,6 @@ inline std::string json_error(std::string_view text) {
   return message;
 }
 
-}  // namespace remat::ir_internal
+}  // namespace remat::detail
 
 #endif  // REMAT_RUNTIME_IR_JSON_ERROR_H_

@@ -14,7 +14,7 @@
 namespace remat {
 namespace {
 
-std::vector<int64_t> Profile(const Graph& g, const std::vector<int>& order,
+std::vector<int64_t> profile(const Graph& g, const std::vector<int>& order,
                              const std::vector<int>& last_read) {
   std::vector<int64_t> delta(order.size() + 1, 0);
   for (size_t j = 0; j < order.size(); ++j) {
@@ -88,7 +88,7 @@ int64_t saved_bytes(const Graph& g, const Schedule& s, const std::vector<int>& l
 SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> budget_bytes) {
   SimResult r;
   r.base_cost = g.total_cost();
-  Instances instances = ComputeInstances(g, s.order);
+  Instances instances = compute_instances(g, s.order);
   const std::vector<int>& last_read = instances.last_read;
   const std::string& err = instances.error;
   // Cost, recomputations and peak are reported for the steps that were checked even when
@@ -97,7 +97,7 @@ SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
     r.error = err;
     return r;
   }
-  std::vector<int64_t> mem = Profile(g, s.order, last_read);
+  std::vector<int64_t> mem = profile(g, s.order, last_read);
   for (size_t j = 0; j < s.order.size(); ++j) {
     r.cost += g.nodes[s.order[j]].cost;
     if (mem[j] > r.peak_bytes || r.peak_step < 0) {
@@ -112,7 +112,7 @@ SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
   if (budget_bytes && r.peak_bytes > *budget_bytes) {
     r.valid = false;
     r.error = absl::StrCat("peak ", r.peak_bytes, " bytes at step ", r.peak_step, " (",
-                           NodeLabel(g, s.order[r.peak_step]), ") exceeds the budget of ",
+                           node_label(g, s.order[r.peak_step]), ") exceeds the budget of ",
                            *budget_bytes, " bytes");
   }
   return r;
@@ -126,16 +126,16 @@ int64_t file_order_peak(const Graph& g) {
 }
 
 std::vector<int64_t> memory_profile(const Graph& g, const std::vector<int>& order) {
-  const Instances in = ComputeInstances(g, order);
+  const Instances in = compute_instances(g, order);
   if (!in.error.empty()) return {};
-  return Profile(g, order, in.last_read);
+  return profile(g, order, in.last_read);
 }
 
 namespace {
 
 // A JSON integer in [min, INT32_MAX], or nothing. nlohmann keeps an integer above INT64_MAX
 // unsigned, so it is compared as such rather than read through int64 (where it would wrap).
-std::optional<int> IntIn(const nlohmann::json& v, int64_t min) {
+std::optional<int> int_in(const nlohmann::json& v, int64_t min) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     if (u > INT32_MAX || static_cast<int64_t>(u) < min) return std::nullopt;
@@ -154,7 +154,7 @@ absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
   if (doc.is_discarded()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("schedule: bad JSON: ", ir_internal::json_error(text)));
+        absl::StrCat("schedule: bad JSON: ", detail::json_error(text)));
   }
   if (!doc.is_object() || !doc.contains("format") || doc["format"] != "remat-schedule-v1") {
     return absl::InvalidArgumentError("schedule: field 'format' is not \"remat-schedule-v1\"");
@@ -169,12 +169,12 @@ absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
     return absl::InvalidArgumentError("schedule: 'order' is missing or not an array");
   }
   if (doc.contains("backward_start")) {
-    std::optional<int> b = IntIn(doc["backward_start"], INT32_MIN);
+    std::optional<int> b = int_in(doc["backward_start"], INT32_MIN);
     if (!b) return absl::InvalidArgumentError("schedule: 'backward_start' is not an int");
     s.backward_start = *b;
   }
   for (size_t j = 0; j < doc["order"].size(); ++j) {
-    std::optional<int> v = IntIn(doc["order"][j], 0);
+    std::optional<int> v = int_in(doc["order"][j], 0);
     if (!v) {
       return absl::InvalidArgumentError(
           absl::StrCat("schedule: step ", j, " is not a valid node id"));

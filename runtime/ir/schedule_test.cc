@@ -14,9 +14,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Graph Diamond() {
+Graph diamond() {
   // 0 (100 bytes) feeds 1 and 3; 1 -> 2 -> 3. Unit sizes except node 0.
-  Graph g = testing::RandomDag(4, 0, 1, 1);
+  Graph g = testing::random_dag(4, 0, 1, 1);
   for (Node& n : g.nodes) {
     n.bytes = 1;
     n.cost = 1;
@@ -31,7 +31,7 @@ Graph Diamond() {
 }
 
 TEST(Simulator, HandComputedProfileWithRecomputation) {
-  Graph g = Diamond();
+  Graph g = diamond();
   Schedule s{g.name, {0, 1, 2, 0, 3}};
   // step0 {0}; step1 {0,1}; step2 {1,2} (first 0 dies after step1); step3 {2, 0'};
   // step4 {0', 2, 3}.
@@ -47,21 +47,21 @@ TEST(Simulator, HandComputedProfileWithRecomputation) {
 }
 
 TEST(Simulator, UnreadValueIsResidentOnlyAtItsStep) {
-  Graph g = Diamond();
+  Graph g = diamond();
   g.nodes[3].inputs = {2};  // node 0 is read only by node 1 now
   Schedule s{g.name, {0, 1, 2, 3}};
   EXPECT_EQ(memory_profile(g, s.order), (std::vector<int64_t>{100, 101, 2, 2}));
 }
 
 TEST(Simulator, ReadUsesNewestInstance) {
-  Graph g = Diamond();
+  Graph g = diamond();
   // 0 recomputed right after its first use: the first instance dies at step 1.
   Schedule s{g.name, {0, 1, 0, 2, 3}};
   EXPECT_EQ(memory_profile(g, s.order), (std::vector<int64_t>{100, 101, 101, 102, 102}));
 }
 
 TEST(Simulator, BudgetMakesScheduleInvalidWithReason) {
-  Graph g = Diamond();
+  Graph g = diamond();
   Schedule s{g.name, {0, 1, 2, 3}};
   EXPECT_TRUE(simulate(g, s, 102).valid);
   SimResult r = simulate(g, s, 101);
@@ -71,7 +71,7 @@ TEST(Simulator, BudgetMakesScheduleInvalidWithReason) {
 }
 
 TEST(Simulator, RejectsReadBeforeAnyInstance) {
-  Graph g = Diamond();
+  Graph g = diamond();
   SimResult r = simulate(g, Schedule{g.name, {0, 2, 1, 3}});
   EXPECT_FALSE(r.valid);
   EXPECT_THAT(r.error, HasSubstr("step 1"));
@@ -79,7 +79,7 @@ TEST(Simulator, RejectsReadBeforeAnyInstance) {
 }
 
 TEST(Simulator, RejectsMissingUnknownAndRecomputedInputs) {
-  Graph g = Diamond();
+  Graph g = diamond();
   EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 2}}).error,
               HasSubstr("node 3 ('n3') is never computed"));
   EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 9}}).error, HasSubstr("unknown node id 9"));
@@ -93,7 +93,7 @@ TEST(Simulator, RejectsMissingUnknownAndRecomputedInputs) {
 }
 
 TEST(Simulator, SavedBytesCountsForwardValuesReadByBackward) {
-  Graph g = testing::LinearGraph(2);  // forward 0,1,2; backward 3 (reads 2,1), 4 (reads 3,0)
+  Graph g = testing::linear_graph(2);  // forward 0,1,2; backward 3 (reads 2,1), 4 (reads 3,0)
   g.nodes[0].bytes = 1;
   g.nodes[1].bytes = 10;
   g.nodes[2].bytes = 100;
@@ -101,7 +101,7 @@ TEST(Simulator, SavedBytesCountsForwardValuesReadByBackward) {
   // Recomputing 1 in the backward: only 0 and 2 are kept from the forward pass.
   EXPECT_EQ(simulate(g, Schedule{g.name, {0, 1, 2, 1, 3, 4}}).saved_bytes, 101);
   // Graphs without a backward phase save nothing.
-  Graph f = testing::RandomDag(5, 0.5, 3, 2);
+  Graph f = testing::random_dag(5, 0.5, 3, 2);
   Schedule s{f.name, {0, 1, 2, 3, 4}};
   EXPECT_EQ(simulate(f, s).saved_bytes, 0);
 }

@@ -12,14 +12,14 @@
 namespace remat::testing {
 
 // Directory of ../shared/graphs, or empty when it is absent.
-std::string SharedGraphsDir();
+std::string shared_graphs_dir();
 // Checkmate's gen_linear_graph(n): 2n+1 unit nodes, i -> i+1 and i -> 2n-i for i < n.
-Graph LinearGraph(int n);
+Graph linear_graph(int n);
 // A random DAG of n nodes (edge probability p), sizes in [1, max_bytes], costs in [1, 5].
-Graph RandomDag(int n, double p, int max_bytes, uint64_t seed);
+Graph random_dag(int n, double p, int max_bytes, uint64_t seed);
 // A random graph with a forward chain of n nodes mirrored by a backward chain (like a
 // training step), random sizes and costs.
-Graph RandomTrainingGraph(int n, uint64_t seed);
+Graph random_training_graph(int n, uint64_t seed);
 // A DenseNet-like training graph (Huang et al. 2017), shaped like an AOTAutograd joint graph:
 // dense blocks of block_layers[b] layers (BN, ReLU, 1x1 conv, BN, ReLU, 3x3 conv), each layer
 // reading the concatenation of the block input and every earlier layer's output; transitions
@@ -27,7 +27,7 @@ Graph RandomTrainingGraph(int n, uint64_t seed);
 // gradient is sliced and accumulated into the gradients of all the layers it read. Parameters
 // are inputs, the loss gradient a tangent. {6, 12, 24, 16} is DenseNet-121's shape (2,418
 // nodes), {6, 12, 32, 32} DenseNet-169's (4,186). seed jitters bytes and costs.
-Graph DenseNetGraph(const std::vector<int>& block_layers, uint64_t seed);
+Graph dense_net_graph(const std::vector<int>& block_layers, uint64_t seed);
 
 }  // namespace remat::testing
 

@@ -103,7 +103,7 @@ absl::StatusOr<StaticReplayResult> static_replay(const Graph& g, const Schedule&
   const auto start = std::chrono::steady_clock::now();
   const std::size_t steps = s.order.size();
   // Instance lifetimes, as docs/formats.md defines them.
-  const Instances instances = ComputeInstances(g, s.order);
+  const Instances instances = compute_instances(g, s.order);
   if (!instances.error.empty())
     return absl::InvalidArgumentError(absl::StrCat("schedule ", instances.error));
   std::vector<std::vector<int>> dies_after(steps);

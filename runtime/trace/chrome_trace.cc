@@ -20,9 +20,9 @@ constexpr int kRecomputeTid = 2;
 
 // The runtime clock counts nanoseconds, but the trace event format's "ts" and "dur" are
 // microseconds (displayTimeUnit only changes how the viewer prints them).
-double Micros(double clock) { return clock / 1000.0; }
+double micros(double clock) { return clock / 1000.0; }
 
-json ThreadName(int tid, std::string_view name) {
+json thread_name(int tid, std::string_view name) {
   return {{"ph", "M"},
           {"pid", kPid},
           {"tid", tid},
@@ -30,7 +30,7 @@ json ThreadName(int tid, std::string_view name) {
           {"args", {{"name", name}}}};
 }
 
-absl::Status Validate(const Timeline& timeline) {
+absl::Status validate(const Timeline& timeline) {
   for (std::size_t i = 0; i < timeline.events.size(); ++i) {
     const TimelineEvent& e = timeline.events[i];
     if (!std::isfinite(e.start) || e.start < 0 || !std::isfinite(e.duration) || e.duration < 0) {
@@ -56,7 +56,7 @@ absl::Status Validate(const Timeline& timeline) {
 
 // One trace event for a timeline event: a slice on the ops or the recomputations track, or
 // an instant for an eviction.
-json EventOf(const TimelineEvent& e) {
+json event_of(const TimelineEvent& e) {
   if (e.kind == TimelineEvent::Kind::kEvict) {
     return {{"ph", "i"},
             {"s", "t"},
@@ -64,7 +64,7 @@ json EventOf(const TimelineEvent& e) {
             {"tid", kOpsTid},
             {"name", absl::StrCat("evict ", e.name)},
             {"cat", "evict"},
-            {"ts", Micros(e.start)},
+            {"ts", micros(e.start)},
             {"args", {{"bytes", e.bytes}}}};
   }
   const bool first_run = e.kind == TimelineEvent::Kind::kCompute;
@@ -73,8 +73,8 @@ json EventOf(const TimelineEvent& e) {
           {"tid", first_run ? kOpsTid : kRecomputeTid},
           {"name", e.name},
           {"cat", first_run ? "compute" : "recompute"},
-          {"ts", Micros(e.start)},
-          {"dur", Micros(e.duration)},
+          {"ts", micros(e.start)},
+          {"dur", micros(e.duration)},
           {"args", {{"bytes", e.bytes}}}};
 }
 
@@ -82,7 +82,7 @@ json EventOf(const TimelineEvent& e) {
 
 absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
                                 std::ostream& out) {
-  if (absl::Status status = Validate(timeline); !status.ok()) return status;
+  if (absl::Status status = validate(timeline); !status.ok()) return status;
 
   json events = json::array();
   events.push_back({{"ph", "M"},
@@ -90,9 +90,9 @@ absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title
                     {"tid", 0},
                     {"name", "process_name"},
                     {"args", {{"name", title}}}});
-  events.push_back(ThreadName(kOpsTid, "ops"));
-  events.push_back(ThreadName(kRecomputeTid, "recomputations"));
-  for (const TimelineEvent& e : timeline.events) events.push_back(EventOf(e));
+  events.push_back(thread_name(kOpsTid, "ops"));
+  events.push_back(thread_name(kRecomputeTid, "recomputations"));
+  for (const TimelineEvent& e : timeline.events) events.push_back(event_of(e));
 
   const bool has_budget = timeline.budget != SIZE_MAX;
   for (const MemorySample& m : timeline.memory) {
@@ -101,7 +101,7 @@ absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title
     events.push_back({{"ph", "C"},
                       {"pid", kPid},
                       {"name", "memory"},
-                      {"ts", Micros(m.time)},
+                      {"ts", micros(m.time)},
                       {"args", std::move(args)}});
   }
 

@@ -27,7 +27,7 @@ namespace remat {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::CaseSeed;
+using testing::case_seed;
 using testing::CrashContext;
 using testing::FuzzOptions;
 using testing::Mutator;
@@ -39,7 +39,7 @@ struct Seed {
   std::string text;
 };
 
-std::string ReadAll(const fs::path& p) {
+std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -48,7 +48,7 @@ std::string ReadAll(const fs::path& p) {
 
 // The first `lines` lines of a trace, extended to the end of the instruction under way (its
 // MEMORY and ALIAS lines): a prefix of a valid trace is a valid trace.
-std::string Prefix(const std::string& text, int lines) {
+std::string prefix(const std::string& text, int lines) {
   std::istringstream in(text);
   std::string out, line;
   for (int n = 0; std::getline(in, line); ++n) {
@@ -63,7 +63,7 @@ std::string Prefix(const std::string& text, int lines) {
   return out;
 }
 
-std::vector<fs::path> LogsIn(const fs::path& dir) {
+std::vector<fs::path> logs_in(const fs::path& dir) {
   std::vector<fs::path> logs;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
@@ -78,16 +78,16 @@ struct Seeds {
   std::vector<Seed> whole_traces;
 };
 
-const Seeds& AllSeeds() {
+const Seeds& all_seeds() {
   static const Seeds* seeds = [] {
     auto* s = new Seeds;
-    for (const fs::path& p : LogsIn(fs::path(REMAT_SOURCE_DIR) / "examples" / "traces"))
-      s->short_traces.push_back({p.filename().string(), ReadAll(p)});
-    for (const fs::path& p : LogsIn(fs::path(REMAT_SHARED_DIR) / "traces" / "dtr")) {
-      const std::string text = ReadAll(p);
+    for (const fs::path& p : logs_in(fs::path(REMAT_SOURCE_DIR) / "examples" / "traces"))
+      s->short_traces.push_back({p.filename().string(), read_all(p)});
+    for (const fs::path& p : logs_in(fs::path(REMAT_SHARED_DIR) / "traces" / "dtr")) {
+      const std::string text = read_all(p);
       for (int lines : {250, 1000, 4000})
         s->short_traces.push_back(
-            {absl::StrCat(p.filename().string(), "[:", lines, "]"), Prefix(text, lines)});
+            {absl::StrCat(p.filename().string(), "[:", lines, "]"), prefix(text, lines)});
       s->whole_traces.push_back({p.filename().string(), text});
     }
     return s;
@@ -96,7 +96,7 @@ const Seeds& AllSeeds() {
 }
 
 // An error must be one line that names the trace ("fuzz.log:12: ..." or "fuzz.log: ...").
-void ExpectCleanError(const absl::Status& status, const std::string& where) {
+void expect_clean_error(const absl::Status& status, const std::string& where) {
   const std::string message(status.message());
   EXPECT_EQ(message.find('\n'), std::string::npos) << where << ": " << message;
   EXPECT_EQ(message.rfind("fuzz.log:", 0), 0u) << where << ": " << message;
@@ -104,7 +104,7 @@ void ExpectCleanError(const absl::Status& status, const std::string& where) {
 
 // What a trace that parsed must allow: validation, a round trip through the writer, and the
 // replays (unconstrained, recorded, and under budgets).
-void CheckParsedTrace(const DtrTrace& trace, bool replay_it, const std::string& where) {
+void check_parsed_trace(const DtrTrace& trace, bool replay_it, const std::string& where) {
   ASSERT_TRUE(validate_dtr_trace(trace).ok()) << where << ": " << validate_dtr_trace(trace);
   std::stringstream written;
   ASSERT_TRUE(write_dtr_trace(trace, written).ok()) << where;
@@ -140,7 +140,7 @@ void CheckParsedTrace(const DtrTrace& trace, bool replay_it, const std::string& 
 }
 
 // The [begin, end) of the line holding offset `at`, its newline included.
-std::pair<std::size_t, std::size_t> LineAround(const std::string& t, std::size_t at) {
+std::pair<std::size_t, std::size_t> line_around(const std::string& t, std::size_t at) {
   const std::size_t nl = at == 0 ? std::string::npos : t.rfind('\n', at - 1);
   const std::size_t b = nl == std::string::npos ? 0 : nl + 1;
   const std::size_t e = t.find('\n', at);
@@ -151,18 +151,18 @@ std::pair<std::size_t, std::size_t> LineAround(const std::string& t, std::size_t
 // often than the generic ones: sizes and times set to edge values (0, 1, a few digits, up to
 // and past the limits); a RELEASE dropped (its handle becomes an output of the step) or moved
 // a few lines up (before a use, often); a RELEASE or COPY line doubled.
-std::string MutateTraceValues(std::string t, Mutator& m, std::string* log) {
-  const int n = 1 + static_cast<int>(m.Below(4));
+std::string mutate_trace_values(std::string t, Mutator& m, std::string* log) {
+  const int n = 1 + static_cast<int>(m.below(4));
   for (int k = 0; k < n; ++k) {
-    if (m.OneIn(5)) {
-      const char* word = m.OneIn(4) ? "\"COPY\"" : "\"RELEASE\"";
+    if (m.one_in(5)) {
+      const char* word = m.one_in(4) ? "\"COPY\"" : "\"RELEASE\"";
       std::vector<std::size_t> found;
       for (std::size_t at = t.find(word); at != std::string::npos; at = t.find(word, at + 1))
         found.push_back(at);
       if (found.empty()) continue;
-      const auto [b, e] = LineAround(t, found[m.Below(found.size())]);
+      const auto [b, e] = line_around(t, found[m.below(found.size())]);
       const std::string line = t.substr(b, e - b);
-      switch (m.Below(3)) {
+      switch (m.below(3)) {
         case 0:
           t.erase(b, e - b);
           absl::StrAppend(log, log->empty() ? "" : "; ", "drop ", word, " line @", b);
@@ -170,8 +170,8 @@ std::string MutateTraceValues(std::string t, Mutator& m, std::string* log) {
         case 1: {
           t.erase(b, e - b);
           std::size_t to = b;
-          for (std::uint64_t up = 1 + m.Below(20); up > 0 && to > 0; --up)
-            to = LineAround(t, to - 1).first;
+          for (std::uint64_t up = 1 + m.below(20); up > 0 && to > 0; --up)
+            to = line_around(t, to - 1).first;
           t.insert(to, line);
           absl::StrAppend(log, log->empty() ? "" : "; ", "move ", word, " line @", b, " to @", to);
           break;
@@ -192,23 +192,23 @@ std::string MutateTraceValues(std::string t, Mutator& m, std::string* log) {
       }
     }
     if (values.empty()) continue;
-    auto [b, e] = values[m.Below(values.size())];
+    auto [b, e] = values[m.below(values.size())];
     std::string v;
-    switch (m.Below(5)) {
+    switch (m.below(5)) {
       case 0:
         v = "0";
         break;
       case 1:
-        v = std::to_string(m.Below(1000));
+        v = std::to_string(m.below(1000));
         break;
       case 2:
-        v = std::to_string(m.Below(std::uint64_t{1} << 40));
+        v = std::to_string(m.below(std::uint64_t{1} << 40));
         break;
       case 3:
-        v = std::to_string((std::uint64_t{1} << 62) >> m.Below(8));
+        v = std::to_string((std::uint64_t{1} << 62) >> m.below(8));
         break;
       default:
-        v = m.EdgeNumber();
+        v = m.edge_number();
     }
     t.replace(b, e - b, v);
     absl::StrAppend(log, log->empty() ? "" : "; ", "value @", b, " -> ", v);
@@ -223,15 +223,15 @@ struct Tally {
 };
 
 // Runs case `index`: `mutations` at most on `seed`, then the parser, and for a trace that
-// parses CheckParsedTrace.
-void RunCase(const Seed& seed, std::uint64_t base, int index, bool replay_it, int mutations,
-             const FuzzOptions& opt, Tally& tally) {
-  Mutator m(CaseSeed(base, static_cast<std::uint64_t>(index)));
+// parses check_parsed_trace.
+void run_case(const Seed& seed, std::uint64_t base, int index, bool replay_it, int mutations,
+              const FuzzOptions& opt, Tally& tally) {
+  Mutator m(case_seed(base, static_cast<std::uint64_t>(index)));
   std::string log;
   const std::string input =
-      m.OneIn(2) ? m.Mutate(seed.text, &log, mutations) : MutateTraceValues(seed.text, m, &log);
+      m.one_in(2) ? m.mutate(seed.text, &log, mutations) : mutate_trace_values(seed.text, m, &log);
   const std::string where = absl::StrCat("case ", index, " (", seed.name, ": ", log, ")");
-  CrashContext::Set(where);
+  CrashContext::set(where);
   if (opt.only) {
     const fs::path out = fs::path(::testing::TempDir()) / absl::StrCat("dtr_fuzz_", index, ".log");
     std::ofstream(out, std::ios::binary) << input;
@@ -243,10 +243,10 @@ void RunCase(const Seed& seed, std::uint64_t base, int index, bool replay_it, in
     absl::StatusOr<DtrTrace> trace = parse_dtr_trace(in, "fuzz.log");
     if (trace.ok()) {
       ++tally.parsed;
-      CheckParsedTrace(*trace, replay_it, where);
+      check_parsed_trace(*trace, replay_it, where);
     } else {
       ++tally.rejected;
-      ExpectCleanError(trace.status(), where);
+      expect_clean_error(trace.status(), where);
     }
   } catch (const std::exception& e) {
     ADD_FAILURE() << where << ": threw " << e.what();
@@ -258,14 +258,14 @@ void RunCase(const Seed& seed, std::uint64_t base, int index, bool replay_it, in
 }
 
 TEST(DtrTraceFuzz, ShortTracesParseOrFailCleanlyAndReplay) {
-  const Seeds& seeds = AllSeeds();
+  const Seeds& seeds = all_seeds();
   ASSERT_FALSE(seeds.short_traces.empty()) << "no examples/traces/*.log";
-  const FuzzOptions opt = FuzzOptions::FromEnv(5000);
+  const FuzzOptions opt = FuzzOptions::from_env(5000);
   Tally tally;
-  for (int i = 0; i < opt.End(); ++i) {
-    if (!opt.Runs(i)) continue;
+  for (int i = 0; i < opt.end(); ++i) {
+    if (!opt.runs(i)) continue;
     const Seed& seed = seeds.short_traces[static_cast<std::size_t>(i) % seeds.short_traces.size()];
-    RunCase(seed, /*base=*/0x5eed0001, i, /*replay_it=*/true, /*mutations=*/3, opt, tally);
+    run_case(seed, /*base=*/0x5eed0001, i, /*replay_it=*/true, /*mutations=*/3, opt, tally);
     if (::testing::Test::HasFailure() && !opt.only) break;  // the first failure is the one to read
   }
   std::cout << tally.parsed << " mutated traces parsed and replayed, " << tally.rejected
@@ -274,14 +274,14 @@ TEST(DtrTraceFuzz, ShortTracesParseOrFailCleanlyAndReplay) {
 
 // The whole shared traces, parsed only: a replay of one takes seconds.
 TEST(DtrTraceFuzz, WholeTracesParseOrFailCleanly) {
-  const Seeds& seeds = AllSeeds();
+  const Seeds& seeds = all_seeds();
   if (seeds.whole_traces.empty()) GTEST_SKIP() << "no ../shared/traces/dtr";
-  const FuzzOptions opt = FuzzOptions::FromEnv(40);
+  const FuzzOptions opt = FuzzOptions::from_env(40);
   Tally tally;
-  for (int i = 0; i < opt.End(); ++i) {
-    if (!opt.Runs(i)) continue;
+  for (int i = 0; i < opt.end(); ++i) {
+    if (!opt.runs(i)) continue;
     const Seed& seed = seeds.whole_traces[static_cast<std::size_t>(i) % seeds.whole_traces.size()];
-    RunCase(seed, /*base=*/0x5eed0002, i, /*replay_it=*/false, /*mutations=*/2, opt, tally);
+    run_case(seed, /*base=*/0x5eed0002, i, /*replay_it=*/false, /*mutations=*/2, opt, tally);
     if (::testing::Test::HasFailure() && !opt.only) break;
   }
   std::cout << tally.parsed << " mutated traces parsed, " << tally.rejected

@@ -17,7 +17,7 @@ namespace {
 using json = nlohmann::json;
 using Kind = TimelineEvent::Kind;
 
-Timeline SmallTimeline() {
+Timeline small_timeline() {
   Timeline t;
   t.events = {
       {Kind::kCompute, "conv1", 0, 2000, 400},
@@ -30,14 +30,14 @@ Timeline SmallTimeline() {
   return t;
 }
 
-json Write(const Timeline& t, std::string_view title = "step 0") {
+json write(const Timeline& t, std::string_view title = "step 0") {
   std::ostringstream out;
   absl::Status status = write_chrome_trace(t, title, out);
   EXPECT_TRUE(status.ok()) << status;
   return json::parse(out.str());
 }
 
-std::vector<json> WithPhase(const json& trace, std::string_view ph) {
+std::vector<json> with_phase(const json& trace, std::string_view ph) {
   std::vector<json> result;
   for (const json& e : trace.at("traceEvents")) {
     if (e.at("ph") == ph) result.push_back(e);
@@ -46,7 +46,7 @@ std::vector<json> WithPhase(const json& trace, std::string_view ph) {
 }
 
 TEST(TimelineTest, WritesTopLevelObject) {
-  json trace = Write(SmallTimeline());
+  json trace = write(small_timeline());
   ASSERT_TRUE(trace.is_object());
   EXPECT_TRUE(trace.at("traceEvents").is_array());
   EXPECT_EQ(trace.at("displayTimeUnit"), "ns");
@@ -55,7 +55,7 @@ TEST(TimelineTest, WritesTopLevelObject) {
 }
 
 TEST(TimelineTest, NamesProcessAndThreads) {
-  std::vector<json> meta = WithPhase(Write(SmallTimeline(), "gpt step 0 @ 0.5"), "M");
+  std::vector<json> meta = with_phase(write(small_timeline(), "gpt step 0 @ 0.5"), "M");
   ASSERT_EQ(meta.size(), 3u);
   EXPECT_EQ(meta[0].at("name"), "process_name");
   EXPECT_EQ(meta[0].at("args").at("name"), "gpt step 0 @ 0.5");
@@ -68,7 +68,7 @@ TEST(TimelineTest, NamesProcessAndThreads) {
 }
 
 TEST(TimelineTest, WritesSlicesInMicroseconds) {
-  std::vector<json> slices = WithPhase(Write(SmallTimeline()), "X");
+  std::vector<json> slices = with_phase(write(small_timeline()), "X");
   ASSERT_EQ(slices.size(), 3u);
 
   EXPECT_EQ(slices[0].at("name"), "conv1");
@@ -90,7 +90,7 @@ TEST(TimelineTest, WritesSlicesInMicroseconds) {
 }
 
 TEST(TimelineTest, WritesEvictionsAsInstants) {
-  std::vector<json> instants = WithPhase(Write(SmallTimeline()), "i");
+  std::vector<json> instants = with_phase(write(small_timeline()), "i");
   ASSERT_EQ(instants.size(), 1u);
   EXPECT_EQ(instants[0].at("name"), "evict conv1");
   EXPECT_EQ(instants[0].at("cat"), "evict");
@@ -102,7 +102,7 @@ TEST(TimelineTest, WritesEvictionsAsInstants) {
 }
 
 TEST(TimelineTest, WritesMemoryCountersWithBudget) {
-  std::vector<json> counters = WithPhase(Write(SmallTimeline()), "C");
+  std::vector<json> counters = with_phase(write(small_timeline()), "C");
   ASSERT_EQ(counters.size(), 4u);
   const double ts[] = {2.0, 2.5, 2.5, 4.5};
   const int allocated[] = {400, 800, 400, 800};
@@ -118,10 +118,10 @@ TEST(TimelineTest, WritesMemoryCountersWithBudget) {
 }
 
 TEST(TimelineTest, OmitsBudgetWhenUnset) {
-  Timeline t = SmallTimeline();
+  Timeline t = small_timeline();
   t.budget = SIZE_MAX;
-  json trace = Write(t);
-  std::vector<json> counters = WithPhase(trace, "C");
+  json trace = write(t);
+  std::vector<json> counters = with_phase(trace, "C");
   ASSERT_EQ(counters.size(), 4u);
   for (const json& c : counters) {
     EXPECT_TRUE(c.at("args").contains("allocated"));
@@ -131,12 +131,12 @@ TEST(TimelineTest, OmitsBudgetWhenUnset) {
 }
 
 TEST(TimelineTest, EmptyTimelineHasOnlyMetadata) {
-  json trace = Write(Timeline{});
+  json trace = write(Timeline{});
   EXPECT_EQ(trace.at("traceEvents").size(), 3u);
 }
 
 TEST(TimelineTest, RejectsDecreasingMemoryTimes) {
-  Timeline t = SmallTimeline();
+  Timeline t = small_timeline();
   t.memory[2].time = 1000;
   std::ostringstream out;
   absl::Status status = write_chrome_trace(t, "bad", out);
@@ -149,14 +149,14 @@ TEST(TimelineTest, RejectsBadEventTimes) {
   for (double bad :
        {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     SCOPED_TRACE(bad);
-    Timeline start = SmallTimeline();
+    Timeline start = small_timeline();
     start.events[1].start = bad;
     std::ostringstream out;
     absl::Status status = write_chrome_trace(start, "bad", out);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find("event 1"), std::string_view::npos) << status;
 
-    Timeline duration = SmallTimeline();
+    Timeline duration = small_timeline();
     duration.events[3].duration = bad;
     status = write_chrome_trace(duration, "bad", out);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
@@ -167,7 +167,7 @@ TEST(TimelineTest, RejectsBadEventTimes) {
 TEST(TimelineTest, ReportsStreamFailure) {
   std::ostringstream out;
   out.setstate(std::ios::badbit);
-  EXPECT_FALSE(write_chrome_trace(SmallTimeline(), "x", out).ok());
+  EXPECT_FALSE(write_chrome_trace(small_timeline(), "x", out).ok());
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ namespace po = boost::program_options;
 namespace {
 
 template <class T>
-std::string DefaultText(T v) {
+std::string default_text(T v) {
   if constexpr (std::is_floating_point_v<T>) {
     std::ostringstream s;
     s << v;
@@ -35,7 +35,7 @@ std::string DefaultText(T v) {
 
 // Reads an integer of type T no smaller than `min` into *v.
 template <class T>
-std::function<absl::Status(absl::string_view)> IntegerSetter(T* v, T min) {
+std::function<absl::Status(absl::string_view)> integer_setter(T* v, T min) {
   return [v, min](absl::string_view text) {
     T x{};
     if (!absl::SimpleAtoi(text, &x)) return absl::InvalidArgumentError("wants an integer");
@@ -46,7 +46,7 @@ std::function<absl::Status(absl::string_view)> IntegerSetter(T* v, T min) {
 }
 
 template <class T>
-std::function<absl::Status(absl::string_view)> NumberSetter(T* v, T min) {
+std::function<absl::Status(absl::string_view)> number_setter(T* v, T min) {
   return [v, min](absl::string_view text) {
     double x = 0;
     if (!absl::SimpleAtod(text, &x) || !std::isfinite(x))
@@ -65,7 +65,7 @@ std::string version() { return REMAT_VERSION; }
 // The flags of a FlagSet as Boost describes and parses them, with --help and --version.
 class FlagSetOptions {
  public:
-  static po::options_description Of(const FlagSet& set) {
+  static po::options_description of(const FlagSet& set) {
     po::options_description desc("flags", 100, 60);
     for (const FlagSet::Flag& f : set.flags_) {
       std::string text = f.help;
@@ -98,23 +98,23 @@ void FlagSet::add(const std::string& name, std::string* v, const std::string& he
 
 void FlagSet::add(const std::string& name, std::int64_t* v, const std::string& help,
                   std::int64_t min) {
-  add_flag({name, "N", DefaultText(*v), help, false, IntegerSetter(v, min)});
+  add_flag({name, "N", default_text(*v), help, false, integer_setter(v, min)});
 }
 
 void FlagSet::add(const std::string& name, int* v, const std::string& help, int min) {
-  add_flag({name, "N", DefaultText(*v), help, false, IntegerSetter(v, min)});
+  add_flag({name, "N", default_text(*v), help, false, integer_setter(v, min)});
 }
 
 void FlagSet::add(const std::string& name, std::uint64_t* v, const std::string& help) {
-  add_flag({name, "N", DefaultText(*v), help, false, IntegerSetter<std::uint64_t>(v, 0)});
+  add_flag({name, "N", default_text(*v), help, false, integer_setter<std::uint64_t>(v, 0)});
 }
 
 void FlagSet::add(const std::string& name, double* v, const std::string& help, double min) {
-  add_flag({name, "X", DefaultText(*v), help, false, NumberSetter(v, min)});
+  add_flag({name, "X", default_text(*v), help, false, number_setter(v, min)});
 }
 
 void FlagSet::add(const std::string& name, float* v, const std::string& help, float min) {
-  add_flag({name, "X", DefaultText(*v), help, false, NumberSetter(v, min)});
+  add_flag({name, "X", default_text(*v), help, false, number_setter(v, min)});
 }
 
 void FlagSet::add_switch(const std::string& name, bool* v, const std::string& help) {
@@ -187,7 +187,7 @@ std::string FlagSet::help() const {
     out << "\narguments:\n";
     for (const Positional& p : positionals_) out << "  " << p.name << "  " << p.help << "\n";
   }
-  out << "\n" << FlagSetOptions::Of(*this);
+  out << "\n" << FlagSetOptions::of(*this);
   return out.str();
 }
 
@@ -197,7 +197,7 @@ std::optional<int> FlagSet::fail(const std::string& message) const {
 }
 
 std::optional<int> FlagSet::parse(int argc, const char* const* argv) {
-  po::options_description desc = FlagSetOptions::Of(*this);
+  po::options_description desc = FlagSetOptions::of(*this);
   po::positional_options_description positional;
   for (const Positional& p : positionals_) {
     desc.add_options()(p.name.c_str(), po::value<std::string>(), "");

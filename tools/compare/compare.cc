@@ -84,7 +84,7 @@ RunRow dynamic_row(const DtrTrace& trace, const std::string& method, const std::
 // freed instead of searching. The hints keep their DTR scores for whatever the plan did not
 // foresee, so results stay exact and the budget stays a hard cap.
 
-std::vector<std::string> DefaultPlanners(std::size_t nodes) {
+std::vector<std::string> default_planners(std::size_t nodes) {
   std::vector<std::string> p = {"chen", "greedy", "mincut", "rotor", "twremat"};
   if (nodes > kGreedyMaxNodes) p.erase(std::find(p.begin(), p.end(), "greedy"));
   if (nodes <= 120) p.push_back("checkmate");
@@ -92,7 +92,7 @@ std::vector<std::string> DefaultPlanners(std::size_t nodes) {
   return p;
 }
 
-CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
+CompareReport run_comparison(const Graph& g, const CompareOptions& o) {
   CompareReport report;
   report.name = g.name;
   report.nodes = g.nodes.size();
@@ -101,7 +101,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
   const DtrTrace program = dtr_trace_from_graph(g);
   const std::vector<StepSite> sites = trace_sites(g);
   const std::vector<std::string> planners =
-      o.planners.empty() ? DefaultPlanners(g.nodes.size()) : o.planners;
+      o.planners.empty() ? default_planners(g.nodes.size()) : o.planners;
   std::optional<Schedule> last_best;  // the best plan at the last budget that had one
   std::string last_best_note;
   for (double f : o.fractions) {
@@ -211,7 +211,7 @@ CompareReport RunComparison(const Graph& g, const CompareOptions& o) {
   return report;
 }
 
-std::string FormatTable(const CompareReport& r) {
+std::string format_table(const CompareReport& r) {
   std::string out = absl::StrFormat("%s: %zu nodes, unconstrained peak %d bytes\n", r.name, r.nodes,
                                     r.baseline_peak);
   out += absl::StrFormat("%-6s %-10s %-8s %-11s %14s %14s %14s %9s %9s %9s\n", "budget", "method",
@@ -229,7 +229,7 @@ std::string FormatTable(const CompareReport& r) {
   return out;
 }
 
-nlohmann::json ToJson(const CompareReport& r) {
+nlohmann::json to_json(const CompareReport& r) {
   nlohmann::json runs = nlohmann::json::array();
   for (const RunRow& row : r.rows) {
     nlohmann::json j = {{"method", row.method},
@@ -264,7 +264,7 @@ nlohmann::json ToJson(const CompareReport& r) {
           {"runs", std::move(runs)}};
 }
 
-std::vector<PlotSeries> OverheadSeries(const CompareReport& r) {
+std::vector<PlotSeries> overhead_series(const CompareReport& r) {
   std::vector<PlotSeries> series;
   for (const RunRow& row : r.rows) {
     if (row.kind == "none") continue;

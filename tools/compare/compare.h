@@ -1,8 +1,8 @@
 // remat-compare's engine: one program (a graph), every method, a budget sweep.
 //
 //   remat::Graph program = remat::hold_inputs(graph);
-//   remat::compare::CompareReport report = remat::compare::RunComparison(program, {});
-//   std::cout << remat::compare::FormatTable(report);
+//   remat::compare::CompareReport report = remat::compare::run_comparison(program, {});
+//   std::cout << remat::compare::format_table(report);
 //
 // Methods: `noremat` (the program as it is), each static planner's schedule replayed exactly
 // by the runtime (static_replay), each dynamic policy replaying the program under the budget,
@@ -66,15 +66,15 @@ struct CompareReport {
   std::vector<RunRow> rows;
 };
 
-CompareReport RunComparison(const Graph& program, const CompareOptions& options);
+CompareReport run_comparison(const Graph& program, const CompareOptions& options);
 
-// The planners RunComparison uses on a graph of `nodes` nodes when none are named.
-std::vector<std::string> DefaultPlanners(std::size_t nodes);
+// The planners run_comparison uses on a graph of `nodes` nodes when none are named.
+std::vector<std::string> default_planners(std::size_t nodes);
 
-std::string FormatTable(const CompareReport& report);
-nlohmann::json ToJson(const CompareReport& report);
+std::string format_table(const CompareReport& report);
+nlohmann::json to_json(const CompareReport& report);
 // One series per method: (fraction, overhead) of its ok runs.
-std::vector<PlotSeries> OverheadSeries(const CompareReport& report);
+std::vector<PlotSeries> overhead_series(const CompareReport& report);
 
 }  // namespace remat::compare
 

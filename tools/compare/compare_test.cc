@@ -27,8 +27,8 @@ namespace {
 // batch norm's statistics are), which a schedule may compute at either end. With
 // `weight_grads`, every backward layer also makes a result nothing in the step reads (a
 // weight's gradient), which a plan frees at its own step.
-Graph TrainingLikeGraph(int layers, std::uint64_t seed, bool branches = false,
-                        bool weight_grads = false) {
+Graph training_like_graph(int layers, std::uint64_t seed, bool branches = false,
+                          bool weight_grads = false) {
   std::mt19937_64 rng(seed);
   Graph g;
   g.name = "small";
@@ -79,17 +79,17 @@ Graph TrainingLikeGraph(int layers, std::uint64_t seed, bool branches = false,
 
 using boost::property_tree::ptree;
 
-int CountTag(const ptree& node, const std::string& tag) {
+int count_tag(const ptree& node, const std::string& tag) {
   int n = 0;
   for (const auto& [name, child] : node) {
     if (name == tag) ++n;
-    n += CountTag(child, tag);
+    n += count_tag(child, tag);
   }
   return n;
 }
 
 TEST(Compare, RendersAPlotAndTimelinesThatParse) {
-  const Graph g = hold_inputs(TrainingLikeGraph(24, 3));
+  const Graph g = hold_inputs(training_like_graph(24, 3));
   CompareOptions o;
   o.fractions = {1.0, 0.6, 0.4};
   o.planners = {"chen", "twremat", "checkmate"};
@@ -101,16 +101,16 @@ TEST(Compare, RendersAPlotAndTimelinesThatParse) {
   std::filesystem::remove_all(dir);
   o.timeline_dir = dir.string();
   o.all_timelines = true;
-  const CompareReport r = RunComparison(g, o);
+  const CompareReport r = run_comparison(g, o);
   ASSERT_GT(r.baseline_peak, 0);
 
   // The plot: one polyline per method, and well-formed XML.
-  const std::vector<PlotSeries> series = OverheadSeries(r);
+  const std::vector<PlotSeries> series = overhead_series(r);
   ASSERT_EQ(series.size(), 3u + 2u + 1u);  // planners, policies, hinted
-  std::istringstream svg(RenderOverheadPlot(series, {.title = "small"}));
+  std::istringstream svg(render_overhead_plot(series, {.title = "small"}));
   ptree tree;
   ASSERT_NO_THROW(boost::property_tree::read_xml(svg, tree));
-  EXPECT_EQ(CountTag(tree, "polyline"), 6);
+  EXPECT_EQ(count_tag(tree, "polyline"), 6);
 
   // Every run that fits wrote a timeline, and each parses as a Chrome trace with op slices
   // and memory counters whose allocated bytes never pass the budget... for dynamic runs.
@@ -142,13 +142,13 @@ TEST(Compare, RendersAPlotAndTimelinesThatParse) {
 // logical accounting; in allocator accounting the difference is the allocator's.
 TEST(Compare, StaticReplayReproducesThePlannersPeak) {
   for (std::uint64_t seed : {1, 2, 3}) {
-    const Graph g = hold_inputs(TrainingLikeGraph(30, seed));
+    const Graph g = hold_inputs(training_like_graph(30, seed));
     CompareOptions o;
     o.fractions = {0.7, 0.5, 0.35};
     o.planners = {"chen", "twremat", "greedy", "rotor"};
     o.planner_time_limit = 5;
     o.policies = {"dtr"};
-    const CompareReport r = RunComparison(g, o);
+    const CompareReport r = run_comparison(g, o);
     int checked = 0;
     for (const RunRow& row : r.rows) {
       if (row.kind != "static" || row.status != "ok") continue;
@@ -167,7 +167,7 @@ TEST(Compare, StaticReplayReproducesThePlannersPeak) {
 TEST(Compare, HintedFollowsAPlanExactly) {
   int checked = 0;
   for (std::uint64_t seed : {1, 2, 3, 4}) {
-    const Graph g = hold_inputs(TrainingLikeGraph(30, seed));
+    const Graph g = hold_inputs(training_like_graph(30, seed));
     const DtrTrace program = dtr_trace_from_graph(g);
     Schedule in_order{.graph = g.name, .order = {}};
     for (int v = 0; v < g.size(); ++v) in_order.order.push_back(v);
@@ -204,8 +204,8 @@ TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
   std::mt19937_64 rng(31);
   std::size_t deferred = 0;
   for (int trial = 0; trial < 12; ++trial) {
-    const Graph g = hold_inputs(TrainingLikeGraph(20 + trial, rng(), /*branches=*/true,
-                                                  /*weight_grads=*/trial % 2 == 1));
+    const Graph g = hold_inputs(training_like_graph(20 + trial, rng(), /*branches=*/true,
+                                                    /*weight_grads=*/trial % 2 == 1));
     Schedule s{.graph = g.name, .order = {}};
     const std::vector<std::vector<int>> users = g.users();
     std::vector<bool> placed(g.nodes.size(), false);
@@ -217,7 +217,7 @@ TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
         if (!placed[static_cast<std::size_t>(u)]) return true;
       return false;
     };
-    for (int v : testing::RandomTopologicalOrder(g, rng)) {
+    for (int v : testing::random_topological_order(g, rng)) {
       s.order.push_back(v);
       placed[static_cast<std::size_t>(v)] = true;
       const int again = s.order[rng() % s.order.size()];
@@ -249,13 +249,13 @@ TEST(Compare, HintedFollowsRandomReorderedSchedulesExactly) {
 // below the lowest overhead among them.
 TEST(Compare, HintedIsAtOrBelowEveryOtherMethod) {
   for (std::uint64_t seed : {5, 6, 7}) {
-    const Graph g = hold_inputs(TrainingLikeGraph(28, seed, /*branches=*/seed % 2 == 1));
+    const Graph g = hold_inputs(training_like_graph(28, seed, /*branches=*/seed % 2 == 1));
     CompareOptions o;
     o.fractions = {0.9, 0.7, 0.55, 0.45, 0.35};
     o.planners = {"chen", "twremat", "greedy", "rotor", "mincut"};
     o.planner_time_limit = 5;
     o.policies = {"dtr", "dtr_eq", "msps", "lru"};
-    const CompareReport r = RunComparison(g, o);
+    const CompareReport r = run_comparison(g, o);
     for (double f : o.fractions) {
       double best = INFINITY;
       const RunRow* hinted = nullptr;

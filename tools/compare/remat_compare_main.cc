@@ -73,7 +73,7 @@ struct Flags {
   bool json = false;
 };
 
-void DeclareFlags(remat::cli::FlagSet& flags, Flags& f, remat::compare::CompareOptions& opt) {
+void declare_flags(remat::cli::FlagSet& flags, Flags& f, remat::compare::CompareOptions& opt) {
   flags.add_positional("INPUT", &f.input, "a graph (.json, remat-graph-v1) or a trace (.log)");
   flags.add_choice("example", &f.example, {"gpt", "mlp", "resnet", "treelstm"},
                    "compare on a step of this example instead (recorded on the simulated "
@@ -117,7 +117,7 @@ void DeclareFlags(remat::cli::FlagSet& flags, Flags& f, remat::compare::CompareO
 }
 
 // Names what is wrong with the planners, policies or output directory asked for.
-absl::Status CheckRequest(const Flags& f, const remat::compare::CompareOptions& opt) {
+absl::Status check_request(const Flags& f, const remat::compare::CompareOptions& opt) {
   for (const std::string& p : opt.planners) {
     const std::vector<std::string> known = remat::planner_names();
     if (std::find(known.begin(), known.end(), p) == known.end())
@@ -147,7 +147,7 @@ int main(int argc, char** argv) try {
                      "Static plans against dynamic policies on one program over a budget sweep: "
                      "a table (or JSON), OUT/NAME.svg, OUT/NAME.json and memory timelines.\n"
                      "Exit status: 0 the comparison ran, 2 a bad flag or input.");
-  DeclareFlags(flags, f, opt);
+  declare_flags(flags, f, opt);
   std::unique_ptr<remat::examples::Model> model;
   if (std::optional<std::string> e = cli::FlagSet::peek(argc, args, "example")) {
     model = make_model(*e);
@@ -161,7 +161,7 @@ int main(int argc, char** argv) try {
   if (f.input.empty() == f.example.empty()) return fail("give one graph, trace or --example");
   if (model != nullptr)
     if (absl::Status s = model->check_flags(); !s.ok()) return fail(s.message());
-  if (absl::Status s = CheckRequest(f, opt); !s.ok()) return fail(s.message());
+  if (absl::Status s = check_request(f, opt); !s.ok()) return fail(s.message());
   if (f.timelines == "all") {
     opt.all_timelines = true;
   } else if (f.timelines != "none") {
@@ -182,22 +182,22 @@ int main(int argc, char** argv) try {
     if (absl::Status s = remat::write_graph_file(program, f.graph_out); !s.ok())
       return fail(s.message());
   }
-  remat::compare::CompareReport report = remat::compare::RunComparison(program, opt);
+  remat::compare::CompareReport report = remat::compare::run_comparison(program, opt);
 
   std::filesystem::create_directories(f.out_dir);
   const std::string base = (std::filesystem::path(f.out_dir) / report.name).string();
   {
     std::ofstream svg(base + ".svg");
-    svg << remat::compare::RenderOverheadPlot(
-        remat::compare::OverheadSeries(report),
+    svg << remat::compare::render_overhead_plot(
+        remat::compare::overhead_series(report),
         {.title = absl::StrCat(report.name, ": overhead against budget")});
   }
-  const nlohmann::json j = remat::compare::ToJson(report);
+  const nlohmann::json j = remat::compare::to_json(report);
   std::ofstream(base + ".json") << j.dump(1) << "\n";
   if (f.json) {
     std::cout << j.dump() << "\n";
   } else {
-    std::cout << remat::compare::FormatTable(report);
+    std::cout << remat::compare::format_table(report);
     std::cout << "wrote " << base << ".svg, " << base << ".json"
               << (opt.timeline_dir.empty() ? "" : " and timelines") << "\n";
   }

@@ -20,7 +20,7 @@ constexpr const char* kDashes[] = {"", "6,3", "2,2", "8,3,2,3"};
 constexpr std::size_t kDashCount = sizeof(kDashes) / sizeof(kDashes[0]);
 
 // Escapes XML special characters; control characters that XML 1.0 forbids become '?'.
-std::string Escape(std::string_view text) {
+std::string escape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
@@ -50,7 +50,7 @@ std::string Escape(std::string_view text) {
 }
 
 // Formats with a fixed number of decimals, independent of the C locale.
-std::string Fixed(double value, int decimals) {
+std::string fixed(double value, int decimals) {
   if (value == 0) value = 0;  // no "-0"
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::fixed, decimals);
@@ -62,7 +62,7 @@ std::string Fixed(double value, int decimals) {
   return std::string(buf, end);
 }
 
-std::string Px(double v) { return Fixed(v, 2); }
+std::string format_px(double v) { return fixed(v, 2); }
 
 struct Axis {
   double lo = 0;
@@ -73,7 +73,7 @@ struct Axis {
 
 // Ticks at a 1/2/5 x 10^k step covering [min, max], choosing the step that gives the count
 // closest to 7 (preferring 5 to 10 ticks).
-Axis NiceAxis(double min, double max) {
+Axis nice_axis(double min, double max) {
   Axis axis;
   if (!(max > min)) {
     const double pad = min == 0 ? 0.5 : std::abs(min) * 0.1;
@@ -119,7 +119,8 @@ Axis NiceAxis(double min, double max) {
 
 }  // namespace
 
-std::string RenderOverheadPlot(const std::vector<PlotSeries>& series, const PlotOptions& options) {
+std::string render_overhead_plot(const std::vector<PlotSeries>& series,
+                                 const PlotOptions& options) {
   const double width = std::max(options.width, 320);
   const double height = std::max(options.height, 200);
   constexpr double kLeft = 70, kTop = 50, kBottom = 60, kLegendWidth = 170;
@@ -148,8 +149,8 @@ std::string RenderOverheadPlot(const std::vector<PlotSeries>& series, const Plot
     x_max = 1;
   }
   if (y_max == y_min) y_max = y_min + 1;  // all zero (or no data): a unit axis
-  const Axis xa = NiceAxis(x_min, x_max);
-  const Axis ya = NiceAxis(y_min, y_max);
+  const Axis xa = nice_axis(x_min, x_max);
+  const Axis ya = nice_axis(y_min, y_max);
 
   auto px = [&](double x) { return kLeft + (x - xa.lo) / (xa.hi - xa.lo) * plot_w; };
   auto py = [&](double y) { return kTop + plot_h - (y - ya.lo) / (ya.hi - ya.lo) * plot_h; };
@@ -157,58 +158,58 @@ std::string RenderOverheadPlot(const std::vector<PlotSeries>& series, const Plot
 
   std::string svg;
   svg += "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + Px(width) +
-         "\" height=\"" + Px(height) + "\" viewBox=\"0 0 " + Px(width) + " " + Px(height) +
-         "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  svg += "<rect x=\"0\" y=\"0\" width=\"" + Px(width) + "\" height=\"" + Px(height) +
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + format_px(width) +
+         "\" height=\"" + format_px(height) + "\" viewBox=\"0 0 " + format_px(width) + " " +
+         format_px(height) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg += "<rect x=\"0\" y=\"0\" width=\"" + format_px(width) + "\" height=\"" + format_px(height) +
          "\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + Px(kLeft + plot_w / 2) +
+  svg += "<text x=\"" + format_px(kLeft + plot_w / 2) +
          "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">" +
-         Escape(options.title) + "</text>\n";
+         escape(options.title) + "</text>\n";
 
   // Grid, ticks and tick labels.
   svg += "<g stroke=\"#e0e0e0\" stroke-width=\"1\">\n";
   for (double t : xa.ticks) {
-    svg += "<line x1=\"" + Px(px(t)) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(px(t)) + "\" y2=\"" +
-           Px(y1) + "\"/>\n";
+    svg += "<line x1=\"" + format_px(px(t)) + "\" y1=\"" + format_px(y0) + "\" x2=\"" +
+           format_px(px(t)) + "\" y2=\"" + format_px(y1) + "\"/>\n";
   }
   for (double t : ya.ticks) {
-    svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(py(t)) + "\" x2=\"" + Px(x1) + "\" y2=\"" +
-           Px(py(t)) + "\"/>\n";
+    svg += "<line x1=\"" + format_px(x0) + "\" y1=\"" + format_px(py(t)) + "\" x2=\"" +
+           format_px(x1) + "\" y2=\"" + format_px(py(t)) + "\"/>\n";
   }
   svg += "</g>\n<g stroke=\"black\" stroke-width=\"1\">\n";
-  svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(x1) + "\" y2=\"" + Px(y0) +
-         "\"/>\n";
-  svg += "<line x1=\"" + Px(x0) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(x0) + "\" y2=\"" + Px(y1) +
-         "\"/>\n";
+  svg += "<line x1=\"" + format_px(x0) + "\" y1=\"" + format_px(y0) + "\" x2=\"" + format_px(x1) +
+         "\" y2=\"" + format_px(y0) + "\"/>\n";
+  svg += "<line x1=\"" + format_px(x0) + "\" y1=\"" + format_px(y0) + "\" x2=\"" + format_px(x0) +
+         "\" y2=\"" + format_px(y1) + "\"/>\n";
   for (double t : xa.ticks) {
-    svg += "<line x1=\"" + Px(px(t)) + "\" y1=\"" + Px(y0) + "\" x2=\"" + Px(px(t)) + "\" y2=\"" +
-           Px(y0 + 5) + "\"/>\n";
+    svg += "<line x1=\"" + format_px(px(t)) + "\" y1=\"" + format_px(y0) + "\" x2=\"" +
+           format_px(px(t)) + "\" y2=\"" + format_px(y0 + 5) + "\"/>\n";
   }
   for (double t : ya.ticks) {
-    svg += "<line x1=\"" + Px(x0 - 5) + "\" y1=\"" + Px(py(t)) + "\" x2=\"" + Px(x0) + "\" y2=\"" +
-           Px(py(t)) + "\"/>\n";
+    svg += "<line x1=\"" + format_px(x0 - 5) + "\" y1=\"" + format_px(py(t)) + "\" x2=\"" +
+           format_px(x0) + "\" y2=\"" + format_px(py(t)) + "\"/>\n";
   }
   svg += "</g>\n<g fill=\"black\">\n";
   for (double t : xa.ticks) {
-    svg += "<text x=\"" + Px(px(t)) + "\" y=\"" + Px(y0 + 18) + "\" text-anchor=\"middle\">" +
-           Fixed(t, xa.decimals) + "</text>\n";
+    svg += "<text x=\"" + format_px(px(t)) + "\" y=\"" + format_px(y0 + 18) +
+           "\" text-anchor=\"middle\">" + fixed(t, xa.decimals) + "</text>\n";
   }
   for (double t : ya.ticks) {
-    svg += "<text x=\"" + Px(x0 - 8) + "\" y=\"" + Px(py(t) + 4) + "\" text-anchor=\"end\">" +
-           Fixed(t, ya.decimals) + "</text>\n";
+    svg += "<text x=\"" + format_px(x0 - 8) + "\" y=\"" + format_px(py(t) + 4) +
+           "\" text-anchor=\"end\">" + fixed(t, ya.decimals) + "</text>\n";
   }
   svg += "</g>\n";
 
   // Axis titles.
-  svg += "<text x=\"" + Px(kLeft + plot_w / 2) + "\" y=\"" + Px(height - 15) +
-         "\" text-anchor=\"middle\">" + Escape(options.x_label) + "</text>\n";
-  svg += "<text x=\"18\" y=\"" + Px(kTop + plot_h / 2) +
-         "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " + Px(kTop + plot_h / 2) + ")\">" +
-         Escape(options.y_label) + "</text>\n";
+  svg += "<text x=\"" + format_px(kLeft + plot_w / 2) + "\" y=\"" + format_px(height - 15) +
+         "\" text-anchor=\"middle\">" + escape(options.x_label) + "</text>\n";
+  svg += "<text x=\"18\" y=\"" + format_px(kTop + plot_h / 2) +
+         "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " + format_px(kTop + plot_h / 2) +
+         ")\">" + escape(options.y_label) + "</text>\n";
 
   if (series.empty()) {
-    svg += "<text x=\"" + Px(kLeft + plot_w / 2) + "\" y=\"" + Px(kTop + plot_h / 2) +
+    svg += "<text x=\"" + format_px(kLeft + plot_w / 2) + "\" y=\"" + format_px(kTop + plot_h / 2) +
            "\" text-anchor=\"middle\" fill=\"#808080\">no data</text>\n";
   }
 
@@ -219,14 +220,14 @@ std::string RenderOverheadPlot(const std::vector<PlotSeries>& series, const Plot
     std::string coords;
     for (const auto& [x, y] : points[s]) {
       if (!coords.empty()) coords += ' ';
-      coords += Px(px(x)) + "," + Px(py(y));
+      coords += format_px(px(x)) + "," + format_px(py(y));
     }
-    svg += "<g>\n<polyline data-series=\"" + Escape(series[s].name) + "\" points=\"" + coords +
+    svg += "<g>\n<polyline data-series=\"" + escape(series[s].name) + "\" points=\"" + coords +
            "\" fill=\"none\" stroke=\"" + colour + "\" stroke-width=\"2\"" +
            (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") + "/>\n";
     for (const auto& [x, y] : points[s]) {
-      svg += "<circle cx=\"" + Px(px(x)) + "\" cy=\"" + Px(py(y)) + "\" r=\"3\" fill=\"" + colour +
-             "\"/>\n";
+      svg += "<circle cx=\"" + format_px(px(x)) + "\" cy=\"" + format_px(py(y)) +
+             "\" r=\"3\" fill=\"" + colour + "\"/>\n";
     }
     svg += "</g>\n";
   }
@@ -236,13 +237,14 @@ std::string RenderOverheadPlot(const std::vector<PlotSeries>& series, const Plot
     const std::string dash = kDashes[(s / kPaletteSize) % kDashCount];
     const double ly = kTop + 10 + 20.0 * static_cast<double>(s);
     const double lx = x1 + 15;
-    svg += "<line x1=\"" + Px(lx) + "\" y1=\"" + Px(ly) + "\" x2=\"" + Px(lx + 24) + "\" y2=\"" +
-           Px(ly) + "\" stroke=\"" + colour + "\" stroke-width=\"2\"" +
-           (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") + "/>\n";
-    svg += "<circle cx=\"" + Px(lx + 12) + "\" cy=\"" + Px(ly) + "\" r=\"3\" fill=\"" + colour +
-           "\"/>\n";
-    svg += "<text x=\"" + Px(lx + 30) + "\" y=\"" + Px(ly + 4) + "\">" + Escape(series[s].name) +
-           "</text>\n";
+    svg += "<line x1=\"" + format_px(lx) + "\" y1=\"" + format_px(ly) + "\" x2=\"" +
+           format_px(lx + 24) + "\" y2=\"" + format_px(ly) + "\" stroke=\"" + colour +
+           "\" stroke-width=\"2\"" + (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") +
+           "/>\n";
+    svg += "<circle cx=\"" + format_px(lx + 12) + "\" cy=\"" + format_px(ly) +
+           "\" r=\"3\" fill=\"" + colour + "\"/>\n";
+    svg += "<text x=\"" + format_px(lx + 30) + "\" y=\"" + format_px(ly + 4) + "\">" +
+           escape(series[s].name) + "</text>\n";
   }
   svg += "</g>\n</svg>\n";
   return svg;

@@ -1,7 +1,7 @@
 // An SVG line plot of overhead against budget, one line per method (remat-compare's figure).
 //
 //   remat::compare::PlotSeries dtr{"dtr", {{0.5, 0.06}, {0.4, 0.12}}};
-//   std::string svg = remat::compare::RenderOverheadPlot({dtr}, {.title = "resnet32"});
+//   std::string svg = remat::compare::render_overhead_plot({dtr}, {.title = "resnet32"});
 //
 // The output is a standalone SVG 1.1 document (it opens in any browser). Points are (budget
 // fraction, overhead); a budget where a method failed is simply absent from its series.
@@ -27,7 +27,7 @@ struct PlotOptions {
   int height = 500;
 };
 
-std::string RenderOverheadPlot(const std::vector<PlotSeries>& series, const PlotOptions& options);
+std::string render_overhead_plot(const std::vector<PlotSeries>& series, const PlotOptions& options);
 
 }  // namespace remat::compare
 

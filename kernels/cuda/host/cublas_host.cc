@@ -21,10 +21,12 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) {
 }
 cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
 namespace {
-thread_local remat_cuda_host::BlasWorkspaceCall last_workspace;
+thread_local remat::detail::cuda_host::BlasWorkspaceCall last_workspace;
 }  // namespace
 
-remat_cuda_host::BlasWorkspaceCall remat_cuda_host::last_blas_workspace() { return last_workspace; }
+remat::detail::cuda_host::BlasWorkspaceCall remat::detail::cuda_host::last_blas_workspace() {
+  return last_workspace;
+}
 
 cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, std::size_t bytes) {
   // cuBLAS refuses a workspace aligned to less than 256 bytes; so does the shim, so that the

@@ -24,7 +24,7 @@ thread_local dim3 blockIdx;
 thread_local dim3 blockDim;
 thread_local dim3 gridDim;
 
-namespace remat_cuda_host {
+namespace remat::detail::cuda_host {
 namespace {
 
 constexpr unsigned kWarp = 32;
@@ -359,4 +359,4 @@ bool take_malloc_failure() {
   return n > 0;
 }
 
-}  // namespace remat_cuda_host
+}  // namespace remat::detail::cuda_host

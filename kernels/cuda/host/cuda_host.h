@@ -53,7 +53,7 @@ extern thread_local dim3 blockIdx;
 extern thread_local dim3 blockDim;
 extern thread_local dim3 gridDim;
 
-namespace remat_cuda_host {
+namespace remat::detail::cuda_host {
 
 // The work of one CUDA thread: the kernel with this launch's arguments.
 class ThreadBody {
@@ -122,20 +122,20 @@ struct LaunchConfig {
   }
 };
 
-}  // namespace remat_cuda_host
+}  // namespace remat::detail::cuda_host
 
-inline void __syncthreads() { remat_cuda_host::sync_threads(); }
+inline void __syncthreads() { remat::detail::cuda_host::sync_threads(); }
 
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   std::uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  bits = remat_cuda_host::warp_shuffle_xor(mask, bits, lane_mask);
+  bits = remat::detail::cuda_host::warp_shuffle_xor(mask, bits, lane_mask);
   float out;
   std::memcpy(&out, &bits, sizeof out);
   return out;
 }
 inline unsigned __ballot_sync(unsigned mask, int predicate) {
-  return remat_cuda_host::warp_ballot(mask, predicate != 0);
+  return remat::detail::cuda_host::warp_ballot(mask, predicate != 0);
 }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 

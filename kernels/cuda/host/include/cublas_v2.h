@@ -30,7 +30,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
                            const float* a, int lda, const float* b, int ldb, const float* beta,
                            float* c, int ldc);
 
-namespace remat_cuda_host {
+namespace remat::detail::cuda_host {
 // What this thread's last cublasSetWorkspace call was given, and how many it has made: tests
 // check that a GEMM lent a workspace hands cuBLAS that very memory (there is no cuBLAS here
 // to use it).
@@ -40,6 +40,6 @@ struct BlasWorkspaceCall {
   std::size_t calls = 0;
 };
 BlasWorkspaceCall last_blas_workspace();
-}  // namespace remat_cuda_host
+}  // namespace remat::detail::cuda_host
 
 #endif  // REMAT_KERNELS_CUDA_HOST_CUBLAS_V2_H_

@@ -30,14 +30,14 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct CUstream_st {};
 using cudaStream_t = CUstream_st*;
 
-namespace remat_cuda_host {
+namespace remat::detail::cuda_host {
 cudaError_t take_last_error();
 // Records `e` as the last error, as the CUDA runtime does for every call that fails.
 cudaError_t record_error(cudaError_t e);
 // Tests: the next `n` cudaMalloc calls fail with cudaErrorMemoryAllocation.
 void fail_next_mallocs(int n);
 bool take_malloc_failure();
-}  // namespace remat_cuda_host
+}  // namespace remat::detail::cuda_host
 
 inline const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
@@ -65,12 +65,14 @@ inline const char* cudaGetErrorString(cudaError_t e) {
   }
   return "unknown error";
 }
-inline cudaError_t cudaGetLastError() { return remat_cuda_host::take_last_error(); }
+inline cudaError_t cudaGetLastError() { return remat::detail::cuda_host::take_last_error(); }
 
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
-  *p = remat_cuda_host::take_malloc_failure() ? nullptr
-                                              : std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  return *p != nullptr ? cudaSuccess : remat_cuda_host::record_error(cudaErrorMemoryAllocation);
+  *p = remat::detail::cuda_host::take_malloc_failure()
+           ? nullptr
+           : std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  return *p != nullptr ? cudaSuccess
+                       : remat::detail::cuda_host::record_error(cudaErrorMemoryAllocation);
 }
 inline cudaError_t cudaFree(void* p) {
   std::free(p);
