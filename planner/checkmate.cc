@@ -5,6 +5,8 @@
 // S[t][i] (i is resident on entry to stage t), FREE[t][i][k] (i's instance dies right
 // after step k of stage t), U[t][k] (memory during step k of stage t). Memory follows
 // docs/formats.md: an instance lives from its step through its last read.
+#include <absl/strings/str_cat.h>
+
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
 #include "coin/Cbc_C_Interface.h"
 #include "internal.h"
 

@@ -1,5 +1,7 @@
 // The executor that turns "compute v" requests into orders, and the planners built on it:
 // noremat, chen, greedy, plus the exhaustive oracle.
+#include <absl/strings/str_cat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -7,7 +9,6 @@
 #include <random>
 #include <unordered_map>
 
-#include "absl/strings/str_cat.h"
 #include "internal.h"
 #include "remat/schedule.h"
 

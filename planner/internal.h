@@ -2,6 +2,8 @@
 #ifndef REMAT_PLANNER_INTERNAL_H_
 #define REMAT_PLANNER_INTERNAL_H_
 
+#include <absl/status/statusor.h>
+
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -9,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "remat/graph.h"
 #include "remat/planner.h"
 

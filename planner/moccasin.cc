@@ -15,6 +15,8 @@
 // total recomputation cost from that solution until the time limit, by complete branch and
 // bound on small models (which proves optimality) and by large-neighbourhood search on
 // larger ones.
+#include <absl/strings/str_cat.h>
+
 #include <gecode/int.hh>
 #include <gecode/minimodel.hh>
 #include <gecode/search.hh>
@@ -24,7 +26,6 @@
 #include <memory>
 #include <random>
 
-#include "absl/strings/str_cat.h"
 #include "internal.h"
 #include "remat/schedule.h"
 

@@ -1,8 +1,9 @@
 // Planner registry: runs a planner, simulates its schedule, reports feasibility.
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
 #include <chrono>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "internal.h"
 #include "remat/planner.h"
 

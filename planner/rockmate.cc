@@ -4,6 +4,8 @@
 // Rotor-style dynamic program over the sequence picks, per block, a strategy or to
 // recompute the block from its input (rk-Rotor). The DP's memory is moved until the
 // simulator finds the assembled schedule within the budget.
+#include <absl/strings/str_cat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,7 +15,6 @@
 #include <mutex>
 #include <optional>
 
-#include "absl/strings/str_cat.h"
 #include "internal.h"
 #include "nlohmann/json.hpp"
 #include "remat/schedule.h"

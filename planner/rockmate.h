@@ -3,13 +3,14 @@
 #ifndef REMAT_PLANNER_ROCKMATE_H_
 #define REMAT_PLANNER_ROCKMATE_H_
 
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "remat/graph.h"
 
 namespace remat::detail::rockmate {

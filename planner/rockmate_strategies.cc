@@ -1,6 +1,9 @@
 // Rockmate's per-block strategies: for one kind of block, a family of ways to run it
 // (forward steps, backward steps, what they keep in between), from Checkmate's MILP under a
 // grid of (peak, kept) budgets and from cheap constructions.
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -8,8 +11,6 @@
 #include <cstdio>
 #include <numeric>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "internal.h"
 #include "rockmate.h"
 

@@ -3,12 +3,13 @@
 // (the Rockmate decomposition). The chain plan is turned into an order by the executor
 // and measured by the simulator; the memory handed to the DP is lowered until the
 // measured peak fits the budget.
+#include <absl/strings/str_cat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
 
-#include "absl/strings/str_cat.h"
 #include "internal.h"
 #include "remat/schedule.h"
 

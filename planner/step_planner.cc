@@ -1,9 +1,10 @@
 #include "remat/step_planner.h"
 
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "remat/graph_transforms.h"
 
 namespace remat {

@@ -25,14 +25,15 @@
 // Nodes that cannot be recomputed and read nothing (inputs, tangents) are not part of the
 // decomposition: they are computed right before their first reader and stay resident
 // until their last one. Other non-recomputable nodes are computed only the first time.
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+#include <absl/strings/str_cat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <queue>
 #include <tuple>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
-#include "absl/strings/str_cat.h"
 #include "internal.h"
 #include "remat/schedule.h"
 

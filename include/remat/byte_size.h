@@ -7,11 +7,11 @@
 #ifndef REMAT_BYTE_SIZE_H_
 #define REMAT_BYTE_SIZE_H_
 
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
-
-#include "absl/status/statusor.h"
 
 namespace remat {
 

@@ -9,10 +9,11 @@
 #ifndef REMAT_CHROME_TRACE_H_
 #define REMAT_CHROME_TRACE_H_
 
+#include <absl/status/status.h>
+
 #include <iosfwd>
 #include <string_view>
 
-#include "absl/status/status.h"
 #include "remat/timeline.h"
 
 namespace remat {

@@ -11,14 +11,14 @@
 #ifndef REMAT_GRAPH_H_
 #define REMAT_GRAPH_H_
 
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
 
 namespace remat {
 

@@ -11,9 +11,10 @@
 #ifndef REMAT_GRAPH_TRANSFORMS_H_
 #define REMAT_GRAPH_TRANSFORMS_H_
 
+#include <absl/status/statusor.h>
+
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "remat/dtr_trace.h"
 #include "remat/graph.h"
 #include "remat/hints.h"

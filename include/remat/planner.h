@@ -13,6 +13,8 @@
 #ifndef REMAT_PLANNER_H_
 #define REMAT_PLANNER_H_
 
+#include <absl/status/statusor.h>
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -20,7 +22,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "remat/graph.h"
 #include "remat/schedule.h"
 

@@ -13,13 +13,14 @@
 #ifndef REMAT_SCHEDULE_H_
 #define REMAT_SCHEDULE_H_
 
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "remat/graph.h"
 
 namespace remat {

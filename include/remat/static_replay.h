@@ -13,9 +13,10 @@
 #ifndef REMAT_STATIC_REPLAY_H_
 #define REMAT_STATIC_REPLAY_H_
 
+#include <absl/status/statusor.h>
+
 #include <cstddef>
 
-#include "absl/status/statusor.h"
 #include "remat/graph.h"
 #include "remat/runtime.h"
 #include "remat/schedule.h"

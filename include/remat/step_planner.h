@@ -22,6 +22,8 @@
 #ifndef REMAT_STEP_PLANNER_H_
 #define REMAT_STEP_PLANNER_H_
 
+#include <absl/status/statusor.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +32,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "remat/graph.h"
 #include "remat/hints.h"
 #include "remat/planner.h"

@@ -5,19 +5,20 @@
 #include "remat/cuda_api.h"
 #include "remat/system_cuda.h"
 
-#include <string>
+#include <absl/strings/str_cat.h>
 
-#include "absl/strings/str_cat.h"
+#include <string>
 
 #ifdef REMAT_HAVE_CUDA
 #include <cuda.h>          // the driver API's types only: its functions are found at run time
 #include <cudaTypedefs.h>  // the PFN_ signatures of those functions
 #include <cuda_runtime_api.h>
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstdint>
 #include <mutex>
 
-#include "absl/container/flat_hash_map.h"
 #include "runtime/cuda/cudart_library.h"
 #endif
 

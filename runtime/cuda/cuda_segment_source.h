@@ -13,10 +13,11 @@
 #ifndef REMAT_RUNTIME_CUDA_CUDA_SEGMENT_SOURCE_H_
 #define REMAT_RUNTIME_CUDA_CUDA_SEGMENT_SOURCE_H_
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstddef>
 #include <memory>
 
-#include "absl/container/flat_hash_map.h"
 #include "remat/cuda_api.h"
 #include "remat/segment_source.h"
 

@@ -1,5 +1,7 @@
 #include "runtime/cuda/simulated_cuda.h"
 
+#include <absl/strings/str_cat.h>
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <stdexcept>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "runtime/cuda/simulated_cuda_internal.h"
 
 namespace remat {

@@ -20,6 +20,8 @@
 #ifndef REMAT_RUNTIME_CUDA_SIMULATED_CUDA_H_
 #define REMAT_RUNTIME_CUDA_SIMULATED_CUDA_H_
 
+#include <absl/container/flat_hash_map.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +33,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "remat/cuda_api.h"
 
 namespace remat {

@@ -1,4 +1,7 @@
 // Reading, writing and validating remat-graph-v1.
+#include <absl/strings/escaping.h>
+#include <absl/strings/str_cat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -7,8 +10,6 @@
 #include <sstream>
 #include <string_view>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "remat/graph.h"
 #include "runtime/ir/json_error.h"

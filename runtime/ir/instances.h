@@ -8,12 +8,13 @@
 #ifndef REMAT_RUNTIME_IR_INSTANCES_H_
 #define REMAT_RUNTIME_IR_INSTANCES_H_
 
+#include <absl/strings/str_cat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "remat/graph.h"
 
 namespace remat {

@@ -1,11 +1,12 @@
 // The exact schedule simulator (docs/formats.md's accounting) and remat-schedule-v1 I/O.
+#include <absl/strings/str_cat.h>
+
 #include <cstdint>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <unordered_set>
 
-#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "remat/schedule.h"
 #include "runtime/ir/instances.h"

@@ -1,11 +1,12 @@
 #include "runtime/ir/test_graphs.h"
 
+#include <absl/strings/str_cat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <random>
 
-#include "absl/strings/str_cat.h"
 #include "remat/schedule.h"
 
 namespace remat::testing {
