@@ -609,6 +609,28 @@ int memory_steps(int blocks) {
 
 }  // namespace
 
+namespace {
+
+// What the plan's details say of the blocks, their kinds and the DP.
+void note_chain_details(const Graph& g, const BlockSequence& b, const std::vector<KindPlan>& kinds,
+                        const rockmate::ChainSolver& solver, const MemorySearch& search,
+                        Json& details) {
+  int64_t held = 0;  // outside every block, or pinned
+  for (int v : b.rest) held += g.nodes[v].bytes;
+  for (int v = 0; v < g.size(); ++v) held += b.pinned[v] ? g.nodes[v].bytes : 0;
+  details["blocks"] = b.size();
+  details["kinds"] = kinds.size();
+  details["merged_blocks"] = b.merges;
+  details["kind_list"] = kinds_json(kinds);
+  details["dp"] = {{"memory_steps", memory_steps(b.size())},
+                   {"unit_bytes", solver.unit()},
+                   {"probes", search.probes()},
+                   {"repaired_probes", search.repairs()},
+                   {"held_bytes", held}};
+}
+
+}  // namespace
+
 absl::StatusOr<RawPlan> plan_rockmate(const Graph& g, const PlanOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   Deadline deadline(opt);
@@ -641,9 +663,6 @@ absl::StatusOr<RawPlan> plan_rockmate(const Graph& g, const PlanOptions& opt) {
   const auto t2 = std::chrono::steady_clock::now();
   const ChainModel chain = build_chain_model(g, b, probs, kinds);
   const int64_t budget = opt.budget_bytes ? *opt.budget_bytes : file_order_peak(g);
-  int64_t fixed = 0;
-  for (int v : b.rest) fixed += g.nodes[v].bytes;
-  for (int v = 0; v < g.size(); ++v) fixed += b.pinned[v] ? g.nodes[v].bytes : 0;
   rockmate::ChainSolver solver;
   RawPlan plan;
   // The DP's memory may exceed the budget where its model is conservative: the search
@@ -656,15 +675,7 @@ absl::StatusOr<RawPlan> plan_rockmate(const Graph& g, const PlanOptions& opt) {
   search.run(Deadline(deadline.left() * 0.8), deadline);
   details["seconds"]["dp"] = seconds_since(t2);
   if (search.found()) plan.order = search.best();
-  details["blocks"] = b.size();
-  details["kinds"] = kinds.size();
-  details["merged_blocks"] = b.merges;
-  details["kind_list"] = kinds_json(kinds);
-  details["dp"] = {{"memory_steps", memory_steps(b.size())},
-                   {"unit_bytes", solver.unit()},
-                   {"probes", search.probes()},
-                   {"repaired_probes", search.repairs()},
-                   {"held_bytes", fixed}};
+  note_chain_details(g, b, kinds, solver, search, details);
   details["seconds"]["total"] = seconds_since(t0);
   plan.details = details.dump();
   plan.note = absl::StrCat("rockmate: ", b.size(), " blocks of ", kinds.size(), " kinds");

@@ -65,10 +65,6 @@ LAYERING_EXCEPTIONS = {
 # Files and functions over the size limits, each with its reason. A function is named
 # "path:name" as the scan reports it.
 EXCEPTIONS = {
-    "kernels/cpu/cpu_kernels.cc": "every CPU kernel; to be split by op family with ops.cc",
-    "planner/twremat.cc": "TWRemat's tree decomposition and its scheduler; to be split in two",
-    "planner/rockmate.cc:plan_rockmate":
-        "Rockmate's entry point; split with the planner's naming pass (issue 36, item 3)",
     "runtime/ir/fuzz_mutator.h:mutate_once":
         "test support (the parser fuzzers' mutator), in no library; moves to the testing target",
 }
