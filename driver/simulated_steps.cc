@@ -33,13 +33,13 @@ RuntimeOptions SimulatedSteps::simulated(std::size_t budget) const {
 
 // Without a budget nothing but a plan evicts: a plain first step, as the real run has had,
 // then one with `options`.
-std::pair<RecordedStep, AllocationTrace> SimulatedSteps::run_unbudgeted(
+std::pair<RecordedStep, AllocationSequence> SimulatedSteps::run_unbudgeted(
     int step, const StepOptions& options) {
   Runtime rt(simulated(SIZE_MAX));
   const std::unique_ptr<TrainingProgram::State> state = program_.make_state(rt);
   run_program_step(rt, program_, *state, step, {});
   RecordedStep recorded = run_program_step(rt, program_, *state, step, options);
-  return {std::move(recorded), rt.take_allocation_trace()};
+  return {std::move(recorded), rt.take_allocation_sequence()};
 }
 
 // Note [Placed allocations] in step_placement.cc: the requests of step `step` following
@@ -48,7 +48,7 @@ std::shared_ptr<const Placement> SimulatedSteps::place_plan(
     int step, const std::shared_ptr<const StepHints>& hints) {
   StepOptions traced;
   traced.hints = hints;
-  traced.trace_allocations = true;
+  traced.record_allocations = true;
   return std::make_shared<const Placement>(place_allocations(run_unbudgeted(step, traced).second));
 }
 

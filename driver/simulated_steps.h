@@ -38,7 +38,7 @@ class SimulatedSteps {
   RuntimeOptions simulated(std::size_t budget) const;
   // Step `step` in a fresh simulated runtime without a budget: a plain first step, then one
   // with `options`; what the second recorded, and its allocation trace where it traced them.
-  std::pair<RecordedStep, AllocationTrace> run_unbudgeted(int step, const StepOptions& options);
+  std::pair<RecordedStep, AllocationSequence> run_unbudgeted(int step, const StepOptions& options);
   std::shared_ptr<const Placement> place_plan(int step,
                                               const std::shared_ptr<const StepHints>& hints);
 

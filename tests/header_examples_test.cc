@@ -21,7 +21,6 @@
 #include "kernels/ops.h"
 #include "remat/byte_size.h"
 #include "remat/caching_allocator.h"
-#include "remat/chrome_trace.h"
 #include "remat/cuda_api.h"
 #include "remat/dtr_trace.h"
 #include "remat/errors.h"
@@ -43,6 +42,7 @@
 #include "remat/system_cuda.h"
 #include "remat/tensor.h"
 #include "remat/timeline.h"
+#include "remat/timeline_file.h"
 #include "runtime/cuda/simulated_cuda.h"
 #include "tests/test_ops.h"
 
@@ -731,7 +731,7 @@ TEST(HeaderExamples, Timeline) {
   const std::string file = ::testing::TempDir() + "step.trace.json";
   {
     std::ofstream out(file);
-    absl::Status s = remat::write_chrome_trace(rt.timeline(), "gpt step 0 @ 0.5", out);
+    absl::Status s = remat::write_timeline_file(rt.timeline(), "gpt step 0 @ 0.5", out);
     EXPECT_TRUE(s.ok()) << s;
   }
   std::ifstream in(file);

@@ -89,13 +89,13 @@ class CachingAllocator final : public MemoryResource {
   std::size_t largest_free_block() const;
   const SegmentSource& source() const;
 
-  // Placed allocations (Note [Placed allocations]). `start_trace` records every request from
-  // now on and when it is given back; `take_trace` ends the recording and returns it.
-  void start_trace();
-  AllocationTrace take_trace();
-  // From now on, the i-th request of the traced size gets its block at its place: in one
+  // Placed allocations (Note [Placed allocations]). `record_allocations` records every request
+  // from now on and when it is given back; `take_allocations` ends the recording and returns it.
+  void record_allocations();
+  AllocationSequence take_allocations();
+  // From now on, the i-th request of the recorded size gets its block at its place: in one
   // of the free ranges beside live blocks (the regions), or in an arena segment reserved (or
-  // reused) now, as `placement`'s trace laid out for those regions gives it; a request of
+  // reused) now, as `placement`'s sequence laid out for those regions gives it; a request of
   // another size ends the placement, and later requests are served as usual. Returns false,
   // placing nothing, where the arena cannot be had within the budget. The regions and the
   // arena stay out of other requests' way until `end_placement` or the next
@@ -110,7 +110,7 @@ class CachingAllocator final : public MemoryResource {
   };
   std::optional<PlacementOutcome> last_placement() const;
   // Requests made while paused (a running kernel's scratch) are served as usual and are not
-  // part of a trace's or a placement's sequence. Pauses nest.
+  // part of a recorded or a placed sequence. Pauses nest.
   void pause_placement(bool paused);
 
  protected:

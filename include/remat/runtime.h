@@ -104,7 +104,7 @@ struct RuntimeOptions {
   // slowdown); unlimited by default.
   double clock_limit = INFINITY;
   // Keep a memory timeline (every op run, recomputation and eviction, with the memory after
-  // it) for write_chrome_trace. Costs a few bytes per event; off by default.
+  // it) for write_timeline_file. Costs a few bytes per event; off by default.
   bool record_timeline = false;
   // Debugging (CPU backend): fill every new output that is neither a view nor a copy with
   // 0xFF bytes (NaN in float32) before its kernel runs, so that a kernel reading an output it
@@ -181,12 +181,12 @@ struct StepOptions {
   std::shared_ptr<const StepHints> hints;
   bool record = false;        // record the step; end_step() returns it as a graph and a trace
   std::string name = "step";  // the recorded graph's and trace's name
-  // Allocator accounting only (Note [Placed allocations] in step_placement.cc): trace the
-  // step's allocations, from begin_step() until take_allocation_trace(); or serve them at
-  // the places a placement of such a trace gives (holes beside live blocks, then one arena)
-  // until the next begin_step(). A step that makes other requests than the traced ones is served as
-  // usual from where it left the sequence, so a placement never changes results.
-  bool trace_allocations = false;
+  // Allocator accounting only (Note [Placed allocations] in step_placement.cc): record the
+  // step's allocations, from begin_step() until take_allocation_sequence(); or serve them at
+  // the places a placement of such a sequence gives (holes beside live blocks, then one arena)
+  // until the next begin_step(). A step that makes other requests than the recorded ones is served
+  // as usual from where it left the sequence, so a placement never changes results.
+  bool record_allocations = false;
   std::shared_ptr<const Placement> placement;
 };
 
@@ -307,10 +307,10 @@ class Runtime {
   // same random numbers: the rerun computes what the step would have. The program lets go
   // of the step's tensors first; an update that already ran is not undone.
   void abort_step();
-  // Ends the trace StepOptions::trace_allocations began and returns it (empty in logical
+  // Ends the recording StepOptions::record_allocations began and returns it (empty in logical
   // accounting). Take it once the program has let go of the step's tensors, so that their
   // frees are in it.
-  AllocationTrace take_allocation_trace();
+  AllocationSequence take_allocation_sequence();
 
   // The memory timeline since construction (RuntimeOptions::record_timeline).
   const Timeline& timeline() const;

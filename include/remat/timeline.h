@@ -1,5 +1,5 @@
 // remat/timeline.h: a memory timeline of a run, as the runtime records it
-// (RuntimeOptions::record_timeline); remat/chrome_trace.h writes it for a viewer.
+// (RuntimeOptions::record_timeline); remat/timeline_file.h writes it for a viewer.
 //
 // Times are the runtime's clock (the summed cost of the ops run so far, in the cost unit of
 // the ops: nanoseconds for measured and recorded costs), so a timeline of the simulated

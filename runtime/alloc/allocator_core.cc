@@ -354,7 +354,8 @@ namespace remat::detail {
 bool AllocatorCore::begin_placement(std::shared_ptr<const Placement> placement) {
   end_placement();
   placement_.outcome.reset();
-  if (placement == nullptr || placement->trace.allocations.empty() || options_.expandable_segments)
+  if (placement == nullptr || placement->sequence.allocations.empty() ||
+      options_.expandable_segments)
     return false;
   const std::vector<Block*> regions = placement_.find_regions(arena_segment());
   std::vector<std::size_t> sizes;

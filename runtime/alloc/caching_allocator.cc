@@ -39,8 +39,10 @@ void CachingAllocator::synchronize_pending() { core_->synchronize_pending(); }
 std::size_t CachingAllocator::largest_free_block() const { return core_->largest_free_block(); }
 const SegmentSource& CachingAllocator::source() const { return core_->source(); }
 
-void CachingAllocator::start_trace() { core_->placement().start_trace(); }
-AllocationTrace CachingAllocator::take_trace() { return core_->placement().take_trace(); }
+void CachingAllocator::record_allocations() { core_->placement().record_allocations(); }
+AllocationSequence CachingAllocator::take_allocations() {
+  return core_->placement().take_allocations();
+}
 bool CachingAllocator::begin_placement(std::shared_ptr<const Placement> placement) {
   return core_->begin_placement(std::move(placement));
 }

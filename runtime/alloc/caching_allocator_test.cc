@@ -243,9 +243,10 @@ TEST(CachingAllocatorTest, ATracedProgramReplaysAtItsPlaces) {
     };
     CachingAllocator traced(std::make_unique<SimulatedSegmentSource>(), {});
     for (std::size_t c : constants) traced.allocate(c);
-    traced.start_trace();
+    traced.record_allocations();
     run(traced);
-    auto placement = std::make_shared<const Placement>(place_allocations(traced.take_trace()));
+    auto placement =
+        std::make_shared<const Placement>(place_allocations(traced.take_allocations()));
     ASSERT_GT(placement->arena_bytes, 0u);
 
     CachingAllocatorOptions o = small_segments();
@@ -257,7 +258,7 @@ TEST(CachingAllocatorTest, ATracedProgramReplaysAtItsPlaces) {
       ASSERT_TRUE(placed.begin_placement(placement));
       const std::size_t before = placed.stats().placed_allocations;
       run(placed);
-      EXPECT_EQ(placed.stats().placed_allocations - before, placement->trace.allocations.size());
+      EXPECT_EQ(placed.stats().placed_allocations - before, placement->sequence.allocations.size());
       EXPECT_EQ(placed.stats().placement_misses, 0u);
       if (replay == 1) {
         EXPECT_EQ(placed.stats().segment_reserves, reserves) << "arena reused";
@@ -275,9 +276,9 @@ TEST(CachingAllocatorTest, ATracedProgramReplaysAtItsPlaces) {
 TEST(CachingAllocatorTest, ASegmentHoldingPlacedRangesIsNotReleased) {
   CachingAllocatorOptions o = small_segments();  // 4 MiB medium segments
   CachingAllocator traced(std::make_unique<SimulatedSegmentSource>(), {});
-  traced.start_trace();
+  traced.record_allocations();
   for (int i = 0; i < 3; ++i) traced.deallocate(traced.allocate(std::size_t{1} << 20), 1 << 20);
-  auto placement = std::make_shared<const Placement>(place_allocations(traced.take_trace()));
+  auto placement = std::make_shared<const Placement>(place_allocations(traced.take_allocations()));
 
   CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
   void* constant = placed.allocate(std::size_t{1} << 20);  // leaves a 3 MiB hole beside it

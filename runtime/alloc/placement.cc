@@ -6,9 +6,9 @@
 
 namespace remat {
 
-std::size_t AllocationTrace::peak_live_bytes() const {
+std::size_t AllocationSequence::peak_live_bytes() const {
   // +bytes at start, -bytes at end; ends sort before starts at the same count, though a
-  // trace's counts are distinct anyway.
+  // sequence's counts are distinct anyway.
   std::vector<std::pair<std::size_t, std::ptrdiff_t>> events;
   for (const Allocation& a : allocations) {
     if (a.end == kStillLive) continue;
@@ -33,10 +33,10 @@ std::size_t AllocationTrace::peak_live_bytes() const {
 // (none is always closest to the peak of live bytes, which no placement can beat), so a few
 // are tried and the smallest arena wins; each still beats best fit at run time, which does
 // not know when each block will be freed (docs/measurements.md). The first rule wins ties,
-// so the result depends on the trace alone.
+// so the result depends on the sequence alone.
 namespace {
 
-using Allocation = AllocationTrace::Allocation;
+using Allocation = AllocationSequence::Allocation;
 
 struct Rule {
   bool by_lifetime;  // among equal sizes, the longest-lived first (else the earliest)
@@ -107,18 +107,18 @@ std::size_t place_in_order(const std::vector<Allocation>& all,
 
 }  // namespace
 
-Placement place_allocations(AllocationTrace trace, const std::vector<std::size_t>& regions) {
+Placement place_allocations(AllocationSequence sequence, const std::vector<std::size_t>& regions) {
   Placement p;
-  p.trace = std::move(trace);
+  p.sequence = std::move(sequence);
   p.regions = regions;
-  const std::vector<Allocation>& all = p.trace.allocations;
+  const std::vector<Allocation>& all = p.sequence.allocations;
   p.region.assign(all.size(), Placement::kUnplaced);
   p.offsets.assign(all.size(), Placement::kUnplaced);
-  p.peak_live_bytes = p.trace.peak_live_bytes();
+  p.peak_live_bytes = p.sequence.peak_live_bytes();
 
   std::vector<std::size_t> placeable;
   for (std::size_t i = 0; i < all.size(); ++i)
-    if (all[i].end != AllocationTrace::kStillLive && all[i].bytes > 0) placeable.push_back(i);
+    if (all[i].end != AllocationSequence::kStillLive && all[i].bytes > 0) placeable.push_back(i);
   if (placeable.empty()) return p;
   p.arena_bytes = SIZE_MAX;
   std::vector<std::size_t> region, offsets;

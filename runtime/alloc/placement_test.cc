@@ -11,8 +11,8 @@ namespace {
 
 // A random program of allocations and frees: about `n` allocations of random sizes (multiples
 // of 512 bytes), some still live at the end.
-AllocationTrace random_trace(std::mt19937& rng, int n) {
-  AllocationTrace t;
+AllocationSequence random_trace(std::mt19937& rng, int n) {
+  AllocationSequence t;
   std::vector<std::size_t> live;
   std::size_t clock = 0;
   std::uniform_int_distribution<int> size(1, 64), coin(0, 99);
@@ -38,12 +38,12 @@ AllocationTrace random_trace(std::mt19937& rng, int n) {
 
 // Every placed allocation lies inside its region (the arena: inside arena_bytes), and two
 // whose lifetimes overlap in the same region never share a byte.
-void expect_valid(const AllocationTrace& t, const Placement& p) {
+void expect_valid(const AllocationSequence& t, const Placement& p) {
   const std::size_t arena = p.regions.size();
   ASSERT_EQ(p.region.size(), t.allocations.size());
   for (std::size_t i = 0; i < t.allocations.size(); ++i) {
     const auto& a = t.allocations[i];
-    if (a.end == AllocationTrace::kStillLive) {
+    if (a.end == AllocationSequence::kStillLive) {
       EXPECT_EQ(p.region[i], Placement::kUnplaced) << "allocation " << i << " outlives the trace";
       continue;
     }
@@ -52,7 +52,7 @@ void expect_valid(const AllocationTrace& t, const Placement& p) {
     EXPECT_LE(p.offsets[i] + a.bytes, capacity) << "allocation " << i;
     for (std::size_t j = 0; j < i; ++j) {
       const auto& b = t.allocations[j];
-      if (b.end == AllocationTrace::kStillLive || p.region[j] != p.region[i]) continue;
+      if (b.end == AllocationSequence::kStillLive || p.region[j] != p.region[i]) continue;
       if (!(a.start < b.end && b.start < a.end)) continue;
       const bool apart =
           p.offsets[i] + a.bytes <= p.offsets[j] || p.offsets[j] + b.bytes <= p.offsets[i];
@@ -64,7 +64,7 @@ void expect_valid(const AllocationTrace& t, const Placement& p) {
 TEST(PlacementTest, RandomTracesGetDisjointPlacesWithinTheirRegions) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 60; ++trial) {
-    const AllocationTrace t = random_trace(rng, 20 + trial * 5);
+    const AllocationSequence t = random_trace(rng, 20 + trial * 5);
     std::vector<std::size_t> regions;
     std::uniform_int_distribution<int> count(0, 3), kib(1, 512);
     for (int r = count(rng); r > 0; --r)
@@ -88,7 +88,7 @@ TEST(PlacementTest, RandomTracesGetDisjointPlacesWithinTheirRegions) {
 
 // Allocations that never live at the same time share one place: the arena is the largest.
 TEST(PlacementTest, AllocationsThatNeverOverlapShareTheirBytes) {
-  AllocationTrace t;
+  AllocationSequence t;
   t.allocations = {{.bytes = 4096, .start = 0, .end = 1},
                    {.bytes = 8192, .start = 2, .end = 3},
                    {.bytes = 1024, .start = 4, .end = 5}};
@@ -100,7 +100,7 @@ TEST(PlacementTest, AllocationsThatNeverOverlapShareTheirBytes) {
 // A region large enough for everything leaves the arena empty; one too small for the
 // largest block sends it to the arena while smaller ones use the region.
 TEST(PlacementTest, RegionsAreUsedBeforeTheArena) {
-  AllocationTrace t;
+  AllocationSequence t;
   t.allocations = {{.bytes = 8192, .start = 0, .end = 3}, {.bytes = 2048, .start = 1, .end = 2}};
   const Placement roomy = place_allocations(t, {16384});
   EXPECT_EQ(roomy.arena_bytes, 0u);
@@ -111,7 +111,7 @@ TEST(PlacementTest, RegionsAreUsedBeforeTheArena) {
 }
 
 TEST(PlacementTest, EmptyTraceNeedsNoArena) {
-  const Placement p = place_allocations(AllocationTrace{});
+  const Placement p = place_allocations(AllocationSequence{});
   EXPECT_EQ(p.arena_bytes, 0u);
   EXPECT_TRUE(p.offsets.empty());
 }

@@ -11,55 +11,55 @@ namespace remat::detail {
 // block will be freed, scatters long-lived blocks (gradients, a plan's checkpoints) among
 // short-lived ones, and the holes between them can cost a tenth of the budget or more: a
 // plan that fits in live bytes then does not fit in reserved ones, and the runtime evicts
-// and recomputes what the plan meant to keep. So such a step's requests are traced once
-// (`start_trace`, on a run that has room: the simulated backend without a budget) and,
+// and recomputes what the plan meant to keep. So such a step's requests are recorded once
+// (`record_allocations`, on a run that has room: the simulated backend without a budget) and,
 // when the step begins, laid out by `place_allocations` (Note [Greedy placement by size]
 // in placement.cc) in the free holes of 1 MiB and more beside live blocks (the parameters'
 // segments' tails) and, for what they cannot hold, one arena segment, reused from step to
-// step. From then on the i-th request of the traced size is carved out of the free block at
+// step. From then on the i-th request of the recorded size is carved out of the free block at
 // its place. The holes and the arena are closed to every other request and to packing and
 // compaction (the arena to eviction's windows too), so that nothing lands where a later
 // placed block must go. Correctness never depends on the placement: a request of another
 // size, a placed range that is not free (the program or the runtime did something else
 // this time), or a request the placement does not place that finds no room elsewhere, ends
 // the placement for the step (a miss); its ranges open, and requests are served as usual
-// from then on. Allocations still live when the trace ended are served as usual, outside
+// from then on. Allocations still live when the recording ended are served as usual, outside
 // the placed ranges, since they would hold them into the next step. A running kernel's
-// scratch is not part of the sequence (`pause_placement`), so a trace from the simulated
+// scratch is not part of the sequence (`pause_placement`), so a sequence from the simulated
 // backend, where kernels do not run, matches a step that runs them.
 
-void StepPlacement::start_trace() {
-  tracing_ = true;
-  trace_ = AllocationTrace();
-  traced_.clear();
+void StepPlacement::record_allocations() {
+  recording_ = true;
+  sequence_ = AllocationSequence();
+  recorded_.clear();
   clock_ = 0;
 }
 
-AllocationTrace StepPlacement::take_trace() {
-  tracing_ = false;
-  traced_.clear();
-  return std::exchange(trace_, AllocationTrace());
+AllocationSequence StepPlacement::take_allocations() {
+  recording_ = false;
+  recorded_.clear();
+  return std::exchange(sequence_, AllocationSequence());
 }
 
 void StepPlacement::record(std::uintptr_t address, std::size_t size) {
-  traced_[address] = trace_.allocations.size();
-  trace_.allocations.push_back({.bytes = size, .start = clock_++});
+  recorded_[address] = sequence_.allocations.size();
+  sequence_.allocations.push_back({.bytes = size, .start = clock_++});
 }
 
 void StepPlacement::record_end(std::uintptr_t address) {
-  if (auto t = traced_.find(address); t != traced_.end()) {
-    trace_.allocations[t->second].end = clock_++;
-    traced_.erase(t);
+  if (auto t = recorded_.find(address); t != recorded_.end()) {
+    sequence_.allocations[t->second].end = clock_++;
+    recorded_.erase(t);
   }
 }
 
 void StepPlacement::moved(std::uintptr_t from, std::uintptr_t to) {
-  if (!tracing_) return;
-  auto t = traced_.find(from);
-  if (t == traced_.end()) return;
+  if (!recording_) return;
+  auto t = recorded_.find(from);
+  if (t == recorded_.end()) return;
   const std::size_t index = t->second;
-  traced_.erase(t);
-  traced_[to] = index;
+  recorded_.erase(t);
+  recorded_[to] = index;
 }
 
 constexpr std::size_t kMinRegion = std::size_t{1} << 20;
@@ -84,7 +84,7 @@ std::shared_ptr<const Placement> StepPlacement::layout_for(
   if (given->regions == sizes) return given;
   for (const Layout& l : layouts_)
     if (l.given.lock() == given && l.layout->regions == sizes) return l.layout;
-  auto layout = std::make_shared<const Placement>(place_allocations(given->trace, sizes));
+  auto layout = std::make_shared<const Placement>(place_allocations(given->sequence, sizes));
   layouts_.push_back({given, layout});
   if (layouts_.size() > 4) layouts_.erase(layouts_.begin());
   return layout;
@@ -144,9 +144,9 @@ Block* StepPlacement::block_at(std::size_t request, std::size_t size, std::uintp
 
 Block* StepPlacement::take_at_place(std::size_t size) {
   const Placement& p = *layout_;
-  if (next_ >= p.trace.allocations.size()) return nullptr;  // past the sequence: as usual
+  if (next_ >= p.sequence.allocations.size()) return nullptr;  // past the sequence: as usual
   const std::size_t i = next_++;
-  const bool same = p.trace.allocations[i].bytes == size;
+  const bool same = p.sequence.allocations[i].bytes == size;
   if (same && p.region[i] == Placement::kUnplaced) return nullptr;
   std::uintptr_t at = 0;
   Block* b = same ? block_at(i, size, &at) : nullptr;

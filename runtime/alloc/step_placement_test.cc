@@ -16,7 +16,7 @@ TEST(StepPlacementTest, ATraceRecordsRequestsAndFreesInOrderButNotPausedOnes) {
   BestFitPool pool;
   StepPlacement placement(pool);
   placement.note_allocation(kBase, 512);  // before the trace: not recorded
-  placement.start_trace();
+  placement.record_allocations();
   EXPECT_TRUE(placement.active());
   placement.note_allocation(kBase + 4096, 1024);
   placement.pause(true);
@@ -26,14 +26,14 @@ TEST(StepPlacementTest, ATraceRecordsRequestsAndFreesInOrderButNotPausedOnes) {
   placement.moved(kBase + 4096, kBase + 65536);  // the runtime moved the first
   placement.note_free(kBase + 65536);
   placement.note_free(kBase + 8192);  // not traced: nothing
-  const AllocationTrace trace = placement.take_trace();
+  const AllocationSequence trace = placement.take_allocations();
   EXPECT_FALSE(placement.active());
   ASSERT_EQ(trace.allocations.size(), 2u);
   EXPECT_EQ(trace.allocations[0].bytes, 1024u);
   EXPECT_EQ(trace.allocations[0].start, 0u);
   EXPECT_EQ(trace.allocations[0].end, 2u);
   EXPECT_EQ(trace.allocations[1].start, 1u);
-  EXPECT_EQ(trace.allocations[1].end, AllocationTrace::kStillLive);
+  EXPECT_EQ(trace.allocations[1].end, AllocationSequence::kStillLive);
 }
 
 // A segment of 8 MiB whose first 1 MiB is live: one free region of 7 MiB.
@@ -46,8 +46,8 @@ struct OneRegion {
   }
 };
 
-AllocationTrace two_overlapping() {
-  AllocationTrace t;
+AllocationSequence two_overlapping() {
+  AllocationSequence t;
   t.allocations = {{.bytes = 2 * kMiB, .start = 0, .end = 3},
                    {.bytes = kMiB, .start = 1, .end = 2}};
   return t;

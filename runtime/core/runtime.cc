@@ -199,7 +199,7 @@ void Runtime::begin_step(StepOptions options) { impl_->begin_step(std::move(opti
 void Runtime::mark_backward() { impl_->mark_backward(); }
 RecordedStep Runtime::end_step() { return impl_->end_step(); }
 void Runtime::abort_step() { impl_->abort_step(); }
-AllocationTrace Runtime::take_allocation_trace() { return impl_->take_allocation_trace(); }
+AllocationSequence Runtime::take_allocation_sequence() { return impl_->take_allocation_sequence(); }
 
 void Runtime::retain(std::uint32_t id) { impl_->retain(id); }
 void Runtime::release(std::uint32_t id) {

@@ -86,12 +86,12 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   bool resident_of(Id tensor) const { return storages[tensors[tensor].storage].resident; }
 
   // Steps (step_lifecycle.cc): Runtime::begin_step, mark_backward, end_step, abort_step and
-  // take_allocation_trace.
+  // take_allocation_sequence.
   void begin_step(StepOptions options);
   void mark_backward();
   RecordedStep end_step();
   void abort_step();
-  AllocationTrace take_allocation_trace();
+  AllocationSequence take_allocation_sequence();
 
   // StepHost: what a step may ask of the core (step_lifecycle.cc).
   const TensorRec& tensor(Id t) const override { return tensors[t]; }

@@ -21,7 +21,7 @@ void RuntimeImpl::begin_step(StepOptions options) {
     // started and costs the same every time; one with a placement starts in its own arena
     // (Note [Placed allocations]).
     caching->end_placement();
-    if (options.trace_allocations) caching->start_trace();
+    if (options.record_allocations) caching->record_allocations();
     const bool placed = options.placement != nullptr && caching->begin_placement(options.placement);
     const bool follows_plan = policy->uses_hints() && options.hints != nullptr &&
                               !options.hints->schedule.empty();  // as Step decides
@@ -73,12 +73,12 @@ void RuntimeImpl::abort_step() {
   rewind_rng(step_rng_start);
   if (caching != nullptr) {
     caching->end_placement();
-    caching->take_trace();
+    caching->take_allocations();
   }
 }
 
-AllocationTrace RuntimeImpl::take_allocation_trace() {
-  return caching != nullptr ? caching->take_trace() : AllocationTrace{};
+AllocationSequence RuntimeImpl::take_allocation_sequence() {
+  return caching != nullptr ? caching->take_allocations() : AllocationSequence{};
 }
 
 void RuntimeImpl::materialize(Id tensor) {

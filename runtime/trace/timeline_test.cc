@@ -1,4 +1,4 @@
-#include "remat/chrome_trace.h"
+#include "remat/timeline_file.h"
 
 #include <gtest/gtest.h>
 
@@ -32,7 +32,7 @@ Timeline small_timeline() {
 
 json write(const Timeline& t, std::string_view title = "step 0") {
   std::ostringstream out;
-  absl::Status status = write_chrome_trace(t, title, out);
+  absl::Status status = write_timeline_file(t, title, out);
   EXPECT_TRUE(status.ok()) << status;
   return json::parse(out.str());
 }
@@ -139,7 +139,7 @@ TEST(TimelineTest, RejectsDecreasingMemoryTimes) {
   Timeline t = small_timeline();
   t.memory[2].time = 1000;
   std::ostringstream out;
-  absl::Status status = write_chrome_trace(t, "bad", out);
+  absl::Status status = write_timeline_file(t, "bad", out);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("sample 2"), std::string_view::npos) << status;
   EXPECT_TRUE(out.str().empty());
@@ -152,13 +152,13 @@ TEST(TimelineTest, RejectsBadEventTimes) {
     Timeline start = small_timeline();
     start.events[1].start = bad;
     std::ostringstream out;
-    absl::Status status = write_chrome_trace(start, "bad", out);
+    absl::Status status = write_timeline_file(start, "bad", out);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find("event 1"), std::string_view::npos) << status;
 
     Timeline duration = small_timeline();
     duration.events[3].duration = bad;
-    status = write_chrome_trace(duration, "bad", out);
+    status = write_timeline_file(duration, "bad", out);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find("event 3"), std::string_view::npos) << status;
   }
@@ -167,7 +167,7 @@ TEST(TimelineTest, RejectsBadEventTimes) {
 TEST(TimelineTest, ReportsStreamFailure) {
   std::ostringstream out;
   out.setstate(std::ios::badbit);
-  EXPECT_FALSE(write_chrome_trace(small_timeline(), "x", out).ok());
+  EXPECT_FALSE(write_timeline_file(small_timeline(), "x", out).ok());
 }
 
 }  // namespace

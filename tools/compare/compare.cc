@@ -10,13 +10,13 @@
 #include <memory>
 #include <optional>
 
-#include "remat/chrome_trace.h"
 #include "remat/graph_transforms.h"
 #include "remat/planner.h"
 #include "remat/replay.h"
 #include "remat/schedule.h"
 #include "remat/static_replay.h"
 #include "remat/step_planner.h"
+#include "remat/timeline_file.h"
 
 namespace remat::compare {
 namespace {
@@ -32,7 +32,7 @@ std::string maybe_write_timeline(const CompareOptions& o, const std::string& nam
       absl::StrCat(name, "_", row.method, "_", fraction_label(row.fraction), ".trace.json");
   const std::string path = (std::filesystem::path(o.timeline_dir) / file).string();
   std::ofstream out(path);
-  const absl::Status s = write_chrome_trace(
+  const absl::Status s = write_timeline_file(
       timeline, absl::StrCat(name, " ", row.method, " @ ", fraction_label(row.fraction)), out);
   return s.ok() ? path : "";
 }

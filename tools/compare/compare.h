@@ -33,7 +33,7 @@ struct CompareOptions {
   double planner_time_limit = 10;                // seconds, for the solvers (checkmate, moccasin)
   Accounting accounting = Accounting::kLogical;  // of the dynamic runs
   double slowdown_cap = 2.0;                     // a dynamic run past this slowdown fails (thrash)
-  std::string timeline_dir;                      // non-empty: write Chrome traces there
+  std::string timeline_dir;                      // non-empty: write timeline files there
   double timeline_fraction = 0.5;                // ... for the runs at this budget (all: see below)
   bool all_timelines = false;                    // ... for every run
   // What the fractions are of; unset: the graph's peak in file order (FORMAT.md). A trace's
@@ -56,7 +56,7 @@ struct RunRow {
   std::size_t evictions = 0;
   std::size_t recomputations = 0;
   double decision_seconds = 0;  // planner: solve time; dynamic: eviction search time
-  std::string timeline;         // path of its Chrome trace, if written
+  std::string timeline;         // path of its timeline file, if written
 };
 
 struct CompareReport {

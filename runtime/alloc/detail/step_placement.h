@@ -1,11 +1,11 @@
 // The caching allocator's placed allocations (Note [Placed allocations]): recording a step's
-// requests as an AllocationTrace, and following a Placement of them, request by request, in
+// requests as an AllocationSequence, and following a Placement of them, request by request, in
 // the free regions and arena it was laid out for. Internal to the runtime.
 //
 //   detail::StepPlacement placement(pool);
-//   placement.start_trace();
+//   placement.record_allocations();
 //   ...                                   // the allocator notes each request and free
-//   AllocationTrace trace = placement.take_trace();
+//   AllocationSequence requests = placement.take_allocations();
 //   auto regions = placement.find_regions(nullptr);
 //   placement.follow(placement.layout_for(p, sizes_of(regions)), regions, arena);
 //   Block* b = placement.take(size);      // the free block at the next request's place
@@ -31,19 +31,19 @@ class StepPlacement {
 
   // Recording. Requests made while paused (a running kernel's scratch) are not recorded
   // and not placed; pauses nest.
-  void start_trace();
-  AllocationTrace take_trace();
+  void record_allocations();
+  AllocationSequence take_allocations();
   void pause(bool paused) { paused_ += paused ? 1 : -1; }
   void note_allocation(std::uintptr_t address, std::size_t size) {
-    if (tracing_ && paused_ == 0) record(address, size);
+    if (recording_ && paused_ == 0) record(address, size);
   }
   void note_free(std::uintptr_t address) {
-    if (tracing_) record_end(address);
+    if (recording_) record_end(address);
   }
-  // The live block at `from` moved to `to`: the trace follows it.
+  // The live block at `from` moved to `to`: the recording follows it.
   void moved(std::uintptr_t from, std::uintptr_t to);
-  // Whether a trace is recorded or a placement's ranges are held.
-  bool active() const { return tracing_ || arena_ != nullptr || !ranges_.empty(); }
+  // Whether requests are recorded or a placement's ranges are held.
+  bool active() const { return recording_ || arena_ != nullptr || !ranges_.empty(); }
 
   // Following. The fixed regions of a step: the largest free blocks, of 1 MiB and more, of
   // segments (other than `skip`) that hold live blocks, in address order.
@@ -53,7 +53,7 @@ class StepPlacement {
                                               const std::vector<std::size_t>& sizes);
   // The last placement's arena, where it is free and holds `need` bytes; else null.
   Segment* reusable_arena(std::size_t need) const;
-  // From now on, the i-th request of the traced size takes its block at its place in
+  // From now on, the i-th request of the recorded size takes its block at its place in
   // `regions` (then `arena`, which may be null where the layout needs none).
   void follow(std::shared_ptr<const Placement> layout, const std::vector<Block*>& regions,
               Segment* arena);
@@ -100,10 +100,10 @@ class StepPlacement {
   Block* block_at(std::size_t request, std::size_t size, std::uintptr_t* at) const;
 
   BestFitPool& pool_;
-  // The trace being recorded.
-  bool tracing_ = false;
-  AllocationTrace trace_;
-  absl::flat_hash_map<std::uintptr_t, std::size_t> traced_;  // live block -> its allocation
+  // The sequence being recorded.
+  bool recording_ = false;
+  AllocationSequence sequence_;
+  absl::flat_hash_map<std::uintptr_t, std::size_t> recorded_;  // live block -> its allocation
   std::size_t clock_ = 0;
   int paused_ = 0;
   // The placement being followed.

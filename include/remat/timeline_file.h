@@ -1,13 +1,13 @@
-// remat/chrome_trace.h: a memory timeline written in the Chrome trace event format, so that
-// it opens in Perfetto (ui.perfetto.dev) or chrome://tracing. Part of remat::trace.
+// remat/timeline_file.h: a memory timeline written as a file a viewer opens: JSON in Chrome's
+// trace event format, for Perfetto (ui.perfetto.dev) or chrome://tracing. Part of remat::trace.
 //
 // Usage:
 //   remat::Runtime rt({.backend = remat::Backend::kSimulated, .record_timeline = true});
 //   ... run a step ...
 //   std::ofstream out("step.trace.json");
-//   absl::Status s = remat::write_chrome_trace(rt.timeline(), "gpt step 0 @ 0.5", out);
-#ifndef REMAT_CHROME_TRACE_H_
-#define REMAT_CHROME_TRACE_H_
+//   absl::Status s = remat::write_timeline_file(rt.timeline(), "gpt step 0 @ 0.5", out);
+#ifndef REMAT_TIMELINE_FILE_H_
+#define REMAT_TIMELINE_FILE_H_
 
 #include <absl/status/status.h>
 
@@ -22,9 +22,9 @@ namespace remat {
 // op slices ("ph": "X") on one track, recomputations on a second, evictions as instants
 // ("ph": "i"), and counters ("ph": "C") for allocated, reserved and the budget. Timestamps
 // are microseconds (clock / 1000) as the format requires. `title` names the process track.
-absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
-                                std::ostream& out);
+absl::Status write_timeline_file(const Timeline& timeline, std::string_view title,
+                                 std::ostream& out);
 
 }  // namespace remat
 
-#endif  // REMAT_CHROME_TRACE_H_
+#endif  // REMAT_TIMELINE_FILE_H_

@@ -1,4 +1,4 @@
-#include "remat/chrome_trace.h"
+#include "remat/timeline_file.h"
 
 #include <absl/strings/str_cat.h>
 
@@ -80,8 +80,8 @@ json event_of(const TimelineEvent& e) {
 
 }  // namespace
 
-absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title,
-                                std::ostream& out) {
+absl::Status write_timeline_file(const Timeline& timeline, std::string_view title,
+                                 std::ostream& out) {
   if (absl::Status status = validate(timeline); !status.ok()) return status;
 
   json events = json::array();
@@ -117,7 +117,7 @@ absl::Status write_chrome_trace(const Timeline& timeline, std::string_view title
   // Op names and titles are not guaranteed to be UTF-8; replace bad bytes instead of throwing.
   out << trace.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
   out.flush();
-  if (!out) return absl::DataLossError("failed to write the Chrome trace to the output stream");
+  if (!out) return absl::DataLossError("failed to write the timeline file to the output stream");
   return absl::OkStatus();
 }
 
