@@ -13,7 +13,7 @@
 #include "remat/planner.h"
 #include "remat/schedule.h"
 #include "rockmate.h"
-#include "runtime/ir/test_graphs.h"
+#include "tests/support/test_graphs.h"
 
 namespace remat {
 namespace {

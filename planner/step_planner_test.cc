@@ -13,7 +13,7 @@
 #include "remat/dtr_trace.h"
 #include "remat/graph_transforms.h"
 #include "remat/replay.h"
-#include "runtime/ir/test_graphs.h"
+#include "tests/support/test_graphs.h"
 
 namespace remat {
 namespace {

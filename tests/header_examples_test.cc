@@ -44,7 +44,7 @@
 #include "remat/timeline.h"
 #include "remat/timeline_file.h"
 #include "runtime/cuda/simulated_cuda.h"
-#include "tests/test_ops.h"
+#include "tests/support/test_ops.h"
 
 namespace {
 

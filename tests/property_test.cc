@@ -14,9 +14,9 @@
 
 #include "remat/replay.h"
 #include "remat/runtime.h"
-#include "tests/policy_configs.h"
-#include "tests/random_order.h"
-#include "tests/test_ops.h"
+#include "tests/support/policy_configs.h"
+#include "tests/support/random_order.h"
+#include "tests/support/test_ops.h"
 
 namespace remat {
 namespace {

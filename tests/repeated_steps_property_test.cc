@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "remat/runtime.h"
-#include "tests/policy_configs.h"
-#include "tests/test_ops.h"
+#include "tests/support/policy_configs.h"
+#include "tests/support/test_ops.h"
 
 namespace remat {
 namespace {

@@ -65,8 +65,6 @@ LAYERING_EXCEPTIONS = {
 # Files and functions over the size limits, each with its reason. A function is named
 # "path:name" as the scan reports it.
 EXCEPTIONS = {
-    "runtime/ir/fuzz_mutator.h:mutate_once":
-        "test support (the parser fuzzers' mutator), in no library; moves to the testing target",
 }
 
 

@@ -11,7 +11,7 @@
 #include "remat/graph.h"
 #include "remat/planner.h"
 #include "remat/schedule.h"
-#include "runtime/ir/test_graphs.h"
+#include "tests/support/test_graphs.h"
 
 namespace {
 

@@ -1,5 +1,6 @@
-// Conformance tests run against every memory resource (in the manner of RMM's typed suites),
-// then tests of what only the caching allocator does.
+// The conformance suite (tests/support/memory_resource_conformance.h) run against the caching
+// allocator's parts (the best-fit pool over host and simulated segments, the expandable
+// arena) and logical accounting, then tests of what only the caching allocator does.
 #include "remat/caching_allocator.h"
 
 #include <gtest/gtest.h>
@@ -15,11 +16,12 @@
 #include "remat/logical_memory.h"
 #include "remat/placement.h"
 #include "runtime/alloc/detail/allocator_hooks.h"
+#include "tests/support/memory_resource_conformance.h"
 
 namespace remat {
 namespace {
 
-constexpr std::size_t kBudget = std::size_t{48} << 20;
+constexpr std::size_t kBudget = testing::kConformanceBudget;
 
 CachingAllocatorOptions small_segments() {
   CachingAllocatorOptions o;
@@ -73,123 +75,15 @@ struct SimulatedLogical {
   static constexpr bool kHost = false;
 };
 
-template <typename T>
-class MemoryResourceTest : public ::testing::Test {};
 using Resources = ::testing::Types<HostCaching, SimulatedCaching, HostArena, SimulatedArena,
                                    HostLogical, SimulatedLogical>;
-TYPED_TEST_SUITE(MemoryResourceTest, Resources);
+}  // namespace
+namespace testing {
+INSTANTIATE_TYPED_TEST_SUITE_P(Alloc, MemoryResourceConformance, Resources);
+}  // namespace testing
+namespace {
 
-TYPED_TEST(MemoryResourceTest, ZeroBytesGivesDistinctPointers) {
-  auto mem = TypeParam::make();
-  void* a = mem->allocate(0);
-  void* b = mem->allocate(0);
-  EXPECT_NE(a, nullptr);
-  EXPECT_NE(a, b);
-  mem->deallocate(a, 0);
-  mem->deallocate(b, 0);
-  EXPECT_EQ(mem->stats().active_blocks, 0u);
-}
-
-TYPED_TEST(MemoryResourceTest, OverBudgetThrowsTypedErrorAndStaysUsable) {
-  auto mem = TypeParam::make();
-  void* a = mem->allocate(kBudget / 2);
-  try {
-    mem->allocate(kBudget);
-    FAIL() << "expected OutOfMemoryError";
-  } catch (const OutOfMemoryError& e) {
-    EXPECT_EQ(e.budget(), kBudget);
-    EXPECT_GE(e.requested(), kBudget);
-  }
-  EXPECT_EQ(mem->stats().ooms, 1u);
-  mem->deallocate(a, kBudget / 2);
-  void* b = mem->allocate(kBudget / 2 + 1000);  // usable after the failure
-  mem->deallocate(b, kBudget / 2 + 1000);
-}
-
-// Random allocate/free sequences: live blocks never overlap, host memory holds what was
-// written, and the counters agree with what is live.
-TYPED_TEST(MemoryResourceTest, RandomSequencesKeepBlocksDisjointAndCountersRight) {
-  auto mem = TypeParam::make();
-  std::mt19937_64 rng(7);
-  struct Live {
-    std::uintptr_t p;
-    std::size_t n;
-    std::uint8_t tag;
-  };
-  std::vector<Live> live;
-  std::size_t requested = 0;
-  for (int step = 0; step < 4000; ++step) {
-    const bool alloc = live.empty() || rng() % 100 < 55;
-    if (alloc) {
-      const std::size_t n = rng() % 4 == 0 ? rng() % (3 << 20) : rng() % 5000;
-      if (requested + n > kBudget / 2) continue;
-      void* p = mem->allocate(n);
-      const auto tag = static_cast<std::uint8_t>(rng());
-      if (TypeParam::kHost && n > 0) {
-        static_cast<std::uint8_t*>(p)[0] = tag;
-        static_cast<std::uint8_t*>(p)[n - 1] = tag;
-      }
-      live.push_back({reinterpret_cast<std::uintptr_t>(p), n, tag});
-      requested += n;
-    } else {
-      const std::size_t i = rng() % live.size();
-      if (TypeParam::kHost && live[i].n > 0) {
-        auto* bytes = reinterpret_cast<std::uint8_t*>(live[i].p);
-        ASSERT_EQ(bytes[0], live[i].tag);
-        ASSERT_EQ(bytes[live[i].n - 1], live[i].tag);
-      }
-      mem->deallocate(reinterpret_cast<void*>(live[i].p), live[i].n);
-      requested -= live[i].n;
-      live[i] = live.back();
-      live.pop_back();
-    }
-    const MemoryStats s = mem->stats();
-    ASSERT_EQ(s.active_blocks, live.size());
-    ASSERT_EQ(s.requested, requested);
-    ASSERT_LE(s.reserved, kBudget);
-    ASSERT_LE(s.allocated, s.reserved);
-    ASSERT_LE(s.peak_reserved, kBudget);
-  }
-  std::vector<Live> sorted = live;
-  std::sort(sorted.begin(), sorted.end(), [](const Live& a, const Live& b) { return a.p < b.p; });
-  for (std::size_t i = 1; i < sorted.size(); ++i)
-    ASSERT_GE(sorted[i].p, sorted[i - 1].p + std::max<std::size_t>(sorted[i - 1].n, 1));
-  for (const Live& l : live) mem->deallocate(reinterpret_cast<void*>(l.p), l.n);
-  EXPECT_EQ(mem->stats().allocated, 0u);
-}
-
-// A reclaimer that frees the blocks it was given, one per call.
-class FreeingReclaimer : public MemoryReclaimer {
- public:
-  explicit FreeingReclaimer(MemoryResource* mem) : mem_(mem) {}
-  bool reclaim(std::size_t) override {
-    ++calls;
-    if (held.empty()) return false;
-    mem_->deallocate(held.back().first, held.back().second);
-    held.pop_back();
-    return true;
-  }
-  std::vector<std::pair<void*, std::size_t>> held;
-  int calls = 0;
-
- private:
-  MemoryResource* mem_;
-};
-
-TYPED_TEST(MemoryResourceTest, AsksTheReclaimerBeforeFailing) {
-  auto mem = TypeParam::make();
-  FreeingReclaimer reclaimer(mem.get());
-  mem->set_reclaimer(&reclaimer);
-  for (int i = 0; i < 8; ++i)
-    reclaimer.held.emplace_back(mem->allocate(kBudget / 8 - 4096), kBudget / 8 - 4096);
-  void* p = mem->allocate(kBudget / 4);
-  EXPECT_GT(reclaimer.calls, 0);
-  EXPECT_LE(mem->stats().peak_reserved, kBudget);
-  mem->deallocate(p, kBudget / 4);
-  for (auto [q, n] : reclaimer.held) mem->deallocate(q, n);
-  reclaimer.held.clear();
-  EXPECT_THROW(mem->allocate(kBudget + 1), OutOfMemoryError);
-}
+using testing::FreeingReclaimer;
 
 // ---- the caching allocator alone ----
 
@@ -200,7 +94,7 @@ TYPED_TEST(MemoryResourceTest, AsksTheReclaimerBeforeFailing) {
 TEST(CachingAllocatorTest, ATracedProgramReplaysAtItsPlaces) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 12; ++trial) {
-    SCOPED_TRACE(testing::Message() << "trial " << trial);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
     std::uniform_int_distribution<int> kib(1, 3000), coin(0, 99);
     std::vector<std::size_t> constants(6);
     for (std::size_t& c : constants) c = static_cast<std::size_t>(kib(rng)) << 10;

@@ -9,7 +9,7 @@
 #include "remat/errors.h"
 #include "remat/runtime.h"
 #include "runtime/cuda/simulated_cuda.h"
-#include "tests/test_ops.h"
+#include "tests/support/test_ops.h"
 
 namespace remat {
 namespace {

@@ -10,7 +10,7 @@
 #include "remat/graph_transforms.h"
 #include "remat/hints.h"
 #include "remat/runtime.h"
-#include "tests/test_ops.h"
+#include "tests/support/test_ops.h"
 
 namespace remat {
 namespace {

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "tests/test_ops.h"
+#include "tests/support/test_ops.h"
 
 namespace remat {
 namespace {

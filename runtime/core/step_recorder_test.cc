@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "remat/runtime.h"
-#include "tests/test_ops.h"
+#include "tests/support/test_ops.h"
 
 namespace remat {
 namespace {

@@ -21,8 +21,8 @@
 #include "remat/errors.h"
 #include "remat/runtime.h"
 #include "runtime/cuda/simulated_cuda.h"
-#include "runtime/cuda/simulated_device_ops.h"
-#include "tests/test_ops.h"
+#include "tests/support/simulated_device_ops.h"
+#include "tests/support/test_ops.h"
 
 namespace remat {
 namespace {

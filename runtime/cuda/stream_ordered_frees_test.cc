@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "remat/caching_allocator.h"
 #include "remat/errors.h"
+#include "runtime/cuda/cuda_segment_source.h"
 #include "runtime/cuda/simulated_cuda.h"
+#include "tests/support/memory_resource_conformance.h"
 
 namespace remat::detail {
 namespace {
@@ -100,5 +104,74 @@ TEST(StreamOrderedFreesTest, AFailedEventRecordReachesTheNextAllocationOnce) {
   EXPECT_NO_THROW(frees.raise_error());  // raised once
 }
 
+// The conformance suite against the caching allocator with stream-ordered frees: on the
+// simulated device, every block is read by a kernel on a side stream, so every free waits
+// for that kernel (deferred, then polled or waited for when memory runs short). Its stats
+// are read once the pending frees are done, so that the counters the suite checks are those
+// of the live blocks.
+class SideStreamResource final : public MemoryResource, public MemoryReclaimer {
+ public:
+  SideStreamResource()
+      : sim_(std::make_shared<SimulatedCuda>()),
+        alloc_(std::make_unique<CudaSegmentSource>(sim_, 0), options()) {
+    EXPECT_TRUE(sim_->stream_create(&main_).ok());
+    EXPECT_TRUE(sim_->stream_create(&side_).ok());
+    alloc_.use_stream(sim_.get(), main_);
+    alloc_.set_reclaimer(this);
+  }
+  ~SideStreamResource() override {
+    // Every free of a block the side stream read was deferred, and nothing raced.
+    EXPECT_EQ(alloc_.stats().deferred_frees, frees_);
+    EXPECT_TRUE(sim_->races().empty());
+  }
+  MemoryStats stats() const override {
+    alloc_.synchronize_pending();
+    return alloc_.stats();
+  }
+  void reset_peaks() override { alloc_.reset_peaks(); }
+  std::size_t budget() const override { return alloc_.budget(); }
+  void set_budget(std::size_t budget) override { alloc_.set_budget(budget); }
+  std::size_t rounded_size(std::size_t bytes) const override { return alloc_.rounded_size(bytes); }
+  bool reclaim(std::size_t bytes) override {
+    return reclaimer() != nullptr && reclaimer()->reclaim(bytes);
+  }
+
+ protected:
+  void* do_allocate(std::size_t bytes) override {
+    void* p = alloc_.allocate(bytes);
+    alloc_.record_stream(p, side_);
+    const DeviceRange read{p, std::max<std::size_t>(bytes, 1)};
+    EXPECT_TRUE(sim_->launch(side_, 10e3, std::span(&read, 1), {}).ok());
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t bytes) override {
+    alloc_.deallocate(p, bytes);
+    ++frees_;
+  }
+
+ private:
+  static CachingAllocatorOptions options() {
+    CachingAllocatorOptions o;
+    o.budget = testing::kConformanceBudget;
+    o.small_segment = 256 << 10;
+    o.medium_segment = 4 << 20;
+    return o;
+  }
+  std::shared_ptr<SimulatedCuda> sim_;
+  mutable CachingAllocator alloc_;
+  CudaStream main_ = nullptr, side_ = nullptr;
+  std::size_t frees_ = 0;
+};
+
+struct SideStreamCaching {
+  static std::unique_ptr<MemoryResource> make() { return std::make_unique<SideStreamResource>(); }
+  static constexpr bool kHost = false;
+};
+
 }  // namespace
 }  // namespace remat::detail
+
+namespace remat::testing {
+using StreamOrderedResources = ::testing::Types<detail::SideStreamCaching>;
+INSTANTIATE_TYPED_TEST_SUITE_P(StreamOrdered, MemoryResourceConformance, StreamOrderedResources);
+}  // namespace remat::testing

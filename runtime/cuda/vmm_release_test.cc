@@ -9,8 +9,8 @@
 #include "remat/caching_allocator.h"
 #include "remat/runtime.h"
 #include "runtime/cuda/simulated_cuda.h"
-#include "runtime/cuda/simulated_device_ops.h"
-#include "tests/test_ops.h"
+#include "tests/support/simulated_device_ops.h"
+#include "tests/support/test_ops.h"
 
 namespace remat {
 namespace {

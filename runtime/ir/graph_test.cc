@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "remat/graph.h"
-#include "runtime/ir/test_graphs.h"
+#include "tests/support/test_graphs.h"
 
 namespace remat {
 namespace {

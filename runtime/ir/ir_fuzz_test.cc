@@ -1,4 +1,4 @@
-// Mutation fuzzing of the graph and schedule parsers (runtime/ir/fuzz_mutator.h): every mutated
+// Mutation fuzzing of the graph and schedule parsers (tests/support/fuzz_mutator.h): every mutated
 // file either parses into something the rest of remat::ir accepts (validate_graph, the
 // simulator, the writer, the DTR program of a graph) or is rejected with a one-line error;
 // nothing throws, aborts or crashes, and no case takes 10 s. Seeds: ../shared/graphs/*.json,
@@ -25,8 +25,8 @@
 #include "remat/graph.h"
 #include "remat/graph_transforms.h"
 #include "remat/schedule.h"
-#include "runtime/ir/fuzz_mutator.h"
-#include "runtime/ir/test_graphs.h"
+#include "tests/support/fuzz_mutator.h"
+#include "tests/support/test_graphs.h"
 
 namespace remat {
 namespace {

@@ -7,7 +7,7 @@
 #include "remat/graph.h"
 #include "remat/schedule.h"
 #include "runtime/ir/instances.h"
-#include "runtime/ir/test_graphs.h"
+#include "tests/support/test_graphs.h"
 
 namespace remat {
 namespace {

@@ -1,7 +1,8 @@
-// Mutation fuzzing of the DTR log parser and of the replay behind it (runtime/ir/fuzz_mutator.h):
-// every mutated trace either parses, and then replays on the simulated backend at a few
-// budgets, or is rejected with a one-line error naming the file; nothing throws past the
-// parser, aborts or crashes, and no case takes 10 s. Seeds: examples/traces/*.log and
+// Mutation fuzzing of the DTR log parser and of the replay behind it
+// (tests/support/fuzz_mutator.h): every mutated trace either parses, and then replays on the
+// simulated backend at a few budgets, or is rejected with a one-line error naming the file; nothing
+// throws past the parser, aborts or crashes, and no case takes 10 s. Seeds: examples/traces/*.log
+// and
 // ../shared/traces/dtr/*.log (prefixes of them for the replayed cases, to keep each case short,
 // and the whole files for parse-only cases).
 //
@@ -21,7 +22,7 @@
 #include "remat/dtr_trace.h"
 #include "remat/graph.h"
 #include "remat/replay.h"
-#include "runtime/ir/fuzz_mutator.h"
+#include "tests/support/fuzz_mutator.h"
 
 namespace remat {
 namespace {

@@ -16,7 +16,7 @@
 #include "remat/replay.h"
 #include "remat/schedule.h"
 #include "remat/static_replay.h"
-#include "tests/random_order.h"
+#include "tests/support/random_order.h"
 
 namespace remat::compare {
 namespace {

@@ -1,6 +1,6 @@
 // Helpers shared by the planner tests.
-#ifndef REMAT_PLANNER_TEST_UTIL_H_
-#define REMAT_PLANNER_TEST_UTIL_H_
+#ifndef REMAT_TESTS_SUPPORT_TEST_GRAPHS_H_
+#define REMAT_TESTS_SUPPORT_TEST_GRAPHS_H_
 
 #include <cstdint>
 #include <optional>

@@ -9,8 +9,8 @@
 // runs again on its own (FuzzOptions::only). Cases are bounded in number rather than in time,
 // so that every run tries the same inputs (REMAT_FUZZ_SCALE=0.1 runs the first tenth of them).
 // Test-only: header-only, linked by no library.
-#ifndef REMAT_RUNTIME_IR_FUZZ_MUTATOR_H_
-#define REMAT_RUNTIME_IR_FUZZ_MUTATOR_H_
+#ifndef REMAT_TESTS_SUPPORT_FUZZ_MUTATOR_H_
+#define REMAT_TESTS_SUPPORT_FUZZ_MUTATOR_H_
 
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
@@ -307,4 +307,4 @@ class Mutator {
 
 }  // namespace remat::testing
 
-#endif  // REMAT_RUNTIME_IR_FUZZ_MUTATOR_H_
+#endif  // REMAT_TESTS_SUPPORT_FUZZ_MUTATOR_H_

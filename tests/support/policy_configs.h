@@ -1,6 +1,6 @@
 // The parameters of the property tests that run every eviction policy in both accountings.
-#ifndef REMAT_TESTS_POLICY_CONFIGS_H_
-#define REMAT_TESTS_POLICY_CONFIGS_H_
+#ifndef REMAT_TESTS_SUPPORT_POLICY_CONFIGS_H_
+#define REMAT_TESTS_SUPPORT_POLICY_CONFIGS_H_
 
 #include <gtest/gtest.h>
 
@@ -34,4 +34,4 @@ inline std::string policy_config_name(const ::testing::TestParamInfo<PolicyConfi
 
 }  // namespace remat::testing
 
-#endif  // REMAT_TESTS_POLICY_CONFIGS_H_
+#endif  // REMAT_TESTS_SUPPORT_POLICY_CONFIGS_H_

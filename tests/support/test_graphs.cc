@@ -1,4 +1,4 @@
-#include "runtime/ir/test_graphs.h"
+#include "tests/support/test_graphs.h"
 
 #include <absl/strings/str_cat.h>
 

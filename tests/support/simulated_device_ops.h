@@ -1,7 +1,7 @@
 // Test support: host ops run as kernels of the simulated device (simulated_cuda.h), and the
 // runtime's options on it. For the CUDA backend's tests; in no library.
-#ifndef REMAT_RUNTIME_CUDA_SIMULATED_DEVICE_OPS_H_
-#define REMAT_RUNTIME_CUDA_SIMULATED_DEVICE_OPS_H_
+#ifndef REMAT_TESTS_SUPPORT_SIMULATED_DEVICE_OPS_H_
+#define REMAT_TESTS_SUPPORT_SIMULATED_DEVICE_OPS_H_
 
 #include <memory>
 #include <vector>
@@ -52,4 +52,4 @@ inline RuntimeOptions on_sim(const std::shared_ptr<SimulatedCuda>& sim, std::siz
 
 }  // namespace remat
 
-#endif  // REMAT_RUNTIME_CUDA_SIMULATED_DEVICE_OPS_H_
+#endif  // REMAT_TESTS_SUPPORT_SIMULATED_DEVICE_OPS_H_

@@ -1,8 +1,8 @@
 // Small float32 CPU ops for the runtime's tests: unary, binary, multi-output, views, random
 // and in-place ops, each with a declared cost. Deterministic kernels, so a recomputation
 // must reproduce every bit.
-#ifndef REMAT_TESTS_TEST_OPS_H_
-#define REMAT_TESTS_TEST_OPS_H_
+#ifndef REMAT_TESTS_SUPPORT_TEST_OPS_H_
+#define REMAT_TESTS_SUPPORT_TEST_OPS_H_
 
 #include <cstdint>
 #include <cstring>
@@ -159,4 +159,4 @@ inline RuntimeOptions logical(std::size_t budget, const std::string& policy = "d
 
 }  // namespace remat::testing
 
-#endif  // REMAT_TESTS_TEST_OPS_H_
+#endif  // REMAT_TESTS_SUPPORT_TEST_OPS_H_

@@ -1,8 +1,8 @@
 // A random topological order of a graph, for tests that need schedules the planners would
 // not make (a plan that computes late what the program calls early). Header-only: the
 // runtime's tests link no planner.
-#ifndef REMAT_TESTS_RANDOM_ORDER_H_
-#define REMAT_TESTS_RANDOM_ORDER_H_
+#ifndef REMAT_TESTS_SUPPORT_RANDOM_ORDER_H_
+#define REMAT_TESTS_SUPPORT_RANDOM_ORDER_H_
 
 #include <cstddef>
 #include <vector>
@@ -39,4 +39,4 @@ std::vector<int> random_topological_order(const Graph& g, Rng& rng) {
 
 }  // namespace remat::testing
 
-#endif  // REMAT_TESTS_RANDOM_ORDER_H_
+#endif  // REMAT_TESTS_SUPPORT_RANDOM_ORDER_H_
