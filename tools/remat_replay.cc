@@ -12,6 +12,7 @@
 #include <exception>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,118 @@ void declare_flags(remat::cli::FlagSet& flags, Args& a) {
             "a run whose slowdown passes this is stopped as thrashing", 1.0);
 }
 
+// Checks what the flags asked for; an error message where they do not make sense.
+std::optional<std::string> check_args(Args& a) {
+  a.policies = a.policy == "all"
+                   ? remat::eviction_policy_names()
+                   : std::vector<std::string>(absl::StrSplit(a.policy, ',', absl::SkipEmpty()));
+  a.replay.contiguous_eviction = !a.no_window;
+  a.replay.min_evictable_bytes = static_cast<std::size_t>(a.min_evictable);
+  a.replay.accounting =
+      a.accounting == "logical" ? remat::Accounting::kLogical : remat::Accounting::kAllocator;
+  if (a.trace.empty()) return "no trace given";
+  if (a.policies.empty()) return "no --policy given";
+  for (const std::string& p : a.policies) {
+    bool known = false;
+    for (const std::string& n : remat::eviction_policy_names()) known |= n == p;
+    if (!known) return "unknown policy '" + p + "' (--policy list shows them)";
+  }
+  if (a.budget.given() == a.sweep) return "give one of --budget, --budget-fraction, --sweep";
+  return std::nullopt;
+}
+
+// The budgets to replay at: the sweep's ten fractions, one fraction, or one size.
+std::vector<std::size_t> budgets_for(const Args& a, const remat::ReplayBaseline& base) {
+  std::vector<std::size_t> budgets;
+  std::vector<double> fractions;
+  if (a.sweep)
+    for (int k = 10; k >= 1; --k) fractions.push_back(k / 10.0);
+  else if (a.budget.fraction)
+    fractions.push_back(*a.budget.fraction);
+  else
+    budgets.push_back(static_cast<std::size_t>(*a.budget.bytes));
+  for (double f : fractions)
+    budgets.push_back(static_cast<std::size_t>(f * static_cast<double>(base.logical_peak_bytes)));
+  return budgets;
+}
+
+struct Row {
+  const std::string& trace;
+  const std::string& policy;
+  const char* accounting;
+  std::size_t budget;
+  double fraction;
+  const remat::ReplayBaseline& base;
+  const remat::ReplayResult& r;
+};
+
+void print_json(const Row& row) {
+  const remat::ReplayResult& r = row.r;
+  nlohmann::json j = {
+      {"trace", row.trace},
+      {"policy", row.policy},
+      {"accounting", row.accounting},
+      {"budget_bytes", row.budget},
+      {"budget_fraction", row.fraction},
+      {"baseline_peak_bytes", row.base.logical_peak_bytes},
+      {"baseline_reserved_bytes", row.base.reserved_peak_bytes},
+      {"constant_bytes", row.base.constant_bytes},
+      {"peak_reserved_bytes", r.peak_reserved_bytes},
+      {"peak_allocated_bytes", r.peak_allocated_bytes},
+      {"fragmentation", r.fragmentation},
+      {"segment_reserves", r.segment_reserves},
+      {"segment_releases", r.segment_releases},
+      // A run that stopped early has no slowdown: its time so far is not a step's.
+      {"slowdown", r.status == "ok" ? nlohmann::json(r.slowdown) : nlohmann::json()},
+      {"evictions", r.evictions},
+      {"recomputations", r.recomputations},
+      {"search_seconds", r.search_seconds},
+      {"simulated_seconds", r.simulated_seconds},
+      {"wall_seconds", r.wall_seconds},
+      {"status", r.status},
+  };
+  if (!r.error.empty()) j["error"] = r.error;
+  std::cout << j.dump() << "\n";
+}
+
+void print_text(const Row& row) {
+  const remat::ReplayResult& r = row.r;
+  const std::string slowdown =
+      r.status == "ok" ? absl::StrFormat("%.3f", r.slowdown) : std::string("-");
+  std::printf("%-12s %-10s %-9s %14zu %14zu %14zu %8.2f %9s %9zu %9zu %8.4f\n", row.trace.c_str(),
+              row.policy.c_str(), r.status.c_str(), row.budget, r.peak_reserved_bytes,
+              r.peak_allocated_bytes, row.fraction, slowdown.c_str(), r.evictions, r.recomputations,
+              r.search_seconds);
+}
+
+// Replays `trace` for every policy and budget; true when every run fit.
+bool replay_all(const Args& a, const remat::DtrTrace& trace) {
+  const remat::ReplayBaseline base = remat::replay_baseline(trace);
+  if (!a.json) {
+    std::printf("%-12s %-10s %-9s %14s %14s %14s %8s %9s %9s %9s %8s\n", "trace", "policy",
+                "status", "budget", "peak_reserved", "peak_alloc", "frac", "slowdown", "evictions",
+                "recomputes", "search_s");
+  }
+  const char* accounting =
+      a.replay.accounting == remat::Accounting::kLogical ? "logical" : "allocator";
+  bool all_fit = true;
+  for (const std::string& policy : a.policies) {
+    for (std::size_t budget : budgets_for(a, base)) {
+      remat::ReplayOptions opts = a.replay;
+      opts.policy = policy;
+      opts.budget = budget;
+      const remat::ReplayResult r = remat::replay(trace, opts);
+      const double fraction =
+          static_cast<double>(budget) / static_cast<double>(base.logical_peak_bytes);
+      const Row row{trace.name, policy, accounting, budget, fraction, base, r};
+      a.json ? print_json(row) : print_text(row);
+      all_fit &= r.status == "ok";
+      std::fflush(stdout);
+    }
+  }
+  return all_fit;
+}
+
 int run(int argc, char** argv) {
   namespace cli = remat::cli;
   Args a;
@@ -62,102 +175,20 @@ int run(int argc, char** argv) {
   declare_flags(flags, a);
   if (std::optional<int> code = flags.parse(argc, const_cast<const char* const*>(argv)))
     return *code;
-  auto usage = [](const std::string& why) {
-    std::fprintf(stderr, "remat-replay: %s (remat-replay --help lists the flags)\n", why.c_str());
-    return cli::kExitError;
-  };
   if (a.policy == "list") {
     for (const std::string& p : remat::eviction_policy_names()) std::printf("%s\n", p.c_str());
     return cli::kExitOk;
   }
-  a.policies = a.policy == "all"
-                   ? remat::eviction_policy_names()
-                   : std::vector<std::string>(absl::StrSplit(a.policy, ',', absl::SkipEmpty()));
-  a.replay.contiguous_eviction = !a.no_window;
-  a.replay.min_evictable_bytes = static_cast<std::size_t>(a.min_evictable);
-  a.replay.accounting =
-      a.accounting == "logical" ? remat::Accounting::kLogical : remat::Accounting::kAllocator;
-  if (a.trace.empty()) return usage("no trace given");
-  if (a.policies.empty()) return usage("no --policy given");
-  for (const std::string& p : a.policies) {
-    bool known = false;
-    for (const std::string& n : remat::eviction_policy_names()) known |= n == p;
-    if (!known) return usage("unknown policy '" + p + "' (--policy list shows them)");
+  if (std::optional<std::string> why = check_args(a)) {
+    std::fprintf(stderr, "remat-replay: %s (remat-replay --help lists the flags)\n", why->c_str());
+    return cli::kExitError;
   }
-  if (a.budget.given() == a.sweep) return usage("give one of --budget, --budget-fraction, --sweep");
-
   auto trace = remat::read_dtr_trace_file(a.trace);
   if (!trace.ok()) {
     std::fprintf(stderr, "remat-replay: %s\n", std::string(trace.status().message()).c_str());
     return cli::kExitError;
   }
-  const remat::ReplayBaseline base = remat::replay_baseline(*trace);
-  std::vector<std::size_t> budgets;
-  std::vector<double> fractions;
-  if (a.sweep)
-    for (int k = 10; k >= 1; --k) fractions.push_back(k / 10.0);
-  else if (a.budget.fraction)
-    fractions.push_back(*a.budget.fraction);
-  else
-    budgets.push_back(static_cast<std::size_t>(*a.budget.bytes));
-  for (double f : fractions)
-    budgets.push_back(static_cast<std::size_t>(f * static_cast<double>(base.logical_peak_bytes)));
-  bool all_fit = true;
-
-  if (!a.json) {
-    std::printf("%-12s %-10s %-9s %14s %14s %14s %8s %9s %9s %9s %8s\n", "trace", "policy",
-                "status", "budget", "peak_reserved", "peak_alloc", "frac", "slowdown", "evictions",
-                "recomputes", "search_s");
-  }
-  const char* accounting =
-      a.replay.accounting == remat::Accounting::kLogical ? "logical" : "allocator";
-  for (const std::string& policy : a.policies) {
-    for (std::size_t budget : budgets) {
-      remat::ReplayOptions opts = a.replay;
-      opts.policy = policy;
-      opts.budget = budget;
-      const remat::ReplayResult r = remat::replay(*trace, opts);
-      const double fraction =
-          static_cast<double>(budget) / static_cast<double>(base.logical_peak_bytes);
-      if (a.json) {
-        nlohmann::json j = {
-            {"trace", trace->name},
-            {"policy", policy},
-            {"accounting", accounting},
-            {"budget_bytes", budget},
-            {"budget_fraction", fraction},
-            {"baseline_peak_bytes", base.logical_peak_bytes},
-            {"baseline_reserved_bytes", base.reserved_peak_bytes},
-            {"constant_bytes", base.constant_bytes},
-            {"peak_reserved_bytes", r.peak_reserved_bytes},
-            {"peak_allocated_bytes", r.peak_allocated_bytes},
-            {"fragmentation", r.fragmentation},
-            {"segment_reserves", r.segment_reserves},
-            {"segment_releases", r.segment_releases},
-            // A run that stopped early has no slowdown: its time so far is not a step's.
-            {"slowdown", r.status == "ok" ? nlohmann::json(r.slowdown) : nlohmann::json()},
-            {"evictions", r.evictions},
-            {"recomputations", r.recomputations},
-            {"search_seconds", r.search_seconds},
-            {"simulated_seconds", r.simulated_seconds},
-            {"wall_seconds", r.wall_seconds},
-            {"status", r.status},
-        };
-        if (!r.error.empty()) j["error"] = r.error;
-        std::cout << j.dump() << "\n";
-      } else {
-        const std::string slowdown =
-            r.status == "ok" ? absl::StrFormat("%.3f", r.slowdown) : std::string("-");
-        std::printf("%-12s %-10s %-9s %14zu %14zu %14zu %8.2f %9s %9zu %9zu %8.4f\n",
-                    trace->name.c_str(), policy.c_str(), r.status.c_str(), budget,
-                    r.peak_reserved_bytes, r.peak_allocated_bytes, fraction, slowdown.c_str(),
-                    r.evictions, r.recomputations, r.search_seconds);
-      }
-      all_fit &= r.status == "ok";
-      std::fflush(stdout);
-    }
-  }
-  return all_fit ? cli::kExitOk : cli::kExitInfeasible;
+  return replay_all(a, *trace) ? cli::kExitOk : cli::kExitInfeasible;
 }
 
 }  // namespace

@@ -92,6 +92,112 @@ std::vector<std::string> default_planners(std::size_t nodes) {
   return p;
 }
 
+namespace {
+
+// One budget of a comparison: its fraction of the baseline, its bytes, and whether its runs
+// write timelines.
+struct BudgetPoint {
+  double fraction;
+  std::size_t budget;
+  bool timeline;
+};
+
+// noremat: the program as it is, no budget.
+RunRow noremat_row(const BudgetPoint& at, std::int64_t file_peak) {
+  RunRow row;
+  row.method = "noremat";
+  row.kind = "none";
+  row.fraction = at.fraction;
+  row.budget = at.budget;
+  row.predicted_peak = file_peak;
+  row.peak_logical = static_cast<std::size_t>(file_peak);
+  row.status = file_peak <= static_cast<std::int64_t>(at.budget) ? "ok" : "over_budget";
+  return row;
+}
+
+// A static planner's plan, replayed in both accountings; offered to `best` where it fits.
+RunRow static_row(const Graph& g, const std::string& algo, const BudgetPoint& at,
+                  const CompareOptions& o, const std::string& name, CheapestPlan& best) {
+  PlanOptions po;
+  po.budget_bytes = static_cast<std::int64_t>(at.budget);
+  po.time_limit_seconds = o.planner_time_limit;
+  RunRow row;
+  row.method = algo;
+  row.kind = "static";
+  row.fraction = at.fraction;
+  row.budget = at.budget;
+  absl::StatusOr<Plan> plan = plan_holding_inputs(algo, g, po);
+  if (!plan.ok()) {
+    row.status = "error";
+    row.note = std::string(plan.status().message());
+    return row;
+  }
+  row.decision_seconds = plan->solve_seconds;
+  if (!plan->feasible) {
+    row.status = "infeasible";
+    row.note = plan->reason;
+    return row;
+  }
+  row.predicted_peak = plan->sim.peak_bytes;
+  StaticReplayOptions logical_opts;
+  logical_opts.accounting = Accounting::kLogical;
+  absl::StatusOr<StaticReplayResult> logical = static_replay(g, plan->schedule, logical_opts);
+  StaticReplayOptions alloc_opts;
+  alloc_opts.record_timeline = at.timeline;
+  absl::StatusOr<StaticReplayResult> alloc = static_replay(g, plan->schedule, alloc_opts);
+  if (!logical.ok() || !alloc.ok()) {
+    row.status = "error";
+    row.note = std::string((!logical.ok() ? logical : alloc).status().message());
+    return row;
+  }
+  row.peak_logical = logical->peak_allocated_bytes;
+  row.peak_reserved = alloc->peak_reserved_bytes;
+  row.overhead = logical->overhead;
+  row.evictions = logical->evictions;
+  row.recomputations = logical->recomputations;
+  if (o.accounting == Accounting::kAllocator && row.peak_reserved > at.budget) {
+    row.status = "over_budget";
+    row.note = absl::StrCat("the allocator reserved ", row.peak_reserved - at.budget,
+                            " bytes past the budget");
+  }
+  if (at.timeline) row.timeline = maybe_write_timeline(o, name, row, alloc->timeline);
+  if (row.status == "ok") best.offer(row.overhead, plan->schedule, algo);
+  return row;
+}
+
+// The best plan so far, carried from budget to budget to seed hinted.
+struct Seed {
+  std::optional<Schedule> schedule;  // the best plan at the last budget that had one
+  std::string note;
+};
+
+// Hinted, seeded with the best plan at this budget (or the last budget's best).
+RunRow hinted_row(const Graph& g, const DtrTrace& program, const std::vector<StepSite>& sites,
+                  const BudgetPoint& at, const CheapestPlan& best, const CompareOptions& o,
+                  const std::string& name, Seed& seed) {
+  std::string seed_note;
+  if (!best.empty()) {
+    seed.schedule = best.schedule();
+    seed.note = absl::StrCat("seeded by ", best.source(), " @ ", fraction_label(at.fraction));
+    seed_note = seed.note;
+  } else if (seed.schedule) {
+    seed_note = absl::StrCat(seed.note, " (no plan fits this budget)");
+  } else {
+    seed_note = "no plan to seed it: DTR alone";
+  }
+  std::shared_ptr<const StepHints> hints;
+  if (seed.schedule)
+    hints = std::make_shared<StepHints>(hints_from_schedule(g, *seed.schedule, sites, seed_note));
+  Timeline tl;
+  RunRow row = dynamic_row(program, "hinted", "hinted", hints, at.fraction, at.budget, o,
+                           at.timeline ? &tl : nullptr);
+  if (row.status == "ok") row.note = seed_note;
+  if (at.timeline) row.timeline = maybe_write_timeline(o, name, row, tl);
+  return row;
+}
+
+}  // namespace
+
 CompareReport run_comparison(const Graph& g, const CompareOptions& o) {
   CompareReport report;
   report.name = g.name;
@@ -102,111 +208,33 @@ CompareReport run_comparison(const Graph& g, const CompareOptions& o) {
   const std::vector<StepSite> sites = trace_sites(g);
   const std::vector<std::string> planners =
       o.planners.empty() ? default_planners(g.nodes.size()) : o.planners;
-  std::optional<Schedule> last_best;  // the best plan at the last budget that had one
-  std::string last_best_note;
+  Seed seed;
   for (double f : o.fractions) {
-    const auto budget = static_cast<std::size_t>(f * static_cast<double>(report.baseline_peak));
-    const bool timeline = wants_timeline(o, f);
-    {  // noremat: the program as it is, no budget
-      RunRow row;
-      row.method = "noremat";
-      row.kind = "none";
-      row.fraction = f;
-      row.budget = budget;
-      row.predicted_peak = file_peak;
-      row.peak_logical = static_cast<std::size_t>(file_peak);
-      row.status = file_peak <= static_cast<std::int64_t>(budget) ? "ok" : "over_budget";
-      report.rows.push_back(row);
-    }
+    const BudgetPoint at{f, static_cast<std::size_t>(f * static_cast<double>(report.baseline_peak)),
+                         wants_timeline(o, f)};
+    report.rows.push_back(noremat_row(at, file_peak));
     // Static planners, replayed; the best plan here by overhead (the static plans' replayed,
     // the realized schedules' simulated).
     CheapestPlan best;
-    for (const std::string& algo : planners) {
-      PlanOptions po;
-      po.budget_bytes = static_cast<std::int64_t>(budget);
-      po.time_limit_seconds = o.planner_time_limit;
-      RunRow row;
-      row.method = algo;
-      row.kind = "static";
-      row.fraction = f;
-      row.budget = budget;
-      absl::StatusOr<Plan> plan = plan_holding_inputs(algo, g, po);
-      if (!plan.ok()) {
-        row.status = "error";
-        row.note = std::string(plan.status().message());
-        report.rows.push_back(row);
-        continue;
-      }
-      row.decision_seconds = plan->solve_seconds;
-      if (!plan->feasible) {
-        row.status = "infeasible";
-        row.note = plan->reason;
-        report.rows.push_back(row);
-        continue;
-      }
-      row.predicted_peak = plan->sim.peak_bytes;
-      StaticReplayOptions logical_opts;
-      logical_opts.accounting = Accounting::kLogical;
-      absl::StatusOr<StaticReplayResult> logical = static_replay(g, plan->schedule, logical_opts);
-      StaticReplayOptions alloc_opts;
-      alloc_opts.record_timeline = timeline;
-      absl::StatusOr<StaticReplayResult> alloc = static_replay(g, plan->schedule, alloc_opts);
-      if (!logical.ok() || !alloc.ok()) {
-        row.status = "error";
-        row.note = std::string((!logical.ok() ? logical : alloc).status().message());
-        report.rows.push_back(row);
-        continue;
-      }
-      row.peak_logical = logical->peak_allocated_bytes;
-      row.peak_reserved = alloc->peak_reserved_bytes;
-      row.overhead = logical->overhead;
-      row.evictions = logical->evictions;
-      row.recomputations = logical->recomputations;
-      if (o.accounting == Accounting::kAllocator && row.peak_reserved > budget) {
-        row.status = "over_budget";
-        row.note = absl::StrCat("the allocator reserved ", row.peak_reserved - budget,
-                                " bytes past the budget");
-      }
-      if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, alloc->timeline);
-      if (row.status == "ok") best.offer(row.overhead, plan->schedule, algo);
-      report.rows.push_back(row);
-    }
+    for (const std::string& algo : planners)
+      report.rows.push_back(static_row(g, algo, at, o, report.name, best));
     // Dynamic policies. What each realized on the step is a static plan too (see
     // Note [Seeding hinted]).
     for (const std::string& policy : o.policies) {
       Timeline tl;
       std::vector<int> executed;
-      RunRow row = dynamic_row(program, policy, policy, nullptr, f, budget, o,
-                               timeline ? &tl : nullptr, &executed);
-      if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, tl);
+      RunRow row = dynamic_row(program, policy, policy, nullptr, f, at.budget, o,
+                               at.timeline ? &tl : nullptr, &executed);
+      if (at.timeline) row.timeline = maybe_write_timeline(o, report.name, row, tl);
       report.rows.push_back(row);
       if (row.status != "ok") continue;
       absl::StatusOr<Plan> realized =
-          realized_plan(g, sites, executed, static_cast<std::int64_t>(budget));
+          realized_plan(g, sites, executed, static_cast<std::int64_t>(at.budget));
       if (realized.ok() && realized->feasible)
         best.offer(realized->sim.overhead, realized->schedule,
                    absl::StrCat("the schedule ", policy, " realized"));
     }
-    // Hinted, seeded with the best plan here (or the last budget's best).
-    std::string seed_note;
-    if (!best.empty()) {
-      last_best = best.schedule();
-      last_best_note = absl::StrCat("seeded by ", best.source(), " @ ", fraction_label(f));
-      seed_note = last_best_note;
-    } else if (last_best) {
-      seed_note = absl::StrCat(last_best_note, " (no plan fits this budget)");
-    } else {
-      seed_note = "no plan to seed it: DTR alone";
-    }
-    std::shared_ptr<const StepHints> hints;
-    if (last_best)
-      hints = std::make_shared<StepHints>(hints_from_schedule(g, *last_best, sites, seed_note));
-    Timeline tl;
-    RunRow row =
-        dynamic_row(program, "hinted", "hinted", hints, f, budget, o, timeline ? &tl : nullptr);
-    if (row.status == "ok") row.note = seed_note;
-    if (timeline) row.timeline = maybe_write_timeline(o, report.name, row, tl);
-    report.rows.push_back(row);
+    report.rows.push_back(hinted_row(g, program, sites, at, best, o, report.name, seed));
   }
   return report;
 }

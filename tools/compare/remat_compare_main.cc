@@ -5,7 +5,7 @@
 //   remat-compare --example gpt --layers 2 --timelines all --json
 //
 // Prints a table (or, with --json, one JSON object), and writes OUT/NAME.svg (overhead
-// against budget, one line per method), OUT/NAME.json, and Chrome-trace memory timelines
+// against budget, one line per method), OUT/NAME.json, and memory timeline files
 // (OUT/NAME_METHOD_BUDGET.trace.json; open them in ui.perfetto.dev or chrome://tracing).
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
@@ -108,7 +108,7 @@ void declare_flags(remat::cli::FlagSet& flags, Flags& f, remat::compare::Compare
   flags.add("time-limit", &opt.planner_time_limit, "seconds each planner may take", 0.001);
   flags.add("out", &f.out_dir, "directory for the plot, the JSON and the timelines");
   flags.add("timelines", &f.timelines,
-            "write Chrome-trace memory timelines of the runs at this fraction, or all, or none");
+            "write memory timeline files of the runs at this fraction, or all, or none");
   flags.add_choice("hold-inputs", &f.hold, {"auto", "yes", "no"},
                    "keep the program's inputs live through the step (auto: for --example, "
                    "whose parameters and data live through a training step)");

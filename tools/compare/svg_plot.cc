@@ -119,16 +119,31 @@ Axis nice_axis(double min, double max) {
 
 }  // namespace
 
-std::string render_overhead_plot(const std::vector<PlotSeries>& series,
-                                 const PlotOptions& options) {
-  const double width = std::max(options.width, 320);
-  const double height = std::max(options.height, 200);
-  constexpr double kLeft = 70, kTop = 50, kBottom = 60, kLegendWidth = 170;
-  const double plot_w = width - kLeft - kLegendWidth;
-  const double plot_h = height - kTop - kBottom;
+namespace {
 
-  // Finite points of each series, sorted by x.
-  std::vector<std::vector<std::pair<double, double>>> points(series.size());
+using Points = std::vector<std::vector<std::pair<double, double>>>;
+
+// Where the plot area lies and how data maps into it.
+struct Frame {
+  static constexpr double kLeft = 70, kTop = 50, kBottom = 60, kLegendWidth = 170;
+  double width, height, plot_w, plot_h;
+  Axis xa, ya;
+  double px(double x) const { return kLeft + (x - xa.lo) / (xa.hi - xa.lo) * plot_w; }
+  double py(double y) const { return kTop + plot_h - (y - ya.lo) / (ya.hi - ya.lo) * plot_h; }
+  double x0() const { return kLeft; }
+  double x1() const { return kLeft + plot_w; }
+  double y0() const { return kTop + plot_h; }
+  double y1() const { return kTop; }
+};
+
+// Finite points of each series, sorted by x, and the frame that holds them all.
+Frame frame_for(const std::vector<PlotSeries>& series, const PlotOptions& options, Points& points) {
+  Frame f;
+  f.width = std::max(options.width, 320);
+  f.height = std::max(options.height, 200);
+  f.plot_w = f.width - Frame::kLeft - Frame::kLegendWidth;
+  f.plot_h = f.height - Frame::kTop - Frame::kBottom;
+  points.assign(series.size(), {});
   double x_min = INFINITY, x_max = -INFINITY, y_min = 0, y_max = 0;
   bool any = false;
   for (std::size_t s = 0; s < series.size(); ++s) {
@@ -149,104 +164,118 @@ std::string render_overhead_plot(const std::vector<PlotSeries>& series,
     x_max = 1;
   }
   if (y_max == y_min) y_max = y_min + 1;  // all zero (or no data): a unit axis
-  const Axis xa = nice_axis(x_min, x_max);
-  const Axis ya = nice_axis(y_min, y_max);
+  f.xa = nice_axis(x_min, x_max);
+  f.ya = nice_axis(y_min, y_max);
+  return f;
+}
 
-  auto px = [&](double x) { return kLeft + (x - xa.lo) / (xa.hi - xa.lo) * plot_w; };
-  auto py = [&](double y) { return kTop + plot_h - (y - ya.lo) / (ya.hi - ya.lo) * plot_h; };
-  const double x0 = kLeft, x1 = kLeft + plot_w, y0 = kTop + plot_h, y1 = kTop;
-
-  std::string svg;
+void write_header(const Frame& f, const PlotOptions& options, std::string& svg) {
   svg += "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + format_px(width) +
-         "\" height=\"" + format_px(height) + "\" viewBox=\"0 0 " + format_px(width) + " " +
-         format_px(height) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  svg += "<rect x=\"0\" y=\"0\" width=\"" + format_px(width) + "\" height=\"" + format_px(height) +
-         "\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + format_px(kLeft + plot_w / 2) +
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + format_px(f.width) +
+         "\" height=\"" + format_px(f.height) + "\" viewBox=\"0 0 " + format_px(f.width) + " " +
+         format_px(f.height) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg += "<rect x=\"0\" y=\"0\" width=\"" + format_px(f.width) + "\" height=\"" +
+         format_px(f.height) + "\" fill=\"white\"/>\n";
+  svg += "<text x=\"" + format_px(Frame::kLeft + f.plot_w / 2) +
          "\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">" +
          escape(options.title) + "</text>\n";
+}
 
-  // Grid, ticks and tick labels.
+std::string line(double x1, double y1, double x2, double y2) {
+  return "<line x1=\"" + format_px(x1) + "\" y1=\"" + format_px(y1) + "\" x2=\"" + format_px(x2) +
+         "\" y2=\"" + format_px(y2) + "\"/>\n";
+}
+
+// Grid, axes, ticks, tick labels and axis titles.
+void write_axes(const Frame& f, const PlotOptions& options, std::string& svg) {
   svg += "<g stroke=\"#e0e0e0\" stroke-width=\"1\">\n";
-  for (double t : xa.ticks) {
-    svg += "<line x1=\"" + format_px(px(t)) + "\" y1=\"" + format_px(y0) + "\" x2=\"" +
-           format_px(px(t)) + "\" y2=\"" + format_px(y1) + "\"/>\n";
-  }
-  for (double t : ya.ticks) {
-    svg += "<line x1=\"" + format_px(x0) + "\" y1=\"" + format_px(py(t)) + "\" x2=\"" +
-           format_px(x1) + "\" y2=\"" + format_px(py(t)) + "\"/>\n";
-  }
+  for (double t : f.xa.ticks) svg += line(f.px(t), f.y0(), f.px(t), f.y1());
+  for (double t : f.ya.ticks) svg += line(f.x0(), f.py(t), f.x1(), f.py(t));
   svg += "</g>\n<g stroke=\"black\" stroke-width=\"1\">\n";
-  svg += "<line x1=\"" + format_px(x0) + "\" y1=\"" + format_px(y0) + "\" x2=\"" + format_px(x1) +
-         "\" y2=\"" + format_px(y0) + "\"/>\n";
-  svg += "<line x1=\"" + format_px(x0) + "\" y1=\"" + format_px(y0) + "\" x2=\"" + format_px(x0) +
-         "\" y2=\"" + format_px(y1) + "\"/>\n";
-  for (double t : xa.ticks) {
-    svg += "<line x1=\"" + format_px(px(t)) + "\" y1=\"" + format_px(y0) + "\" x2=\"" +
-           format_px(px(t)) + "\" y2=\"" + format_px(y0 + 5) + "\"/>\n";
-  }
-  for (double t : ya.ticks) {
-    svg += "<line x1=\"" + format_px(x0 - 5) + "\" y1=\"" + format_px(py(t)) + "\" x2=\"" +
-           format_px(x0) + "\" y2=\"" + format_px(py(t)) + "\"/>\n";
-  }
+  svg += line(f.x0(), f.y0(), f.x1(), f.y0());
+  svg += line(f.x0(), f.y0(), f.x0(), f.y1());
+  for (double t : f.xa.ticks) svg += line(f.px(t), f.y0(), f.px(t), f.y0() + 5);
+  for (double t : f.ya.ticks) svg += line(f.x0() - 5, f.py(t), f.x0(), f.py(t));
   svg += "</g>\n<g fill=\"black\">\n";
-  for (double t : xa.ticks) {
-    svg += "<text x=\"" + format_px(px(t)) + "\" y=\"" + format_px(y0 + 18) +
-           "\" text-anchor=\"middle\">" + fixed(t, xa.decimals) + "</text>\n";
+  for (double t : f.xa.ticks) {
+    svg += "<text x=\"" + format_px(f.px(t)) + "\" y=\"" + format_px(f.y0() + 18) +
+           "\" text-anchor=\"middle\">" + fixed(t, f.xa.decimals) + "</text>\n";
   }
-  for (double t : ya.ticks) {
-    svg += "<text x=\"" + format_px(x0 - 8) + "\" y=\"" + format_px(py(t) + 4) +
-           "\" text-anchor=\"end\">" + fixed(t, ya.decimals) + "</text>\n";
+  for (double t : f.ya.ticks) {
+    svg += "<text x=\"" + format_px(f.x0() - 8) + "\" y=\"" + format_px(f.py(t) + 4) +
+           "\" text-anchor=\"end\">" + fixed(t, f.ya.decimals) + "</text>\n";
   }
   svg += "</g>\n";
+  const double mid_y = Frame::kTop + f.plot_h / 2;
+  svg += "<text x=\"" + format_px(Frame::kLeft + f.plot_w / 2) + "\" y=\"" +
+         format_px(f.height - 15) + "\" text-anchor=\"middle\">" + escape(options.x_label) +
+         "</text>\n";
+  svg += "<text x=\"18\" y=\"" + format_px(mid_y) +
+         "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " + format_px(mid_y) + ")\">" +
+         escape(options.y_label) + "</text>\n";
+}
 
-  // Axis titles.
-  svg += "<text x=\"" + format_px(kLeft + plot_w / 2) + "\" y=\"" + format_px(height - 15) +
-         "\" text-anchor=\"middle\">" + escape(options.x_label) + "</text>\n";
-  svg += "<text x=\"18\" y=\"" + format_px(kTop + plot_h / 2) +
-         "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " + format_px(kTop + plot_h / 2) +
-         ")\">" + escape(options.y_label) + "</text>\n";
+std::string dash_attribute(const std::string& dash) {
+  return dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"";
+}
 
-  if (series.empty()) {
-    svg += "<text x=\"" + format_px(kLeft + plot_w / 2) + "\" y=\"" + format_px(kTop + plot_h / 2) +
-           "\" text-anchor=\"middle\" fill=\"#808080\">no data</text>\n";
-  }
-
-  // One polyline (and a circle per point) per series, then the legend.
+// One polyline (and a circle per point) per series.
+void write_series(const Frame& f, const std::vector<PlotSeries>& series, const Points& points,
+                  std::string& svg) {
   for (std::size_t s = 0; s < series.size(); ++s) {
     const std::string colour = kPalette[s % kPaletteSize];
     const std::string dash = kDashes[(s / kPaletteSize) % kDashCount];
     std::string coords;
     for (const auto& [x, y] : points[s]) {
       if (!coords.empty()) coords += ' ';
-      coords += format_px(px(x)) + "," + format_px(py(y));
+      coords += format_px(f.px(x)) + "," + format_px(f.py(y));
     }
     svg += "<g>\n<polyline data-series=\"" + escape(series[s].name) + "\" points=\"" + coords +
-           "\" fill=\"none\" stroke=\"" + colour + "\" stroke-width=\"2\"" +
-           (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") + "/>\n";
+           "\" fill=\"none\" stroke=\"" + colour + "\" stroke-width=\"2\"" + dash_attribute(dash) +
+           "/>\n";
     for (const auto& [x, y] : points[s]) {
-      svg += "<circle cx=\"" + format_px(px(x)) + "\" cy=\"" + format_px(py(y)) +
+      svg += "<circle cx=\"" + format_px(f.px(x)) + "\" cy=\"" + format_px(f.py(y)) +
              "\" r=\"3\" fill=\"" + colour + "\"/>\n";
     }
     svg += "</g>\n";
   }
+}
+
+void write_legend(const Frame& f, const std::vector<PlotSeries>& series, std::string& svg) {
   svg += "<g>\n";
   for (std::size_t s = 0; s < series.size(); ++s) {
     const std::string colour = kPalette[s % kPaletteSize];
     const std::string dash = kDashes[(s / kPaletteSize) % kDashCount];
-    const double ly = kTop + 10 + 20.0 * static_cast<double>(s);
-    const double lx = x1 + 15;
+    const double ly = Frame::kTop + 10 + 20.0 * static_cast<double>(s);
+    const double lx = f.x1() + 15;
     svg += "<line x1=\"" + format_px(lx) + "\" y1=\"" + format_px(ly) + "\" x2=\"" +
            format_px(lx + 24) + "\" y2=\"" + format_px(ly) + "\" stroke=\"" + colour +
-           "\" stroke-width=\"2\"" + (dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"") +
-           "/>\n";
+           "\" stroke-width=\"2\"" + dash_attribute(dash) + "/>\n";
     svg += "<circle cx=\"" + format_px(lx + 12) + "\" cy=\"" + format_px(ly) +
            "\" r=\"3\" fill=\"" + colour + "\"/>\n";
     svg += "<text x=\"" + format_px(lx + 30) + "\" y=\"" + format_px(ly + 4) + "\">" +
            escape(series[s].name) + "</text>\n";
   }
-  svg += "</g>\n</svg>\n";
+  svg += "</g>\n";
+}
+
+}  // namespace
+
+std::string render_overhead_plot(const std::vector<PlotSeries>& series,
+                                 const PlotOptions& options) {
+  Points points;
+  const Frame f = frame_for(series, options, points);
+  std::string svg;
+  write_header(f, options, svg);
+  write_axes(f, options, svg);
+  if (series.empty()) {
+    svg += "<text x=\"" + format_px(Frame::kLeft + f.plot_w / 2) + "\" y=\"" +
+           format_px(Frame::kTop + f.plot_h / 2) +
+           "\" text-anchor=\"middle\" fill=\"#808080\">no data</text>\n";
+  }
+  write_series(f, series, points, svg);
+  write_legend(f, series, svg);
+  svg += "</svg>\n";
   return svg;
 }
 
