@@ -9,7 +9,7 @@
 namespace remat::detail {
 
 AllocatorCore::AllocatorCore(std::unique_ptr<SegmentSource> source, CachingAllocatorOptions options)
-    : source_(std::move(source)), options_(options), one_pool_(one_pool()), placement_(pool_) {
+    : source_(std::move(source)), options_(options), placement_(pool_) {
   if (options_.expandable_segments && source_->lazily_committed())
     arena_.emplace(pool_, *source_, options_.arena_step);
 }
@@ -49,7 +49,6 @@ void AllocatorCore::reset_peaks() {
 
 void AllocatorCore::set_budget(std::size_t budget) {
   options_.budget = budget;
-  one_pool_ = one_pool();
   if (stats_.reserved <= budget) return;
   end_placement();  // its holes and arena are cached memory like any other now
   release_cached();
@@ -64,14 +63,10 @@ void AllocatorCore::set_budget(std::size_t budget) {
 // slivers left unsplit are simply lost. So with a finite budget every request goes to one
 // pool, blocks split down to `round_to`, and the runtime's eviction (which can always free
 // what sits between two free blocks) takes the place of segregation. The arena (Note
-// [Expandable arena]) is one pool too.
-bool AllocatorCore::one_pool() const {
-  return options_.expandable_segments ||
-         (options_.one_pool_under_budget && options_.budget != SIZE_MAX);
-}
+// [Expandable arena]) is one pool too. (AllocatorCore::one_pool.)
 
 std::size_t AllocatorCore::segment_size_for(std::size_t rounded) const {
-  if (rounded <= options_.small_max && !one_pool_) return options_.small_segment;
+  if (rounded <= options_.small_max && !one_pool()) return options_.small_segment;
   if (rounded <= options_.medium_max) return options_.medium_segment;
   return round_up(rounded, options_.large_round);
 }
@@ -186,7 +181,7 @@ void* AllocatorCore::hand_out(Block* b, std::size_t size, std::size_t bytes) {
   const bool small = small_pool(size);
   const std::size_t rest = b->size - size;
   if (!b->segment->whole &&
-      rest >= (small || one_pool_ ? options_.round_to : options_.large_split_min)) {
+      rest >= (small || one_pool() ? options_.round_to : options_.large_split_min)) {
     pool_.insert_free(pool_.split(b, size));
   }
   mark_allocated(b, bytes);
@@ -254,7 +249,7 @@ Block* AllocatorCore::reserve_segment(std::size_t size) {
     return nullptr;
   }
   refused_ = 0;
-  const bool whole = options_.whole_large_segments && one_pool_ && size > options_.medium_max;
+  const bool whole = options_.whole_large_segments && one_pool() && size > options_.medium_max;
   return add_segment(p, want, small, whole)->first;
 }
 
@@ -369,7 +364,7 @@ bool AllocatorCore::begin_placement(std::shared_ptr<const Placement> placement) 
   Segment* arena =
       need > 0 && stats_.reserved <= options_.budget ? placement_.reusable_arena(need) : nullptr;
   if (arena == nullptr && need > 0) release_cached();
-  placement_.outcome = StepPlacement::Outcome{
+  placement_.outcome = CachingAllocator::PlacementOutcome{
       .arena_bytes = need, .room = arena != nullptr ? arena->size : unreserved()};
   if (arena == nullptr && need > 0 && (arena = placement_arena(need)) == nullptr) {
     ++placement_.misses;

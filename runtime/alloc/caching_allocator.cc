@@ -48,9 +48,7 @@ bool CachingAllocator::begin_placement(std::shared_ptr<const Placement> placemen
 }
 void CachingAllocator::end_placement() { core_->end_placement(); }
 std::optional<CachingAllocator::PlacementOutcome> CachingAllocator::last_placement() const {
-  const auto& outcome = core_->placement().outcome;
-  if (!outcome) return std::nullopt;
-  return PlacementOutcome{.arena_bytes = outcome->arena_bytes, .room = outcome->room};
+  return core_->placement().outcome;
 }
 void CachingAllocator::pause_placement(bool paused) { core_->placement().pause(paused); }
 

@@ -21,7 +21,6 @@ namespace {
 struct Fixture {
   SimulatedCuda sim;
   CudaStream main = nullptr, side = nullptr;
-  std::vector<char> memory = std::vector<char>(1 << 16);
   Segment segment;
   std::vector<Block> blocks = std::vector<Block>(8);
 

@@ -89,8 +89,14 @@ class AllocatorCore {
   std::size_t arena_room() const { return arena_ ? arena_->room(unreserved()) : 0; }
 
  private:
-  bool one_pool() const;
-  bool small_pool(std::size_t rounded) const { return !one_pool_ && rounded <= options_.small_max; }
+  // Note [One pool under a budget] in allocator_core.cc.
+  bool one_pool() const {
+    return options_.expandable_segments ||
+           (options_.one_pool_under_budget && options_.budget != SIZE_MAX);
+  }
+  bool small_pool(std::size_t rounded) const {
+    return !one_pool() && rounded <= options_.small_max;
+  }
   // True when `have` free bytes (one block, or a window of a segment that is `whole` or not)
   // may serve a rounded request of `size` (Note [Whole segments for large tensors]).
   bool fits(bool whole, std::size_t have, std::size_t size) const {
@@ -116,7 +122,6 @@ class AllocatorCore {
 
   std::unique_ptr<SegmentSource> source_;
   CachingAllocatorOptions options_;
-  bool one_pool_;  // one_pool(), kept current by set_budget: the hot path reads it
   MemoryStats stats_;
   std::size_t refused_ = 0;  // bytes of the last reservation the source refused in this request
   BestFitPool pool_;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "remat/caching_allocator.h"
 #include "remat/placement.h"
 #include "runtime/alloc/detail/best_fit_pool.h"
 
@@ -76,13 +77,10 @@ class StepPlacement {
   bool holds_range(const Segment* s) const;
   Segment* arena() const { return arena_; }
 
-  struct Outcome {
-    std::size_t arena_bytes = 0;
-    std::size_t room = 0;
-  };
-  std::optional<Outcome> outcome;  // what the last placement found, where it sized an arena
-  std::size_t placed = 0;          // requests served at their place
-  std::size_t misses = 0;          // placements abandoned
+  std::optional<CachingAllocator::PlacementOutcome>
+      outcome;             // what the last placement found, where it sized an arena
+  std::size_t placed = 0;  // requests served at their place
+  std::size_t misses = 0;  // placements abandoned
 
  private:
   struct Layout {
