@@ -1,0 +1,70 @@
+// remat as a PyTorch device: tensors and modules moved to remat::torch_backend::device() are
+// kept by remat's runtime under a budget, evicted when it is reached and recomputed when read
+// (the optional component `remat::torch`, built where PyTorch is found).
+//
+//   #include <remat/torch.h>
+//   #include <torch/torch.h>
+//
+//   remat::torch_backend::set_budget(size_t{256} << 20);
+//   torch::nn::Sequential net(torch::nn::Linear(64, 64), torch::nn::ReLU());
+//   remat::torch_backend::move_module(*net, remat::torch_backend::device());
+//   torch::optim::SGD sgd(net->parameters(), 0.1);
+//   for (int step = 0; step < 10; ++step) {
+//     remat::torch_backend::StepScope scope;         // marks a training step
+//     auto loss = net->forward(x.to(remat::torch_backend::device())).square().mean();
+//     sgd.zero_grad();
+//     loss.backward();
+//     sgd.step();
+//   }
+//   remat::torch_backend::stats().evictions;
+//
+// Every operator runs its CPU kernel over remat's memory, so results are bitwise those of the
+// same program on the CPU (docs/pytorch.md says what is supported).
+#ifndef REMAT_TORCH_H_
+#define REMAT_TORCH_H_
+
+#include <c10/core/Device.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "remat/runtime.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace remat::torch_backend {
+
+// The device: PrivateUse1, index 0 (named "remat" once Python's remat_torch is imported).
+c10::Device device();
+// The budget on the runtime's reserved bytes (a hard cap); SIZE_MAX: none.
+void set_budget(std::size_t bytes);
+std::size_t budget();
+// The eviction policy (eviction_policy_names()); only before any tensor is on the device.
+void set_policy(const std::string& policy);
+std::string policy();
+RuntimeStats stats();
+// What the program holds on the device, by the operator that made it (most resident first).
+std::vector<HeldTensors> held_tensors();
+void reset_peaks();
+// Moves a module's parameters, their gradients and its buffers to `device` (the remat
+// device or the CPU), in place, as Module::to does; the module keeps its tensors' identities.
+// LibTorch's own Module::to cannot move to the device (Note [Moving modules in place]).
+void move_module(torch::nn::Module& module, c10::Device device);
+// Evicts every storage that can be evicted now; returns how many it evicted.
+std::size_t evict_all();
+
+// Marks a training step: begins one on construction, ends it on destruction.
+class StepScope {
+ public:
+  StepScope();
+  ~StepScope();
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+};
+
+}  // namespace remat::torch_backend
+
+#endif  // REMAT_TORCH_H_

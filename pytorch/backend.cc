@@ -1,0 +1,89 @@
+#include "pytorch/detail/backend.h"
+
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace remat::torch_backend::detail {
+namespace {
+
+// The DataPtr deleter of every device storage: drops the remat tensor under the lock (torch
+// may free a storage on the autograd engine's thread).
+void delete_remat_storage(void* context) {
+  auto* storage = static_cast<RematStorage*>(context);
+  Backend& backend = Backend::get();
+  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  backend.storage_dropped(storage);
+  delete storage;
+}
+
+}  // namespace
+
+Backend& Backend::get() {
+  // Never destroyed: storages may outlive static destruction (a module held by Python).
+  static Backend* backend = new Backend();
+  return *backend;
+}
+
+Backend::Backend() {
+  options_.backend = remat::Backend::kCpu;
+  options_.accounting = Accounting::kAllocator;
+  options_.policy = "dtr";
+}
+
+Runtime& Backend::runtime() {
+  if (runtime_ == nullptr) runtime_ = std::make_unique<Runtime>(options_);
+  return *runtime_;
+}
+
+void Backend::set_budget(std::size_t bytes) {
+  options_.budget = bytes;
+  if (runtime_ != nullptr) runtime_->set_budget(bytes);
+}
+
+void Backend::set_policy(const std::string& policy) {
+  bool known = false;
+  for (const std::string& name : eviction_policy_names()) known = known || name == policy;
+  if (!known) throw std::invalid_argument("remat_torch: unknown policy '" + policy + "'");
+  if (policy == options_.policy) return;
+  if (!storages_.empty())
+    throw std::logic_error("remat_torch: set_policy while " + std::to_string(storages_.size()) +
+                           " storages are on the device; set it before moving tensors there");
+  options_.policy = policy;
+  runtime_.reset();
+}
+
+std::size_t Backend::evict_all() {
+  if (runtime_ == nullptr) return 0;
+  std::size_t evicted = 0;
+  for (RematStorage* s : storages_)
+    if (!s->pinned && runtime_->evict(s->tensor)) ++evicted;
+  return evicted;
+}
+
+void pin_storage(RematStorage& s, Runtime& rt) {
+  if (s.pinned) return;
+  std::vector<std::byte> bytes(s.tensor.bytes());
+  rt.read(s.tensor, bytes.data());
+  s.tensor = rt.constant(s.tensor.spec(), bytes.data());
+  s.pinned = true;
+}
+
+c10::Device device() { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
+
+c10::Storage make_storage(Tensor t, std::size_t nbytes, bool pinned) {
+  auto* storage = new RematStorage{std::move(t), nbytes, pinned};
+  Backend::get().storage_made(storage);
+  c10::DataPtr data(nullptr, storage, &delete_remat_storage, device());
+  return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(data), nullptr,
+                      /*resizable=*/false);
+}
+
+RematStorage* remat_storage_of(const c10::Storage& storage) {
+  if (!storage) return nullptr;
+  const c10::DataPtr& data = storage.data_ptr();
+  if (data.get_deleter() != &delete_remat_storage) return nullptr;
+  return static_cast<RematStorage*>(data.get_context());
+}
+
+}  // namespace remat::torch_backend::detail

@@ -1,0 +1,73 @@
+// The process's one remat runtime behind PyTorch's PrivateUse1 device, and the storages it
+// holds for torch (Note [A torch storage is a remat storage]).
+#ifndef REMAT_PYTORCH_DETAIL_BACKEND_H_
+#define REMAT_PYTORCH_DETAIL_BACKEND_H_
+
+#include <absl/container/flat_hash_set.h>
+#include <c10/core/Storage.h>
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "remat/runtime.h"
+
+namespace remat::torch_backend::detail {
+
+// Note [A torch storage is a remat storage]
+// Every storage of a tensor on the device is an ordinary c10::Storage whose DataPtr holds no
+// address: its context is a RematStorage, which owns the remat tensor (bytes, dtype u8) that
+// is the storage's current version. So torch keeps its own view metadata (sizes, strides,
+// offset) on ordinary TensorImpls, views share the c10::Storage as they do on the CPU,
+// `set_data` and shallow copies carry the storage along, and the last torch reference to a
+// storage drops the remat tensor. A storage's bytes are reached only through the runtime
+// (Runtime::data inside an op), which recomputes them where they were evicted; an in-place op
+// rebinds `tensor` to a new version (copy-on-write, Runtime::call_inplace) or writes a pinned
+// one in place (Runtime::update), and every view sees it because they share the RematStorage.
+struct RematStorage {
+  Tensor tensor;
+  std::size_t nbytes = 0;
+  // Made by Runtime::constant (parameters, buffers, inputs copied in): written in place by
+  // Runtime::update, never evicted.
+  bool pinned = false;
+};
+
+// The runtime and the lock every use of it takes: the autograd engine runs the backward pass
+// on a thread of its own for the device, and the runtime is not thread-safe.
+class Backend {
+ public:
+  static Backend& get();
+  std::recursive_mutex& mutex() { return mutex_; }
+  // The runtime, made on first use with the options set so far.
+  Runtime& runtime();
+  void set_budget(std::size_t bytes);
+  // Replaces the runtime with one under `policy`; only while no storage is alive.
+  void set_policy(const std::string& policy);
+  std::string policy() const { return options_.policy; }
+  std::size_t live_storages() const { return storages_.size(); }
+  void storage_made(RematStorage* s) { storages_.insert(s); }
+  void storage_dropped(RematStorage* s) { storages_.erase(s); }
+  // Evicts every live storage that can be evicted; returns how many were.
+  std::size_t evict_all();
+
+ private:
+  Backend();
+  std::recursive_mutex mutex_;
+  RuntimeOptions options_;
+  std::unique_ptr<Runtime> runtime_;
+  absl::flat_hash_set<RematStorage*> storages_;
+};
+
+// A c10::Storage of `nbytes` on the device whose bytes are the remat tensor `t`.
+c10::Storage make_storage(Tensor t, std::size_t nbytes, bool pinned);
+// The RematStorage behind a tensor on the device; null for any other tensor.
+RematStorage* remat_storage_of(const c10::Storage& storage);
+// Makes `s` a constant of the runtime with its current bytes (Note [State is pinned]).
+void pin_storage(RematStorage& s, Runtime& rt);
+// The device: PrivateUse1, index 0.
+c10::Device device();
+
+}  // namespace remat::torch_backend::detail
+
+#endif  // REMAT_PYTORCH_DETAIL_BACKEND_H_

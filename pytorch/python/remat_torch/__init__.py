@@ -1,0 +1,115 @@
+"""remat as a PyTorch device: tensors and modules moved to `remat_torch.device` are kept by
+remat's runtime under a memory budget, evicted when it is reached and recomputed when read.
+
+    import torch, remat_torch
+    remat_torch.set_budget(256 << 20)           # bytes; a hard cap on reserved memory
+    model = model.to(remat_torch.device)
+    for x, y in batches:
+        with remat_torch.step():                # optional: marks a training step
+            loss = loss_fn(model(x.to(remat_torch.device)), y.to(remat_torch.device))
+            opt.zero_grad(); loss.backward(); opt.step()
+    print(remat_torch.stats())
+
+Every operator runs its CPU kernel over remat's memory, so the results are bitwise those of
+the same program on the CPU. Build with CMake; the module is in build/python (PYTHONPATH).
+"""
+import contextlib
+import types
+
+import torch
+
+from . import _C
+
+_NAME = "remat"
+
+
+def _register():
+    if torch._C._get_privateuse1_backend_name() != _NAME:
+        torch.utils.rename_privateuse1_backend(_NAME)
+    module = types.ModuleType("torch." + _NAME)
+    module.is_available = lambda: True
+    module.device_count = lambda: 1
+    module.current_device = lambda: 0
+    module._is_in_bad_fork = lambda: False
+    module.manual_seed_all = lambda seed: None
+    module.get_rng_state = lambda device=None: torch.get_rng_state()
+    module.set_rng_state = lambda state, device=None: torch.set_rng_state(state)
+    torch._register_device_module(_NAME, module)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
+                                                         for_storage=True)
+
+
+def _optimizers_loop_per_tensor():
+    """Optimizers default to their per-tensor loop on the device, as they do on the CPU.
+
+    torch counts every PrivateUse1 device among those with foreach kernels, and a foreach
+    call is one operator over every parameter: its results (weight decay's copy of every
+    gradient, say) are one remat op's outputs, resident together, where the per-tensor loop
+    needs one parameter's worth at a time. An optimizer given foreach=True still uses them.
+    """
+    import torch.optim.optimizer as optimizer
+
+    supported = optimizer._get_foreach_kernels_supported_devices
+
+    def without_remat():
+        return [d for d in supported() if d != _NAME]
+
+    optimizer._get_foreach_kernels_supported_devices = without_remat
+
+
+_register()
+_optimizers_loop_per_tensor()
+
+device = torch.device(_NAME, 0)
+
+
+def set_budget(nbytes):
+    """Caps the runtime's reserved bytes at `nbytes` (None: no cap)."""
+    _C.set_budget(2**64 - 1 if nbytes is None else int(nbytes))
+
+
+def budget():
+    return _C.budget()
+
+
+def set_policy(name):
+    """The eviction policy (`policies()`); set it before any tensor is on the device."""
+    _C.set_policy(name)
+
+
+def policy():
+    return _C.policy()
+
+
+def policies():
+    return list(_C.policies())
+
+
+def stats():
+    """A dict: peak_reserved_bytes, evictions, recomputations, compute_overhead and more."""
+    return dict(_C.stats())
+
+
+def held_tensors():
+    """What the program holds on the device, by the operator that made it: a list of dicts
+    (op, tensors, bytes, resident_bytes, pinned_bytes), the most resident bytes first."""
+    return list(_C.held_tensors())
+
+
+def reset_peaks():
+    _C.reset_peaks()
+
+
+def evict_all():
+    """Evicts every storage that can be evicted now (they come back when read)."""
+    return _C.evict_all()
+
+
+@contextlib.contextmanager
+def step():
+    """Marks a training step (the runtime numbers its ops and can plan repeated steps)."""
+    scope = _C._StepScope()
+    try:
+        yield
+    finally:
+        del scope

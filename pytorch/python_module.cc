@@ -1,0 +1,60 @@
+// remat_torch._C: the Python face of remat/torch.h (pytorch/python/remat_torch wraps it).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "remat/torch.h"
+
+namespace py = pybind11;
+
+namespace {
+
+py::dict stats_dict() {
+  const remat::RuntimeStats s = remat::torch_backend::stats();
+  py::dict d;
+  d["peak_reserved_bytes"] = s.memory.peak_reserved;
+  d["reserved_bytes"] = s.memory.reserved;
+  d["peak_allocated_bytes"] = s.memory.peak_allocated;
+  d["allocated_bytes"] = s.memory.allocated;
+  d["evictions"] = s.evictions;
+  d["recomputations"] = s.recomputations;
+  d["calls"] = s.calls;
+  d["compute_overhead"] = s.compute_overhead();
+  d["base_cost"] = s.base_cost;
+  d["recompute_cost"] = s.recompute_cost;
+  d["pinned_bytes"] = s.pinned_bytes;
+  d["updates"] = s.updates;
+  d["ooms"] = s.ooms;
+  d["live_tensors"] = s.live_tensors;
+  d["budget"] = remat::torch_backend::budget();
+  return d;
+}
+
+py::list held_list() {
+  py::list out;
+  for (const remat::HeldTensors& h : remat::torch_backend::held_tensors()) {
+    py::dict d;
+    d["op"] = h.op;
+    d["tensors"] = h.tensors;
+    d["bytes"] = h.bytes;
+    d["resident_bytes"] = h.resident_bytes;
+    d["pinned_bytes"] = h.pinned_bytes;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "remat's runtime behind PyTorch's PrivateUse1 device";
+  m.def("set_budget", &remat::torch_backend::set_budget, py::arg("bytes"));
+  m.def("budget", &remat::torch_backend::budget);
+  m.def("set_policy", &remat::torch_backend::set_policy, py::arg("name"));
+  m.def("policy", &remat::torch_backend::policy);
+  m.def("policies", &remat::eviction_policy_names);
+  m.def("stats", &stats_dict);
+  m.def("held_tensors", &held_list);
+  m.def("reset_peaks", &remat::torch_backend::reset_peaks);
+  m.def("evict_all", &remat::torch_backend::evict_all);
+  py::class_<remat::torch_backend::StepScope>(m, "_StepScope").def(py::init<>());
+}

@@ -1,0 +1,150 @@
+"""remat_torch against plain CPU runs: every result bitwise equal, the budget a hard cap.
+
+    PYTHONPATH=build/python python3 -m unittest -v remat_torch_test   (from pytorch/)
+"""
+import copy
+import unittest
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchvision
+
+import remat_torch
+
+DEV = remat_torch.device
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def run_training(model, make_optimizer, batches, device, loss_fn=F.cross_entropy):
+    """Trains a copy of `model` on `device`; returns the losses and the final state (CPU)."""
+    torch.manual_seed(1234)
+    model = copy.deepcopy(model).to(device)
+    optimizer = make_optimizer(model.parameters())
+    losses = []
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach().cpu())
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return losses, state
+
+
+def fixed_bytes(model, optimizer_slots):
+    """Parameters, their gradients and `optimizer_slots` states per parameter, in bytes."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    return params * (2 + optimizer_slots) + buffers
+
+
+class Ops(unittest.TestCase):
+    def setUp(self):
+        remat_torch.set_budget(None)
+
+    def test_moves_and_reads_back(self):
+        x = torch.randn(5, 7)
+        d = x.to(DEV)
+        self.assertEqual(d.device.type, "remat")
+        self.assertTrue(same(d.cpu(), x))
+        self.assertTrue(same((d * 2 + 1).relu().cpu(), (x * 2 + 1).relu()))
+        self.assertEqual(float(d.sum().item()), float(x.sum().item()))
+
+    def test_views_share_storage(self):
+        x = torch.randn(6, 4)
+        d = x.to(DEV)
+        self.assertTrue(same(d.t().cpu(), x.t()))
+        self.assertTrue(same(d[2:5, 1].cpu(), x[2:5, 1]))
+        self.assertTrue(same(d.view(3, 8).cpu(), x.view(3, 8)))
+        self.assertTrue(same((d.t() @ d).cpu(), x.t() @ x))
+        v = d[1:3]
+        v.mul_(3)  # a write through a view reaches the base
+        x[1:3].mul_(3)
+        self.assertTrue(same(d.cpu(), x))
+
+    def test_inplace_on_activations_is_copy_on_write(self):
+        x = torch.randn(16)
+        d = x.to(DEV) * 1.5
+        e = d.exp()
+        d.add_(1)
+        remat_torch.evict_all()  # e recomputes from the old d
+        self.assertTrue(same(e.cpu(), (x * 1.5).exp()))
+        self.assertTrue(same(d.cpu(), x * 1.5 + 1))
+
+    def test_random_ops_recompute_the_same_bits(self):
+        torch.manual_seed(7)
+        x = torch.randn(64)
+        torch.manual_seed(8)
+        ref = F.dropout(x, 0.5) * 2
+        after_ref = torch.rand(3)
+        torch.manual_seed(8)
+        d = F.dropout(x.to(DEV), 0.5) * 2
+        after = torch.rand(3)
+        self.assertTrue(same(after, after_ref))  # the generator moved as on the CPU
+        remat_torch.evict_all()
+        self.assertTrue(same(d.cpu(), ref))
+
+    def test_unsupported_operator_names_itself(self):
+        d = torch.randn(8).to(DEV)
+        self.assertEqual(int(torch.nonzero(d > 0).shape[0]), int((d > 0).sum().item()))
+        with self.assertRaises(NotImplementedError) as caught:
+            d.to_sparse()
+        self.assertIn("to_sparse", str(caught.exception))
+
+
+class Training(unittest.TestCase):
+    def setUp(self):
+        remat_torch.set_budget(None)
+
+    def check_under_budgets(self, model, make_optimizer, batches, slots, fractions):
+        cpu_losses, cpu_state = run_training(model, make_optimizer, batches, "cpu")
+        remat_torch.reset_peaks()
+        losses, state = run_training(model, make_optimizer, batches, DEV)
+        # The activations' bytes: the allocator's peak of live bytes above the parameters,
+        # gradients and optimizer state (reserved bytes round up to whole segments).
+        peak = remat_torch.stats()["peak_allocated_bytes"]
+        fixed = fixed_bytes(model, slots)
+        self.assertGreater(peak, fixed)
+        for fraction in [None] + fractions:
+            with self.subTest(fraction=fraction):
+                budget = None if fraction is None else int(fixed + fraction * (peak - fixed))
+                remat_torch.set_budget(budget)
+                remat_torch.reset_peaks()
+                before = remat_torch.stats()
+                losses, state = run_training(model, make_optimizer, batches, DEV)
+                after = remat_torch.stats()
+                for a, b in zip(losses, cpu_losses):
+                    self.assertTrue(same(a, b), f"loss {a} != {b}")
+                for k in cpu_state:
+                    self.assertTrue(same(state[k], cpu_state[k]), k)
+                if budget is not None:
+                    self.assertLessEqual(after["peak_reserved_bytes"], budget)
+                    self.assertGreater(after["recomputations"], before["recomputations"])
+        remat_torch.set_budget(None)
+
+    def test_mlp_sgd_momentum(self):
+        torch.manual_seed(0)
+        layers = [nn.Linear(32, 256), nn.ReLU()]
+        for _ in range(4):
+            layers += [nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256), nn.Tanh()]
+        model = nn.Sequential(*layers, nn.Linear(256, 10))
+        batches = [(torch.randn(512, 32), torch.randint(0, 10, (512,))) for _ in range(3)]
+        sgd = lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4)
+        self.check_under_budgets(model, sgd, batches, 1, [0.5, 0.3])
+
+
+    def test_resnet18_sgd_momentum_batch_norm(self):
+        torch.manual_seed(0)
+        model = torchvision.models.resnet18(num_classes=10)
+        batches = [(torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))) for _ in range(3)]
+        sgd = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
+        self.check_under_budgets(model, sgd, batches, 1, [0.5, 0.3])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,100 @@
+// The public functions of remat/torch.h, over the process's one Backend.
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include <mutex>
+
+#include "pytorch/detail/backend.h"
+#include "remat/torch.h"
+
+namespace remat::torch_backend {
+namespace {
+
+std::unique_lock<std::recursive_mutex> locked() {
+  return std::unique_lock<std::recursive_mutex>(detail::Backend::get().mutex());
+}
+
+}  // namespace
+
+c10::Device device() { return detail::device(); }
+
+// Note [Moving modules in place]
+// Module::to (and Python's `param.data = t`) replace a tensor's contents through set_data,
+// which refuses data of another TensorImpl kind unless both are "dense" backends, a list
+// PrivateUse1 is not on (Python's Module.to checks first and makes new parameters instead).
+// A C++ module holds its parameters in members (Linear::weight) as well as in its list, so
+// the same TensorImpl must change: the shallow copy set_data makes (storage, layout, keys),
+// without the check, and a stale gradient accumulator dropped, as set_data does when the
+// device changes.
+namespace {
+
+void move_in_place(at::Tensor& t, c10::Device to) {
+  if (!t.defined() || t.device() == to) return;
+  at::Tensor moved = t.to(to);
+  if (auto* meta = torch::autograd::impl::get_autograd_meta(t); meta != nullptr)
+    meta->grad_accumulator_.reset();
+  t.unsafeGetTensorImpl()->shallow_copy_from(moved.getIntrusivePtr());
+}
+
+}  // namespace
+
+void move_module(torch::nn::Module& module, c10::Device device) {
+  at::NoGradGuard no_grad;
+  for (at::Tensor& p : module.parameters()) {
+    move_in_place(p, device);
+    if (p.grad().defined()) move_in_place(p.mutable_grad(), device);
+  }
+  for (at::Tensor& b : module.buffers()) move_in_place(b, device);
+}
+
+void set_budget(std::size_t bytes) {
+  auto lock = locked();
+  detail::Backend::get().set_budget(bytes);
+}
+
+std::size_t budget() {
+  auto lock = locked();
+  return detail::Backend::get().runtime().budget();
+}
+
+void set_policy(const std::string& policy) {
+  auto lock = locked();
+  detail::Backend::get().set_policy(policy);
+}
+
+std::string policy() {
+  auto lock = locked();
+  return detail::Backend::get().policy();
+}
+
+RuntimeStats stats() {
+  auto lock = locked();
+  return detail::Backend::get().runtime().stats();
+}
+
+std::vector<HeldTensors> held_tensors() {
+  auto lock = locked();
+  return detail::Backend::get().runtime().held_tensors();
+}
+
+void reset_peaks() {
+  auto lock = locked();
+  detail::Backend::get().runtime().reset_peaks();
+}
+
+std::size_t evict_all() {
+  auto lock = locked();
+  return detail::Backend::get().evict_all();
+}
+
+StepScope::StepScope() {
+  auto lock = locked();
+  detail::Backend::get().runtime().begin_step();
+}
+
+StepScope::~StepScope() {
+  auto lock = locked();
+  detail::Backend::get().runtime().end_step();
+}
+
+}  // namespace remat::torch_backend

@@ -1,0 +1,81 @@
+// A LibTorch loop on remat's device against the same loop on the CPU.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "remat/torch.h"
+
+namespace {
+
+struct TrainingRun {
+  std::vector<torch::Tensor> losses;
+  std::vector<torch::Tensor> parameters;
+};
+
+torch::nn::Sequential make_net() {
+  torch::manual_seed(3);
+  torch::nn::Sequential net(torch::nn::Linear(16, 256), torch::nn::ReLU());
+  for (int layer = 0; layer < 4; ++layer) {
+    net->push_back(torch::nn::Linear(256, 256));
+    net->push_back(torch::nn::Tanh());
+    net->push_back(torch::nn::Linear(256, 256));
+    net->push_back(torch::nn::Sigmoid());
+  }
+  net->push_back(torch::nn::Linear(256, 4));
+  return net;
+}
+
+TrainingRun train(const torch::Device& device, int steps) {
+  torch::nn::Sequential net = make_net();
+  remat::torch_backend::move_module(*net, device);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+  torch::manual_seed(11);
+  TrainingRun result;
+  for (int step = 0; step < steps; ++step) {
+    torch::Tensor x = torch::randn({1024, 16});
+    torch::Tensor y = torch::randn({1024, 4});
+    remat::torch_backend::StepScope scope;
+    torch::Tensor loss = torch::mse_loss(net->forward(x.to(device)), y.to(device));
+    sgd.zero_grad();
+    loss.backward();
+    sgd.step();
+    result.losses.push_back(loss.detach().to(torch::kCPU));
+  }
+  for (const torch::Tensor& p : net->parameters()) result.parameters.push_back(p.detach().to(torch::kCPU));
+  return result;
+}
+
+void expect_bitwise(const TrainingRun& a, const TrainingRun& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_TRUE(torch::equal(a.losses[i], b.losses[i])) << "loss " << i;
+  ASSERT_EQ(a.parameters.size(), b.parameters.size());
+  for (std::size_t i = 0; i < a.parameters.size(); ++i)
+    EXPECT_TRUE(torch::equal(a.parameters[i], b.parameters[i])) << "parameter " << i;
+}
+
+TEST(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
+  const TrainingRun cpu = train(torch::kCPU, 4);
+  remat::torch_backend::set_budget(SIZE_MAX);
+  remat::torch_backend::reset_peaks();
+  expect_bitwise(train(remat::torch_backend::device(), 4), cpu);
+  // The budgets are fractions of the activations' bytes above the parameters and gradients,
+  // measured by the allocator's peak of live bytes (reserved bytes round up to segments).
+  const std::size_t peak = remat::torch_backend::stats().memory.peak_allocated;
+  std::size_t fixed = 0;  // parameters and their gradients
+  for (const torch::Tensor& p : make_net()->parameters()) fixed += 2 * p.nbytes();
+  ASSERT_GT(peak, fixed);
+  for (double fraction : {0.5, 0.3}) {
+    const auto budget = static_cast<std::size_t>(fixed + fraction * static_cast<double>(peak - fixed));
+    remat::torch_backend::set_budget(budget);
+    remat::torch_backend::reset_peaks();
+    const std::size_t recomputed = remat::torch_backend::stats().recomputations;
+    expect_bitwise(train(remat::torch_backend::device(), 4), cpu);
+    const remat::RuntimeStats stats = remat::torch_backend::stats();
+    EXPECT_LE(stats.memory.peak_reserved, budget) << "fraction " << fraction;
+    EXPECT_GT(stats.recomputations, recomputed) << "fraction " << fraction;
+  }
+  remat::torch_backend::set_budget(SIZE_MAX);
+}
+
+}  // namespace

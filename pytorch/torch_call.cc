@@ -1,0 +1,219 @@
+#include "pytorch/detail/torch_call.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/clone.h>
+
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+
+#include "pytorch/detail/cpu_allocator_bridge.h"
+#include "pytorch/detail/gradient_pinning.h"
+
+namespace remat::torch_backend::detail {
+namespace {
+
+bool inside(const at::Tensor& t, const KernelContext& ctx, std::size_t first, std::size_t n) {
+  if (!t.defined() || t.numel() == 0) return false;
+  const auto* p = static_cast<const char*>(t.const_data_ptr());
+  for (std::size_t i = first; i < n; ++i) {
+    const auto* base = static_cast<const char*>(ctx.outputs[i]);
+    if (base != nullptr && p >= base && p < base + ctx.output_spec(i).bytes()) return true;
+  }
+  return false;
+}
+
+void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
+  map_tensors(
+      v,
+      [&](const at::Tensor& t) {
+        out.push_back(t);
+        return t;
+      },
+      c10::Device(c10::kCPU));
+}
+
+// Draws as the first run did: the generator at its state from then, put back afterwards.
+class RngReplay {
+ public:
+  explicit RngReplay(const at::Generator& from) : gen_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    saved_ = gen_.clone();
+    gen_.set_state(from.get_state());
+  }
+  ~RngReplay() {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    gen_.set_state(saved_.get_state());
+  }
+  RngReplay(const RngReplay&) = delete;
+  RngReplay& operator=(const RngReplay&) = delete;
+
+ private:
+  at::Generator gen_;
+  at::Generator saved_;
+};
+
+}  // namespace
+
+std::vector<c10::IValue> TorchCall::capture(torch::jit::Stack& stack, Runtime& rt) {
+  const auto& args = op.schema().arguments();
+  const std::size_t n = args.size();
+  if (stack.size() < n) throw std::logic_error("remat_torch: short stack for " + op.schema().name());
+  std::vector<c10::IValue> arguments(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+                                     std::make_move_iterator(stack.end()));
+  stack.erase(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+  for (std::size_t a = 0; a < n; ++a) {
+    const bool written = args[a].alias_info() != nullptr && args[a].alias_info()->isWrite();
+    values.push_back(map_tensors(
+        arguments[a],
+        [&](const at::Tensor& t) {
+          TensorArg arg;
+          arg.written = written;
+          if (!t.defined()) {
+            tensors.push_back(arg);
+            return at::Tensor();
+          }
+          TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "remat_torch: ",
+                                      op.schema().name(), " got a ", t.layout(),
+                                      " tensor; remat keeps strided tensors only");
+          arg.layout = Layout::of(t);
+          if (RematStorage* s = remat_storage_of(t.storage()); s != nullptr) {
+            arg.kind = TensorArg::Kind::kDevice;
+            pin_gradients_of(t);
+            for (std::size_t i = 0; i < input_storages.size() && arg.input < 0; ++i)
+              if (input_storages[i] == s) arg.input = static_cast<int>(i);
+            if (arg.input < 0) {
+              arg.input = static_cast<int>(inputs.size());
+              inputs.push_back(s->tensor);
+              input_storages.push_back(s);
+              input_bytes.push_back(s->nbytes);
+            }
+          } else if (t.device().is_cpu() && (written || t.dim() == 0)) {
+            arg.kind = TensorArg::Kind::kLiteral;
+            // A clone, so that the program's later writes do not reach a recomputation; a
+            // Python number stays one (it takes part in type promotion differently).
+            arg.literal = written ? t : t.clone();
+            if (!written && t.unsafeGetTensorImpl()->is_wrapped_number())
+              arg.literal.unsafeGetTensorImpl()->set_wrapped_number(true);
+          } else if (t.device().is_cpu()) {
+            // A CPU tensor read by a device op: its bytes become a constant of the runtime.
+            at::Tensor dense = t.contiguous();
+            const std::size_t bytes = dense.nbytes();
+            arg.kind = TensorArg::Kind::kDevice;
+            arg.layout = Layout::of(dense);
+            arg.input = static_cast<int>(inputs.size());
+            inputs.push_back(rt.constant(TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))}, DType::kU8},
+                                         bytes == 0 ? nullptr : dense.const_data_ptr()));
+            input_storages.push_back(nullptr);
+            input_bytes.push_back(bytes);
+          } else {
+            TORCH_CHECK_NOT_IMPLEMENTED(false, "remat_torch: ", op.schema().name(),
+                                        " got a tensor on ", t.device().str(),
+                                        "; only remat and CPU tensors can be mixed");
+          }
+          tensors.push_back(arg);
+          return at::Tensor();
+        },
+        device()));
+  }
+  return arguments;
+}
+
+torch::jit::Stack TorchCall::meta_arguments() const {
+  torch::jit::Stack stack;
+  std::size_t k = 0;
+  for (const c10::IValue& v : values) {
+    stack.push_back(map_tensors(
+        v,
+        [&](const at::Tensor& t) {
+          const TensorArg& arg = tensors[k++];
+          if (arg.kind == TensorArg::Kind::kLiteral) return arg.literal;
+          if (arg.kind != TensorArg::Kind::kDevice) return t;
+          return arg.layout.on_meta(input_bytes[static_cast<std::size_t>(arg.input)]);
+        },
+        c10::Device(c10::kMeta)));
+  }
+  return stack;
+}
+
+int TorchCall::version_of(int input) const {
+  for (std::size_t k = 0; k < written_inputs.size(); ++k)
+    if (written_inputs[k] == input) return static_cast<int>(fresh.size() + k);
+  return -1;
+}
+
+torch::jit::Stack TorchCall::cpu_arguments(const KernelContext& ctx) const {
+  torch::jit::Stack stack;
+  std::size_t k = 0;
+  for (const c10::IValue& v : values) {
+    stack.push_back(map_tensors(
+        v,
+        [&](const at::Tensor& t) {
+          const TensorArg& arg = tensors[k++];
+          if (arg.kind == TensorArg::Kind::kLiteral) return arg.literal;
+          if (arg.kind == TensorArg::Kind::kUndefined) return t;
+          const int version = version_of(arg.input);
+          const void* base = version >= 0 ? ctx.outputs[static_cast<std::size_t>(version)]
+                                          : ctx.inputs[static_cast<std::size_t>(arg.input)];
+          return arg.layout.on_cpu(base);
+        },
+        c10::Device(c10::kCPU)));
+  }
+  return stack;
+}
+
+std::vector<c10::IValue> TorchCall::call_cpu(torch::jit::Stack stack, const KernelContext& ctx) {
+  std::optional<RngReplay> replay;
+  if (rng.has_value() && ctx.recompute) replay.emplace(*rng);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+  return stack;
+}
+
+std::vector<c10::IValue> TorchCall::run_eagerly(const KernelContext& ctx) {
+  return call_cpu(cpu_arguments(ctx), ctx);
+}
+
+void TorchCall::run(const KernelContext& ctx) {
+  std::vector<c10::IValue> results;
+  if (first_results.has_value() && !ctx.recompute) {
+    results = std::move(*first_results);
+    first_results.reset();
+  } else {
+    KernelMemory memory;
+    memory.context = &ctx;
+    for (std::size_t i = 0; i < fresh.size(); ++i)
+      memory.outputs.push_back({ctx.outputs[i], fresh_bytes[i]});
+    torch::jit::Stack stack = cpu_arguments(ctx);
+    KernelMemoryScope scope(&memory);
+    results = call_cpu(std::move(stack), ctx);
+  }
+  copy_fresh_results(results, ctx);
+}
+
+// Note [Results that landed elsewhere]: a fresh result is copied to its output unless the
+// kernel already wrote it there. One that sits in another output's memory is cloned first,
+// so that copying an earlier result cannot overwrite it.
+void TorchCall::copy_fresh_results(const std::vector<c10::IValue>& results,
+                                   const KernelContext& ctx) {
+  std::vector<at::Tensor> flat;
+  const auto& returns = op.schema().returns();
+  for (std::size_t r = 0; r < returns.size() && r < results.size(); ++r)
+    if (returns[r].alias_info() == nullptr) flatten_tensors(results[r], flat);
+  if (flat.size() != fresh.size())
+    throw std::logic_error("remat_torch: " + op.schema().name() + " returned " +
+                           std::to_string(flat.size()) + " fresh tensors, its meta kernel " +
+                           std::to_string(fresh.size()));
+  std::vector<at::Tensor> sources(flat.size());
+  for (std::size_t i = 0; i < flat.size(); ++i) {
+    const at::Tensor& r = flat[i];
+    if (!r.defined() || fresh[i].extent_bytes() == 0) continue;
+    at::Tensor dst = fresh[i].on_cpu(ctx.outputs[i]);
+    if (r.const_data_ptr() == dst.const_data_ptr() && r.strides() == dst.strides()) continue;
+    sources[i] = inside(r, ctx, 0, ctx.outputs.size()) ? r.clone() : r;
+  }
+  for (std::size_t i = 0; i < flat.size(); ++i)
+    if (sources[i].defined()) fresh[i].on_cpu(ctx.outputs[i]).copy_(sources[i]);
+}
+
+}  // namespace remat::torch_backend::detail
