@@ -1,5 +1,6 @@
 #include "pytorch/detail/backend.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -51,6 +52,17 @@ void Backend::set_policy(const std::string& policy) {
                            " storages are on the device; set it before moving tensors there");
   options_.policy = policy;
   runtime_.reset();
+}
+
+std::optional<std::size_t> Backend::scratch_estimate(const std::string& signature) const {
+  auto it = scratch_.find(signature);
+  if (it == scratch_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Backend::note_scratch(const std::string& signature, std::size_t bytes) {
+  std::size_t& known = scratch_[signature];
+  known = std::max(known, bytes);
 }
 
 std::size_t Backend::evict_all() {

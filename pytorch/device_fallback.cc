@@ -10,10 +10,10 @@
 //             once inside a remat op that holds the inputs, and tensor results become a remat
 //             op whose first run takes them and whose recomputations run the kernel again;
 //   metadata  in-place views and `_to_copy` between the CPU and the device (device_ops.cc).
-#include <ATen/core/Tensor.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/util/Exception.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/library.h>
 
@@ -112,8 +112,8 @@ std::vector<at::Tensor> fresh_tensors(const std::vector<ReturnPlan>& plans,
 void set_fresh_layouts(TorchCall& call, const std::vector<at::Tensor>& results) {
   for (const at::Tensor& t : results) {
     if (t.defined() && t.layout() != c10::kStrided)
-      unsupported("remat_torch: " + op_name(call.op) + " makes a " +
-                  c10::str(t.layout()) + " tensor; remat keeps strided tensors only");
+      unsupported("remat_torch: " + op_name(call.op) + " makes a " + c10::str(t.layout()) +
+                  " tensor; remat keeps strided tensors only");
     if (!t.defined()) {
       call.fresh.push_back(Layout{});
       call.fresh_bytes.push_back(1);
@@ -133,11 +133,23 @@ Outputs fresh_outputs(const TorchCall& call) {
   return outputs;
 }
 
+// The scratch to declare: what a call of the same signature asked for before; before the
+// first, as much as its largest result (a kernel's temporaries are often one of those).
+std::size_t scratch_to_declare(const TorchCall& call) {
+  if (auto known = Backend::get().scratch_estimate(call.signature)) return *known;
+  std::size_t largest = 0;
+  for (std::size_t bytes : call.fresh_bytes) largest = std::max(largest, bytes);
+  return largest;
+}
+
 OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh) {
   auto def = std::make_shared<OpDef>();
   def->name = op_name(call->op);
   def->infer = [fresh = std::move(fresh)](SpecList) { return fresh; };
   def->kernel = [call](const KernelContext& ctx) { call->run(ctx); };
+  call->declared_scratch = scratch_to_declare(*call);
+  if (call->declared_scratch > 0)
+    def->scratch_bytes = [bytes = call->declared_scratch](SpecList) { return bytes; };
   return def;
 }
 
@@ -272,8 +284,8 @@ void run_eager(const std::shared_ptr<TorchCall>& call, const std::vector<ReturnP
                const std::vector<c10::IValue>& arguments, Runtime& rt, torch::jit::Stack& stack) {
   if (!written_inputs(*call).empty())
     unsupported("remat_torch: " + op_name(call->op) +
-                                " writes a device tensor and has no meta kernel, or returns "
-                                "values that depend on the data; not supported on remat");
+                " writes a device tensor and has no meta kernel, or returns "
+                "values that depend on the data; not supported on remat");
   std::vector<c10::IValue> results = run_held(call, rt);
   if (!any_of(plans, ReturnKind::kFresh)) call->forget_inputs();
   std::vector<Tensor> made;
@@ -292,24 +304,35 @@ void run_views(const TorchCall& call, const std::vector<ReturnPlan>& plans,
   std::optional<torch::jit::Stack> meta = run_on_meta(call);
   if (!meta.has_value())
     unsupported("remat_torch: the view " + op_name(call.op) +
-                                " has no meta kernel; not supported on remat");
+                " has no meta kernel; not supported on remat");
   for (std::size_t r = 0; r < plans.size(); ++r) {
     const c10::IValue& base = arguments[static_cast<std::size_t>(plans[r].arg)];
     if (!base.isTensor())
       unsupported("remat_torch: the view " + op_name(call.op) +
-                                  " aliases a list; not supported on remat");
+                  " aliases a list; not supported on remat");
     const c10::Storage& storage = base.toTensor().storage();
     stack.push_back(map_tensors(
-        (*meta)[r],
-        [&](const at::Tensor& t) { return device_tensor(storage, Layout::of(t)); },
+        (*meta)[r], [&](const at::Tensor& t) { return device_tensor(storage, Layout::of(t)); },
         c10::Device(c10::kCPU)));
   }
+}
+
+// Note [Hidden writes]
+// A few schemas do not say what they write: native_batch_norm in training updates
+// running_mean and running_var in place. Left unsaid, a recomputation would update them a
+// second time; marked, they are written as constants are (Runtime::call_accumulate), which a
+// recomputation writes into scratch instead.
+void mark_hidden_writes(TorchCall& call) {
+  if (call.op.schema().name() != "aten::native_batch_norm" || !call.values[5].toBool()) return;
+  for (TensorArg& arg : call.tensors)
+    if (arg.argument == 3 || arg.argument == 4) arg.written = arg.kind == TensorArg::Kind::kDevice;
 }
 
 void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, Runtime& rt) {
   const std::vector<ReturnPlan> plans = plan_returns(op.schema());
   auto call = std::make_shared<TorchCall>(op);
   std::vector<c10::IValue> arguments = call->capture(stack, rt);
+  mark_hidden_writes(*call);
   if (op.hasTag(at::Tag::nondeterministic_seeded)) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -321,7 +344,7 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, Runtime& 
   if (views_only && written_inputs(*call).empty()) return run_views(*call, plans, arguments, stack);
   if (any_of(plans, ReturnKind::kView))
     unsupported("remat_torch: " + op_name(op) +
-                                " returns a view beside other results; not supported on remat");
+                " returns a view beside other results; not supported on remat");
   std::optional<torch::jit::Stack> meta;
   if (!any_of(plans, ReturnKind::kValue) && !op.hasTag(at::Tag::dynamic_output_shape) &&
       !writes_cpu_tensor(*call))
@@ -349,6 +372,6 @@ void device_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
 }  // namespace remat::torch_backend::detail
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<
-             &remat::torch_backend::detail::device_fallback>());
+  m.fallback(
+      torch::CppFunction::makeFromBoxedFunction<&remat::torch_backend::detail::device_fallback>());
 }

@@ -1,7 +1,7 @@
 // The operators the fallback does not run as remat ops: moves between the CPU and the
 // device, in-place changes of metadata, and the device's registration with torch.
-#include <ATen/core/Tensor.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/ops/_to_copy.h>
 #include <ATen/ops/empty.h>
@@ -99,7 +99,8 @@ class RematGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
   // Kernels run synchronously on the calling thread: events are complete when recorded.
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void record(void**, const c10::Stream&, const c10::DeviceIndex,
+              const c10::EventFlag) const override {}
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
@@ -130,9 +131,9 @@ void route_composite_operators() {
     if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
         !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
       continue;
-    std::string qualified = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-    library->impl(qualified.c_str(),
-                  torch::CppFunction::makeFromBoxedFunction<&device_fallback>());
+    std::string qualified =
+        name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&device_fallback>());
   }
 }
 

@@ -15,9 +15,10 @@ Layout Layout::of(const at::Tensor& t) {
 
 at::Tensor Layout::on_cpu(const void* base) const {
   const std::size_t item = c10::elementSize(dtype);
-  auto* data = static_cast<char*>(const_cast<void*>(base)) + offset * static_cast<std::int64_t>(item);
-  return at::from_blob(data, sizes, strides, [](void*) {},
-                       at::TensorOptions().dtype(dtype).device(c10::kCPU));
+  auto* data =
+      static_cast<char*>(const_cast<void*>(base)) + offset * static_cast<std::int64_t>(item);
+  return at::from_blob(
+      data, sizes, strides, [](void*) {}, at::TensorOptions().dtype(dtype).device(c10::kCPU));
 }
 
 at::Tensor Layout::on_meta(std::size_t storage_bytes) const {

@@ -15,14 +15,14 @@ struct TrainingRun {
 
 torch::nn::Sequential make_net() {
   torch::manual_seed(3);
-  torch::nn::Sequential net(torch::nn::Linear(16, 256), torch::nn::ReLU());
-  for (int layer = 0; layer < 4; ++layer) {
-    net->push_back(torch::nn::Linear(256, 256));
+  torch::nn::Sequential net(torch::nn::Linear(16, 128), torch::nn::ReLU());
+  for (int layer = 0; layer < 8; ++layer) {
+    net->push_back(torch::nn::Linear(128, 128));
     net->push_back(torch::nn::Tanh());
-    net->push_back(torch::nn::Linear(256, 256));
+    net->push_back(torch::nn::Linear(128, 128));
     net->push_back(torch::nn::Sigmoid());
   }
-  net->push_back(torch::nn::Linear(256, 4));
+  net->push_back(torch::nn::Linear(128, 4));
   return net;
 }
 
@@ -36,19 +36,21 @@ TrainingRun train(const torch::Device& device, int steps) {
     torch::Tensor x = torch::randn({1024, 16});
     torch::Tensor y = torch::randn({1024, 4});
     remat::torch_backend::StepScope scope;
-    torch::Tensor loss = torch::mse_loss(net->forward(x.to(device)), y.to(device));
     sgd.zero_grad();
+    torch::Tensor loss = torch::mse_loss(net->forward(x.to(device)), y.to(device));
     loss.backward();
     sgd.step();
     result.losses.push_back(loss.detach().to(torch::kCPU));
   }
-  for (const torch::Tensor& p : net->parameters()) result.parameters.push_back(p.detach().to(torch::kCPU));
+  for (const torch::Tensor& p : net->parameters())
+    result.parameters.push_back(p.detach().to(torch::kCPU));
   return result;
 }
 
 void expect_bitwise(const TrainingRun& a, const TrainingRun& b) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_TRUE(torch::equal(a.losses[i], b.losses[i])) << "loss " << i;
+  for (std::size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_TRUE(torch::equal(a.losses[i], b.losses[i])) << "loss " << i;
   ASSERT_EQ(a.parameters.size(), b.parameters.size());
   for (std::size_t i = 0; i < a.parameters.size(); ++i)
     EXPECT_TRUE(torch::equal(a.parameters[i], b.parameters[i])) << "parameter " << i;
@@ -66,7 +68,8 @@ TEST(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
   for (const torch::Tensor& p : make_net()->parameters()) fixed += 2 * p.nbytes();
   ASSERT_GT(peak, fixed);
   for (double fraction : {0.5, 0.3}) {
-    const auto budget = static_cast<std::size_t>(fixed + fraction * static_cast<double>(peak - fixed));
+    const auto budget =
+        static_cast<std::size_t>(fixed + fraction * static_cast<double>(peak - fixed));
     remat::torch_backend::set_budget(budget);
     remat::torch_backend::reset_peaks();
     const std::size_t recomputed = remat::torch_backend::stats().recomputations;

@@ -3,13 +3,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/clone.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 
 #include "pytorch/detail/cpu_allocator_bridge.h"
-#include "pytorch/detail/gradient_pinning.h"
 
 namespace remat::torch_backend::detail {
 namespace {
@@ -59,28 +60,34 @@ class RngReplay {
 std::vector<c10::IValue> TorchCall::capture(torch::jit::Stack& stack, Runtime& rt) {
   const auto& args = op.schema().arguments();
   const std::size_t n = args.size();
-  if (stack.size() < n) throw std::logic_error("remat_torch: short stack for " + op.schema().name());
-  std::vector<c10::IValue> arguments(std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
-                                     std::make_move_iterator(stack.end()));
+  if (stack.size() < n)
+    throw std::logic_error("remat_torch: short stack for " + op.schema().name());
+  std::vector<c10::IValue> arguments(
+      std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
+      std::make_move_iterator(stack.end()));
   stack.erase(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+  signature = op.schema().name() + "." + op.schema().overload_name();
   for (std::size_t a = 0; a < n; ++a) {
     const bool written = args[a].alias_info() != nullptr && args[a].alias_info()->isWrite();
     values.push_back(map_tensors(
         arguments[a],
         [&](const at::Tensor& t) {
           TensorArg arg;
+          arg.argument = static_cast<int>(a);
           arg.written = written;
           if (!t.defined()) {
             tensors.push_back(arg);
             return at::Tensor();
           }
-          TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "remat_torch: ",
-                                      op.schema().name(), " got a ", t.layout(),
+          TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided,
+                                      "remat_torch: ", op.schema().name(), " got a ", t.layout(),
                                       " tensor; remat keeps strided tensors only");
           arg.layout = Layout::of(t);
+          absl::StrAppend(&signature, "|", c10::toString(arg.layout.dtype), ":",
+                          absl::StrJoin(arg.layout.sizes, ","), ":",
+                          absl::StrJoin(arg.layout.strides, ","));
           if (RematStorage* s = remat_storage_of(t.storage()); s != nullptr) {
             arg.kind = TensorArg::Kind::kDevice;
-            pin_gradients_of(t);
             for (std::size_t i = 0; i < input_storages.size() && arg.input < 0; ++i)
               if (input_storages[i] == s) arg.input = static_cast<int>(i);
             if (arg.input < 0) {
@@ -103,8 +110,10 @@ std::vector<c10::IValue> TorchCall::capture(torch::jit::Stack& stack, Runtime& r
             arg.kind = TensorArg::Kind::kDevice;
             arg.layout = Layout::of(dense);
             arg.input = static_cast<int>(inputs.size());
-            inputs.push_back(rt.constant(TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))}, DType::kU8},
-                                         bytes == 0 ? nullptr : dense.const_data_ptr()));
+            inputs.push_back(
+                rt.constant(TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))},
+                                       DType::kU8},
+                            bytes == 0 ? nullptr : dense.const_data_ptr()));
             input_storages.push_back(nullptr);
             input_bytes.push_back(bytes);
           } else {
@@ -182,11 +191,18 @@ void TorchCall::run(const KernelContext& ctx) {
   } else {
     KernelMemory memory;
     memory.context = &ctx;
+    memory.declared = declared_scratch;
     for (std::size_t i = 0; i < fresh.size(); ++i)
       memory.outputs.push_back({ctx.outputs[i], fresh_bytes[i]});
     torch::jit::Stack stack = cpu_arguments(ctx);
-    KernelMemoryScope scope(&memory);
-    results = call_cpu(std::move(stack), ctx);
+    {
+      KernelMemoryScope scope(&memory);
+      results = call_cpu(std::move(stack), ctx);
+    }
+    if (getenv("DBG") && memory.arena.extent() > (1u << 20))
+      fprintf(stderr, "scratch %s %zu declared %zu\n", signature.c_str(), memory.arena.extent(),
+              memory.declared);
+    Backend::get().note_scratch(signature, memory.arena.extent());
   }
   copy_fresh_results(results, ctx);
 }

@@ -3,12 +3,14 @@
 #ifndef REMAT_PYTORCH_DETAIL_BACKEND_H_
 #define REMAT_PYTORCH_DETAIL_BACKEND_H_
 
+#include <absl/container/flat_hash_map.h>
 #include <absl/container/flat_hash_set.h>
 #include <c10/core/Storage.h>
 
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "remat/runtime.h"
@@ -50,6 +52,10 @@ class Backend {
   void storage_dropped(RematStorage* s) { storages_.erase(s); }
   // Evicts every live storage that can be evicted; returns how many were.
   std::size_t evict_all();
+  // The scratch a call of this signature asked for the last times (Note [Torch kernels
+  // allocate under the budget]); nullopt before its first run.
+  std::optional<std::size_t> scratch_estimate(const std::string& signature) const;
+  void note_scratch(const std::string& signature, std::size_t bytes);
 
  private:
   Backend();
@@ -57,6 +63,7 @@ class Backend {
   RuntimeOptions options_;
   std::unique_ptr<Runtime> runtime_;
   absl::flat_hash_set<RematStorage*> storages_;
+  absl::flat_hash_map<std::string, std::size_t> scratch_;
 };
 
 // A c10::Storage of `nbytes` on the device whose bytes are the remat tensor `t`.

@@ -4,6 +4,7 @@
 #define REMAT_PYTORCH_DETAIL_CPU_ALLOCATOR_BRIDGE_H_
 
 #include <cstddef>
+#include <map>
 #include <vector>
 
 #include "remat/op.h"
@@ -22,6 +23,29 @@ namespace remat::torch_backend::detail {
 // request is the kernel's scratch (KernelContext::scratch), under the budget, evicting to
 // make room, given back when the kernel returns. Outside a remat kernel, and on other
 // threads (a kernel's worker threads), requests go to the allocator that was there before.
+//
+// Scratch requested while the kernel runs cannot make room by moving other storages (Note
+// [Compaction]), so a kernel that asks for much can fail where free memory lies in pieces.
+// The op declares the scratch its call needed before (OpDef::scratch_bytes, reserved with
+// its outputs, where moving is allowed), and the kernel's temporaries are placed in that
+// block by ScratchArena, which reuses what the kernel frees: the block is the peak of the
+// temporaries live at once, not their sum. A request that does not fit (the first run of a
+// call, which declares a guess) is served as the kernel's own scratch.
+class ScratchArena {
+ public:
+  static constexpr std::size_t kAlignment = 64;  // what c10's CPU allocator aligns to
+  // The offset of a new block of `bytes` (first fit, else above every block).
+  std::size_t take(std::size_t bytes);
+  void give_back(std::size_t offset, std::size_t bytes);
+  // The extent the blocks have reached: the arena a kernel like this one needs.
+  std::size_t extent() const { return extent_; }
+
+ private:
+  std::map<std::size_t, std::size_t> free_;  // offset -> bytes, below top_
+  std::size_t top_ = 0;
+  std::size_t extent_ = 0;
+};
+
 struct KernelMemory {
   struct Output {
     void* ptr = nullptr;
@@ -30,6 +54,10 @@ struct KernelMemory {
   };
   std::vector<Output> outputs;
   const KernelContext* context = nullptr;
+  std::size_t declared = 0;  // scratch the op declared
+  char* block = nullptr;     // the declared scratch, once the first request took it
+  ScratchArena arena;
+  std::vector<void*> lent;  // what this kernel lent (forgotten when it returns)
 };
 
 // Serves this thread's CPU allocations from `memory` while alive.

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "pytorch/detail/backend.h"
@@ -31,7 +32,8 @@ namespace remat::torch_backend::detail {
 struct TensorArg {
   enum class Kind { kDevice, kLiteral, kUndefined };
   Kind kind = Kind::kUndefined;
-  int input = -1;  // kDevice: the remat op's input holding its storage
+  int argument = -1;  // the schema argument it is (or is in)
+  int input = -1;     // kDevice: the remat op's input holding its storage
   Layout layout;
   bool written = false;
   at::Tensor literal;  // kLiteral: a CPU tensor passed as it is
@@ -39,14 +41,16 @@ struct TensorArg {
 
 struct TorchCall {
   c10::OperatorHandle op;
-  std::vector<c10::IValue> values;  // the arguments, tensors left to `tensors`
-  std::vector<TensorArg> tensors;   // every tensor of the arguments, in visiting order
-  std::vector<Tensor> inputs;       // the remat op's inputs
+  std::vector<c10::IValue> values;            // the arguments, tensors left to `tensors`
+  std::vector<TensorArg> tensors;             // every tensor of the arguments, in visiting order
+  std::vector<Tensor> inputs;                 // the remat op's inputs
   std::vector<RematStorage*> input_storages;  // null for storages made from CPU tensors
   std::vector<std::size_t> input_bytes;
   std::vector<int> written_inputs;  // inputs the call writes, in output order after the fresh
   std::vector<Layout> fresh;        // layouts of the fresh results, in order
   std::vector<std::size_t> fresh_bytes;
+  std::string signature;             // the operator and its arguments' layouts
+  std::size_t declared_scratch = 0;  // OpDef::scratch_bytes of the op
   std::optional<at::Generator> rng;  // random operators: the generator before the first run
   // Results of a run made before the op existed (an operator with no meta kernel): the op's
   // first run copies them instead of running again.
