@@ -55,6 +55,9 @@ std::vector<ReturnPlan> plan_returns(const c10::FunctionSchema& schema) {
     }
     plan.kind = ReturnKind::kFresh;
     if (const c10::AliasInfo* info = r.alias_info(); info != nullptr) {
+      // A list of views (`split`) carries its alias set on its elements.
+      if (info->beforeSets().empty() && !info->containedTypes().empty())
+        info = &info->containedTypes()[0];
       for (std::size_t a = 0; a < schema.arguments().size() && plan.arg < 0; ++a) {
         const c10::AliasInfo* arg = schema.arguments()[a].alias_info();
         if (arg == nullptr) continue;
@@ -62,6 +65,8 @@ std::vector<ReturnPlan> plan_returns(const c10::FunctionSchema& schema) {
           if (arg->beforeSets().count(set) != 0) plan.arg = static_cast<int>(a);
       }
       plan.kind = info->isWrite() ? ReturnKind::kWritten : ReturnKind::kView;
+      if (plan.arg < 0)
+        unsupported("remat_torch: " + schema.name() + " returns an alias of no argument");
     }
     plans.push_back(plan);
   }

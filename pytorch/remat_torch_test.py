@@ -3,6 +3,9 @@
     PYTHONPATH=build/python python3 -m unittest -v remat_torch_test   (from pytorch/)
 """
 import copy
+import pathlib
+import sys
+import types
 import unittest
 
 import torch
@@ -21,14 +24,16 @@ def same(a, b):
 
 
 def run_training(model, make_optimizer, batches, device, loss_fn=F.cross_entropy):
-    """Trains a copy of `model` on `device`; returns the losses and the final state (CPU)."""
+    """Trains a copy of `model` on `device`; returns the losses and the final state (CPU).
+    Without a `loss_fn` the model returns the loss itself."""
     torch.manual_seed(1234)
     model = copy.deepcopy(model).to(device)
     optimizer = make_optimizer(model.parameters())
     losses = []
     for x, y in batches:
         optimizer.zero_grad()
-        loss = loss_fn(model(x.to(device)), y.to(device))
+        x, y = x.to(device), y.to(device)
+        loss = model(x, y) if loss_fn is None else loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
         losses.append(loss.detach().cpu())
@@ -101,10 +106,12 @@ class Training(unittest.TestCase):
     def setUp(self):
         remat_torch.set_budget(None)
 
-    def check_under_budgets(self, model, make_optimizer, batches, slots, fractions):
-        cpu_losses, cpu_state = run_training(model, make_optimizer, batches, "cpu")
+    def check_under_budgets(self, model, make_optimizer, batches, slots, fractions,
+                            loss_fn=F.cross_entropy):
+        train = lambda device: run_training(model, make_optimizer, batches, device, loss_fn)
+        cpu_losses, cpu_state = train("cpu")
         remat_torch.reset_peaks()
-        losses, state = run_training(model, make_optimizer, batches, DEV)
+        losses, state = train(DEV)
         # The activations' bytes: the allocator's peak of live bytes above the parameters,
         # gradients and optimizer state (reserved bytes round up to whole segments).
         peak = remat_torch.stats()["peak_allocated_bytes"]
@@ -116,7 +123,7 @@ class Training(unittest.TestCase):
                 remat_torch.set_budget(budget)
                 remat_torch.reset_peaks()
                 before = remat_torch.stats()
-                losses, state = run_training(model, make_optimizer, batches, DEV)
+                losses, state = train(DEV)
                 after = remat_torch.stats()
                 for a, b in zip(losses, cpu_losses):
                     self.assertTrue(same(a, b), f"loss {a} != {b}")
@@ -147,6 +154,25 @@ class Training(unittest.TestCase):
         # parameters, gradients and momentum (134 MB) and oneDNN's temporaries in a
         # convolution's backward pass (20 MB in layer4); docs/pytorch.md has the frontier.
         self.check_under_budgets(model, sgd, batches, 1, [0.5, 0.4])
+
+
+    def test_gpt_dropout_adamw(self):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench" / "peer"))
+        from gpt_torch import Gpt
+        shape = types.SimpleNamespace(layers=4, channels=64, heads=4, vocab=128, t=64,
+                                      dropout=0.1, checkpoint="none")
+        torch.manual_seed(0)
+        model = Gpt(shape)
+        batches = [(torch.randint(0, 128, (8, 64)), torch.randint(0, 128, (8, 64)))
+                   for _ in range(3)]
+        adamw = lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01)
+        # The embedding's backward (index_put_ with accumulate) adds in parallel on the CPU,
+        # in an order that differs from run to run, unless deterministic algorithms are on.
+        torch.use_deterministic_algorithms(True)
+        try:
+            self.check_under_budgets(model, adamw, batches, 2, [0.5, 0.3], loss_fn=None)
+        finally:
+            torch.use_deterministic_algorithms(False)
 
 
 if __name__ == "__main__":

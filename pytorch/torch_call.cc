@@ -199,9 +199,6 @@ void TorchCall::run(const KernelContext& ctx) {
       KernelMemoryScope scope(&memory);
       results = call_cpu(std::move(stack), ctx);
     }
-    if (getenv("DBG") && memory.arena.extent() > (1u << 20))
-      fprintf(stderr, "scratch %s %zu declared %zu\n", signature.c_str(), memory.arena.extent(),
-              memory.declared);
     Backend::get().note_scratch(signature, memory.arena.extent());
   }
   copy_fresh_results(results, ctx);
