@@ -12,6 +12,9 @@
 #   cuda     remat::kernels_cuda (CUDAToolkit: cudart, cuBLAS)
 #   planner  remat::planner (CBC through pkg-config; Gecode by path)
 #   driver   remat::driver (needs planner)
+#   torch    remat::torch, the PyTorch device (remat/torch.h), over the LibTorch of the torch
+#            this build found (remat::libtorch, by path); its Python module remat_torch is in
+#            lib/remat/python
 # `cpack -G DEB` packages the same install tree for Debian (tests/consumer and
 # tests/consumer_core build against an installed copy in CI).
 include(GNUInstallDirs)
@@ -28,6 +31,7 @@ set(remat_component_ops remat_kernels_cpu kernels_cpu remat_ops ops)
 set(remat_component_cuda remat_kernels_cuda kernels_cuda)
 set(remat_component_planner remat_planner planner)
 set(remat_component_driver remat_driver driver)
+set(remat_component_torch remat_libtorch libtorch remat_torch torch)
 
 # Installs the targets of component `component` that this build has, as export set
 # remat-<component>-targets; appends the component to REMAT_INSTALLED_COMPONENTS.
@@ -60,7 +64,7 @@ function(remat_install_component component)
 endfunction()
 
 set(REMAT_INSTALLED_COMPONENTS)
-foreach(component core cuda ops planner driver)
+foreach(component core cuda ops planner driver torch)
   remat_install_component(${component})
 endforeach()
 

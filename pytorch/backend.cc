@@ -65,6 +65,16 @@ void Backend::note_scratch(const std::string& signature, std::size_t bytes) {
   known = std::max(known, bytes);
 }
 
+const std::vector<c10::IValue>* Backend::meta_results(const std::string& signature) const {
+  auto it = meta_.find(signature);
+  return it == meta_.end() ? nullptr : &it->second;
+}
+
+void Backend::remember_meta_results(const std::string& signature,
+                                    std::vector<c10::IValue> results) {
+  meta_.insert_or_assign(signature, std::move(results));
+}
+
 std::size_t Backend::evict_all() {
   if (runtime_ == nullptr) return 0;
   std::size_t evicted = 0;

@@ -84,8 +84,17 @@ std::string op_name(const c10::OperatorHandle& op) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
+// Note [Meta results are remembered]
+// The layouts of a call's results come from the operator's meta kernel, which for many
+// operators is Python (torch._meta_registrations) and costs as much as a small kernel. What it
+// returns depends on the call's signature only (the operator, its tensors' layouts and its
+// other arguments; data-dependent operators never get here), so it is kept per signature:
+// a training loop's later steps make the same calls and skip it.
+//
 // Runs the operator on meta tensors; nullopt where it has no meta kernel.
 std::optional<torch::jit::Stack> run_on_meta(const TorchCall& call) {
+  Backend& backend = Backend::get();
+  if (const auto* known = backend.meta_results(call.signature)) return *known;
   torch::jit::Stack stack = call.meta_arguments();
   try {
     call.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
@@ -94,6 +103,7 @@ std::optional<torch::jit::Stack> run_on_meta(const TorchCall& call) {
   } catch (const c10::Error&) {
     return std::nullopt;
   }
+  backend.remember_meta_results(call.signature, stack);
   return stack;
 }
 

@@ -69,64 +69,72 @@ std::vector<c10::IValue> TorchCall::capture(torch::jit::Stack& stack, Runtime& r
   signature = op.schema().name() + "." + op.schema().overload_name();
   for (std::size_t a = 0; a < n; ++a) {
     const bool written = args[a].alias_info() != nullptr && args[a].alias_info()->isWrite();
+    bool holds_tensors = false;
     values.push_back(map_tensors(
         arguments[a],
         [&](const at::Tensor& t) {
-          TensorArg arg;
-          arg.argument = static_cast<int>(a);
-          arg.written = written;
-          if (!t.defined()) {
-            tensors.push_back(arg);
-            return at::Tensor();
-          }
-          TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided,
-                                      "remat_torch: ", op.schema().name(), " got a ", t.layout(),
-                                      " tensor; remat keeps strided tensors only");
-          arg.layout = Layout::of(t);
-          absl::StrAppend(&signature, "|", c10::toString(arg.layout.dtype), ":",
-                          absl::StrJoin(arg.layout.sizes, ","), ":",
-                          absl::StrJoin(arg.layout.strides, ","));
-          if (RematStorage* s = remat_storage_of(t.storage()); s != nullptr) {
-            arg.kind = TensorArg::Kind::kDevice;
-            for (std::size_t i = 0; i < input_storages.size() && arg.input < 0; ++i)
-              if (input_storages[i] == s) arg.input = static_cast<int>(i);
-            if (arg.input < 0) {
-              arg.input = static_cast<int>(inputs.size());
-              inputs.push_back(s->tensor);
-              input_storages.push_back(s);
-              input_bytes.push_back(s->nbytes);
-            }
-          } else if (t.device().is_cpu() && (written || t.dim() == 0)) {
-            arg.kind = TensorArg::Kind::kLiteral;
-            // A clone, so that the program's later writes do not reach a recomputation; a
-            // Python number stays one (it takes part in type promotion differently).
-            arg.literal = written ? t : t.clone();
-            if (!written && t.unsafeGetTensorImpl()->is_wrapped_number())
-              arg.literal.unsafeGetTensorImpl()->set_wrapped_number(true);
-          } else if (t.device().is_cpu()) {
-            // A CPU tensor read by a device op: its bytes become a constant of the runtime.
-            at::Tensor dense = t.contiguous();
-            const std::size_t bytes = dense.nbytes();
-            arg.kind = TensorArg::Kind::kDevice;
-            arg.layout = Layout::of(dense);
-            arg.input = static_cast<int>(inputs.size());
-            inputs.push_back(
-                rt.constant(TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))},
-                                       DType::kU8},
-                            bytes == 0 ? nullptr : dense.const_data_ptr()));
-            input_storages.push_back(nullptr);
-            input_bytes.push_back(bytes);
-          } else {
-            TORCH_CHECK_NOT_IMPLEMENTED(false, "remat_torch: ", op.schema().name(),
-                                        " got a tensor on ", t.device().str(),
-                                        "; only remat and CPU tensors can be mixed");
-          }
-          tensors.push_back(arg);
+          holds_tensors = true;
+          tensors.push_back(capture_tensor(t, static_cast<int>(a), written, rt));
           return at::Tensor();
         },
         device()));
+    // Values other than tensors shape the results too (a view's sizes, a reduction's dims).
+    if (!holds_tensors) absl::StrAppend(&signature, "|", c10::str(values.back()));
   }
   return arguments;
+}
+
+TensorArg TorchCall::capture_tensor(const at::Tensor& t, int argument, bool written, Runtime& rt) {
+  TensorArg arg;
+  arg.argument = argument;
+  arg.written = written;
+  if (!t.defined()) {
+    absl::StrAppend(&signature, "|undefined");
+    return arg;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided, "remat_torch: ", op.schema().name(),
+                              " got a ", t.layout(), " tensor; remat keeps strided tensors only");
+  arg.layout = Layout::of(t);
+  if (RematStorage* s = remat_storage_of(t.storage()); s != nullptr) {
+    arg.kind = TensorArg::Kind::kDevice;
+    arg.input = input_of(s, s->tensor, s->nbytes);
+  } else if (t.device().is_cpu() && (written || t.dim() == 0)) {
+    arg.kind = TensorArg::Kind::kLiteral;
+    // A clone, so that the program's later writes do not reach a recomputation; a Python
+    // number stays one (it takes part in type promotion differently).
+    arg.literal = written ? t : t.clone();
+    if (!written && t.unsafeGetTensorImpl()->is_wrapped_number())
+      arg.literal.unsafeGetTensorImpl()->set_wrapped_number(true);
+  } else if (t.device().is_cpu()) {
+    // A CPU tensor read by a device op: its bytes become a constant of the runtime.
+    at::Tensor dense = t.contiguous();
+    const std::size_t bytes = dense.nbytes();
+    arg.kind = TensorArg::Kind::kDevice;
+    arg.layout = Layout::of(dense);
+    const TensorSpec spec{{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))}, DType::kU8};
+    arg.input =
+        input_of(nullptr, rt.constant(spec, bytes == 0 ? nullptr : dense.const_data_ptr()), bytes);
+  } else {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "remat_torch: ", op.schema().name(), " got a tensor on ",
+                                t.device().str(), "; only remat and CPU tensors can be mixed");
+  }
+  absl::StrAppend(&signature, "|", static_cast<int>(arg.kind), c10::toString(arg.layout.dtype), ":",
+                  absl::StrJoin(arg.layout.sizes, ","), ":", absl::StrJoin(arg.layout.strides, ","),
+                  "+", arg.layout.offset);
+  if (arg.kind == TensorArg::Kind::kDevice)
+    absl::StrAppend(&signature, "/", input_bytes[static_cast<std::size_t>(arg.input)]);
+  else if (arg.literal.unsafeGetTensorImpl()->is_wrapped_number())
+    absl::StrAppend(&signature, "w");
+  return arg;
+}
+
+int TorchCall::input_of(RematStorage* storage, const Tensor& tensor, std::size_t bytes) {
+  for (std::size_t i = 0; storage != nullptr && i < input_storages.size(); ++i)
+    if (input_storages[i] == storage) return static_cast<int>(i);
+  inputs.push_back(tensor);
+  input_storages.push_back(storage);
+  input_bytes.push_back(bytes);
+  return static_cast<int>(inputs.size() - 1);
 }
 
 torch::jit::Stack TorchCall::meta_arguments() const {

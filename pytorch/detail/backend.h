@@ -3,6 +3,7 @@
 #ifndef REMAT_PYTORCH_DETAIL_BACKEND_H_
 #define REMAT_PYTORCH_DETAIL_BACKEND_H_
 
+#include <ATen/core/ivalue.h>
 #include <absl/container/flat_hash_map.h>
 #include <absl/container/flat_hash_set.h>
 #include <c10/core/Storage.h>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "remat/runtime.h"
 
@@ -56,6 +58,10 @@ class Backend {
   // allocate under the budget]); nullopt before its first run.
   std::optional<std::size_t> scratch_estimate(const std::string& signature) const;
   void note_scratch(const std::string& signature, std::size_t bytes);
+  // What the operator's meta kernel returned for a call of this signature (Note [Meta
+  // results are remembered]); null before the first.
+  const std::vector<c10::IValue>* meta_results(const std::string& signature) const;
+  void remember_meta_results(const std::string& signature, std::vector<c10::IValue> results);
 
  private:
   Backend();
@@ -64,6 +70,7 @@ class Backend {
   std::unique_ptr<Runtime> runtime_;
   absl::flat_hash_set<RematStorage*> storages_;
   absl::flat_hash_map<std::string, std::size_t> scratch_;
+  absl::flat_hash_map<std::string, std::vector<c10::IValue>> meta_;
 };
 
 // A c10::Storage of `nbytes` on the device whose bytes are the remat tensor `t`.

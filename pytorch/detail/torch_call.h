@@ -78,6 +78,9 @@ struct TorchCall {
   std::vector<c10::IValue> run_eagerly(const KernelContext& ctx);
 
  private:
+  TensorArg capture_tensor(const at::Tensor& t, int argument, bool written, Runtime& rt);
+  // The input holding `storage` (or, for a storage made here, a new one).
+  int input_of(RematStorage* storage, const Tensor& tensor, std::size_t bytes);
   torch::jit::Stack cpu_arguments(const KernelContext& ctx) const;
   void copy_fresh_results(const std::vector<c10::IValue>& results, const KernelContext& ctx);
   std::vector<c10::IValue> call_cpu(torch::jit::Stack stack, const KernelContext& ctx);
