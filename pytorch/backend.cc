@@ -93,12 +93,15 @@ void pin_storage(RematStorage& s, Runtime& rt) {
 
 c10::Device device() { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
 
-c10::Storage make_storage(Tensor t, std::size_t nbytes, bool pinned) {
+c10::DataPtr make_data_ptr(Tensor t, std::size_t nbytes, bool pinned) {
   auto* storage = new RematStorage{std::move(t), nbytes, pinned};
   Backend::get().storage_made(storage);
-  c10::DataPtr data(nullptr, storage, &delete_remat_storage, device());
-  return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(data), nullptr,
-                      /*resizable=*/false);
+  return c10::DataPtr(nullptr, storage, &delete_remat_storage, device());
+}
+
+c10::Storage make_storage(Tensor t, std::size_t nbytes, bool pinned) {
+  return c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
+                      make_data_ptr(std::move(t), nbytes, pinned), nullptr, /*resizable=*/false);
 }
 
 RematStorage* remat_storage_of(const c10::Storage& storage) {

@@ -379,6 +379,7 @@ void device_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   install_cpu_allocator_bridge();
   if (op.schema().name() == "aten::_to_copy" && run_to_copy(op, *stack)) return;
+  if (op.schema().name() == "aten::set_") return run_set(op, *stack);
   if (op.hasTag(at::Tag::inplace_view) || op.schema().name() == "aten::resize_")
     return run_inplace_view(op, *stack);
   run_call(op, *stack, backend.runtime());

@@ -82,7 +82,64 @@ void run_inplace_view(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
   stack.push_back(self);
 }
 
+void run_set(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
+  const std::string& overload = op.schema().overload_name();
+  const std::size_t n = op.schema().arguments().size();
+  const std::size_t first = stack.size() - n;
+  at::Tensor self = stack[first].toTensor();
+  c10::Storage storage;
+  Layout layout{{0}, {1}, 0, self.scalar_type()};
+  if (overload == "source_Tensor") {
+    const at::Tensor& source = stack[first + 1].toTensor();
+    storage = source.storage();
+    layout = Layout::of(source);
+  } else if (overload == "source_Storage" || overload == "source_Storage_storage_offset") {
+    storage = stack[first + 1].toStorage();
+    const auto item = static_cast<std::int64_t>(self.element_size());
+    layout.sizes = {static_cast<std::int64_t>(storage.nbytes()) / item};
+    if (overload == "source_Storage_storage_offset") {
+      layout.offset = stack[first + 2].toInt();
+      layout.sizes = stack[first + 3].toIntVector();
+      layout.strides = stack[first + 4].toIntVector();
+      if (layout.strides.empty()) {
+        layout.strides.assign(layout.sizes.size(), 1);
+        for (std::size_t d = layout.sizes.size(); d-- > 1;)
+          layout.strides[d - 1] = layout.strides[d] * std::max<std::int64_t>(layout.sizes[d], 1);
+      }
+    }
+  } else {
+    storage = make_storage(Tensor(), 0, false);  // set_(): an empty storage
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(remat_storage_of(storage) != nullptr || storage.nbytes() == 0,
+                              "remat_torch: ", op.schema().name(),
+                              " gives a device tensor a storage that is not on the device");
+  self.unsafeGetTensorImpl()->set_storage_keep_dtype(storage);
+  self.unsafeGetTensorImpl()->set_sizes_and_strides(layout.sizes, layout.strides, layout.offset);
+  torch::jit::drop(stack, n);
+  stack.push_back(self);
+}
+
 namespace {
+
+// The device's allocator (UntypedStorage(n, device="remat"), storage copies): a new storage,
+// the output of an op that writes nothing (its bytes are undefined until written, as
+// torch.empty's are).
+class RematAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t n) override {
+    Backend& backend = Backend::get();
+    std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+    static const OpPtr empty = make_op(
+        "empty", [](SpecList) -> Outputs { return {}; }, [](const KernelContext&) {});
+    const Outputs outputs{OutputSpec(
+        TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(n, 1))}, DType::kU8})};
+    Tensor t = backend.runtime().call_with(empty, {}, outputs, 0).at(0);
+    return make_data_ptr(std::move(t), n, false);
+  }
+  void copy_data(void*, const void*, std::size_t) const override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "remat_torch: device storages are copied by operators");
+  }
+};
 
 class RematGuardImpl final : public c10::impl::DeviceGuardImplInterface {
  public:
@@ -147,6 +204,8 @@ struct Registration {
   }
 };
 const Registration registration;
+RematAllocator allocator;
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &allocator);
 
 }  // namespace
 }  // namespace remat::torch_backend::detail

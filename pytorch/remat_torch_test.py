@@ -3,6 +3,7 @@
     PYTHONPATH=build/python python3 -m unittest -v remat_torch_test   (from pytorch/)
 """
 import copy
+import io
 import pathlib
 import sys
 import types
@@ -100,6 +101,17 @@ class Ops(unittest.TestCase):
         with self.assertRaises(NotImplementedError) as caught:
             d.to_sparse()
         self.assertIn("to_sparse", str(caught.exception))
+        with self.assertRaises(NotImplementedError) as caught:
+            d.clone().resize_(64)
+        self.assertIn("resize_", str(caught.exception))
+        with self.assertRaises(TypeError):
+            d.numpy()
+        # Python's storage methods cannot see a device storage's bytes: an error, not a crash.
+        with self.assertRaises(RuntimeError):
+            copy.deepcopy(d)
+        with self.assertRaises(RuntimeError):
+            torch.save(d, io.BytesIO())
+        self.assertTrue(same(d.cpu(), d.clone().cpu()))  # the runtime is still usable
 
 
 class Training(unittest.TestCase):

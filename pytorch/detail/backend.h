@@ -75,6 +75,8 @@ class Backend {
 
 // A c10::Storage of `nbytes` on the device whose bytes are the remat tensor `t`.
 c10::Storage make_storage(Tensor t, std::size_t nbytes, bool pinned);
+// The same as a DataPtr (what an allocator returns).
+c10::DataPtr make_data_ptr(Tensor t, std::size_t nbytes, bool pinned);
 // The RematStorage behind a tensor on the device; null for any other tensor.
 RematStorage* remat_storage_of(const c10::Storage& storage);
 // Makes `s` a constant of the runtime with its current bytes (Note [State is pinned]).
