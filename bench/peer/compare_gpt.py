@@ -1,24 +1,30 @@
 #!/usr/bin/env python3
-"""remat's gpt_train against the same GPT in PyTorch, interleaved, on this machine.
+"""remat against the same GPT in PyTorch, interleaved, on this machine.
 
     python3 bench/peer/compare_gpt.py [--size small|big] [--repeats 3] [--steps 6]
-        [--trainer build/bin/gpt_train] [--out docs/peer] [--json]
+        [--trainer build/bin/gpt_train] [--compile-budgets 0.5,0.1] [--out docs/peer]
+        [--json]
 
 Runs, for one model size, each configuration `--repeats` times in turn (A B A B ...), on
 2 threads (OpenBLAS for remat; torch.set_num_threads and OMP_WAIT_POLICY=PASSIVE for
 PyTorch, as its users would tune it), and reports medians and spreads of the step time
-(first step excluded; remat's first three: see WARMUP) with each run's peak memory:
-  - both unconstrained;
-  - PyTorch with torch.utils.checkpoint on every block and on every 2 blocks, and remat
-    (its default policy, auto, and DTR alone) with a budget of the bytes each of those peaked at (PyTorch's peak live tensor bytes,
-    which is what remat's budget caps, plus nothing: remat's allocator must fit it);
-  - remat alone at 0.95, 0.9 and 0.8 of checkpointing every block's peak.
+(first step excluded; gpt_train's first three: see WARMUP) with each run's peak memory:
+  - PyTorch (the current release: bench/peer/gpt_torch.py) and gpt_train unconstrained;
+  - PyTorch with torch.utils.checkpoint on every block and on every 2 blocks, and gpt_train
+    (its default policy, auto, and DTR alone) with a budget of the bytes each of those
+    peaked at (PyTorch's peak live tensor bytes, which is what remat's budget caps);
+  - gpt_train alone at 0.95, 0.9 and 0.8 of checkpointing every block's peak;
+  - PyTorch compiled by torch.compile at each --compile-budgets activation_memory_budget,
+    and the PyTorch program itself on remat's device (remat_torch, from build/python) at the
+    peak each reached;
+  - remat_torch unconstrained, at checkpointing every block's peak, and at 0.9 and 0.8 of it.
 Writes NAME.json, NAME.md (the table) and NAME.svg (step time against peak memory) under
---out. Warns where the machine is not quiet (load average over 0.5 before a run). Needs
-python3-torch; without it, says so and exits 3.
+--out. Warns where the machine is not quiet (load average over 0.5 before a run). Needs torch
+(bash tools/setup.sh); without it, says so and exits 3.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -29,14 +35,16 @@ SIZES = {
     "big": dict(layers=6, channels=384, heads=6, vocab=256, batch=8, t=256),
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Where the build puts the Python module remat_torch.
+PYTHON_BUILD = os.path.join(HERE, "..", "..", "build", "python")
 
 
 def torch_python():
-    """A Python that has torch: this one, or Debian's (python3-torch installs there)."""
+    """A Python that has torch: this one, or another named by REMAT_TORCH_PYTHON."""
     for py in (os.environ.get("REMAT_TORCH_PYTHON"), sys.executable, "/usr/bin/python3"):
         if py and subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
             return py
-    raise SystemExit("compare_gpt: no Python here has torch (apt install python3-torch)")
+    raise SystemExit("compare_gpt: no Python here has torch (bash tools/setup.sh)")
 
 
 def quiet_check():
@@ -47,19 +55,32 @@ def quiet_check():
     return load
 
 
-def run_torch(size, steps, checkpoint):
+def run_torch(size, steps, checkpoint="none", compile_budget=None, remat_budget=None,
+              remat=False):
+    """gpt_torch.py: plain, checkpointed, compiled, or on remat's device (remat_torch)."""
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PYTHON_BUILD, env.get("PYTHONPATH")) if p)
     cmd = [torch_python(), os.path.join(HERE, "gpt_torch.py"), "--json", "--steps", str(steps),
            "--checkpoint", checkpoint, "--threads", "2"]
     for k, v in size.items():
         cmd += [f"--{k}", str(v)]
+    if compile_budget is not None:
+        cmd += ["--compile-budget", str(compile_budget)]
+    if remat:
+        cmd += ["--device", "remat"] + ([] if remat_budget is None else
+                                        ["--budget", str(int(remat_budget))])
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode == 3:
-        raise SystemExit(out.stderr.strip() or "compare_gpt: python3-torch is not installed")
+        raise SystemExit(out.stderr.strip() or "compare_gpt: torch is not installed")
     if out.returncode != 0:
+        if remat and "out of memory" in out.stderr:
+            return {"step": None, "peak": remat_budget, "ok": False, "status": "out of memory"}
         raise SystemExit(f"compare_gpt: {' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
     r = json.loads(out.stdout.splitlines()[-1])
-    return {"step": r["step_seconds_median"], "peak": r["peak_live_bytes"], "ok": True}
+    row = {"step": r["step_seconds_median"], "peak": r["peak_live_bytes"], "ok": True}
+    if remat:
+        row.update(status="ok", overhead=r.get("compute_overhead"))
+    return row
 
 
 # Steps before remat's timed ones: the first, then under a budget the two more that policy
@@ -99,7 +120,7 @@ def run_remat(trainer, size, steps, budget=None, fraction=None, policy=None):
 
 
 def summarize(name, runs):
-    steps = [r["step"] for r in runs if r["ok"]]
+    steps = [r["step"] for r in runs if r["ok"] and r["step"] is not None]
     row = {"config": name, "runs": len(runs), "ok": all(r["ok"] for r in runs),
            "peak_bytes": runs[-1]["peak"]}
     if steps:
@@ -112,36 +133,124 @@ def summarize(name, runs):
     return row
 
 
-def svg(rows, path):
+def nice_ticks(hi):
+    """Round ticks from 0 to past `hi`: steps of 1, 2 or 5 times a power of ten."""
+    raw = hi / 5
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if raw <= m * mag)
+    n = math.ceil(hi / step - 1e-9)
+    return [round(i * step, 10) for i in range(n + 1)]
+
+
+STYLES = {  # system: (legend name, colour, marker)
+    "pytorch": ("PyTorch (eager)", "#d62728", "circle"),
+    "compile": ("PyTorch torch.compile", "#ff7f0e", "square"),
+    "remat": ("remat gpt_train (C++)", "#1f77b4", "circle"),
+    "remat_torch": ("remat_torch (the PyTorch program on remat's device)", "#2ca02c", "triangle"),
+}
+
+
+def system_of(config):
+    for prefix in ("remat_torch", "remat", "pytorch compile", "pytorch"):
+        if config.startswith(prefix):
+            return {"pytorch compile": "compile"}.get(prefix, prefix)
+    return "pytorch"
+
+
+def marker(kind, cx, cy, colour):
+    if kind == "square":
+        return f'<rect x="{cx - 5:.1f}" y="{cy - 5:.1f}" width="10" height="10" fill="{colour}"/>'
+    if kind == "triangle":
+        return (f'<polygon points="{cx:.1f},{cy - 6:.1f} {cx - 6:.1f},{cy + 5:.1f} '
+                f'{cx + 6:.1f},{cy + 5:.1f}" fill="{colour}"/>')
+    return f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{colour}"/>'
+
+
+def place_label(cx, cy, text, taken):
+    """A spot for a point's number beside it that overlaps no label placed before."""
+    w, h = 7 * len(text), 11
+    for dx, dy in ((7, -7), (7, 14), (-7 - w, -7), (-7 - w, 14), (7, 3), (-7 - w, 3)):
+        box = (cx + dx, cy + dy - h, cx + dx + w, cy + dy)
+        if all(box[2] < o[0] or box[0] > o[2] or box[3] < o[1] or box[1] > o[3] for o in taken):
+            taken.append(box)
+            return box[0], box[3]
+    taken.append((cx + 7, cy - 7 - h, cx + 7 + w, cy - 7))
+    return cx + 7, cy - 7
+
+
+def svg(rows, path, title):
+    """Step time against peak memory: titled, round ticks, each point numbered, and a legend
+    that says which points are remat and which PyTorch and what each number is."""
     pts = [(r["peak_bytes"] / 2**20, r["step_median"], r["config"]) for r in rows
            if r.get("step_median") is not None and r.get("peak_bytes")]
     if not pts:
         return
-    w, h, m = 640, 400, 60
-    xmax = max(p[0] for p in pts) * 1.1
-    ymax = max(p[1] for p in pts) * 1.2
-    x = lambda v: m + (w - 2 * m) * v / xmax
-    y = lambda v: h - m - (h - 2 * m) * v / ymax
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}">',
-             f'<rect width="{w}" height="{h}" fill="white"/>',
-             f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
-             f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
-             f'<text x="{w / 2}" y="{h - 15}" text-anchor="middle">peak memory (MiB)</text>',
-             f'<text x="15" y="{h / 2}" transform="rotate(-90 15 {h / 2})" '
-             f'text-anchor="middle">step time (s)</text>']
-    for i in range(5):
-        xv, yv = xmax * i / 4, ymax * i / 4
-        parts.append(f'<text x="{x(xv)}" y="{h - m + 18}" text-anchor="middle" '
-                     f'font-size="11">{xv:.0f}</text>')
-        parts.append(f'<text x="{m - 6}" y="{y(yv) + 4}" text-anchor="end" '
-                     f'font-size="11">{yv:.2f}</text>')
-    for px, py, name in pts:
-        color = "#1f77b4" if name.startswith("remat") else "#d62728"
-        parts.append(f'<circle cx="{x(px):.1f}" cy="{y(py):.1f}" r="5" fill="{color}"/>')
-        parts.append(f'<text x="{x(px) + 7:.1f}" y="{y(py) - 7:.1f}" font-size="10">{name}</text>')
+    xt, yt = nice_ticks(max(p[0] for p in pts)), nice_ticks(max(p[1] for p in pts))
+    plot_w, plot_h, left, top = 520, 360, 70, 50
+    legend_x = left + plot_w + 30
+    w, h = legend_x + 420, max(top + plot_h + 60, top + 20 + 16 * (len(pts) + 6))
+    x = lambda v: left + plot_w * v / xt[-1]
+    y = lambda v: top + plot_h - plot_h * v / yt[-1]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+             f'font-family="sans-serif">', f'<rect width="{w}" height="{h}" fill="white"/>',
+             f'<text x="{w / 2}" y="24" text-anchor="middle" font-size="15">{title}</text>']
+    for v in xt:
+        parts.append(f'<line x1="{x(v):.1f}" y1="{top}" x2="{x(v):.1f}" y2="{top + plot_h}" '
+                     f'stroke="#eee"/>')
+        parts.append(f'<text x="{x(v):.1f}" y="{top + plot_h + 16}" text-anchor="middle" '
+                     f'font-size="11">{v:g}</text>')
+    for v in yt:
+        parts.append(f'<line x1="{left}" y1="{y(v):.1f}" x2="{left + plot_w}" y2="{y(v):.1f}" '
+                     f'stroke="#eee"/>')
+        parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" '
+                     f'font-size="11">{v:g}</text>')
+    parts += [f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" '
+              f'stroke="black"/>',
+              f'<text x="{left + plot_w / 2}" y="{top + plot_h + 40}" text-anchor="middle" '
+              f'font-size="12">peak memory (MiB): PyTorch\'s live tensor bytes, remat\'s reserved '
+              f'bytes</text>',
+              f'<text x="18" y="{top + plot_h / 2}" transform="rotate(-90 18 {top + plot_h / 2})" '
+              f'text-anchor="middle" font-size="12">step time (s), median</text>']
+    taken = []
+    for i, (px, py, name) in enumerate(pts, 1):
+        label, colour, kind = STYLES[system_of(name)]
+        parts.append(marker(kind, x(px), y(py), colour))
+        lx, ly = place_label(x(px), y(py), str(i), taken)
+        parts.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="11">{i}</text>')
+    ly = top + 10
+    for system in sorted({system_of(p[2]) for p in pts}, key=list(STYLES).index):
+        label, colour, kind = STYLES[system]
+        parts.append(marker(kind, legend_x + 6, ly - 4, colour))
+        parts.append(f'<text x="{legend_x + 18}" y="{ly}" font-size="12">{label}</text>')
+        ly += 18
+    ly += 8
+    for i, (px, py, name) in enumerate(pts, 1):
+        parts.append(f'<text x="{legend_x}" y="{ly}" font-size="11">{i}  {name}</text>')
+        ly += 16
     parts.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")
+
+
+def run_remat_torch(configs, size, a, checkpoint_peak):
+    """The PyTorch program itself on remat's device: unconstrained, at checkpointing every
+    block's peak and below it, beside torch.compile at each activation_memory_budget and
+    remat_torch at the peak that reached."""
+    if a.compile_budgets:
+        for b in [float(v) for v in a.compile_budgets.split(",")]:
+            name = f"pytorch compile budget {b}"
+            configs[name] = [run_torch(size, a.steps, compile_budget=b)
+                             for _ in range(a.repeats)]
+            rname = f"remat_torch at compile-{b} peak"
+            configs[rname] = [run_torch(size, a.steps, remat=True,
+                                        remat_budget=configs[name][-1]["peak"])
+                              for _ in range(a.repeats)]
+    configs["remat_torch"] = [run_torch(size, a.steps, remat=True) for _ in range(a.repeats)]
+    for f in (1.0, 0.9, 0.8):
+        name = ("remat_torch at checkpoint-every peak" if f == 1.0 else
+                f"remat_torch at {f} of checkpoint-every peak")
+        configs[name] = [run_torch(size, a.steps, remat=True, remat_budget=f * checkpoint_peak)
+                         for _ in range(a.repeats)]
 
 
 def main():
@@ -151,6 +260,8 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--trainer", default="build/bin/gpt_train")
     ap.add_argument("--out", default="docs/peer")
+    ap.add_argument("--compile-budgets", default="0.5,0.1",
+                    help="torch.compile activation_memory_budget values ('' for none)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     size = SIZES[a.size]
@@ -181,10 +292,12 @@ def main():
         name = f"remat at {f} of checkpoint-every peak"
         configs[name] = [run_remat(a.trainer, size, a.steps, budget=int(f * ck["every"]))
                          for _ in range(a.repeats)]
+    run_remat_torch(configs, size, a, ck["every"])
     rows = [summarize(n, r) for n, r in configs.items()]
     base = {r["config"]: r.get("step_median") for r in rows}
     for r in rows:
-        own = base["pytorch"] if r["config"].startswith("pytorch") else base["remat"]
+        own = {"remat": base["remat"], "remat_torch": base.get("remat_torch")}.get(
+            system_of(r["config"]), base["pytorch"])
         if r.get("step_median") and own:
             r["vs_own_unconstrained"] = r["step_median"] / own
         if r.get("step_median") and base["pytorch"]:
@@ -207,7 +320,9 @@ def main():
                      f"| {r.get('plan') or '-'} |")
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
-    svg(rows, stem + ".svg")
+    svg(rows, stem + ".svg",
+        f"GPT {a.size} ({size['layers']} layers, {size['channels']} channels, T {size['t']}, "
+        f"batch {size['batch']}): step time against peak memory, 2 threads")
     print(json.dumps(result) if a.json else "\n".join(lines))
     return 0
 

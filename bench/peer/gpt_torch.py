@@ -3,7 +3,8 @@
 
     python3 bench/peer/gpt_torch.py [--layers 4 --channels 128 --heads 4 --vocab 256
         --batch 8 --t 256 --dropout 0.1 --steps 6 --threads 2]
-        [--checkpoint none|every|every2] [--json]
+        [--checkpoint none|every|every2] [--compile-budget F]
+        [--device cpu|remat [--budget BYTES] [--policy dtr]] [--json]
 
 Same shapes, initialisation scale, dropout and AdamW (lr 1e-3, no weight decay) as
 examples/gpt_model.cc: a pre-LayerNorm GPT with learned positions, tanh GELU, causal
@@ -13,7 +14,13 @@ to the token embedding. `--checkpoint every` wraps each block in torch.utils.che
 not counted), and two peaks: `peak_live_bytes`, the most bytes of tensor storage alive at
 once during a step (parameters, optimizer state, activations, gradients: what remat's
 peak_allocated_bytes counts), from the profiler's record of the CPU allocator's allocations
-and frees in one step, and `process_peak_rss_bytes`. Needs python3-torch (Debian); exits 3 where it is absent.
+and frees in one step, and `process_peak_rss_bytes`. `--compile-budget F` trains the
+model compiled by torch.compile with `activation_memory_budget` F (its min-cut partitioner
+keeps that fraction of the activations and recomputes the rest). `--device remat` trains the
+same program on remat's PyTorch device (PYTHONPATH=build/python) under `--budget` bytes, and
+reports remat's peak reserved bytes as `peak_live_bytes` (what its budget caps), with its
+evictions, recomputations and compute overhead. Needs torch (bash tools/setup.sh installs it
+from PyPI); exits 3 where it is absent.
 """
 import argparse
 import json
@@ -32,7 +39,7 @@ except ImportError:
     if "-h" in sys.argv or "--help" in sys.argv:
         print(__doc__)
         sys.exit(0)
-    print("gpt_torch: python3-torch is not installed (apt install python3-torch)",
+    print("gpt_torch: torch is not installed (bash tools/setup.sh installs it from PyPI)",
           file=sys.stderr)
     sys.exit(3)
 
@@ -128,24 +135,48 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--checkpoint", choices=["none", "every", "every2"], default="none")
+    ap.add_argument("--compile-budget", type=float, default=None,
+                    help="torch.compile with this activation_memory_budget")
+    ap.add_argument("--device", choices=["cpu", "remat"], default="cpu")
+    ap.add_argument("--budget", type=int, default=None, help="remat's budget in bytes")
+    ap.add_argument("--policy", default="dtr", help="remat's eviction policy")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     model = Gpt(a)
+    device = torch.device("cpu")
+    if a.device == "remat":
+        import remat_torch
+        remat_torch.set_policy(a.policy)
+        remat_torch.set_budget(a.budget)
+        device = remat_torch.device
+        model = model.to(device)
+    forward = model
+    if a.compile_budget is not None:
+        import torch._functorch.config as functorch_config
+        functorch_config.activation_memory_budget = a.compile_budget
+        forward = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     gen = torch.Generator().manual_seed(a.seed)
     times, losses, peak = [], [], 0
-    for step in range(a.steps + 1):
-        idx = torch.randint(0, a.vocab, (a.batch, a.t), generator=gen)
-        tgt = torch.randint(0, a.vocab, (a.batch, a.t), generator=gen)
-        measure = step == 1  # profiling slows a step: measured once, not timed
+    # Steps before the measured one: compiling takes two (the first call, then a recompile
+    # once torch.compile sees the shapes repeat), and a compiled step is timed after both.
+    warmup = 3 if a.compile_budget is not None else 1
+    for step in range(a.steps + warmup):
+        idx = torch.randint(0, a.vocab, (a.batch, a.t), generator=gen).to(device)
+        tgt = torch.randint(0, a.vocab, (a.batch, a.t), generator=gen).to(device)
+        # Profiling slows a step: measured once, not timed. remat measures its own peak.
+        measure = step == warmup and a.device == "cpu"
+        if step == warmup and a.device == "remat":
+            remat_torch.reset_peaks()
+            before = remat_torch.stats()
         alive = sum(p.numel() * p.element_size() for p in model.parameters())
         alive += sum(v.numel() * v.element_size() for s in opt.state.values()
                      for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
 
         def run_step():
-            loss = model(idx, tgt)
+            loss = forward(idx, tgt)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -160,10 +191,20 @@ def main():
             loss = run_step()
         elapsed = time.perf_counter() - start
         losses.append(loss.item())
-        if step >= 2 or (step == 1 and a.steps == 1):
+        if step > warmup or (step == warmup and a.steps == 1):
             times.append(elapsed)
+    extra = {}
+    if a.device == "remat":
+        after = remat_torch.stats()
+        peak = after["peak_reserved_bytes"]
+        extra = {k: after[k] - before[k] for k in ("evictions", "recomputations")}
+        cost = after["base_cost"] - before["base_cost"]
+        extra["compute_overhead"] = (after["recompute_cost"] - before["recompute_cost"]) / cost
+        extra["budget"] = a.budget
     result = {
-        "system": "pytorch", "torch": torch.__version__, "checkpoint": a.checkpoint,
+        "system": "remat_torch" if a.device == "remat" else "pytorch",
+        "torch": torch.__version__, "checkpoint": a.checkpoint,
+        "compile_budget": a.compile_budget, **extra,
         "layers": a.layers, "channels": a.channels, "heads": a.heads, "batch": a.batch,
         "t": a.t, "threads": a.threads, "steps_timed": len(times),
         "step_seconds_median": statistics.median(times),
@@ -174,7 +215,7 @@ def main():
     if a.json:
         print(json.dumps(result))
     else:
-        print(f"pytorch {torch.__version__} checkpoint={a.checkpoint}: step "
+        print(f"{result['system']} {torch.__version__} checkpoint={a.checkpoint}: step "
               f"{result['step_seconds_median'] * 1e3:.1f} ms (median of {len(times)}), "
               f"peak live {peak / 2**20:.1f} MiB, rss {result['process_peak_rss_bytes'] / 2**20:.0f} MiB")
     return 0
