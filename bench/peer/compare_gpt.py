@@ -142,6 +142,19 @@ def nice_ticks(hi):
     return [round(i * step, 10) for i in range(n + 1)]
 
 
+def log_ticks(lo, hi):
+    """Round ticks (1, 2 and 5 times powers of ten) spanning [lo, hi] on a log axis."""
+    ticks, mag = [], 10 ** math.floor(math.log10(lo))
+    while not ticks or ticks[-1] < hi:
+        for m in (1, 2, 5):
+            if m * mag >= lo / 2 and (not ticks or ticks[-1] < hi):
+                ticks.append(round(m * mag, 10))
+        mag *= 10
+    while len(ticks) > 1 and ticks[1] <= lo:
+        ticks.pop(0)
+    return ticks
+
+
 STYLES = {  # system: (legend name, colour, marker)
     "pytorch": ("PyTorch (eager)", "#d62728", "circle"),
     "compile": ("PyTorch torch.compile", "#ff7f0e", "square"),
@@ -167,9 +180,13 @@ def marker(kind, cx, cy, colour):
 
 
 def place_label(cx, cy, text, taken):
-    """A spot for a point's number beside it that overlaps no label placed before."""
+    """A spot for a point's number beside it that overlaps no marker and no label placed
+    before (nearest spots first, then farther ones)."""
     w, h = 7 * len(text), 11
-    for dx, dy in ((7, -7), (7, 14), (-7 - w, -7), (-7 - w, 14), (7, 3), (-7 - w, 3)):
+    spots = [(dx, dy) for r in (7, 16, 26)
+             for dx, dy in ((r, -r + 2), (r, r + 9), (-r - w, -r + 2), (-r - w, r + 9),
+                            (r, 4), (-r - w, 4), (-w / 2, -r), (-w / 2, r + 11))]
+    for dx, dy in spots:
         box = (cx + dx, cy + dy - h, cx + dx + w, cy + dy)
         if all(box[2] < o[0] or box[0] > o[2] or box[3] < o[1] or box[1] > o[3] for o in taken):
             taken.append(box)
@@ -185,12 +202,20 @@ def svg(rows, path, title):
            if r.get("step_median") is not None and r.get("peak_bytes")]
     if not pts:
         return
-    xt, yt = nice_ticks(max(p[0] for p in pts)), nice_ticks(max(p[1] for p in pts))
+    xt = nice_ticks(max(p[0] for p in pts))
+    steps = [p[1] for p in pts]
+    # Step times a few times apart (a slow run beside the rest) read better on a log axis.
+    log_y = max(steps) > 4 * min(steps)
+    yt = log_ticks(min(steps), max(steps)) if log_y else nice_ticks(max(steps))
     plot_w, plot_h, left, top = 520, 360, 70, 50
     legend_x = left + plot_w + 30
     w, h = legend_x + 420, max(top + plot_h + 60, top + 20 + 16 * (len(pts) + 6))
     x = lambda v: left + plot_w * v / xt[-1]
-    y = lambda v: top + plot_h - plot_h * v / yt[-1]
+    if log_y:
+        span = math.log10(yt[-1] / yt[0])
+        y = lambda v: top + plot_h - plot_h * math.log10(v / yt[0]) / span
+    else:
+        y = lambda v: top + plot_h - plot_h * v / yt[-1]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
              f'font-family="sans-serif">', f'<rect width="{w}" height="{h}" fill="white"/>',
              f'<text x="{w / 2}" y="24" text-anchor="middle" font-size="15">{title}</text>']
@@ -210,8 +235,9 @@ def svg(rows, path, title):
               f'font-size="12">peak memory (MiB): PyTorch\'s live tensor bytes, remat\'s reserved '
               f'bytes</text>',
               f'<text x="18" y="{top + plot_h / 2}" transform="rotate(-90 18 {top + plot_h / 2})" '
-              f'text-anchor="middle" font-size="12">step time (s), median</text>']
-    taken = []
+              f'text-anchor="middle" font-size="12">step time (s), median'
+              f'{", log scale" if log_y else ""}</text>']
+    taken = [(x(px) - 6, y(py) - 6, x(px) + 6, y(py) + 6) for px, py, _ in pts]
     for i, (px, py, name) in enumerate(pts, 1):
         label, colour, kind = STYLES[system_of(name)]
         parts.append(marker(kind, x(px), y(py), colour))
