@@ -114,6 +114,34 @@ class Ops(unittest.TestCase):
         self.assertTrue(same(d.cpu(), d.clone().cpu()))  # the runtime is still usable
 
 
+    def test_out_of_memory_is_an_error_naming_the_operator(self):
+        x = torch.randn(512, 512)  # 1 MiB
+        remat_torch.set_budget(remat_torch.stats()["allocated_bytes"] + (3 << 19))
+        try:
+            with self.assertRaises(RuntimeError) as caught:
+                d = x.to(DEV)
+                (d @ d @ d).sum().item()
+            self.assertIn("out of memory", str(caught.exception))
+            self.assertIn("aten::", str(caught.exception))
+        finally:
+            remat_torch.set_budget(None)
+        self.assertTrue(same((x.to(DEV) * 2).cpu(), x * 2))  # the runtime is still usable
+
+    def test_steps_and_reports(self):
+        x = torch.randn(64, 64)
+        with remat_torch.step():
+            d = x.to(DEV).exp()
+            with remat_torch.step():  # a step begun inside another ends it first
+                e = d.log()
+        stats = remat_torch.stats()
+        for key in ("peak_reserved_bytes", "evictions", "recomputations", "compute_overhead"):
+            self.assertIn(key, stats)
+        held = {h["op"]: h for h in remat_torch.held_tensors()}
+        self.assertEqual(held["aten::exp"]["tensors"], 1)
+        self.assertEqual(held["aten::log"]["bytes"], 64 * 64 * 4)
+        self.assertTrue(same(e.cpu(), x.exp().log()))
+
+
 class Training(unittest.TestCase):
     def setUp(self):
         remat_torch.set_budget(None)
