@@ -93,6 +93,10 @@ void pin_storage(RematStorage& s, Runtime& rt) {
 
 c10::Device device() { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
 
+TensorSpec storage_spec(std::size_t nbytes) {
+  return TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(nbytes, 1))}, DType::kU8};
+}
+
 c10::DataPtr make_data_ptr(Tensor t, std::size_t nbytes, bool pinned) {
   auto* storage = new RematStorage{std::move(t), nbytes, pinned};
   Backend::get().storage_made(storage);

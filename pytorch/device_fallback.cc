@@ -80,8 +80,7 @@ bool any_of(const std::vector<ReturnPlan>& plans, ReturnKind kind) {
 }
 
 std::string op_name(const c10::OperatorHandle& op) {
-  const auto& name = op.schema().operator_name();
-  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  return qualified_name(op.schema().operator_name());
 }
 
 // Note [Meta results are remembered]
@@ -98,30 +97,11 @@ std::optional<torch::jit::Stack> run_on_meta(const TorchCall& call) {
   torch::jit::Stack stack = call.meta_arguments();
   try {
     call.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
-  } catch (const c10::NotImplementedError&) {
-    return std::nullopt;
-  } catch (const c10::Error&) {
+  } catch (const c10::Error&) {  // NotImplementedError among them: no meta kernel
     return std::nullopt;
   }
   backend.remember_meta_results(call.signature, stack);
   return stack;
-}
-
-// The values of `results` that are fresh tensors, flattened in order.
-std::vector<at::Tensor> fresh_tensors(const std::vector<ReturnPlan>& plans,
-                                      const std::vector<c10::IValue>& results) {
-  std::vector<at::Tensor> out;
-  for (std::size_t r = 0; r < plans.size() && r < results.size(); ++r) {
-    if (plans[r].kind != ReturnKind::kFresh) continue;
-    map_tensors(
-        results[r],
-        [&](const at::Tensor& t) {
-          out.push_back(t);
-          return t;
-        },
-        c10::Device(c10::kCPU));
-  }
-  return out;
 }
 
 void set_fresh_layouts(TorchCall& call, const std::vector<at::Tensor>& results) {
@@ -143,8 +123,7 @@ void set_fresh_layouts(TorchCall& call, const std::vector<at::Tensor>& results) 
 
 Outputs fresh_outputs(const TorchCall& call) {
   Outputs outputs;
-  for (std::size_t bytes : call.fresh_bytes)
-    outputs.emplace_back(TensorSpec{{static_cast<std::int64_t>(bytes)}, DType::kU8});
+  for (std::size_t bytes : call.fresh_bytes) outputs.emplace_back(storage_spec(bytes));
   return outputs;
 }
 
@@ -241,7 +220,7 @@ std::vector<Tensor> run_as_update(const std::shared_ptr<TorchCall>& call, const 
   std::vector<Tensor> made;
   for (std::size_t bytes : call->fresh_bytes) {
     mutated.push_back(static_cast<int>(call->inputs.size()));
-    made.push_back(rt.constant(TensorSpec{{static_cast<std::int64_t>(bytes)}, DType::kU8}));
+    made.push_back(rt.constant(storage_spec(bytes)));
     call->inputs.push_back(made.back());
   }
   mutated.insert(mutated.end(), call->written_inputs.begin(), call->written_inputs.end());
@@ -249,12 +228,12 @@ std::vector<Tensor> run_as_update(const std::shared_ptr<TorchCall>& call, const 
   return made;
 }
 
-// Runs the call as a remat op: fresh results, and writes copy-on-write or in place.
-std::vector<Tensor> run_compute(const std::shared_ptr<TorchCall>& call, Runtime& rt) {
-  call->written_inputs = written_inputs(*call);
+// Runs the call as a remat op: fresh results, and writes copy-on-write or in place (or,
+// `outside` autograd, as an update).
+std::vector<Tensor> run_compute(const std::shared_ptr<TorchCall>& call, bool outside, Runtime& rt) {
   Outputs outputs = fresh_outputs(*call);
   OpPtr def = remat_op(call, outputs);
-  if (outside_autograd()) return run_as_update(call, def, rt);
+  if (outside) return run_as_update(call, def, rt);
   if (call->written_inputs.empty()) return rt.call_with(def, call->inputs, outputs, -1);
   std::size_t pinned = 0;
   for (int i : call->written_inputs)
@@ -290,27 +269,26 @@ std::vector<c10::IValue> run_held(const std::shared_ptr<TorchCall>& call, Runtim
   auto holder = std::make_shared<OpDef>();
   holder->name = op_name(call->op);
   holder->kernel = [&](const KernelContext& ctx) { results = call->run_eagerly(ctx); };
-  const Outputs one_byte{OutputSpec(TensorSpec{{1}, DType::kU8})};
+  const Outputs one_byte{OutputSpec(storage_spec(1))};
   rt.call_with(holder, call->inputs, one_byte, -1);
   return results;
 }
 
 void run_eager(const std::shared_ptr<TorchCall>& call, const std::vector<ReturnPlan>& plans,
                const std::vector<c10::IValue>& arguments, Runtime& rt, torch::jit::Stack& stack) {
-  if (!written_inputs(*call).empty())
+  if (!call->written_inputs.empty())
     unsupported("remat_torch: " + op_name(call->op) +
                 " writes a device tensor and has no meta kernel, or returns "
                 "values that depend on the data; not supported on remat");
   std::vector<c10::IValue> results = run_held(call, rt);
-  if (!any_of(plans, ReturnKind::kFresh)) call->forget_inputs();
   std::vector<Tensor> made;
   if (any_of(plans, ReturnKind::kFresh)) {
-    set_fresh_layouts(*call, fresh_tensors(plans, results));
+    set_fresh_layouts(*call, fresh_results(call->op.schema(), results));
     call->first_results = results;
     Outputs outputs = fresh_outputs(*call);
     made = rt.call_with(remat_op(call, outputs), call->inputs, outputs, -1);
-    call->forget_inputs();
   }
+  call->forget_inputs();
   push_results(*call, plans, arguments, made, /*pinned=*/false, results, stack);
 }
 
@@ -348,6 +326,7 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, Runtime& 
   auto call = std::make_shared<TorchCall>(op);
   std::vector<c10::IValue> arguments = call->capture(stack, rt);
   mark_hidden_writes(*call);
+  call->written_inputs = written_inputs(*call);
   if (op.hasTag(at::Tag::nondeterministic_seeded)) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -356,7 +335,7 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, Runtime& 
   const bool views_only = !plans.empty() && !any_of(plans, ReturnKind::kFresh) &&
                           !any_of(plans, ReturnKind::kWritten) &&
                           !any_of(plans, ReturnKind::kValue);
-  if (views_only && written_inputs(*call).empty()) return run_views(*call, plans, arguments, stack);
+  if (views_only && call->written_inputs.empty()) return run_views(*call, plans, arguments, stack);
   if (any_of(plans, ReturnKind::kView))
     unsupported("remat_torch: " + op_name(op) +
                 " returns a view beside other results; not supported on remat");
@@ -365,11 +344,11 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, Runtime& 
       !writes_cpu_tensor(*call))
     meta = run_on_meta(*call);
   if (!meta.has_value()) return run_eager(call, plans, arguments, rt, stack);
-  set_fresh_layouts(*call, fresh_tensors(plans, *meta));
-  const bool pinned = outside_autograd();
-  std::vector<Tensor> made = run_compute(call, rt);
+  set_fresh_layouts(*call, fresh_results(op.schema(), *meta));
+  const bool outside = outside_autograd();  // fresh results are then pinned constants
+  std::vector<Tensor> made = run_compute(call, outside, rt);
   call->forget_inputs();
-  push_results(*call, plans, arguments, made, pinned, *meta, stack);
+  push_results(*call, plans, arguments, made, outside, *meta, stack);
 }
 
 }  // namespace

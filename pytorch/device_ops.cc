@@ -27,9 +27,7 @@ std::optional<c10::Device> device_argument(const c10::IValue& v) {
 at::Tensor to_device(const at::Tensor& cpu) {
   Runtime& rt = Backend::get().runtime();
   const std::size_t bytes = cpu.storage().nbytes();
-  Tensor constant = rt.constant(
-      TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))}, DType::kU8},
-      bytes == 0 ? nullptr : cpu.storage().data());
+  Tensor constant = rt.constant(storage_spec(bytes), bytes == 0 ? nullptr : cpu.storage().data());
   return device_tensor(make_storage(std::move(constant), bytes, /*pinned=*/true), Layout::of(cpu));
 }
 
@@ -131,8 +129,7 @@ class RematAllocator final : public c10::Allocator {
     std::lock_guard<std::recursive_mutex> lock(backend.mutex());
     static const OpPtr empty = make_op(
         "empty", [](SpecList) -> Outputs { return {}; }, [](const KernelContext&) {});
-    const Outputs outputs{OutputSpec(
-        TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(n, 1))}, DType::kU8})};
+    const Outputs outputs{OutputSpec(storage_spec(n))};
     Tensor t = backend.runtime().call_with(empty, {}, outputs, 0).at(0);
     return make_data_ptr(std::move(t), n, false);
   }
@@ -188,9 +185,8 @@ void route_composite_operators() {
     if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
         !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
       continue;
-    std::string qualified =
-        name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&device_fallback>());
+    library->impl(qualified_name(name).c_str(),
+                  torch::CppFunction::makeFromBoxedFunction<&device_fallback>());
   }
 }
 

@@ -15,24 +15,15 @@
 namespace remat::torch_backend::detail {
 namespace {
 
-bool inside(const at::Tensor& t, const KernelContext& ctx, std::size_t first, std::size_t n) {
+// Whether `t` lies in the memory of one of the op's outputs.
+bool inside_outputs(const at::Tensor& t, const KernelContext& ctx) {
   if (!t.defined() || t.numel() == 0) return false;
   const auto* p = static_cast<const char*>(t.const_data_ptr());
-  for (std::size_t i = first; i < n; ++i) {
+  for (std::size_t i = 0; i < ctx.outputs.size(); ++i) {
     const auto* base = static_cast<const char*>(ctx.outputs[i]);
     if (base != nullptr && p >= base && p < base + ctx.output_spec(i).bytes()) return true;
   }
   return false;
-}
-
-void flatten_tensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
-  map_tensors(
-      v,
-      [&](const at::Tensor& t) {
-        out.push_back(t);
-        return t;
-      },
-      c10::Device(c10::kCPU));
 }
 
 // Draws as the first run did: the generator at its state from then, put back afterwards.
@@ -57,6 +48,27 @@ class RngReplay {
 
 }  // namespace
 
+std::string qualified_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+std::vector<at::Tensor> fresh_results(const c10::FunctionSchema& schema,
+                                      const std::vector<c10::IValue>& results) {
+  std::vector<at::Tensor> fresh;
+  const auto& returns = schema.returns();
+  for (std::size_t r = 0; r < returns.size() && r < results.size(); ++r) {
+    if (returns[r].alias_info() != nullptr) continue;
+    map_tensors(
+        results[r],
+        [&](const at::Tensor& t) {
+          fresh.push_back(t);
+          return t;
+        },
+        c10::Device(c10::kCPU));
+  }
+  return fresh;
+}
+
 std::vector<c10::IValue> TorchCall::capture(torch::jit::Stack& stack, Runtime& rt) {
   const auto& args = op.schema().arguments();
   const std::size_t n = args.size();
@@ -66,7 +78,7 @@ std::vector<c10::IValue> TorchCall::capture(torch::jit::Stack& stack, Runtime& r
       std::make_move_iterator(stack.end() - static_cast<std::ptrdiff_t>(n)),
       std::make_move_iterator(stack.end()));
   stack.erase(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
-  signature = op.schema().name() + "." + op.schema().overload_name();
+  signature = qualified_name(op.schema().operator_name());
   for (std::size_t a = 0; a < n; ++a) {
     const bool written = args[a].alias_info() != nullptr && args[a].alias_info()->isWrite();
     bool holds_tensors = false;
@@ -111,9 +123,8 @@ TensorArg TorchCall::capture_tensor(const at::Tensor& t, int argument, bool writ
     const std::size_t bytes = dense.nbytes();
     arg.kind = TensorArg::Kind::kDevice;
     arg.layout = Layout::of(dense);
-    const TensorSpec spec{{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))}, DType::kU8};
-    arg.input =
-        input_of(nullptr, rt.constant(spec, bytes == 0 ? nullptr : dense.const_data_ptr()), bytes);
+    const void* data = bytes == 0 ? nullptr : dense.const_data_ptr();
+    arg.input = input_of(nullptr, rt.constant(storage_spec(bytes), data), bytes);
   } else {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "remat_torch: ", op.schema().name(), " got a tensor on ",
                                 t.device().str(), "; only remat and CPU tensors can be mixed");
@@ -137,30 +148,8 @@ int TorchCall::input_of(RematStorage* storage, const Tensor& tensor, std::size_t
   return static_cast<int>(inputs.size() - 1);
 }
 
-torch::jit::Stack TorchCall::meta_arguments() const {
-  torch::jit::Stack stack;
-  std::size_t k = 0;
-  for (const c10::IValue& v : values) {
-    stack.push_back(map_tensors(
-        v,
-        [&](const at::Tensor& t) {
-          const TensorArg& arg = tensors[k++];
-          if (arg.kind == TensorArg::Kind::kLiteral) return arg.literal;
-          if (arg.kind != TensorArg::Kind::kDevice) return t;
-          return arg.layout.on_meta(input_bytes[static_cast<std::size_t>(arg.input)]);
-        },
-        c10::Device(c10::kMeta)));
-  }
-  return stack;
-}
-
-int TorchCall::version_of(int input) const {
-  for (std::size_t k = 0; k < written_inputs.size(); ++k)
-    if (written_inputs[k] == input) return static_cast<int>(fresh.size() + k);
-  return -1;
-}
-
-torch::jit::Stack TorchCall::cpu_arguments(const KernelContext& ctx) const {
+template <typename F>
+torch::jit::Stack TorchCall::rebuild_arguments(c10::Device device, F&& device_tensor) const {
   torch::jit::Stack stack;
   std::size_t k = 0;
   for (const c10::IValue& v : values) {
@@ -170,14 +159,32 @@ torch::jit::Stack TorchCall::cpu_arguments(const KernelContext& ctx) const {
           const TensorArg& arg = tensors[k++];
           if (arg.kind == TensorArg::Kind::kLiteral) return arg.literal;
           if (arg.kind == TensorArg::Kind::kUndefined) return t;
-          const int version = version_of(arg.input);
-          const void* base = version >= 0 ? ctx.outputs[static_cast<std::size_t>(version)]
-                                          : ctx.inputs[static_cast<std::size_t>(arg.input)];
-          return arg.layout.on_cpu(base);
+          return device_tensor(arg);
         },
-        c10::Device(c10::kCPU)));
+        device));
   }
   return stack;
+}
+
+torch::jit::Stack TorchCall::meta_arguments() const {
+  return rebuild_arguments(c10::Device(c10::kMeta), [&](const TensorArg& arg) {
+    return arg.layout.on_meta(input_bytes[static_cast<std::size_t>(arg.input)]);
+  });
+}
+
+int TorchCall::version_of(int input) const {
+  for (std::size_t k = 0; k < written_inputs.size(); ++k)
+    if (written_inputs[k] == input) return static_cast<int>(fresh.size() + k);
+  return -1;
+}
+
+torch::jit::Stack TorchCall::cpu_arguments(const KernelContext& ctx) const {
+  return rebuild_arguments(c10::Device(c10::kCPU), [&](const TensorArg& arg) {
+    const int version = version_of(arg.input);
+    const void* base = version >= 0 ? ctx.outputs[static_cast<std::size_t>(version)]
+                                    : ctx.inputs[static_cast<std::size_t>(arg.input)];
+    return arg.layout.on_cpu(base);
+  });
 }
 
 std::vector<c10::IValue> TorchCall::call_cpu(torch::jit::Stack stack, const KernelContext& ctx) {
@@ -217,10 +224,7 @@ void TorchCall::run(const KernelContext& ctx) {
 // so that copying an earlier result cannot overwrite it.
 void TorchCall::copy_fresh_results(const std::vector<c10::IValue>& results,
                                    const KernelContext& ctx) {
-  std::vector<at::Tensor> flat;
-  const auto& returns = op.schema().returns();
-  for (std::size_t r = 0; r < returns.size() && r < results.size(); ++r)
-    if (returns[r].alias_info() == nullptr) flatten_tensors(results[r], flat);
+  const std::vector<at::Tensor> flat = fresh_results(op.schema(), results);
   if (flat.size() != fresh.size())
     throw std::logic_error("remat_torch: " + op.schema().name() + " returned " +
                            std::to_string(flat.size()) + " fresh tensors, its meta kernel " +
@@ -231,7 +235,7 @@ void TorchCall::copy_fresh_results(const std::vector<c10::IValue>& results,
     if (!r.defined() || fresh[i].extent_bytes() == 0) continue;
     at::Tensor dst = fresh[i].on_cpu(ctx.outputs[i]);
     if (r.const_data_ptr() == dst.const_data_ptr() && r.strides() == dst.strides()) continue;
-    sources[i] = inside(r, ctx, 0, ctx.outputs.size()) ? r.clone() : r;
+    sources[i] = inside_outputs(r, ctx) ? r.clone() : r;
   }
   for (std::size_t i = 0; i < flat.size(); ++i)
     if (sources[i].defined()) fresh[i].on_cpu(ctx.outputs[i]).copy_(sources[i]);

@@ -239,7 +239,7 @@ def svg(rows, path, title):
               f'{", log scale" if log_y else ""}</text>']
     taken = [(x(px) - 6, y(py) - 6, x(px) + 6, y(py) + 6) for px, py, _ in pts]
     for i, (px, py, name) in enumerate(pts, 1):
-        label, colour, kind = STYLES[system_of(name)]
+        _, colour, kind = STYLES[system_of(name)]
         parts.append(marker(kind, x(px), y(py), colour))
         lx, ly = place_label(x(px), y(py), str(i), taken)
         parts.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="11">{i}</text>')

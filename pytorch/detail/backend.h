@@ -73,6 +73,9 @@ class Backend {
   absl::flat_hash_map<std::string, std::vector<c10::IValue>> meta_;
 };
 
+// The remat spec of a storage of `nbytes`: bytes (u8), at least one (a zero-byte tensor
+// still needs a block the runtime can track).
+TensorSpec storage_spec(std::size_t nbytes);
 // A c10::Storage of `nbytes` on the device whose bytes are the remat tensor `t`.
 c10::Storage make_storage(Tensor t, std::size_t nbytes, bool pinned);
 // The same as a DataPtr (what an allocator returns).

@@ -82,9 +82,20 @@ struct TorchCall {
   // The input holding `storage` (or, for a storage made here, a new one).
   int input_of(RematStorage* storage, const Tensor& tensor, std::size_t bytes);
   torch::jit::Stack cpu_arguments(const KernelContext& ctx) const;
+  // The arguments with every device tensor given by `device_tensor(arg)`, literals as they
+  // are, and the device replaced by `device`.
+  template <typename F>
+  torch::jit::Stack rebuild_arguments(c10::Device device, F&& device_tensor) const;
   void copy_fresh_results(const std::vector<c10::IValue>& results, const KernelContext& ctx);
   std::vector<c10::IValue> call_cpu(torch::jit::Stack stack, const KernelContext& ctx);
 };
+
+// "aten::add.Tensor": the operator's name with its overload.
+std::string qualified_name(const c10::OperatorName& name);
+
+// The tensors of the results that alias no argument (fresh ones), flattened in order.
+std::vector<at::Tensor> fresh_results(const c10::FunctionSchema& schema,
+                                      const std::vector<c10::IValue>& results);
 
 // Every tensor of a boxed value (a tensor, a list of tensors, a list of optional tensors),
 // replaced by `f` of it; devices on the remat device replaced by `device`.
