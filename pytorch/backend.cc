@@ -29,7 +29,8 @@ Backend& Backend::get() {
 Backend::Backend() {
   options_.backend = remat::Backend::kCpu;
   options_.accounting = Accounting::kAllocator;
-  options_.policy = "dtr";
+  options_.policy = "hinted";  // policy `auto` (Note [Planned steps on the device])
+  planned_ = true;
 }
 
 Runtime& Backend::runtime() {
@@ -43,26 +44,91 @@ void Backend::set_budget(std::size_t bytes) {
 }
 
 void Backend::set_policy(const std::string& policy) {
-  bool known = false;
+  bool known = policy == "auto";
   for (const std::string& name : eviction_policy_names()) known = known || name == policy;
   if (!known) throw std::invalid_argument("remat_torch: unknown policy '" + policy + "'");
-  if (policy == options_.policy) return;
+  if (policy == this->policy()) return;
   if (!storages_.empty())
     throw std::logic_error("remat_torch: set_policy while " + std::to_string(storages_.size()) +
                            " storages are on the device; set it before moving tensors there");
-  options_.policy = policy;
+  planned_ = policy == "auto";
+  options_.policy = planned_ ? "hinted" : policy;  // `auto` follows plans as `hinted` does
+  plans_.reset();
   runtime_.reset();
 }
 
-std::optional<std::size_t> Backend::scratch_estimate(const std::string& signature) const {
-  auto it = scratch_.find(signature);
-  if (it == scratch_.end()) return std::nullopt;
-  return it->second;
+void Backend::begin_step() {
+  Runtime& rt = runtime();
+  const StepOptions options = planned_ ? plans_.begin_step(rt.budget()) : StepOptions{};
+  rt.begin_step(options);
+  step_start_ = rt.stats();
+  step_open_ = true;
+  step_in_backward_ = false;
 }
 
-void Backend::note_scratch(const std::string& signature, std::size_t bytes) {
-  std::size_t& known = scratch_[signature];
-  known = std::max(known, bytes);
+PlanReport Backend::plan_report() const {
+  if (planned_) return plans_.report();
+  PlanReport off;
+  off.phase = "off";
+  off.source = "policy " + options_.policy + " plans nothing";
+  return off;
+}
+
+void Backend::note_call(bool in_backward, bool outside) {
+  if (!step_open_) return;
+  if (in_backward && !step_in_backward_) {
+    runtime().mark_backward();
+    step_in_backward_ = true;
+  } else if (outside && step_in_backward_) {
+    end_step();  // the optimizer's updates are not planned: constants, never evicted
+  }
+}
+
+void Backend::end_step() {
+  if (!step_open_) return;
+  step_open_ = false;
+  Runtime& rt = runtime();
+  RecordedStep step = rt.end_step();
+  if (!planned_) return;
+  const RuntimeStats now = rt.stats();
+  const double base = now.base_cost - step_start_.base_cost;
+  const double overhead = base > 0 ? (now.recompute_cost - step_start_.recompute_cost) / base : 0;
+  plans_.end_step(std::move(step), overhead, now.hint_mismatches - step_start_.hint_mismatches);
+}
+
+std::optional<std::size_t> Backend::scratch_estimate(const std::string& signature) const {
+  auto it = known_calls_.find(signature);
+  if (it == known_calls_.end()) return std::nullopt;
+  return it->second.scratch;
+}
+
+std::optional<double> Backend::cost_estimate(const std::string& signature) const {
+  auto it = known_calls_.find(signature);
+  if (it == known_calls_.end()) return std::nullopt;
+  return it->second.cost_ns;
+}
+
+void Backend::note_run(const std::string& signature, std::size_t scratch, double cost_ns) {
+  KnownCall& known = known_calls_[signature];
+  known.scratch = std::max(known.scratch, scratch);
+  // The first run, the faster of two, then the median of three, which stays.
+  const std::array<double, 3>& t = known.times;
+  switch (known.runs) {
+    case 0:
+      known.cost_ns = known.times[0] = cost_ns;
+      break;
+    case 1:
+      known.times[1] = cost_ns;
+      known.cost_ns = std::min(t[0], t[1]);
+      break;
+    case 2:
+      known.times[2] = cost_ns;
+      known.cost_ns = std::max(std::min(t[0], t[1]), std::min(std::max(t[0], t[1]), t[2]));
+      break;
+    default:
+      return;
+  }
+  ++known.runs;
 }
 
 const std::vector<c10::IValue>* Backend::meta_results(const std::string& signature) const {

@@ -127,13 +127,10 @@ Outputs fresh_outputs(const TorchCall& call) {
   return outputs;
 }
 
-// The scratch to declare: what a call of the same signature asked for before; before the
-// first, as much as its largest result (a kernel's temporaries are often one of those).
+// The scratch to declare: what a call of the same signature asked for before; none before
+// the first, whose temporaries come from the runtime one by one as the kernel asks.
 std::size_t scratch_to_declare(const TorchCall& call) {
-  if (auto known = Backend::get().scratch_estimate(call.signature)) return *known;
-  std::size_t largest = 0;
-  for (std::size_t bytes : call.fresh_bytes) largest = std::max(largest, bytes);
-  return largest;
+  return Backend::get().scratch_estimate(call.signature).value_or(0);
 }
 
 OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh) {
@@ -144,6 +141,13 @@ OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh) {
   call->declared_scratch = scratch_to_declare(*call);
   if (call->declared_scratch > 0)
     def->scratch_bytes = [bytes = call->declared_scratch](SpecList) { return bytes; };
+  // Note [Costs are remembered]
+  // An op the runtime times itself costs what its first run took, and that varies by tens
+  // of percent between steps on a loaded CPU; DTR's scores, and so its evictions, would vary
+  // with it. A signature's cost is the median of its first three runs (Backend::note_run),
+  // then fixed: the same price for every call of it, step after step.
+  if (std::optional<double> cost = Backend::get().cost_estimate(call->signature))
+    def->cost = [ns = *cost](SpecList) { return ns; };
   return def;
 }
 
@@ -265,13 +269,37 @@ std::vector<Tensor> run_compute(const std::shared_ptr<TorchCall>& call, bool out
 // Runs the CPU kernel once inside a remat op that holds the inputs resident; returns what
 // it returned.
 std::vector<c10::IValue> run_held(const std::shared_ptr<TorchCall>& call, Runtime& rt) {
-  std::vector<c10::IValue> results;
+  struct Run {
+    std::vector<c10::IValue> results;
+    bool ran = false;
+  };
+  auto run = std::make_shared<Run>();
   auto holder = std::make_shared<OpDef>();
   holder->name = op_name(call->op);
-  holder->kernel = [&](const KernelContext& ctx) { results = call->run_eagerly(ctx); };
+  holder->kernel = [call, run](const KernelContext& ctx) {
+    if (run->ran) return;  // its results were taken; nothing reads its output
+    run->results = call->run_eagerly(ctx);
+    run->ran = true;
+  };
   const Outputs one_byte{OutputSpec(storage_spec(1))};
-  rt.call_with(holder, call->inputs, one_byte, -1);
-  return results;
+  const std::vector<Tensor> held = rt.call_with(holder, call->inputs, one_byte, -1);
+  if (!run->ran) rt.materialize(held.front());  // deferred by a followed plan: run it now
+  return std::move(run->results);
+}
+
+// Note [Random operators run when called]
+// A followed plan may defer an op until the plan's schedule reaches it (Note [Following a
+// schedule]). A random operator draws from torch's generator, whose state is what the
+// program's earlier draws left; run later, it would draw what a later operator should. So a
+// deferred random operator runs as soon as it is called; its recomputations replay the
+// generator's state from its call.
+void run_now_if_random(const TorchCall& call, const std::vector<Tensor>& made, Runtime& rt) {
+  if (!call.rng.has_value() || call.ran) return;
+  if (!made.empty()) {
+    rt.materialize(made.front());
+  } else if (!call.written_inputs.empty()) {  // an in-place draw: the new version
+    rt.materialize(call.input_storages[static_cast<std::size_t>(call.written_inputs[0])]->tensor);
+  }
 }
 
 void run_eager(const std::shared_ptr<TorchCall>& call, const std::vector<ReturnPlan>& plans,
@@ -347,6 +375,7 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, Runtime& 
   set_fresh_layouts(*call, fresh_results(op.schema(), *meta));
   const bool outside = outside_autograd();  // fresh results are then pinned constants
   std::vector<Tensor> made = run_compute(call, outside, rt);
+  run_now_if_random(*call, made, rt);
   call->forget_inputs();
   push_results(*call, plans, arguments, made, outside, *meta, stack);
 }
@@ -357,6 +386,7 @@ void device_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   install_cpu_allocator_bridge();
+  backend.note_call(torch::autograd::get_current_graph_task_id() != -1, outside_autograd());
   if (op.schema().name() == "aten::_to_copy" && run_to_copy(op, *stack)) return;
   if (op.schema().name() == "aten::set_") return run_set(op, *stack);
   if (op.hasTag(at::Tag::inplace_view) || op.schema().name() == "aten::resize_")

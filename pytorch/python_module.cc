@@ -25,6 +25,9 @@ py::dict stats_dict() {
   d["updates"] = s.updates;
   d["ooms"] = s.ooms;
   d["live_tensors"] = s.live_tensors;
+  d["hint_evictions"] = s.hint_evictions;
+  d["hint_mismatches"] = s.hint_mismatches;
+  d["deferred_ops"] = s.deferred_ops;
   d["budget"] = remat::torch_backend::budget();
   return d;
 }
@@ -43,6 +46,27 @@ py::list held_list() {
   return out;
 }
 
+py::dict plan_dict() {
+  const remat::torch_backend::PlanReport r = remat::torch_backend::plan_report();
+  py::dict d;
+  d["phase"] = r.phase;
+  d["source"] = r.source;
+  d["steps"] = r.steps;
+  d["dtr_step_overhead"] = r.dtr_step_overhead;
+  d["plan_step_overhead"] = r.plan_step_overhead;
+  d["planning_seconds"] = r.planning_seconds;
+  py::list screened;
+  for (const remat::torch_backend::ScreenedCandidate& c : r.screened) {
+    py::dict row;
+    row["source"] = c.source;
+    row["simulated_overhead"] = c.simulated_overhead;
+    row["failure"] = c.failure;
+    screened.append(row);
+  }
+  d["screened"] = screened;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -54,6 +78,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("policies", &remat::eviction_policy_names);
   m.def("stats", &stats_dict);
   m.def("held_tensors", &held_list);
+  m.def("plan_report", &plan_dict);
   m.def("reset_peaks", &remat::torch_backend::reset_peaks);
   m.def("evict_all", &remat::torch_backend::evict_all);
   py::class_<remat::torch_backend::StepScope>(m, "_StepScope").def(py::init<>());

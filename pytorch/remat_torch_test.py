@@ -2,7 +2,9 @@
 
     PYTHONPATH=build/python python3 -m unittest -v remat_torch_test   (from pytorch/)
 """
+import contextlib
 import copy
+import gc
 import io
 import pathlib
 import sys
@@ -140,6 +142,101 @@ class Ops(unittest.TestCase):
         self.assertEqual(held["aten::exp"]["tensors"], 1)
         self.assertEqual(held["aten::log"]["bytes"], 64 * 64 * 4)
         self.assertTrue(same(e.cpu(), x.exp().log()))
+
+
+class Attention(unittest.TestCase):
+    def setUp(self):
+        remat_torch.set_budget(None)
+
+    def test_fused_kernel_runs_bitwise_without_the_scores(self):
+        torch.manual_seed(0)
+        b, h, t, d = 2, 4, 256, 16
+        q, k, v = (torch.randn(b, h, t, d, requires_grad=True) for _ in range(3))
+        grad = torch.randn(b, h, t, d)
+
+        def attend(q, k, v):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y.backward(grad.to(y.device))
+            return y
+
+        cpu = attend(q, k, v)
+        dq, dk, dv = (z.to(DEV).detach().requires_grad_() for z in (q, k, v))
+        remat_torch.reset_peaks()
+        before = remat_torch.stats()["allocated_bytes"]
+        with torch.profiler.profile() as prof:
+            y = attend(dq, dk, dv)
+        names = {e.name for e in prof.events()}
+        self.assertIn("aten::_scaled_dot_product_flash_attention_for_cpu", names)
+        self.assertNotIn("aten::_scaled_dot_product_attention_math", names)
+        # The fused kernel keeps the output and a log-sum-exp per row; the math path would
+        # hold b x h x t x t scores (2 MiB here) for its backward pass.
+        scores = b * h * t * t * 4
+        self.assertLess(remat_torch.stats()["peak_allocated_bytes"] - before, scores)
+        self.assertTrue(same(y.cpu(), cpu))
+        for a, c in ((dq, q), (dk, k), (dv, v)):
+            self.assertTrue(same(a.grad.cpu(), c.grad))
+
+
+class PlannedSteps(unittest.TestCase):
+    """Policy `auto`: marked steps recorded, planned, followed; results still bitwise."""
+
+    def setUp(self):
+        remat_torch.set_budget(None)
+        self.assertEqual(remat_torch.policy(), "auto")  # the default
+
+    def tearDown(self):
+        remat_torch.set_budget(None)
+
+    def test_steps_are_recorded_planned_and_stay_bitwise(self):
+        torch.manual_seed(0)
+        layers = [nn.Linear(64, 512), nn.ReLU()]
+        for _ in range(6):
+            layers += [nn.Linear(512, 512), nn.GELU(), nn.Dropout(0.1)]
+        model = nn.Sequential(*layers, nn.Linear(512, 10))
+        batches = [(torch.randn(1024, 64), torch.randint(0, 10, (1024,))) for _ in range(5)]
+
+        def train(device, phases=None):
+            torch.manual_seed(1234)
+            m = copy.deepcopy(model).to(device)
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+            losses = []
+            for x, y in batches:
+                with remat_torch.step() if device == DEV else contextlib.nullcontext():
+                    opt.zero_grad()
+                    loss = F.cross_entropy(m(x.to(device)), y.to(device))
+                    loss.backward()
+                    opt.step()
+                losses.append(loss.detach().cpu())
+                if phases is not None:
+                    phases.append(remat_torch.plan_report()["phase"])
+            return losses, {k: v.detach().cpu().clone() for k, v in m.state_dict().items()}
+
+        cpu_losses, cpu_state = train("cpu")
+        remat_torch.reset_peaks()
+        train(DEV)
+        self.assertEqual(remat_torch.plan_report()["phase"], "unconstrained")
+        peak = remat_torch.stats()["peak_allocated_bytes"]
+        fixed = fixed_bytes(model, 2)
+        budget = int(fixed + 0.5 * (peak - fixed))
+        gc.collect()
+        remat_torch.set_budget(budget)
+        remat_torch.reset_peaks()
+        phases = []
+        losses, state = train(DEV, phases)
+        report = remat_torch.plan_report()
+        self.assertEqual(phases[0], "warm-up")
+        self.assertIn(phases[1], ("trial", "dtr"))  # recorded, then planned
+        self.assertIn(phases[2], ("plan", "dtr"))   # the trial judged against DTR
+        self.assertEqual(report["steps"], len(batches))
+        self.assertEqual(report["screened"][0]["source"], "dtr")
+        self.assertIsNotNone(report["dtr_step_overhead"])
+        if phases[1] == "trial":
+            self.assertIsNotNone(report["plan_step_overhead"])
+        self.assertLessEqual(remat_torch.stats()["peak_reserved_bytes"], budget)
+        for a, b in zip(losses, cpu_losses):
+            self.assertTrue(same(a, b), f"loss {a} != {b}")
+        for k in cpu_state:
+            self.assertTrue(same(state[k], cpu_state[k]), k)
 
 
 class Training(unittest.TestCase):

@@ -67,6 +67,11 @@ std::string policy() {
   return detail::Backend::get().policy();
 }
 
+PlanReport plan_report() {
+  auto lock = locked();
+  return detail::Backend::get().plan_report();
+}
+
 RuntimeStats stats() {
   auto lock = locked();
   return detail::Backend::get().runtime().stats();
@@ -89,12 +94,12 @@ std::size_t evict_all() {
 
 StepScope::StepScope() {
   auto lock = locked();
-  detail::Backend::get().runtime().begin_step();
+  detail::Backend::get().begin_step();
 }
 
 StepScope::~StepScope() {
   auto lock = locked();
-  detail::Backend::get().runtime().end_step();
+  detail::Backend::get().end_step();
 }
 
 }  // namespace remat::torch_backend

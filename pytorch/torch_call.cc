@@ -6,6 +6,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -210,13 +211,16 @@ void TorchCall::run(const KernelContext& ctx) {
     for (std::size_t i = 0; i < fresh.size(); ++i)
       memory.outputs.push_back({ctx.outputs[i], fresh_bytes[i]});
     torch::jit::Stack stack = cpu_arguments(ctx);
+    const auto start = std::chrono::steady_clock::now();
     {
       KernelMemoryScope scope(&memory);
       results = call_cpu(std::move(stack), ctx);
     }
-    Backend::get().note_scratch(signature, memory.arena.extent());
+    const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
+    Backend::get().note_run(signature, memory.arena.extent(), took.count());
   }
   copy_fresh_results(results, ctx);
+  ran = true;
 }
 
 // Note [Results that landed elsewhere]: a fresh result is copied to its output unless the

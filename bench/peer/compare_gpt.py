@@ -3,7 +3,7 @@
 
     python3 bench/peer/compare_gpt.py [--size small|big] [--repeats 3] [--steps 6]
         [--trainer build/bin/gpt_train] [--compile-budgets 0.5,0.1] [--out docs/peer]
-        [--json]
+        [--attention math|sdpa] [--json]
 
 Runs, for one model size, each configuration `--repeats` times in turn (A B A B ...), on
 2 threads (OpenBLAS for remat; torch.set_num_threads and OMP_WAIT_POLICY=PASSIVE for
@@ -55,13 +55,16 @@ def quiet_check():
     return load
 
 
+ATTENTION = "math"  # --attention
+
+
 def run_torch(size, steps, checkpoint="none", compile_budget=None, remat_budget=None,
               remat=False):
     """gpt_torch.py: plain, checkpointed, compiled, or on remat's device (remat_torch)."""
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="2")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PYTHON_BUILD, env.get("PYTHONPATH")) if p)
     cmd = [torch_python(), os.path.join(HERE, "gpt_torch.py"), "--json", "--steps", str(steps),
-           "--checkpoint", checkpoint, "--threads", "2"]
+           "--checkpoint", checkpoint, "--threads", "2", "--attention", ATTENTION]
     for k, v in size.items():
         cmd += [f"--{k}", str(v)]
     if compile_budget is not None:
@@ -80,6 +83,9 @@ def run_torch(size, steps, checkpoint="none", compile_budget=None, remat_budget=
     row = {"step": r["step_seconds_median"], "peak": r["peak_live_bytes"], "ok": True}
     if remat:
         row.update(status="ok", overhead=r.get("compute_overhead"))
+        plan = r.get("plan") or {}
+        if plan.get("phase") in ("plan", "dtr"):
+            row["plan"] = plan["source"] if plan["phase"] == "plan" else "dtr"
     return row
 
 
@@ -288,8 +294,13 @@ def main():
     ap.add_argument("--out", default="docs/peer")
     ap.add_argument("--compile-budgets", default="0.5,0.1",
                     help="torch.compile activation_memory_budget values ('' for none)")
+    ap.add_argument("--attention", choices=["math", "sdpa"], default="math",
+                    help="the PyTorch model's attention (gpt_torch.py --attention); sdpa "
+                    "writes gpt_SIZE_sdpa.*")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    global ATTENTION
+    ATTENTION = a.attention
     size = SIZES[a.size]
     loads = []
     # PyTorch's checkpointed peaks set remat's budgets, so they run first.
@@ -328,10 +339,11 @@ def main():
             r["vs_own_unconstrained"] = r["step_median"] / own
         if r.get("step_median") and base["pytorch"]:
             r["vs_pytorch_unconstrained"] = r["step_median"] / base["pytorch"]
-    result = {"size": a.size, "model": size, "repeats": a.repeats, "steps": a.steps,
+    result = {"size": a.size, "model": size, "attention": a.attention, "repeats": a.repeats,
+              "steps": a.steps,
               "max_load_average": max(loads), "rows": rows}
     os.makedirs(a.out, exist_ok=True)
-    stem = os.path.join(a.out, f"gpt_{a.size}")
+    stem = os.path.join(a.out, f"gpt_{a.size}" + ("_sdpa" if a.attention == "sdpa" else ""))
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=1)
     lines = ["| configuration | peak (MiB) | step (s), median [min, max] | x own unconstrained "
@@ -348,7 +360,8 @@ def main():
         f.write("\n".join(lines) + "\n")
     svg(rows, stem + ".svg",
         f"GPT {a.size} ({size['layers']} layers, {size['channels']} channels, T {size['t']}, "
-        f"batch {size['batch']}): step time against peak memory, 2 threads")
+        f"batch {size['batch']}, {a.attention} attention): step time against peak memory, "
+        "2 threads")
     print(json.dumps(result) if a.json else "\n".join(lines))
     return 0
 

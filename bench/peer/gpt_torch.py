@@ -3,13 +3,16 @@
 
     python3 bench/peer/gpt_torch.py [--layers 4 --channels 128 --heads 4 --vocab 256
         --batch 8 --t 256 --dropout 0.1 --steps 6 --threads 2]
-        [--checkpoint none|every|every2] [--compile-budget F]
-        [--device cpu|remat [--budget BYTES] [--policy dtr]] [--json]
+        [--checkpoint none|every|every2] [--compile-budget F] [--attention sdpa|math]
+        [--device cpu|remat [--budget BYTES] [--policy auto|dtr]] [--json]
 
 Same shapes, initialisation scale, dropout and AdamW (lr 1e-3, no weight decay) as
 examples/gpt_model.cc: a pre-LayerNorm GPT with learned positions, tanh GELU, causal
 attention, dropout after the attention and MLP projections, the language-model head tied
-to the token embedding. `--checkpoint every` wraps each block in torch.utils.checkpoint,
+to the token embedding. Attention is F.scaled_dot_product_attention (causal), as PyTorch
+programs write it, whose CPU kernel never materializes the scores; `--attention math`
+computes it as gpt_train's kernels do, the scores, masked scores and softmax (batch x heads
+x T x T each) materialized and saved. `--checkpoint every` wraps each block in torch.utils.checkpoint,
 `every2` each pair of blocks. Reports the median step time (the first step is a warm-up and
 not counted), and two peaks: `peak_live_bytes`, the most bytes of tensor storage alive at
 once during a step (parameters, optimizer state, activations, gradients: what remat's
@@ -17,12 +20,14 @@ peak_allocated_bytes counts), from the profiler's record of the CPU allocator's 
 and frees in one step, and `process_peak_rss_bytes`. `--compile-budget F` trains the
 model compiled by torch.compile with `activation_memory_budget` F (its min-cut partitioner
 keeps that fraction of the activations and recomputes the rest). `--device remat` trains the
-same program on remat's PyTorch device (PYTHONPATH=build/python) under `--budget` bytes, and
+same program on remat's PyTorch device (PYTHONPATH=build/python) under `--budget` bytes,
+each step marked with remat_torch.step() (what policy `auto` plans), and
 reports remat's peak reserved bytes as `peak_live_bytes` (what its budget caps), with its
 evictions, recomputations and compute overhead. Needs torch (bash tools/setup.sh installs it
 from PyPI); exits 3 where it is absent.
 """
 import argparse
+import contextlib
 import json
 import math
 import resource
@@ -45,9 +50,10 @@ except ImportError:
 
 
 class Block(nn.Module):
-    def __init__(self, c, heads, dropout, proj_std):
+    def __init__(self, c, heads, dropout, proj_std, attention="sdpa"):
         super().__init__()
         self.heads = heads
+        self.fused = attention == "sdpa"
         self.ln1 = nn.LayerNorm(c)
         self.qkv = nn.Linear(c, 3 * c)
         self.attproj = nn.Linear(c, c)
@@ -65,10 +71,14 @@ class Block(nn.Module):
         q, k, v = self.qkv(x).split(c, dim=2)
         shape = (b, t, self.heads, c // self.heads)
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        return (att @ v).transpose(1, 2).reshape(b, t, c)
+        if self.fused:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # as gpt_train's kernels do: the scores and their softmax materialized
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
+            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = att @ v
+        return y.transpose(1, 2).reshape(b, t, c)
 
     def forward(self, x):
         x = x + self.drop(self.attproj(self.attention(self.ln1(x))))
@@ -83,7 +93,8 @@ class Gpt(nn.Module):
         self.wte = nn.Parameter(torch.randn(a.vocab, a.channels) * 0.02)
         self.wpe = nn.Parameter(torch.randn(a.t, a.channels) * 0.01)
         self.blocks = nn.ModuleList(
-            Block(a.channels, a.heads, a.dropout, proj_std) for _ in range(a.layers))
+            Block(a.channels, a.heads, a.dropout, proj_std, getattr(a, "attention", "sdpa"))
+            for _ in range(a.layers))
         self.lnf = nn.LayerNorm(a.channels)
         self.checkpoint = a.checkpoint
 
@@ -135,11 +146,14 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--checkpoint", choices=["none", "every", "every2"], default="none")
+    ap.add_argument("--attention", choices=["sdpa", "math"], default="sdpa",
+                    help="F.scaled_dot_product_attention, or the scores materialized")
     ap.add_argument("--compile-budget", type=float, default=None,
                     help="torch.compile with this activation_memory_budget")
     ap.add_argument("--device", choices=["cpu", "remat"], default="cpu")
     ap.add_argument("--budget", type=int, default=None, help="remat's budget in bytes")
-    ap.add_argument("--policy", default="dtr", help="remat's eviction policy")
+    ap.add_argument("--policy", default="auto",
+                    help="remat_torch's policy: auto (plans the marked steps) or an eviction policy")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -161,8 +175,11 @@ def main():
     gen = torch.Generator().manual_seed(a.seed)
     times, losses, peak = [], [], 0
     # Steps before the measured one: compiling takes two (the first call, then a recompile
-    # once torch.compile sees the shapes repeat), and a compiled step is timed after both.
-    warmup = 3 if a.compile_budget is not None else 1
+    # once torch.compile sees the shapes repeat), and a compiled step is timed after both;
+    # remat_torch's policy auto under a budget records its second step and tries a plan on
+    # its third (Note [Planned steps on the device]).
+    planned = a.device == "remat" and a.policy == "auto" and a.budget is not None
+    warmup = 3 if a.compile_budget is not None or planned else 1
     for step in range(a.steps + warmup):
         idx = torch.randint(0, a.vocab, (a.batch, a.t), generator=gen).to(device)
         tgt = torch.randint(0, a.vocab, (a.batch, a.t), generator=gen).to(device)
@@ -176,10 +193,11 @@ def main():
                      for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
 
         def run_step():
-            loss = forward(idx, tgt)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            with remat_torch.step() if a.device == "remat" else contextlib.nullcontext():
+                loss = forward(idx, tgt)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
             return loss
 
         start = time.perf_counter()
@@ -201,12 +219,14 @@ def main():
         cost = after["base_cost"] - before["base_cost"]
         extra["compute_overhead"] = (after["recompute_cost"] - before["recompute_cost"]) / cost
         extra["budget"] = a.budget
+        extra["policy"] = a.policy
+        extra["plan"] = remat_torch.plan_report()
     result = {
         "system": "remat_torch" if a.device == "remat" else "pytorch",
         "torch": torch.__version__, "checkpoint": a.checkpoint,
         "compile_budget": a.compile_budget, **extra,
         "layers": a.layers, "channels": a.channels, "heads": a.heads, "batch": a.batch,
-        "t": a.t, "threads": a.threads, "steps_timed": len(times),
+        "t": a.t, "threads": a.threads, "attention": a.attention, "steps_timed": len(times),
         "step_seconds_median": statistics.median(times),
         "step_seconds": times, "peak_live_bytes": peak,
         "process_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

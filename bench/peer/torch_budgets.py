@@ -2,7 +2,7 @@
 """A torch program on remat's PyTorch device under budgets, against the same program on the CPU.
 
     PYTHONPATH=build/python python3 bench/peer/torch_budgets.py [--model resnet18|gpt]
-        [--steps 3] [--fractions 0.7,0.5,0.4,0.3] [--policy dtr] [--json]
+        [--steps 3] [--fractions 0.7,0.5,0.4,0.3] [--policy auto] [--json]
 
 Trains the model for --steps steps on the CPU, then on remat's device unconstrained, then
 under each budget: the parameters, gradients and optimizer state, plus the fraction of the
@@ -15,6 +15,7 @@ decay 5e-4. gpt: bench/peer/gpt_torch.py's model (4 layers, 128 channels, 4 head
 256, T 256, batch 8, dropout 0.1), AdamW, deterministic algorithms on.
 """
 import argparse
+import contextlib
 import copy
 import json
 import pathlib
@@ -66,10 +67,11 @@ def train(spec, device):
     losses, times = [], []
     for x, y in batches:
         start = time.perf_counter()
-        opt.zero_grad()
-        loss = loss_of(model, x.to(device), y.to(device))
-        loss.backward()
-        opt.step()
+        with remat_torch.step() if device != "cpu" else contextlib.nullcontext():
+            opt.zero_grad()
+            loss = loss_of(model, x.to(device), y.to(device))
+            loss.backward()
+            opt.step()
         losses.append(loss.detach().cpu())
         times.append(time.perf_counter() - start)
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
@@ -86,7 +88,8 @@ def main():
     ap.add_argument("--model", choices=["resnet18", "gpt"], default="resnet18")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--fractions", default="0.7,0.5,0.4,0.3")
-    ap.add_argument("--policy", default="dtr", help="remat's eviction policy")
+    ap.add_argument("--policy", default="auto",
+                    help="remat_torch's policy: auto (plans the marked steps) or an eviction policy")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     remat_torch.set_policy(a.policy)

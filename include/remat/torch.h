@@ -26,6 +26,7 @@
 #include <c10/core/Device.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,31 @@ c10::Device device();
 // The budget on the runtime's reserved bytes (a hard cap); SIZE_MAX: none.
 void set_budget(std::size_t bytes);
 std::size_t budget();
-// The eviction policy (eviction_policy_names()); only before any tensor is on the device.
+// The policy: "auto" (the steps a program marks with StepScope recorded, planned and
+// followed where a plan recomputes less than DTR: Note [Planned steps on the device]) or an
+// eviction policy (eviction_policy_names()); only before any tensor is on the device.
 void set_policy(const std::string& policy);
 std::string policy();
+
+// One candidate `auto` weighed for the recorded step: DTR or a plan, priced by replaying the
+// step on the simulated backend under the budget.
+struct ScreenedCandidate {
+  std::string source;                        // "dtr", or the plan's source
+  std::optional<double> simulated_overhead;  // none: it ran out of memory or thrashed
+  std::string failure;
+};
+// Where `auto` stands.
+struct PlanReport {
+  // "off" (another policy), "unconstrained", "warm-up", "recording", "trial", "plan", "dtr"
+  std::string phase;
+  std::string source;                        // the plan followed or tried, or why there is none
+  int steps = 0;                             // steps marked under the current budget
+  std::optional<double> dtr_step_overhead;   // the recorded step's, on DTR
+  std::optional<double> plan_step_overhead;  // the trial step's, on the plan
+  double planning_seconds = 0;
+  std::vector<ScreenedCandidate> screened;
+};
+PlanReport plan_report();
 RuntimeStats stats();
 // What the program holds on the device, by the operator that made it (most resident first).
 std::vector<HeldTensors> held_tensors();

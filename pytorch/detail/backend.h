@@ -8,6 +8,7 @@
 #include <absl/container/flat_hash_set.h>
 #include <c10/core/Storage.h>
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pytorch/detail/step_plans.h"
 #include "remat/runtime.h"
 
 namespace remat::torch_backend::detail {
@@ -46,18 +48,28 @@ class Backend {
   // The runtime, made on first use with the options set so far.
   Runtime& runtime();
   void set_budget(std::size_t bytes);
-  // Replaces the runtime with one under `policy`; only while no storage is alive.
+  // Replaces the runtime with one under `policy` (an eviction policy, or "auto": Note
+  // [Planned steps on the device]); only while no storage is alive.
   void set_policy(const std::string& policy);
-  std::string policy() const { return options_.policy; }
+  std::string policy() const { return planned_ ? "auto" : options_.policy; }
+  // The program's steps (StepScope): under `auto`, recorded, planned and followed.
+  void begin_step();
+  void end_step();
+  // Before each call on the device, where the step stands: `in_backward` (a call of the
+  // autograd engine's backward pass) or `outside` autograd (the optimizer's step).
+  void note_call(bool in_backward, bool outside);
+  PlanReport plan_report() const;
   std::size_t live_storages() const { return storages_.size(); }
   void storage_made(RematStorage* s) { storages_.insert(s); }
   void storage_dropped(RematStorage* s) { storages_.erase(s); }
   // Evicts every live storage that can be evicted; returns how many were.
   std::size_t evict_all();
-  // The scratch a call of this signature asked for the last times (Note [Torch kernels
-  // allocate under the budget]); nullopt before its first run.
+  // The most scratch a call of this signature asked for (Note [Torch kernels allocate under
+  // the budget]), and its kernel's fastest run (Note [Costs are remembered]); nullopt before
+  // its first run.
   std::optional<std::size_t> scratch_estimate(const std::string& signature) const;
-  void note_scratch(const std::string& signature, std::size_t bytes);
+  std::optional<double> cost_estimate(const std::string& signature) const;
+  void note_run(const std::string& signature, std::size_t scratch, double cost_ns);
   // What the operator's meta kernel returned for a call of this signature (Note [Meta
   // results are remembered]); null before the first.
   const std::vector<c10::IValue>* meta_results(const std::string& signature) const;
@@ -69,8 +81,21 @@ class Backend {
   RuntimeOptions options_;
   std::unique_ptr<Runtime> runtime_;
   absl::flat_hash_set<RematStorage*> storages_;
-  absl::flat_hash_map<std::string, std::size_t> scratch_;
+  struct KnownCall {
+    std::size_t scratch = 0;
+    double cost_ns = 0;  // Note [Costs are remembered]
+    int runs = 0;        // timed so far, up to three
+    std::array<double, 3> times{};
+  };
+  absl::flat_hash_map<std::string, KnownCall> known_calls_;
   absl::flat_hash_map<std::string, std::vector<c10::IValue>> meta_;
+  bool planned_ = false;  // policy `auto`
+  StepPlans plans_;
+  RuntimeStats step_start_;  // the stats when the current step began
+  // The runtime's step: open from begin_step() until the optimizer's first call (Note
+  // [Planned steps on the device]); whether its backward pass has begun.
+  bool step_open_ = false;
+  bool step_in_backward_ = false;
 };
 
 // The remat spec of a storage of `nbytes`: bytes (u8), at least one (a zero-byte tensor

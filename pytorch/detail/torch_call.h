@@ -55,6 +55,7 @@ struct TorchCall {
   // Results of a run made before the op existed (an operator with no meta kernel): the op's
   // first run copies them instead of running again.
   std::optional<std::vector<c10::IValue>> first_results;
+  bool ran = false;  // the op's first run is over (a followed plan may defer it)
 
   explicit TorchCall(c10::OperatorHandle handle) : op(std::move(handle)) {}
   // Pops the call's arguments off `stack` and returns them; keeps them without their tensors

@@ -73,7 +73,9 @@ def budget():
 
 
 def set_policy(name):
-    """The eviction policy (`policies()`); set it before any tensor is on the device."""
+    """The policy (`policies()`), set before any tensor is on the device: "auto" records the
+    steps marked with `step()`, plans them and follows the plan where it recomputes less
+    than DTR (`plan_report()` says which); any other name is an eviction policy alone."""
     _C.set_policy(name)
 
 
@@ -82,7 +84,14 @@ def policy():
 
 
 def policies():
-    return list(_C.policies())
+    return ["auto"] + list(_C.policies())
+
+
+def plan_report():
+    """Where policy "auto" stands: a dict with phase ("off" under another policy,
+    "unconstrained", "warm-up", "recording", "trial", "plan" or "dtr"), source (the plan followed or tried), steps, dtr_step_overhead,
+    plan_step_overhead, planning_seconds and screened (each candidate's simulated_overhead)."""
+    return dict(_C.plan_report())
 
 
 def stats():
