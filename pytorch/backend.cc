@@ -29,8 +29,7 @@ Backend& Backend::get() {
 Backend::Backend() {
   options_.backend = remat::Backend::kCpu;
   options_.accounting = Accounting::kAllocator;
-  options_.policy = "hinted";  // policy `auto` (Note [Planned steps on the device])
-  planned_ = true;
+  options_.policy = "dtr";
 }
 
 Runtime& Backend::runtime() {

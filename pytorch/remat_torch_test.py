@@ -181,11 +181,15 @@ class PlannedSteps(unittest.TestCase):
     """Policy `auto`: marked steps recorded, planned, followed; results still bitwise."""
 
     def setUp(self):
+        gc.collect()  # the policy changes only while no tensor is on the device
         remat_torch.set_budget(None)
-        self.assertEqual(remat_torch.policy(), "auto")  # the default
+        self.assertEqual(remat_torch.policy(), "dtr")  # the default
+        remat_torch.set_policy("auto")
 
     def tearDown(self):
         remat_torch.set_budget(None)
+        gc.collect()
+        remat_torch.set_policy("dtr")
 
     def test_steps_are_recorded_planned_and_stay_bitwise(self):
         torch.manual_seed(0)

@@ -81,4 +81,31 @@ TEST(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
   remat::torch_backend::set_budget(SIZE_MAX);
 }
 
+// Policy auto on the same loop: the marked steps warm up, are recorded, planned and followed
+// where a plan beats DTR; a plan may defer ops (Note [Following a schedule]), and eager and
+// random ones still run when called. Results stay bitwise.
+TEST(TorchBackend, PlannedStepsTrainBitwise) {
+  const TrainingRun cpu = train(torch::kCPU, 5);
+  remat::torch_backend::set_budget(SIZE_MAX);
+  remat::torch_backend::reset_peaks();
+  expect_bitwise(train(remat::torch_backend::device(), 5), cpu);
+  const std::size_t peak = remat::torch_backend::stats().memory.peak_allocated;
+  std::size_t fixed = 0;
+  for (const torch::Tensor& p : make_net()->parameters()) fixed += 2 * p.nbytes();
+  remat::torch_backend::set_policy("auto");
+  EXPECT_EQ(remat::torch_backend::policy(), "auto");
+  const auto budget = static_cast<std::size_t>(fixed + 0.3 * static_cast<double>(peak - fixed));
+  remat::torch_backend::set_budget(budget);
+  remat::torch_backend::reset_peaks();
+  expect_bitwise(train(remat::torch_backend::device(), 5), cpu);
+  const remat::torch_backend::PlanReport report = remat::torch_backend::plan_report();
+  EXPECT_EQ(report.steps, 5);
+  EXPECT_TRUE(report.phase == "plan" || report.phase == "dtr") << report.phase;
+  ASSERT_FALSE(report.screened.empty());
+  EXPECT_EQ(report.screened.front().source, "dtr");
+  EXPECT_LE(remat::torch_backend::stats().memory.peak_reserved, budget);
+  remat::torch_backend::set_budget(SIZE_MAX);
+  remat::torch_backend::set_policy("dtr");
+}
+
 }  // namespace

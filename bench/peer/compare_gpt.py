@@ -17,7 +17,8 @@ PyTorch, as its users would tune it), and reports medians and spreads of the ste
   - PyTorch compiled by torch.compile at each --compile-budgets activation_memory_budget,
     and the PyTorch program itself on remat's device (remat_torch, from build/python) at the
     peak each reached;
-  - remat_torch unconstrained, at checkpointing every block's peak, and at 0.9 and 0.8 of it.
+  - remat_torch unconstrained, at checkpointing every block's peak, and at 0.9 and 0.8 of it
+    (under a budget with policy auto, its steps marked: docs/pytorch.md).
 Writes NAME.json, NAME.md (the table) and NAME.svg (step time against peak memory) under
 --out. Warns where the machine is not quiet (load average over 0.5 before a run). Needs torch
 (bash tools/setup.sh); without it, says so and exits 3.
@@ -69,9 +70,9 @@ def run_torch(size, steps, checkpoint="none", compile_budget=None, remat_budget=
         cmd += [f"--{k}", str(v)]
     if compile_budget is not None:
         cmd += ["--compile-budget", str(compile_budget)]
-    if remat:
+    if remat:  # under a budget, policy auto: the marked steps planned (docs/pytorch.md)
         cmd += ["--device", "remat"] + ([] if remat_budget is None else
-                                        ["--budget", str(int(remat_budget))])
+                                        ["--budget", str(int(remat_budget)), "--policy", "auto"])
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode == 3:
         raise SystemExit(out.stderr.strip() or "compare_gpt: torch is not installed")

@@ -4,7 +4,7 @@
     python3 bench/peer/gpt_torch.py [--layers 4 --channels 128 --heads 4 --vocab 256
         --batch 8 --t 256 --dropout 0.1 --steps 6 --threads 2]
         [--checkpoint none|every|every2] [--compile-budget F] [--attention sdpa|math]
-        [--device cpu|remat [--budget BYTES] [--policy auto|dtr]] [--json]
+        [--device cpu|remat [--budget BYTES] [--policy dtr|auto]] [--json]
 
 Same shapes, initialisation scale, dropout and AdamW (lr 1e-3, no weight decay) as
 examples/gpt_model.cc: a pre-LayerNorm GPT with learned positions, tanh GELU, causal
@@ -152,8 +152,8 @@ def main():
                     help="torch.compile with this activation_memory_budget")
     ap.add_argument("--device", choices=["cpu", "remat"], default="cpu")
     ap.add_argument("--budget", type=int, default=None, help="remat's budget in bytes")
-    ap.add_argument("--policy", default="auto",
-                    help="remat_torch's policy: auto (plans the marked steps) or an eviction policy")
+    ap.add_argument("--policy", default="dtr",
+                    help="remat_torch's policy: an eviction policy, or auto (plans the marked steps)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)

@@ -2,7 +2,7 @@
 """A torch program on remat's PyTorch device under budgets, against the same program on the CPU.
 
     PYTHONPATH=build/python python3 bench/peer/torch_budgets.py [--model resnet18|gpt]
-        [--steps 3] [--fractions 0.7,0.5,0.4,0.3] [--policy auto] [--json]
+        [--steps 3] [--fractions 0.7,0.5,0.4,0.3] [--policy dtr] [--json]
 
 Trains the model for --steps steps on the CPU, then on remat's device unconstrained, then
 under each budget: the parameters, gradients and optimizer state, plus the fraction of the
@@ -88,8 +88,8 @@ def main():
     ap.add_argument("--model", choices=["resnet18", "gpt"], default="resnet18")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--fractions", default="0.7,0.5,0.4,0.3")
-    ap.add_argument("--policy", default="auto",
-                    help="remat_torch's policy: auto (plans the marked steps) or an eviction policy")
+    ap.add_argument("--policy", default="dtr",
+                    help="remat_torch's policy: an eviction policy, or auto (plans the marked steps)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     remat_torch.set_policy(a.policy)

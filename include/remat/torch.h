@@ -43,9 +43,10 @@ c10::Device device();
 // The budget on the runtime's reserved bytes (a hard cap); SIZE_MAX: none.
 void set_budget(std::size_t bytes);
 std::size_t budget();
-// The policy: "auto" (the steps a program marks with StepScope recorded, planned and
-// followed where a plan recomputes less than DTR: Note [Planned steps on the device]) or an
-// eviction policy (eviction_policy_names()); only before any tensor is on the device.
+// The policy: an eviction policy (eviction_policy_names(); "dtr" by default) or "auto" (the
+// steps a program marks with StepScope recorded, planned and followed where a plan
+// recomputes less than DTR: Note [Planned steps on the device]); only before any tensor is on
+// the device.
 void set_policy(const std::string& policy);
 std::string policy();
 

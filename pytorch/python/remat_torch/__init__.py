@@ -73,9 +73,10 @@ def budget():
 
 
 def set_policy(name):
-    """The policy (`policies()`), set before any tensor is on the device: "auto" records the
-    steps marked with `step()`, plans them and follows the plan where it recomputes less
-    than DTR (`plan_report()` says which); any other name is an eviction policy alone."""
+    """The policy (`policies()`), set before any tensor is on the device: an eviction policy
+    alone ("dtr", the default, and others), or "auto", which records the steps marked with
+    `step()`, plans them and follows the plan where it recomputes less than DTR
+    (`plan_report()` says which)."""
     _C.set_policy(name)
 
 
