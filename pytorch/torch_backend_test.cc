@@ -56,20 +56,31 @@ void expect_bitwise(const TrainingRun& a, const TrainingRun& b) {
     EXPECT_TRUE(torch::equal(a.parameters[i], b.parameters[i])) << "parameter " << i;
 }
 
-TEST(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
-  const TrainingRun cpu = train(torch::kCPU, 4);
+// Trains `steps` steps unconstrained on the device, checked against `cpu`, and returns the
+// budget at each fraction of the activations' bytes above the parameters and gradients,
+// measured by the allocator's peak of live bytes (reserved bytes round up to segments).
+std::vector<std::size_t> budgets_after_an_unconstrained_run(const TrainingRun& cpu, int steps,
+                                                            std::vector<double> fractions) {
   remat::torch_backend::set_budget(SIZE_MAX);
   remat::torch_backend::reset_peaks();
-  expect_bitwise(train(remat::torch_backend::device(), 4), cpu);
-  // The budgets are fractions of the activations' bytes above the parameters and gradients,
-  // measured by the allocator's peak of live bytes (reserved bytes round up to segments).
+  expect_bitwise(train(remat::torch_backend::device(), steps), cpu);
   const std::size_t peak = remat::torch_backend::stats().memory.peak_allocated;
   std::size_t fixed = 0;  // parameters and their gradients
   for (const torch::Tensor& p : make_net()->parameters()) fixed += 2 * p.nbytes();
-  ASSERT_GT(peak, fixed);
-  for (double fraction : {0.5, 0.3}) {
-    const auto budget =
-        static_cast<std::size_t>(fixed + fraction * static_cast<double>(peak - fixed));
+  EXPECT_GT(peak, fixed);
+  std::vector<std::size_t> budgets;
+  for (double f : fractions)
+    budgets.push_back(static_cast<std::size_t>(fixed + f * static_cast<double>(peak - fixed)));
+  return budgets;
+}
+
+TEST(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
+  const TrainingRun cpu = train(torch::kCPU, 4);
+  const std::vector<double> fractions = {0.5, 0.3};
+  const std::vector<std::size_t> budgets = budgets_after_an_unconstrained_run(cpu, 4, fractions);
+  for (std::size_t k = 0; k < fractions.size(); ++k) {
+    const double fraction = fractions[k];
+    const std::size_t budget = budgets[k];
     remat::torch_backend::set_budget(budget);
     remat::torch_backend::reset_peaks();
     const std::size_t recomputed = remat::torch_backend::stats().recomputations;
@@ -86,15 +97,9 @@ TEST(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
 // random ones still run when called. Results stay bitwise.
 TEST(TorchBackend, PlannedStepsTrainBitwise) {
   const TrainingRun cpu = train(torch::kCPU, 5);
-  remat::torch_backend::set_budget(SIZE_MAX);
-  remat::torch_backend::reset_peaks();
-  expect_bitwise(train(remat::torch_backend::device(), 5), cpu);
-  const std::size_t peak = remat::torch_backend::stats().memory.peak_allocated;
-  std::size_t fixed = 0;
-  for (const torch::Tensor& p : make_net()->parameters()) fixed += 2 * p.nbytes();
+  const std::size_t budget = budgets_after_an_unconstrained_run(cpu, 5, {0.3}).front();
   remat::torch_backend::set_policy("auto");
   EXPECT_EQ(remat::torch_backend::policy(), "auto");
-  const auto budget = static_cast<std::size_t>(fixed + 0.3 * static_cast<double>(peak - fixed));
   remat::torch_backend::set_budget(budget);
   remat::torch_backend::reset_peaks();
   expect_bitwise(train(remat::torch_backend::device(), 5), cpu);
