@@ -203,9 +203,7 @@ bool writes_cpu_tensor(const TorchCall& call) {
 // results are new constants of the runtime, pinned, which the call writes as an update, and
 // a storage it writes is made a constant first (one copy, at its first such write) and then
 // written in place, as parameters and buffers moved to the device are.
-bool outside_autograd() {
-  return !c10::GradMode::is_enabled() && torch::autograd::get_current_graph_task_id() == -1;
-}
+bool outside_autograd(bool in_backward) { return !in_backward && !c10::GradMode::is_enabled(); }
 
 void pin_written(TorchCall& call, Runtime& rt) {
   for (int i : call.written_inputs) {
@@ -349,7 +347,8 @@ void mark_hidden_writes(TorchCall& call) {
     if (arg.argument == 3 || arg.argument == 4) arg.written = arg.kind == TensorArg::Kind::kDevice;
 }
 
-void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, Runtime& rt) {
+// `outside`: outside_autograd, where fresh results are pinned constants.
+void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, bool outside, Runtime& rt) {
   const std::vector<ReturnPlan> plans = plan_returns(op.schema());
   auto call = std::make_shared<TorchCall>(op);
   std::vector<c10::IValue> arguments = call->capture(stack, rt);
@@ -373,7 +372,6 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, Runtime& 
     meta = run_on_meta(*call);
   if (!meta.has_value()) return run_eager(call, plans, arguments, rt, stack);
   set_fresh_layouts(*call, fresh_results(op.schema(), *meta));
-  const bool outside = outside_autograd();  // fresh results are then pinned constants
   std::vector<Tensor> made = run_compute(call, outside, rt);
   run_now_if_random(*call, made, rt);
   call->forget_inputs();
@@ -386,12 +384,14 @@ void device_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   install_cpu_allocator_bridge();
-  backend.note_call(torch::autograd::get_current_graph_task_id() != -1, outside_autograd());
+  const bool in_backward = torch::autograd::get_current_graph_task_id() != -1;
+  const bool outside = outside_autograd(in_backward);
+  backend.note_call(in_backward, outside);
   if (op.schema().name() == "aten::_to_copy" && run_to_copy(op, *stack)) return;
   if (op.schema().name() == "aten::set_") return run_set(op, *stack);
   if (op.hasTag(at::Tag::inplace_view) || op.schema().name() == "aten::resize_")
     return run_inplace_view(op, *stack);
-  run_call(op, *stack, backend.runtime());
+  run_call(op, *stack, outside, backend.runtime());
 }
 
 }  // namespace remat::torch_backend::detail

@@ -65,8 +65,8 @@ class Backend {
   // Evicts every live storage that can be evicted; returns how many were.
   std::size_t evict_all();
   // The most scratch a call of this signature asked for (Note [Torch kernels allocate under
-  // the budget]), and its kernel's fastest run (Note [Costs are remembered]); nullopt before
-  // its first run.
+  // the budget]), and the median of its kernel's first three runs (Note [Costs are
+  // remembered]); nullopt before its first run.
   std::optional<std::size_t> scratch_estimate(const std::string& signature) const;
   std::optional<double> cost_estimate(const std::string& signature) const;
   void note_run(const std::string& signature, std::size_t scratch, double cost_ns);
