@@ -56,11 +56,29 @@ void Backend::set_policy(const std::string& policy) {
   runtime_.reset();
 }
 
+// Note [A step begins at its first operator]
+// The program marks a step before its first line, which often drops the last step's
+// gradients (optimizer.zero_grad() sets them to None) before any operator runs. The runtime's
+// step begins at the first operator called inside the mark instead: by then those bytes are
+// free, so the step's placement (Note [Placed allocations]) finds room for its arena, and the
+// storages pinned at its start are those it keeps (Note [What the trace does not see]).
 void Backend::begin_step() {
+  end_step();
+  step_pending_ = true;
+}
+
+void Backend::begin_runtime_step() {
+  step_pending_ = false;
+  ++step_serial_;
   Runtime& rt = runtime();
   const StepOptions options = planned_ ? plans_.begin_step(rt.budget()) : StepOptions{};
   rt.begin_step(options);
   step_start_ = rt.stats();
+  step_max_scratch_ = 0;
+  pinned_at_start_.clear();
+  if (planned_)
+    for (RematStorage* s : storages_)
+      if (s->pinned) pinned_at_start_.push_back(s);
   step_open_ = true;
   step_in_backward_ = false;
 }
@@ -74,6 +92,7 @@ PlanReport Backend::plan_report() const {
 }
 
 void Backend::note_call(bool in_backward, bool outside) {
+  if (step_pending_) begin_runtime_step();
   if (!step_open_) return;
   if (in_backward && !step_in_backward_) {
     runtime().mark_backward();
@@ -84,6 +103,7 @@ void Backend::note_call(bool in_backward, bool outside) {
 }
 
 void Backend::end_step() {
+  step_pending_ = false;
   if (!step_open_) return;
   step_open_ = false;
   Runtime& rt = runtime();
@@ -92,7 +112,20 @@ void Backend::end_step() {
   const RuntimeStats now = rt.stats();
   const double base = now.base_cost - step_start_.base_cost;
   const double overhead = base > 0 ? (now.recompute_cost - step_start_.recompute_cost) / base : 0;
-  plans_.end_step(std::move(step), overhead, now.hint_mismatches - step_start_.hint_mismatches);
+  plans_.end_step({.step = std::move(step),
+                   .overhead = overhead,
+                   .hint_mismatches = now.hint_mismatches - step_start_.hint_mismatches,
+                   .unread_bytes = unread_pinned_bytes(),
+                   .max_scratch_bytes = step_max_scratch_});
+}
+
+// A storage freed during the step whose address a new one took would count too; the sum
+// is an estimate (Note [What the trace does not see]).
+std::size_t Backend::unread_pinned_bytes() const {
+  std::size_t unread = 0;
+  for (RematStorage* s : pinned_at_start_)
+    if (storages_.contains(s) && s->pinned && s->read_in_step != step_serial_) unread += s->nbytes;
+  return unread;
 }
 
 std::optional<std::size_t> Backend::scratch_estimate(const std::string& signature) const {
@@ -110,6 +143,7 @@ std::optional<double> Backend::cost_estimate(const std::string& signature) const
 void Backend::note_run(const std::string& signature, std::size_t scratch, double cost_ns) {
   KnownCall& known = known_calls_[signature];
   known.scratch = std::max(known.scratch, scratch);
+  if (step_open_) step_max_scratch_ = std::max(step_max_scratch_, scratch);
   // The first run, the faster of two, then the median of three, which stays.
   const std::array<double, 3>& t = known.times;
   switch (known.runs) {

@@ -279,6 +279,7 @@ std::vector<c10::IValue> run_held(const std::shared_ptr<TorchCall>& call, Runtim
     run->results = call->run_eagerly(ctx);
     run->ran = true;
   };
+  Backend::get().note_runs_when_called(holder->name);
   const Outputs one_byte{OutputSpec(storage_spec(1))};
   const std::vector<Tensor> held = rt.call_with(holder, call->inputs, one_byte, -1);
   if (!run->ran) rt.materialize(held.front());  // deferred by a followed plan: run it now
@@ -358,6 +359,7 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, bool outs
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     call->rng = gen.clone();
+    Backend::get().note_runs_when_called(op_name(op));
   }
   const bool views_only = !plans.empty() && !any_of(plans, ReturnKind::kFresh) &&
                           !any_of(plans, ReturnKind::kWritten) &&

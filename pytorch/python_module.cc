@@ -28,6 +28,8 @@ py::dict stats_dict() {
   d["hint_evictions"] = s.hint_evictions;
   d["hint_mismatches"] = s.hint_mismatches;
   d["deferred_ops"] = s.deferred_ops;
+  d["placed_allocations"] = s.memory.placed_allocations;
+  d["placement_misses"] = s.memory.placement_misses;
   d["budget"] = remat::torch_backend::budget();
   return d;
 }
@@ -55,6 +57,8 @@ py::dict plan_dict() {
   d["dtr_step_overhead"] = r.dtr_step_overhead;
   d["plan_step_overhead"] = r.plan_step_overhead;
   d["planning_seconds"] = r.planning_seconds;
+  d["unread_bytes"] = r.unread_bytes;
+  d["scratch_bytes"] = r.scratch_bytes;
   py::list screened;
   for (const remat::torch_backend::ScreenedCandidate& c : r.screened) {
     py::dict row;

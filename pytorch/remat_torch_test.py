@@ -234,8 +234,14 @@ class PlannedSteps(unittest.TestCase):
         self.assertEqual(report["steps"], len(batches))
         self.assertEqual(report["screened"][0]["source"], "dtr")
         self.assertIsNotNone(report["dtr_step_overhead"])
+        # Note [What the trace does not see]: AdamW's two moments, resident through the step
+        # and never read by its recording, are left out of the plans' budget.
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.assertEqual(report["unread_bytes"], 2 * param_bytes)
         if phases[1] == "trial":
             self.assertIsNotNone(report["plan_step_overhead"])
+            # Note [Placed allocations]: a followed plan's requests start at their places.
+            self.assertGreater(remat_torch.stats()["placed_allocations"], 0)
         self.assertLessEqual(remat_torch.stats()["peak_reserved_bytes"], budget)
         for a, b in zip(losses, cpu_losses):
             self.assertTrue(same(a, b), f"loss {a} != {b}")

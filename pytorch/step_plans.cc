@@ -2,6 +2,7 @@
 
 #include <absl/status/statusor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -41,14 +42,46 @@ const std::vector<std::string>& planners() {
   return names;
 }
 
-// The simulated overhead of the recorded step under `budget` with `hints` (null: DTR).
-ScreenedCandidate screen(const RecordedStep& step, std::size_t budget,
-                         std::shared_ptr<const StepHints> hints, std::string source) {
+// Note [Placed allocations] in step_placement.cc: the requests of `step` following `hints`,
+// replayed without a budget (nothing but the plan evicts), placed.
+std::shared_ptr<const Placement> place_plan(const RecordedStep& step,
+                                            std::shared_ptr<const StepHints> hints,
+                                            const absl::flat_hash_set<std::string>& eager,
+                                            std::size_t scratch_bytes) {
   ReplayOptions options;
+  options.policy = "hinted";
+  options.accounting = Accounting::kAllocator;
+  options.hints = std::move(hints);
+  options.record_allocations = true;
+  options.run_when_called.assign(eager.begin(), eager.end());
+  ReplayResult r = replay(step.trace, options);
+  if (r.status != "ok") return nullptr;
+  // What the step leaves live (the gradients) is placed too, as if freed at its end: the
+  // program drops it before the next step's first operator (Note [A step begins at its first
+  // operator]), which finds the arena empty again.
+  std::size_t end = 0;
+  for (const AllocationSequence::Allocation& a : r.allocations.allocations)
+    end = std::max({end, a.start + 1, a.end == AllocationSequence::kStillLive ? 0 : a.end + 1});
+  for (AllocationSequence::Allocation& a : r.allocations.allocations)
+    if (a.end == AllocationSequence::kStillLive) a.end = end;
+  Placement placement = place_allocations(std::move(r.allocations));
+  placement.headroom_bytes = scratch_bytes;  // the kernels' scratch: the planning budget left it
+  return std::make_shared<const Placement>(std::move(placement));
+}
+
+// The simulated overhead of the recorded step under `budget` with `hints` (null: DTR) and
+// its requests at `placement`'s places (null: best fit).
+ScreenedCandidate screen(const RecordedStep& step, std::size_t budget,
+                         std::shared_ptr<const StepHints> hints,
+                         std::shared_ptr<const Placement> placement,
+                         const absl::flat_hash_set<std::string>& eager, std::string source) {
+  ReplayOptions options;
+  options.run_when_called.assign(eager.begin(), eager.end());
   options.policy = hints ? "hinted" : "dtr";
   options.accounting = Accounting::kAllocator;
   options.budget = budget;
   options.hints = std::move(hints);
+  options.placement = std::move(placement);
   const ReplayResult r = replay(step.trace, options);
   ScreenedCandidate c;
   c.source = std::move(source);
@@ -72,59 +105,90 @@ StepOptions StepPlans::begin_step(std::size_t budget) {
   if (budget_ == SIZE_MAX) return options;
   if (phase_ == Phase::kWarmUp && report_.steps > 1) phase_ = Phase::kRecording;
   options.record = phase_ == Phase::kRecording;
-  if (phase_ == Phase::kTrial || phase_ == Phase::kPlan) options.hints = hints_;
+  if (phase_ == Phase::kTrial || phase_ == Phase::kPlan) {
+    options.hints = hints_;
+    options.placement = placement_;
+  }
   return options;
 }
 
-void StepPlans::end_step(RecordedStep step, double overhead, std::size_t hint_mismatches) {
+void StepPlans::end_step(StepOutcome outcome) {
   switch (phase_) {
     case Phase::kWarmUp:
     case Phase::kDtr:
       return;
     case Phase::kRecording:
-      report_.dtr_step_overhead = overhead;
-      plan(step, overhead);
+      report_.dtr_step_overhead = outcome.overhead;
+      plan(outcome);
       return;
     case Phase::kTrial:
-      report_.plan_step_overhead = overhead;
-      phase_ =
-          overhead <= report_.dtr_step_overhead.value_or(INFINITY) ? Phase::kPlan : Phase::kDtr;
+      report_.plan_step_overhead = outcome.overhead;
+      phase_ = outcome.overhead <= report_.dtr_step_overhead.value_or(INFINITY) ? Phase::kPlan
+                                                                                : Phase::kDtr;
       if (phase_ == Phase::kDtr) {
         hints_.reset();
+        placement_.reset();
         report_.source = "dtr: " + report_.source + " recomputed more in its trial";
       }
       [[fallthrough]];
     case Phase::kPlan:
-      if (hints_ && hint_mismatches > 0) {  // another structure: plan it again
+      if (hints_ && outcome.hint_mismatches > 0) {  // another structure: plan it again
         hints_.reset();
+        placement_.reset();
         phase_ = Phase::kRecording;
       }
       return;
   }
 }
 
-void StepPlans::plan(const RecordedStep& step, double dtr_overhead) {
+// Note [What the trace does not see]
+// The recording ends at the optimizer's first call, so its trace never reads the optimizer's
+// state. Those bytes are resident all the same, through the whole step, and a plan made for
+// the whole budget would not fit beside them. Plans are made and priced for the budget less
+// the storages pinned from the recorded step's start to its end that it did not read.
+// What the step frees on its way (the last step's gradients, where a program zeroes them
+// after its forward pass) is not counted: it goes before the backward pass, where the peak
+// is, and the plans' fractions of the budget leave room beside it. Nor does the trace see
+// the kernels' scratch: the largest a kernel of the recorded step asked for is left out of
+// the plans' budget too, and a placed step's arena keeps that much free for it
+// (Placement::headroom_bytes).
+std::size_t StepPlans::planning_budget(const StepOutcome& recorded) {
+  report_.unread_bytes = recorded.unread_bytes;
+  report_.scratch_bytes = recorded.max_scratch_bytes;
+  const std::size_t outside = report_.unread_bytes + report_.scratch_bytes;
+  return budget_ > outside ? budget_ - outside : 0;
+}
+
+void StepPlans::plan(const StepOutcome& recorded) {
   const auto start = std::chrono::steady_clock::now();
+  const RecordedStep& step = recorded.step;
+  const std::size_t budget = planning_budget(recorded);
   report_.screened.clear();
-  report_.screened.push_back(screen(step, budget_, nullptr, "dtr"));
-  // The replay knows neither the kernels' scratch nor what the step found resident, and
-  // prices DTR lower than it ran: a plan is tried where it replays cheaper than DTR ran.
+  report_.screened.push_back(screen(step, budget, nullptr, nullptr, run_when_called_, "dtr"));
+  // The replay knows not the kernels' scratch, and prices DTR lower than it ran: a plan is
+  // tried where it replays cheaper than DTR ran.
   ScreenedCandidate best;
-  best.simulated_overhead = dtr_overhead;
+  best.simulated_overhead = recorded.overhead;
   for (double fraction : kFractions) {
     StepPlanOptions options;
-    options.budget_bytes = static_cast<std::int64_t>(fraction * static_cast<double>(budget_));
+    options.budget_bytes = static_cast<std::int64_t>(fraction * static_cast<double>(budget));
     options.planners = planners();
     options.time_limit_seconds = kPlannerSeconds;
     absl::StatusOr<ChosenPlan> chosen = plan_step(step.graph, step.executed, options);
     if (!chosen.ok() || !chosen->feasible) continue;
     auto hints = std::make_shared<StepHints>(std::move(chosen->hints));
-    ScreenedCandidate c = screen(step, budget_, hints, chosen->source);
+    std::shared_ptr<const Placement> placement =
+        place_plan(step, hints, run_when_called_, report_.scratch_bytes);
+    // Under the budget less the scratch, though the arena keeps the scratch's room itself
+    // (Placement::headroom_bytes): the replay's segments are not the device's, and a plan
+    // that fits only in the replay's would miss its placement there.
+    ScreenedCandidate c = screen(step, budget, hints, placement, run_when_called_, chosen->source);
     report_.screened.push_back(c);
     if (c.simulated_overhead &&
         *c.simulated_overhead < best.simulated_overhead.value_or(INFINITY)) {
       best = c;
       hints_ = std::move(hints);
+      placement_ = std::move(placement);
     }
   }
   report_.planning_seconds =
@@ -136,6 +200,7 @@ void StepPlans::plan(const RecordedStep& step, double dtr_overhead) {
 void StepPlans::reset() {
   phase_ = Phase::kWarmUp;
   hints_.reset();
+  placement_.reset();
   report_ = PlanReport{};
 }
 

@@ -145,6 +145,7 @@ int TorchCall::input_of(RematStorage* storage, const Tensor& tensor, std::size_t
     if (input_storages[i] == storage) return static_cast<int>(i);
   inputs.push_back(tensor);
   input_storages.push_back(storage);
+  if (storage != nullptr) storage->read_in_step = Backend::get().step_serial();
   input_bytes.push_back(bytes);
   return static_cast<int>(inputs.size() - 1);
 }

@@ -215,7 +215,8 @@ def main():
     if a.device == "remat":
         after = remat_torch.stats()
         peak = after["peak_reserved_bytes"]
-        extra = {k: after[k] - before[k] for k in ("evictions", "recomputations")}
+        extra = {k: after[k] - before[k] for k in
+                 ("evictions", "recomputations", "placed_allocations", "placement_misses")}
         cost = after["base_cost"] - before["base_cost"]
         extra["compute_overhead"] = (after["recompute_cost"] - before["recompute_cost"]) / cost
         extra["budget"] = a.budget

@@ -109,9 +109,11 @@ class CachingAllocator final : public MemoryResource {
     std::size_t room = 0;
   };
   std::optional<PlacementOutcome> last_placement() const;
-  // Requests made while paused (a running kernel's scratch) are served as usual and are not
-  // part of a recorded or a placed sequence. Pauses nest.
-  void pause_placement(bool paused);
+  // Requests made while paused (a running kernel's scratch, a constant) are served as usual
+  // and are not part of a recorded or a placed sequence. Pauses nest. Where every pause is
+  // `short_lived` (a kernel's scratch, given back before the step's next placed request), a
+  // request that finds no room outside the placed ranges may take free bytes inside them.
+  void pause_placement(bool paused, bool short_lived = false);
 
  protected:
   void* do_allocate(std::size_t bytes) override;

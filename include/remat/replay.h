@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "remat/dtr_trace.h"
+#include "remat/placement.h"
 #include "remat/runtime.h"
 
 namespace remat {
@@ -34,6 +35,18 @@ struct ReplayOptions {
   std::shared_ptr<const StepHints> hints;
   bool record_timeline = false;
   bool record_executed = false;  // fill ReplayResult::executed
+  // Allocator accounting only: record the step's requests (ReplayResult::allocations), the
+  // sequence a placement is laid out from (remat/placement.h). With this or `placement`,
+  // the trace's constants are made before the step begins, as a program's state is.
+  bool record_allocations = false;
+  // Allocator accounting only: the step's requests served at these places (a placement of
+  // the sequence a replay with record_allocations recorded; Note [Placed allocations] in
+  // step_placement.cc).
+  std::shared_ptr<const Placement> placement;
+  // Ops, by name, that run as soon as they are called although a followed plan would defer
+  // them, as the PyTorch backend runs random operators (Note [Random operators run when
+  // called] in pytorch/device_fallback.cc); a MUTATE's new version, a CALL's first output.
+  std::vector<std::string> run_when_called;
 };
 
 struct ReplayBaseline {
@@ -59,9 +72,12 @@ struct ReplayResult {
   std::size_t segment_releases = 0;
   double overhead = 0;  // recomputed cost over base cost (slowdown - 1 when all ran)
   std::size_t hint_evictions = 0;
-  std::size_t deferred_ops = 0;  // ops a followed plan ran after later ones
-  Timeline timeline;             // with ReplayOptions::record_timeline
-  std::vector<int> executed;     // with record_executed: RecordedStep::executed of the replay
+  std::size_t deferred_ops = 0;        // ops a followed plan ran after later ones
+  std::size_t placed_allocations = 0;  // with a placement: MemoryStats::placed_allocations
+  std::size_t placement_misses = 0;
+  Timeline timeline;               // with ReplayOptions::record_timeline
+  std::vector<int> executed;       // with record_executed: RecordedStep::executed of the replay
+  AllocationSequence allocations;  // with record_allocations
 };
 
 ReplayBaseline replay_baseline(const DtrTrace& trace);

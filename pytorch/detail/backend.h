@@ -37,6 +37,7 @@ struct RematStorage {
   // Made by Runtime::constant (parameters, buffers, inputs copied in): written in place by
   // Runtime::update, never evicted.
   bool pinned = false;
+  std::uint64_t read_in_step = 0;  // the runtime step that last read it (Backend::step_serial)
 };
 
 // The runtime and the lock every use of it takes: the autograd engine runs the backward pass
@@ -59,6 +60,10 @@ class Backend {
   // autograd engine's backward pass) or `outside` autograd (the optimizer's step).
   void note_call(bool in_backward, bool outside);
   PlanReport plan_report() const;
+  // Counts the runtime's steps (Note [A step begins at its first operator]); 0 before the first.
+  std::uint64_t step_serial() const { return step_serial_; }
+  // An operator that runs when called (StepPlans::runs_when_called).
+  void note_runs_when_called(const std::string& op) { plans_.runs_when_called(op); }
   std::size_t live_storages() const { return storages_.size(); }
   void storage_made(RematStorage* s) { storages_.insert(s); }
   void storage_dropped(RematStorage* s) { storages_.erase(s); }
@@ -92,10 +97,21 @@ class Backend {
   bool planned_ = false;  // policy `auto`
   StepPlans plans_;
   RuntimeStats step_start_;  // the stats when the current step began
-  // The runtime's step: open from begin_step() until the optimizer's first call (Note
-  // [Planned steps on the device]); whether its backward pass has begun.
+  // Begins the runtime's step (Note [A step begins at its first operator]).
+  void begin_runtime_step();
+  // The program's step has begun and no operator has been called in it yet.
+  bool step_pending_ = false;
+  // The runtime's step: open from the first operator in the program's step until the
+  // optimizer's first call (Note [Planned steps on the device]); whether its backward pass
+  // has begun.
   bool step_open_ = false;
   bool step_in_backward_ = false;
+  // Under `auto`, the storages pinned when the step began; of those, the bytes still alive.
+  std::vector<RematStorage*> pinned_at_start_;
+  std::size_t step_max_scratch_ = 0;  // the most scratch a kernel of the step asked for
+  std::uint64_t step_serial_ = 0;
+  // Of the storages pinned when the step began, the bytes still alive and not read in it.
+  std::size_t unread_pinned_bytes() const;
 };
 
 // The remat spec of a storage of `nbytes`: bytes (u8), at least one (a zero-byte tensor

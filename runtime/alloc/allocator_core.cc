@@ -133,6 +133,7 @@ void* AllocatorCore::allocate(std::size_t bytes, MemoryReclaimer* reclaimer) {
 // Steps 3 to 5 of Note [Serving a request]: a block, or OutOfMemoryError.
 Block* AllocatorCore::serve_with_reclaimer(std::size_t size, MemoryReclaimer* reclaimer) {
   Block* b = reclaim_pending(size);
+  if (b == nullptr && placement_.has_ranges() && placement_.lends_ranges()) b = borrow_placed(size);
   if (b == nullptr && placement_.has_ranges()) {
     // A request the placement does not place found no room outside its regions: the
     // placement gives way (a miss) rather than make the request evict or fail.
@@ -172,6 +173,19 @@ Block* AllocatorCore::find_free(std::size_t size, const std::vector<std::uint64_
     if (!fits(b->segment->whole, b->size, size) || placement_.in_placed_range(b)) return false;
     return avoid == nullptr ||
            std::find(avoid->begin(), avoid->end(), b->segment->serial) == avoid->end();
+  });
+}
+
+// Note [Scratch borrows placed ranges]
+// A placement's regions and arena take the free blocks of 1 MiB and more, so a kernel's
+// scratch, which no placement places, can find no room left outside them, and the placement
+// would give way at the first large scratch. But scratch is given back when its kernel ends,
+// and no placed request is made while a kernel runs: so where nothing outside has room, it
+// takes a free block inside the ranges (best fit among them). Should a placed request find
+// its place still taken, that is an ordinary miss.
+Block* AllocatorCore::borrow_placed(std::size_t size) {
+  return pool_.take_best_fit(size, small_pool(size), [&](const Block* b) {
+    return fits(b->segment->whole, b->size, size) && placement_.in_placed_range(b);
   });
 }
 
@@ -357,16 +371,20 @@ bool AllocatorCore::begin_placement(std::shared_ptr<const Placement> placement) 
   for (const Block* b : regions) sizes.push_back(b->size);
   std::shared_ptr<const Placement> layout = placement_.layout_for(placement, sizes);
   const std::size_t granule = std::max(source_->commit_granularity(), options_.round_to);
-  const std::size_t need = layout->arena_bytes == 0 ? 0 : round_up(layout->arena_bytes, granule);
+  auto rounded = [&](std::size_t bytes) { return bytes == 0 ? 0 : round_up(bytes, granule); };
+  // With its headroom where the budget has room for it, else without.
+  const std::size_t need = rounded(layout->arena_bytes + layout->headroom_bytes);
+  const std::size_t least = rounded(layout->arena_bytes);
   // The last step's arena, if it is empty and large enough; else a new one, after every
   // cached segment (the old arena among them) has gone back. Not where the budget has since
   // been lowered below what is reserved: the arena goes back.
   Segment* arena =
-      need > 0 && stats_.reserved <= options_.budget ? placement_.reusable_arena(need) : nullptr;
-  if (arena == nullptr && need > 0) release_cached();
+      least > 0 && stats_.reserved <= options_.budget ? placement_.reusable_arena(least) : nullptr;
+  if (arena == nullptr && least > 0) release_cached();
   placement_.outcome = CachingAllocator::PlacementOutcome{
-      .arena_bytes = need, .room = arena != nullptr ? arena->size : unreserved()};
-  if (arena == nullptr && need > 0 && (arena = placement_arena(need)) == nullptr) {
+      .arena_bytes = least, .room = arena != nullptr ? arena->size : unreserved()};
+  if (arena == nullptr && need > 0) arena = placement_arena(need);
+  if (arena == nullptr && least > 0 && (arena = placement_arena(least)) == nullptr) {
     ++placement_.misses;
     return false;
   }

@@ -50,6 +50,8 @@ void CachingAllocator::end_placement() { core_->end_placement(); }
 std::optional<CachingAllocator::PlacementOutcome> CachingAllocator::last_placement() const {
   return core_->placement().outcome;
 }
-void CachingAllocator::pause_placement(bool paused) { core_->placement().pause(paused); }
+void CachingAllocator::pause_placement(bool paused, bool short_lived) {
+  core_->placement().pause(paused, short_lived);
+}
 
 }  // namespace remat

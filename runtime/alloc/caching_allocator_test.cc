@@ -191,6 +191,65 @@ TEST(CachingAllocatorTest, ASegmentHoldingPlacedRangesIsNotReleased) {
   EXPECT_EQ(placed.stats().segments, 0u);
 }
 
+// Two 4 MiB requests one after the other, placed: one 4 MiB place for both.
+std::shared_ptr<const Placement> two_in_turn(std::size_t headroom) {
+  CachingAllocator traced(std::make_unique<SimulatedSegmentSource>(), {});
+  traced.record_allocations();
+  for (int i = 0; i < 2; ++i) traced.deallocate(traced.allocate(std::size_t{4} << 20), 4 << 20);
+  Placement p = place_allocations(traced.take_allocations());
+  p.headroom_bytes = headroom;
+  return std::make_shared<const Placement>(std::move(p));
+}
+
+// Note [Scratch borrows placed ranges]: with the budget all arena, a kernel's scratch
+// (short-lived) takes free bytes inside it and the placement goes on; a constant (paused,
+// not short-lived) ends it instead.
+TEST(CachingAllocatorTest, OnlyShortLivedRequestsBorrowPlacedRanges) {
+  for (bool short_lived : {true, false}) {
+    SCOPED_TRACE(short_lived ? "scratch" : "constant");
+    CachingAllocatorOptions o = small_segments();
+    o.budget = std::size_t{4} << 20;
+    CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
+    ASSERT_TRUE(placed.begin_placement(two_in_turn(0)));
+    placed.deallocate(placed.allocate(std::size_t{4} << 20), 4 << 20);
+    placed.pause_placement(true, short_lived);
+    void* scratch = placed.allocate(std::size_t{2} << 20);
+    placed.deallocate(scratch, 2 << 20);
+    placed.pause_placement(false, short_lived);
+    placed.deallocate(placed.allocate(std::size_t{4} << 20), 4 << 20);
+    EXPECT_EQ(placed.stats().placement_misses, short_lived ? 0u : 1u);
+    EXPECT_EQ(placed.stats().placed_allocations, short_lived ? 2u : 1u);
+    EXPECT_LE(placed.stats().peak_reserved, o.budget);
+    placed.end_placement();
+  }
+}
+
+// Placement::headroom_bytes: the arena keeps them free after its places where the budget has
+// room, so scratch made while a placed block is live needs nothing outside; without the
+// room, the arena is made without them.
+TEST(CachingAllocatorTest, AnArenaKeepsItsHeadroomWhereTheBudgetHasRoom) {
+  for (std::size_t budget_mib : {6, 4}) {
+    SCOPED_TRACE(::testing::Message() << budget_mib << " MiB");
+    CachingAllocatorOptions o = small_segments();
+    o.budget = budget_mib << 20;
+    CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
+    ASSERT_TRUE(placed.begin_placement(two_in_turn(std::size_t{2} << 20)));
+    EXPECT_EQ(placed.stats().reserved, o.budget);
+    void* held = placed.allocate(std::size_t{4} << 20);
+    if (budget_mib == 6) {
+      placed.pause_placement(true, /*short_lived=*/true);
+      placed.deallocate(placed.allocate(std::size_t{2} << 20), 2 << 20);
+      placed.pause_placement(false, true);
+    }
+    placed.deallocate(held, 4 << 20);
+    placed.deallocate(placed.allocate(std::size_t{4} << 20), 4 << 20);
+    EXPECT_EQ(placed.stats().placed_allocations, 2u);
+    EXPECT_EQ(placed.stats().placement_misses, 0u);
+    EXPECT_EQ(placed.stats().peak_reserved, o.budget);
+    placed.end_placement();
+  }
+}
+
 TEST(CachingAllocatorTest, FreedBlockIsReusedWithoutNewSegment) {
   CachingAllocator alloc(std::make_unique<SimulatedSegmentSource>(), small_segments());
   void* a = alloc.allocate(1000);

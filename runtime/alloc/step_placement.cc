@@ -26,7 +26,11 @@ namespace remat::detail {
 // from then on. Allocations still live when the recording ended are served as usual, outside
 // the placed ranges, since they would hold them into the next step. A running kernel's
 // scratch is not part of the sequence (`pause_placement`), so a sequence from the simulated
-// backend, where kernels do not run, matches a step that runs them.
+// backend, where kernels do not run, matches a step that runs them; where nothing outside has
+// room for it, it borrows free bytes inside the ranges (Note [Scratch borrows placed ranges]
+// in allocator_core.cc), or the arena's headroom (Placement::headroom_bytes). Nor are
+// constants part of it: a program makes them where no trace of its step can tell (before
+// the step, or during it: an input copied in), and they live on.
 
 void StepPlacement::record_allocations() {
   recording_ = true;
@@ -84,7 +88,9 @@ std::shared_ptr<const Placement> StepPlacement::layout_for(
   if (given->regions == sizes) return given;
   for (const Layout& l : layouts_)
     if (l.given.lock() == given && l.layout->regions == sizes) return l.layout;
-  auto layout = std::make_shared<const Placement>(place_allocations(given->sequence, sizes));
+  Placement laid_out = place_allocations(given->sequence, sizes);
+  laid_out.headroom_bytes = given->headroom_bytes;
+  auto layout = std::make_shared<const Placement>(std::move(laid_out));
   layouts_.push_back({given, layout});
   if (layouts_.size() > 4) layouts_.erase(layouts_.begin());
   return layout;

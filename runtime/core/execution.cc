@@ -177,7 +177,7 @@ void RuntimeImpl::reserve_declared_scratch(Id op_id, OutputMemory& m) {
 // Memory outside a step's placed requests (Note [Placed allocations] in
 // step_placement.cc): the simulated traces a placement is made from never ask for it.
 void* RuntimeImpl::allocate_unplaced(std::size_t bytes) {
-  const PlacementPause pause(caching);
+  const PlacementPause pause(caching, /*short_lived=*/true);
   return memory->allocate(bytes);
 }
 
@@ -308,7 +308,7 @@ class KernelScratch {
   // allocations] in step_placement.cc): kernels do not run on the simulated backend.
   KernelScratch(MemoryResource& memory, CachingAllocator* caching,
                 std::pair<void*, std::size_t> reserved)
-      : memory_(memory), pause_(caching), reserved_(reserved) {}
+      : memory_(memory), pause_(caching, /*short_lived=*/true), reserved_(reserved) {}
   ~KernelScratch() {
     for (auto [p, b] : blocks_) memory_.deallocate(p, b);
   }
@@ -584,6 +584,9 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
   sr.pinned = true;
   const Id s = storages.add(std::move(sr));
   current_op = "constant";
+  // Not part of a placed sequence (Note [Placed allocations] in step_placement.cc): a program
+  // makes constants where a step's trace cannot tell, before the step or during it.
+  const PlacementPause pause(caching, /*short_lived=*/false);
   try {
     allocate_storage(s);
   } catch (const OutOfMemoryError& e) {

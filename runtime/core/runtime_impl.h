@@ -25,20 +25,23 @@ namespace remat::detail {
 
 // Requests made while it lives are outside a step's placed sequence (Note [Placed
 // allocations] in step_placement.cc): a kernel's scratch, what the simulated traces a
-// placement is made from never ask for.
+// placement is made from never ask for (`short_lived`: given back when the kernel ends), and
+// constants.
 class PlacementPause {
  public:
-  explicit PlacementPause(CachingAllocator* caching) : caching_(caching) {
-    if (caching_ != nullptr) caching_->pause_placement(true);
+  PlacementPause(CachingAllocator* caching, bool short_lived)
+      : caching_(caching), short_lived_(short_lived) {
+    if (caching_ != nullptr) caching_->pause_placement(true, short_lived_);
   }
   ~PlacementPause() {
-    if (caching_ != nullptr) caching_->pause_placement(false);
+    if (caching_ != nullptr) caching_->pause_placement(false, short_lived_);
   }
   PlacementPause(const PlacementPause&) = delete;
   PlacementPause& operator=(const PlacementPause&) = delete;
 
  private:
   CachingAllocator* caching_;
+  bool short_lived_;
 };
 
 class RuntimeImpl final : public MemoryReclaimer, public StepHost {

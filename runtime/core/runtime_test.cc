@@ -76,6 +76,34 @@ TEST(RuntimeTest, DeadTensorsRecomputedForARecomputationLingerUntilMemoryIsNeede
   rt.end_step();
   EXPECT_EQ(rt.stats().resident_bytes, 1200u);
   EXPECT_EQ(read(rt, c), c_before);
+  // A recomputation between steps (an optimizer reading an evicted gradient) lingers too,
+  // until the next step begins.
+  ASSERT_TRUE(rt.evict(d));
+  EXPECT_EQ(read(rt, d), d_before);
+  EXPECT_EQ(rt.stats().resident_bytes, 2000u);
+  rt.begin_step({});
+  EXPECT_EQ(rt.stats().resident_bytes, 1200u);
+  rt.end_step();
+}
+
+// Note [Placed allocations] in step_placement.cc: a constant is not part of a step's recorded
+// requests, whether made before the step or during it; an op's output is.
+TEST(RuntimeTest, ARecordedStepsRequestsLeaveOutItsConstants) {
+  RuntimeOptions o = logical(SIZE_MAX);
+  o.accounting = Accounting::kAllocator;
+  Runtime rt(o);
+  auto x = rt.constant(vec(1024), iota(1024).data());
+  StepOptions step;
+  step.record_allocations = true;
+  rt.begin_step(step);
+  auto y = rt.call1(testing::affine(2, 1), {x});
+  auto z = rt.constant(vec(2048), iota(2048).data());
+  auto w = rt.call1(testing::affine(3, 0), {z});
+  rt.end_step();
+  const AllocationSequence seq = rt.take_allocation_sequence();
+  ASSERT_EQ(seq.allocations.size(), 2u);
+  EXPECT_EQ(seq.allocations[0].bytes, 4096u);
+  EXPECT_EQ(seq.allocations[1].bytes, 8192u);
 }
 
 // An input's last use is when its op reads it, at the op's start. a (cost 100) is read when

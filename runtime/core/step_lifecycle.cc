@@ -10,6 +10,10 @@ namespace remat::detail {
 
 void RuntimeImpl::begin_step(StepOptions options) {
   if (step != nullptr) end_step();  // runs what the unfinished step deferred
+  // Recomputations between steps (a program's optimizer reading evicted gradients) leave
+  // lingering storages too (Note [Lingering storages]); a step does not start with them, and
+  // a placement's arena needs their room.
+  free_lingering();
   if (caching != nullptr) {
     // Note [Plans start from an empty cache]
     // A plan's step meets the allocator as the last step left it: cached segments of the

@@ -1,6 +1,7 @@
 #include "remat/replay.h"
 
 #include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
@@ -31,18 +32,36 @@ TensorSpec bytes_spec(std::uint64_t bytes) {
   return TensorSpec{{static_cast<std::int64_t>(bytes)}, DType::kU8};
 }
 
+// Ops, by name, that run when called (ReplayOptions::run_when_called).
+using NameSet = absl::flat_hash_set<std::string>;
+
+// The trace's constants, in the order of its CONSTANT instructions.
+std::vector<Tensor> make_constants(const DtrTrace& trace, Runtime& rt) {
+  std::vector<Tensor> made;
+  for (const DtrInstruction& in : trace.instructions)
+    if (in.kind == Kind::kConstant) made.push_back(rt.constant(bytes_spec(in.bytes[0])));
+  return made;
+}
+
 // Runs the trace's instructions on `rt`. Handles still alive at the end are the step's
 // outputs and are made resident; they are returned, so that a recording sees them held.
-std::vector<Tensor> run_trace(const DtrTrace& trace, Runtime& rt) {
+// `constants`: the trace's, made before (make_constants); empty: each is made at its
+// instruction.
+std::vector<Tensor> run_trace(const DtrTrace& trace, Runtime& rt,
+                              const NameSet& run_when_called = {},
+                              const std::vector<Tensor>& constants = {}) {
   std::vector<Tensor> handles(trace.handle_names.size());
   OpTable ops;
   std::vector<Tensor> inputs;
   std::vector<Tensor*> args;
   Outputs outputs;
+  std::size_t next_constant = 0;
   for (const DtrInstruction& in : trace.instructions) {
+    const bool now = run_when_called.contains(in.op);
     switch (in.kind) {
       case Kind::kConstant:
-        handles[in.results[0]] = rt.constant(bytes_spec(in.bytes[0]));
+        handles[in.results[0]] =
+            constants.empty() ? rt.constant(bytes_spec(in.bytes[0])) : constants[next_constant++];
         break;
       case Kind::kCall: {
         for (std::uint32_t a : in.args) inputs.push_back(handles[a]);
@@ -50,18 +69,24 @@ std::vector<Tensor> run_trace(const DtrTrace& trace, Runtime& rt) {
         for (std::size_t i = 0; i < in.results.size(); ++i) {
           outputs.emplace_back(bytes_spec(in.bytes[i]), in.alias[i]);
         }
+        const std::size_t deferred = now ? rt.stats().deferred_ops : 0;
         std::vector<Tensor> made =
             rt.call_with(ops.get(in.op), inputs, outputs, static_cast<double>(in.time_ns));
         // The copies go now: kept until the next call, they would keep alive a tensor whose
         // handle the trace releases in between.
         inputs.clear();
+        if (now && rt.stats().deferred_ops > deferred && !made.empty())
+          rt.materialize(made.front());
         for (std::size_t i = 0; i < made.size(); ++i) handles[in.results[i]] = std::move(made[i]);
         break;
       }
       case Kind::kMutate: {
         args.clear();
         for (std::uint32_t a : in.args) args.push_back(&handles[a]);
+        const std::size_t deferred = now ? rt.stats().deferred_ops : 0;
         rt.call_inplace(ops.get(in.op), args, in.mutate, static_cast<double>(in.time_ns));
+        if (now && rt.stats().deferred_ops > deferred && !in.mutate.empty())
+          rt.materialize(*args[static_cast<std::size_t>(in.mutate.front())]);
         break;
       }
       case Kind::kCopy:
@@ -118,12 +143,21 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   ro.record_timeline = options.record_timeline;
   Runtime rt(ro);
   try {
+    const NameSet run_when_called(options.run_when_called.begin(), options.run_when_called.end());
     StepOptions step;
     step.hints = options.hints;
     step.record = options.record_executed;
+    step.record_allocations = options.record_allocations;
+    step.placement = options.placement;
+    // A placement is laid out at the step's start beside what is live then: a program's
+    // state, made before its step. Constants are not part of a sequence (Note [Placed
+    // allocations]), wherever they are made.
+    std::vector<Tensor> constants;
+    if (options.record_allocations || options.placement) constants = make_constants(trace, rt);
     rt.begin_step(step);
-    const std::vector<Tensor> outputs = run_trace(trace, rt);
+    const std::vector<Tensor> outputs = run_trace(trace, rt, run_when_called, constants);
     r.executed = rt.end_step().executed;
+    if (options.record_allocations) r.allocations = rt.take_allocation_sequence();
   } catch (const OutOfMemoryError& e) {
     r.status = "oom";
     r.error = e.what();
@@ -144,6 +178,8 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   r.overhead = s.compute_overhead();
   r.hint_evictions = s.hint_evictions;
   r.deferred_ops = s.deferred_ops;
+  r.placed_allocations = s.memory.placed_allocations;
+  r.placement_misses = s.memory.placement_misses;
   if (options.record_timeline) r.timeline = rt.timeline();
   r.simulated_seconds = rt.clock() * 1e-9;
   r.slowdown =

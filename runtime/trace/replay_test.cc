@@ -55,6 +55,46 @@ TEST(ReplayTest, UnconstrainedPeakIsTheLargestLiveSum) {
   EXPECT_EQ(r.evictions, 0u);
 }
 
+// The chain with every size in MiB (the allocator's rounding then changes nothing).
+DtrTrace chain_in_mib() {
+  DtrTrace t = chain();
+  for (DtrInstruction& in : t.instructions)
+    for (std::uint64_t& b : in.bytes) b <<= 20;
+  return t;
+}
+
+// Note [Placed allocations]: a replay records its requests (not its constants, made before
+// the step), and a replay given their placement serves every one at its place, under a
+// budget of the constants, the placement's arena and what the step leaves live (served
+// outside it).
+TEST(ReplayTest, ARecordedSequencePlacesAReplayAtItsPlaces) {
+  const DtrTrace t = chain_in_mib();
+  ReplayOptions o;
+  o.accounting = Accounting::kAllocator;
+  o.record_allocations = true;
+  const ReplayResult recorded = replay(t, o);
+  ASSERT_EQ(recorded.status, "ok");
+  // a, b, c, e, d: the view takes no memory, the constant x is not part of the step.
+  std::vector<std::size_t> sizes;
+  for (const auto& a : recorded.allocations.allocations) sizes.push_back(a.bytes >> 20);
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{100, 200, 300, 300, 100}));
+  auto placement = std::make_shared<const Placement>(place_allocations(recorded.allocations));
+  std::size_t given_back = 0, left_live = 0;
+  for (const auto& a : recorded.allocations.allocations) {
+    given_back += a.end != AllocationSequence::kStillLive ? 1 : 0;
+    left_live += a.end == AllocationSequence::kStillLive ? a.bytes : 0;
+  }
+  ReplayOptions placed;
+  placed.accounting = Accounting::kAllocator;
+  placed.placement = placement;
+  placed.budget = (std::size_t{100} << 20) + placement->arena_bytes + left_live;
+  const ReplayResult r = replay(t, placed);
+  EXPECT_EQ(r.status, "ok") << r.error;
+  EXPECT_EQ(r.placed_allocations, given_back);
+  EXPECT_EQ(r.placement_misses, 0u);
+  EXPECT_EQ(r.evictions, 0u);
+}
+
 TEST(ReplayTest, TightBudgetRecomputesAndCountsTime) {
   const DtrTrace t = chain();
   ReplayOptions o;

@@ -34,7 +34,13 @@ class StepPlacement {
   // and not placed; pauses nest.
   void record_allocations();
   AllocationSequence take_allocations();
-  void pause(bool paused) { paused_ += paused ? 1 : -1; }
+  void pause(bool paused, bool short_lived = false) {
+    paused_ += paused ? 1 : -1;
+    if (short_lived) short_lived_ += paused ? 1 : -1;
+  }
+  // Whether a request now may take free bytes inside the placed ranges (Note [Scratch
+  // borrows placed ranges] in step_placement.cc).
+  bool lends_ranges() const { return paused_ > 0 && paused_ == short_lived_; }
   void note_allocation(std::uintptr_t address, std::size_t size) {
     if (recording_ && paused_ == 0) record(address, size);
   }
@@ -104,6 +110,7 @@ class StepPlacement {
   absl::flat_hash_map<std::uintptr_t, std::size_t> recorded_;  // live block -> its allocation
   std::size_t clock_ = 0;
   int paused_ = 0;
+  int short_lived_ = 0;  // of those pauses, the short-lived ones
   // The placement being followed.
   std::vector<Layout> layouts_;  // most recent last
   std::shared_ptr<const Placement> layout_;
