@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "remat/caching_allocator.h"
+
 namespace remat::torch_backend::detail {
 namespace {
 
@@ -109,6 +111,9 @@ void Backend::end_step() {
   Runtime& rt = runtime();
   RecordedStep step = rt.end_step();
   if (!planned_) return;
+  // The optimizer's updates, and the gradients they pin, are not in the recording: the
+  // placement ends with the runtime's step (Note [Placed allocations]).
+  if (auto* caching = dynamic_cast<CachingAllocator*>(&rt.memory())) caching->end_placement();
   const RuntimeStats now = rt.stats();
   const double base = now.base_cost - step_start_.base_cost;
   const double overhead = base > 0 ? (now.recompute_cost - step_start_.recompute_cost) / base : 0;

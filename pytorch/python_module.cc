@@ -64,6 +64,8 @@ py::dict plan_dict() {
     py::dict row;
     row["source"] = c.source;
     row["simulated_overhead"] = c.simulated_overhead;
+    row["placed_allocations"] = c.placed_allocations;
+    row["placement_misses"] = c.placement_misses;
     row["failure"] = c.failure;
     screened.append(row);
   }

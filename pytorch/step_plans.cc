@@ -69,22 +69,21 @@ std::shared_ptr<const Placement> place_plan(const RecordedStep& step,
   return std::make_shared<const Placement>(std::move(placement));
 }
 
-// The simulated overhead of the recorded step under `budget` with `hints` (null: DTR) and
-// its requests at `placement`'s places (null: best fit).
-ScreenedCandidate screen(const RecordedStep& step, std::size_t budget,
+// The simulated overhead of the recorded step replayed with `options` (the budget, what the
+// device holds beside the step) under `hints` (null: DTR), its requests at `placement`'s
+// places (null: best fit).
+ScreenedCandidate screen(const RecordedStep& step, ReplayOptions options,
                          std::shared_ptr<const StepHints> hints,
-                         std::shared_ptr<const Placement> placement,
-                         const absl::flat_hash_set<std::string>& eager, std::string source) {
-  ReplayOptions options;
-  options.run_when_called.assign(eager.begin(), eager.end());
+                         std::shared_ptr<const Placement> placement, std::string source) {
   options.policy = hints ? "hinted" : "dtr";
   options.accounting = Accounting::kAllocator;
-  options.budget = budget;
   options.hints = std::move(hints);
   options.placement = std::move(placement);
   const ReplayResult r = replay(step.trace, options);
   ScreenedCandidate c;
   c.source = std::move(source);
+  c.placed_allocations = r.placed_allocations;
+  c.placement_misses = r.placement_misses;
   if (r.status == "ok") {
     c.simulated_overhead = r.overhead;
   } else {
@@ -163,8 +162,16 @@ void StepPlans::plan(const StepOutcome& recorded) {
   const auto start = std::chrono::steady_clock::now();
   const RecordedStep& step = recorded.step;
   const std::size_t budget = planning_budget(recorded);
+  // The replays hold what the device holds beside the step, as one constant, under the
+  // device's budget: DTR's with the scratch's room left out too, a placed plan's with it in
+  // its arena (Placement::headroom_bytes).
+  ReplayOptions replayed;
+  replayed.run_when_called.assign(run_when_called_.begin(), run_when_called_.end());
+  replayed.unread_bytes = report_.unread_bytes;
+  replayed.budget = budget_ > report_.scratch_bytes ? budget_ - report_.scratch_bytes : 0;
   report_.screened.clear();
-  report_.screened.push_back(screen(step, budget, nullptr, nullptr, run_when_called_, "dtr"));
+  report_.screened.push_back(screen(step, replayed, nullptr, nullptr, "dtr"));
+  replayed.budget = budget_;
   // The replay knows not the kernels' scratch, and prices DTR lower than it ran: a plan is
   // tried where it replays cheaper than DTR ran.
   ScreenedCandidate best;
@@ -179,12 +186,10 @@ void StepPlans::plan(const StepOutcome& recorded) {
     auto hints = std::make_shared<StepHints>(std::move(chosen->hints));
     std::shared_ptr<const Placement> placement =
         place_plan(step, hints, run_when_called_, report_.scratch_bytes);
-    // Under the budget less the scratch, though the arena keeps the scratch's room itself
-    // (Placement::headroom_bytes): the replay's segments are not the device's, and a plan
-    // that fits only in the replay's would miss its placement there.
-    ScreenedCandidate c = screen(step, budget, hints, placement, run_when_called_, chosen->source);
+    ScreenedCandidate c = screen(step, replayed, hints, placement, chosen->source);
     report_.screened.push_back(c);
-    if (c.simulated_overhead &&
+    // A plan whose placement was given up in its replay would be given it up on the device.
+    if (c.simulated_overhead && c.placement_misses == 0 &&
         *c.simulated_overhead < best.simulated_overhead.value_or(INFINITY)) {
       best = c;
       hints_ = std::move(hints);

@@ -47,6 +47,9 @@ struct ReplayOptions {
   // them, as the PyTorch backend runs random operators (Note [Random operators run when
   // called] in pytorch/device_fallback.cc); a MUTATE's new version, a CALL's first output.
   std::vector<std::string> run_when_called;
+  // Bytes held before the step begins that its trace never reads (a program's optimizer
+  // state): one constant of that size, made first.
+  std::size_t unread_bytes = 0;
 };
 
 struct ReplayBaseline {

@@ -56,6 +56,10 @@ struct ScreenedCandidate {
   std::string source;                        // "dtr", or the plan's source
   std::optional<double> simulated_overhead;  // none: it ran out of memory or thrashed
   std::string failure;
+  // A plan's requests served at their places in the replay, and whether it gave the
+  // placement up (Note [Placed allocations]).
+  std::size_t placed_allocations = 0;
+  std::size_t placement_misses = 0;
 };
 // Where `auto` stands.
 struct PlanReport {

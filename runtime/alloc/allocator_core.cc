@@ -179,14 +179,26 @@ Block* AllocatorCore::find_free(std::size_t size, const std::vector<std::uint64_
 // Note [Scratch borrows placed ranges]
 // A placement's regions and arena take the free blocks of 1 MiB and more, so a kernel's
 // scratch, which no placement places, can find no room left outside them, and the placement
-// would give way at the first large scratch. But scratch is given back when its kernel ends,
-// and no placed request is made while a kernel runs: so where nothing outside has room, it
-// takes a free block inside the ranges (best fit among them). Should a placed request find
-// its place still taken, that is an ordinary miss.
+// would give way at the first large scratch. A free place inside the ranges will not do: an
+// op's declared scratch is taken before its outputs, whose places it may cover. So an arena
+// may keep headroom after its places (Placement::headroom_bytes), which no placed request
+// uses, and a short-lived request that finds no room outside takes it there.
 Block* AllocatorCore::borrow_placed(std::size_t size) {
-  return pool_.take_best_fit(size, small_pool(size), [&](const Block* b) {
-    return fits(b->segment->whole, b->size, size) && placement_.in_placed_range(b);
-  });
+  Segment* arena = placement_.arena();
+  const std::uintptr_t from = placement_.headroom_start();
+  if (arena == nullptr || from == 0) return nullptr;
+  for (Block* b = arena->first; b != nullptr; b = b->next) {
+    const std::uintptr_t start = std::max(b->address, from);
+    if (b->allocated || b->address + b->size < start + size) continue;
+    pool_.erase_free(b);
+    if (b->address < start) {
+      Block* rest = pool_.split(b, start - b->address);
+      pool_.insert_free(b);
+      b = rest;
+    }
+    return b;
+  }
+  return nullptr;
 }
 
 // Marks free block `b` allocated for a request of `bytes` (`size` rounded), splitting off
@@ -371,20 +383,17 @@ bool AllocatorCore::begin_placement(std::shared_ptr<const Placement> placement) 
   for (const Block* b : regions) sizes.push_back(b->size);
   std::shared_ptr<const Placement> layout = placement_.layout_for(placement, sizes);
   const std::size_t granule = std::max(source_->commit_granularity(), options_.round_to);
-  auto rounded = [&](std::size_t bytes) { return bytes == 0 ? 0 : round_up(bytes, granule); };
-  // With its headroom where the budget has room for it, else without.
-  const std::size_t need = rounded(layout->arena_bytes + layout->headroom_bytes);
-  const std::size_t least = rounded(layout->arena_bytes);
+  const std::size_t arena_bytes = layout->arena_bytes + layout->headroom_bytes;
+  const std::size_t need = arena_bytes == 0 ? 0 : round_up(arena_bytes, granule);
   // The last step's arena, if it is empty and large enough; else a new one, after every
   // cached segment (the old arena among them) has gone back. Not where the budget has since
   // been lowered below what is reserved: the arena goes back.
   Segment* arena =
-      least > 0 && stats_.reserved <= options_.budget ? placement_.reusable_arena(least) : nullptr;
-  if (arena == nullptr && least > 0) release_cached();
+      need > 0 && stats_.reserved <= options_.budget ? placement_.reusable_arena(need) : nullptr;
+  if (arena == nullptr && need > 0) release_cached();
   placement_.outcome = CachingAllocator::PlacementOutcome{
-      .arena_bytes = least, .room = arena != nullptr ? arena->size : unreserved()};
-  if (arena == nullptr && need > 0) arena = placement_arena(need);
-  if (arena == nullptr && least > 0 && (arena = placement_arena(least)) == nullptr) {
+      .arena_bytes = need, .room = arena != nullptr ? arena->size : unreserved()};
+  if (arena == nullptr && need > 0 && (arena = placement_arena(need)) == nullptr) {
     ++placement_.misses;
     return false;
   }

@@ -202,20 +202,22 @@ std::shared_ptr<const Placement> two_in_turn(std::size_t headroom) {
 }
 
 // Note [Scratch borrows placed ranges]: with the budget all arena, a kernel's scratch
-// (short-lived) takes free bytes inside it and the placement goes on; a constant (paused,
-// not short-lived) ends it instead.
-TEST(CachingAllocatorTest, OnlyShortLivedRequestsBorrowPlacedRanges) {
+// (short-lived) made while a placed block is live takes the arena's headroom and the
+// placement goes on; a constant (paused, not short-lived) ends it instead.
+TEST(CachingAllocatorTest, OnlyShortLivedRequestsBorrowTheArenasHeadroom) {
   for (bool short_lived : {true, false}) {
     SCOPED_TRACE(short_lived ? "scratch" : "constant");
     CachingAllocatorOptions o = small_segments();
-    o.budget = std::size_t{4} << 20;
+    o.budget = std::size_t{6} << 20;
     CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
-    ASSERT_TRUE(placed.begin_placement(two_in_turn(0)));
-    placed.deallocate(placed.allocate(std::size_t{4} << 20), 4 << 20);
+    ASSERT_TRUE(placed.begin_placement(two_in_turn(std::size_t{2} << 20)));
+    EXPECT_EQ(placed.stats().reserved, o.budget);
+    void* held = placed.allocate(std::size_t{4} << 20);
     placed.pause_placement(true, short_lived);
     void* scratch = placed.allocate(std::size_t{2} << 20);
     placed.deallocate(scratch, 2 << 20);
     placed.pause_placement(false, short_lived);
+    placed.deallocate(held, 4 << 20);
     placed.deallocate(placed.allocate(std::size_t{4} << 20), 4 << 20);
     EXPECT_EQ(placed.stats().placement_misses, short_lived ? 0u : 1u);
     EXPECT_EQ(placed.stats().placed_allocations, short_lived ? 2u : 1u);
@@ -224,30 +226,20 @@ TEST(CachingAllocatorTest, OnlyShortLivedRequestsBorrowPlacedRanges) {
   }
 }
 
-// Placement::headroom_bytes: the arena keeps them free after its places where the budget has
-// room, so scratch made while a placed block is live needs nothing outside; without the
-// room, the arena is made without them.
-TEST(CachingAllocatorTest, AnArenaKeepsItsHeadroomWhereTheBudgetHasRoom) {
-  for (std::size_t budget_mib : {6, 4}) {
-    SCOPED_TRACE(::testing::Message() << budget_mib << " MiB");
-    CachingAllocatorOptions o = small_segments();
-    o.budget = budget_mib << 20;
-    CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
-    ASSERT_TRUE(placed.begin_placement(two_in_turn(std::size_t{2} << 20)));
-    EXPECT_EQ(placed.stats().reserved, o.budget);
-    void* held = placed.allocate(std::size_t{4} << 20);
-    if (budget_mib == 6) {
-      placed.pause_placement(true, /*short_lived=*/true);
-      placed.deallocate(placed.allocate(std::size_t{2} << 20), 2 << 20);
-      placed.pause_placement(false, true);
-    }
-    placed.deallocate(held, 4 << 20);
-    placed.deallocate(placed.allocate(std::size_t{4} << 20), 4 << 20);
-    EXPECT_EQ(placed.stats().placed_allocations, 2u);
-    EXPECT_EQ(placed.stats().placement_misses, 0u);
-    EXPECT_EQ(placed.stats().peak_reserved, o.budget);
-    placed.end_placement();
-  }
+// Placement::headroom_bytes: without room in the budget for the arena and its headroom, the
+// placement is not begun (a miss), and requests are served as usual.
+TEST(CachingAllocatorTest, AnArenaIsMadeWithItsHeadroomOrNotAtAll) {
+  CachingAllocatorOptions o = small_segments();
+  o.budget = std::size_t{5} << 20;
+  CachingAllocator placed(std::make_unique<SimulatedSegmentSource>(), o);
+  EXPECT_FALSE(placed.begin_placement(two_in_turn(std::size_t{2} << 20)));
+  EXPECT_EQ(placed.stats().placement_misses, 1u);
+  ASSERT_TRUE(placed.last_placement().has_value());
+  EXPECT_EQ(placed.last_placement()->arena_bytes, std::size_t{6} << 20);
+  placed.deallocate(placed.allocate(std::size_t{4} << 20), 4 << 20);
+  EXPECT_EQ(placed.stats().placed_allocations, 0u);
+  EXPECT_TRUE(placed.begin_placement(two_in_turn(0)));
+  placed.end_placement();
 }
 
 TEST(CachingAllocatorTest, FreedBlockIsReusedWithoutNewSegment) {

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "remat/errors.h"
+#include "remat/placement.h"
 #include "remat/runtime.h"
 #include "runtime/cuda/simulated_cuda.h"
 #include "tests/support/test_ops.h"
@@ -92,6 +94,28 @@ TEST(Evacuation, DoesNothingWhereTheBudgetCannotHoldTheRequest) {
   EXPECT_THROW(rt.call1(testing::concat(), {c3, c3}), OutOfMemoryError);  // 2 KiB more
   EXPECT_EQ(rt.stats().evacuations, 0u);
   EXPECT_EQ(read(rt, c1), iota(256, 1));
+}
+
+// Note [A placed step starts packed]: a step that begins with a placement first packs the
+// segments it starts with, so that their crumbs are budget its arena can have; bytes kept.
+TEST(Evacuation, AStepWithAPlacementStartsPacked) {
+  Runtime rt(crumbs(true));
+  const Tensor c1 = rt.constant(vec(256), iota(256, 1).data());
+  const Tensor c2 = rt.constant(vec(256), iota(256, 1000).data());
+  ASSERT_EQ(rt.stats().memory.reserved, 3072u);  // 512 bytes free beside each
+  AllocationSequence seq;
+  seq.allocations = {{.bytes = 2048, .start = 0, .end = 1}};
+  StepOptions step;
+  step.placement = std::make_shared<const Placement>(place_allocations(seq));
+  rt.begin_step(step);
+  EXPECT_EQ(rt.stats().evacuation_bytes, 2048u);
+  const Tensor y = rt.call1(testing::concat(), {c1, c2});  // 2 KiB, at its place
+  EXPECT_EQ(rt.stats().memory.placed_allocations, 1u);
+  EXPECT_EQ(rt.stats().memory.placement_misses, 0u);
+  EXPECT_LE(rt.stats().memory.peak_reserved, 4096u);
+  rt.end_step();
+  EXPECT_EQ(read(rt, c1), iota(256, 1));
+  EXPECT_EQ(read(rt, c2), iota(256, 1000));
 }
 
 }  // namespace

@@ -197,6 +197,8 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // back (Note [Evacuating segments] in runtime/alloc/packed_segment.cc); false when that
   // cannot make room (evacuation.cc).
   bool evacuate(std::size_t bytes);
+  // Note [A placed step starts packed] in evacuation.cc.
+  void pack_for_placement();
   void evacuate_segment(const std::vector<Id>& moving);
   void free_storage(Id s);
   bool releasable(const StorageRec& r) const;

@@ -25,6 +25,7 @@ void RuntimeImpl::begin_step(StepOptions options) {
     // started and costs the same every time; one with a placement starts in its own arena
     // (Note [Placed allocations]).
     caching->end_placement();
+    if (options.placement != nullptr) pack_for_placement();
     if (options.record_allocations) caching->record_allocations();
     const bool placed = options.placement != nullptr && caching->begin_placement(options.placement);
     const bool follows_plan = policy->uses_hints() && options.hints != nullptr &&

@@ -152,6 +152,8 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
     // A placement is laid out at the step's start beside what is live then: a program's
     // state, made before its step. Constants are not part of a sequence (Note [Placed
     // allocations]), wherever they are made.
+    Tensor unread;
+    if (options.unread_bytes > 0) unread = rt.constant(bytes_spec(options.unread_bytes));
     std::vector<Tensor> constants;
     if (options.record_allocations || options.placement) constants = make_constants(trace, rt);
     rt.begin_step(step);

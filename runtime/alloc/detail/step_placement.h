@@ -82,6 +82,11 @@ class StepPlacement {
   }
   bool holds_range(const Segment* s) const;
   Segment* arena() const { return arena_; }
+  // Where the arena's headroom begins (Placement::headroom_bytes); 0 where it has none.
+  std::uintptr_t headroom_start() const {
+    if (arena_ == nullptr || layout_ == nullptr || layout_->headroom_bytes == 0) return 0;
+    return arena_->address + layout_->arena_bytes;
+  }
 
   std::optional<CachingAllocator::PlacementOutcome>
       outcome;             // what the last placement found, where it sized an arena
