@@ -126,10 +126,10 @@ ReplayBaseline replay_baseline(const DtrTrace& trace) {
   return b;
 }
 
-ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
-  ReplayResult r;
-  r.budget_bytes = options.budget;
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+// The simulated runtime a replay runs on.
+RuntimeOptions replay_runtime(const DtrTrace& trace, const ReplayOptions& options) {
   RuntimeOptions ro;
   ro.backend = Backend::kSimulated;
   ro.accounting = options.accounting;
@@ -141,7 +141,16 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   ro.allocator.expandable_segments = options.expandable_segments;
   ro.clock_limit = options.slowdown_cap * static_cast<double>(trace.total_time_ns);
   ro.record_timeline = options.record_timeline;
-  Runtime rt(ro);
+  return ro;
+}
+
+}  // namespace
+
+ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
+  ReplayResult r;
+  r.budget_bytes = options.budget;
+  const auto start = std::chrono::steady_clock::now();
+  Runtime rt(replay_runtime(trace, options));
   try {
     const NameSet run_when_called(options.run_when_called.begin(), options.run_when_called.end());
     StepOptions step;
