@@ -192,10 +192,12 @@ def main():
         alive += sum(v.numel() * v.element_size() for s in opt.state.values()
                      for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
 
+        # The last step's gradients go first, as PyTorch's examples write a step: they are
+        # not held through the forward pass.
         def run_step():
             with remat_torch.step() if a.device == "remat" else contextlib.nullcontext():
-                loss = forward(idx, tgt)
                 opt.zero_grad(set_to_none=True)
+                loss = forward(idx, tgt)
                 loss.backward()
                 opt.step()
             return loss
