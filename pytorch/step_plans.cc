@@ -43,17 +43,15 @@ const std::vector<std::string>& planners() {
 }
 
 // Note [Placed allocations] in step_placement.cc: the requests of `step` following `hints`,
-// replayed without a budget (nothing but the plan evicts), placed.
-std::shared_ptr<const Placement> place_plan(const RecordedStep& step,
+// replayed with `options` but without a budget (nothing but the plan evicts), placed.
+std::shared_ptr<const Placement> place_plan(const RecordedStep& step, ReplayOptions options,
                                             std::shared_ptr<const StepHints> hints,
-                                            const absl::flat_hash_set<std::string>& eager,
                                             std::size_t scratch_bytes) {
-  ReplayOptions options;
   options.policy = "hinted";
   options.accounting = Accounting::kAllocator;
+  options.budget = SIZE_MAX;
   options.hints = std::move(hints);
   options.record_allocations = true;
-  options.run_when_called.assign(eager.begin(), eager.end());
   ReplayResult r = replay(step.trace, options);
   if (r.status != "ok") return nullptr;
   // What the step leaves live (the gradients) is placed too, as if freed at its end: the
@@ -172,8 +170,8 @@ void StepPlans::plan(const StepOutcome& recorded) {
   report_.screened.clear();
   report_.screened.push_back(screen(step, replayed, nullptr, nullptr, "dtr"));
   replayed.budget = budget_;
-  // The replay knows not the kernels' scratch, and prices DTR lower than it ran: a plan is
-  // tried where it replays cheaper than DTR ran.
+  // A plan is tried where it replays cheaper than DTR ran: the replay's DTR is not the
+  // device's (it often thrashes where the device's does not).
   ScreenedCandidate best;
   best.simulated_overhead = recorded.overhead;
   for (double fraction : kFractions) {
@@ -185,7 +183,7 @@ void StepPlans::plan(const StepOutcome& recorded) {
     if (!chosen.ok() || !chosen->feasible) continue;
     auto hints = std::make_shared<StepHints>(std::move(chosen->hints));
     std::shared_ptr<const Placement> placement =
-        place_plan(step, hints, run_when_called_, report_.scratch_bytes);
+        place_plan(step, replayed, hints, report_.scratch_bytes);
     ScreenedCandidate c = screen(step, replayed, hints, placement, chosen->source);
     report_.screened.push_back(c);
     // A plan whose placement was given up in its replay would be given it up on the device.

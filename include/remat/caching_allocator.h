@@ -111,8 +111,9 @@ class CachingAllocator final : public MemoryResource {
   std::optional<PlacementOutcome> last_placement() const;
   // Requests made while paused (a running kernel's scratch, a constant) are served as usual
   // and are not part of a recorded or a placed sequence. Pauses nest. Where every pause is
-  // `short_lived` (a kernel's scratch, given back before the step's next placed request), a
-  // request that finds no room outside the placed ranges may take free bytes inside them.
+  // `short_lived` (a kernel's scratch, given back when the kernel ends), a request that finds
+  // no room outside the placed ranges may take the arena's headroom
+  // (Placement::headroom_bytes).
   void pause_placement(bool paused, bool short_lived = false);
 
  protected:

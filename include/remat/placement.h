@@ -40,8 +40,8 @@ struct Placement {
   std::vector<std::size_t> regions;  // the sizes of the fixed regions it was made for
   std::size_t arena_bytes = 0;       // the size the arena (region regions.size()) needs
   // Bytes the arena keeps free after arena_bytes, for short-lived requests no placement
-  // places that find no room outside it (a kernel's scratch: Note [Scratch borrows placed
-  // ranges] in allocator_core.cc); the arena is made with them or not at all. Set by the
+  // places that find no room outside it (a kernel's scratch: Note [Scratch borrows the
+  // arena's headroom] in allocator_core.cc); the arena is made with them or not at all. Set by the
   // caller; place_allocations leaves it 0.
   std::size_t headroom_bytes = 0;
   std::size_t peak_live_bytes = 0;  // the sequence's: regions plus arena hold at least this

@@ -70,9 +70,9 @@ struct PlanReport {
   std::optional<double> dtr_step_overhead;   // the recorded step's, on DTR
   std::optional<double> plan_step_overhead;  // the trial step's, on the plan
   double planning_seconds = 0;
-  // Bytes the device held when the recorded step began that the step never read (the
-  // optimizer's state, the last step's gradients): the plans are made for the budget less
-  // these, and less the most scratch one of its kernels asked for (scratch_bytes).
+  // Bytes of the storages pinned from the recorded step's start to its end that it never read
+  // (the optimizer's state): the plans are made for the budget less these, and less the most
+  // scratch one of its kernels asked for (scratch_bytes).
   std::size_t unread_bytes = 0;
   std::size_t scratch_bytes = 0;
   std::vector<ScreenedCandidate> screened;

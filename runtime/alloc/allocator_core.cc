@@ -133,7 +133,7 @@ void* AllocatorCore::allocate(std::size_t bytes, MemoryReclaimer* reclaimer) {
 // Steps 3 to 5 of Note [Serving a request]: a block, or OutOfMemoryError.
 Block* AllocatorCore::serve_with_reclaimer(std::size_t size, MemoryReclaimer* reclaimer) {
   Block* b = reclaim_pending(size);
-  if (b == nullptr && placement_.has_ranges() && placement_.lends_ranges()) b = borrow_placed(size);
+  if (b == nullptr && placement_.lends_headroom()) b = borrow_headroom(size);
   if (b == nullptr && placement_.has_ranges()) {
     // A request the placement does not place found no room outside its regions: the
     // placement gives way (a miss) rather than make the request evict or fail.
@@ -176,14 +176,14 @@ Block* AllocatorCore::find_free(std::size_t size, const std::vector<std::uint64_
   });
 }
 
-// Note [Scratch borrows placed ranges]
+// Note [Scratch borrows the arena's headroom]
 // A placement's regions and arena take the free blocks of 1 MiB and more, so a kernel's
 // scratch, which no placement places, can find no room left outside them, and the placement
 // would give way at the first large scratch. A free place inside the ranges will not do: an
 // op's declared scratch is taken before its outputs, whose places it may cover. So an arena
 // may keep headroom after its places (Placement::headroom_bytes), which no placed request
 // uses, and a short-lived request that finds no room outside takes it there.
-Block* AllocatorCore::borrow_placed(std::size_t size) {
+Block* AllocatorCore::borrow_headroom(std::size_t size) {
   Segment* arena = placement_.arena();
   const std::uintptr_t from = placement_.headroom_start();
   if (arena == nullptr || from == 0) return nullptr;

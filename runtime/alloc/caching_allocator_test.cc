@@ -201,7 +201,7 @@ std::shared_ptr<const Placement> two_in_turn(std::size_t headroom) {
   return std::make_shared<const Placement>(std::move(p));
 }
 
-// Note [Scratch borrows placed ranges]: with the budget all arena, a kernel's scratch
+// Note [Scratch borrows the arena's headroom]: with the budget all arena, a kernel's scratch
 // (short-lived) made while a placed block is live takes the arena's headroom and the
 // placement goes on; a constant (paused, not short-lived) ends it instead.
 TEST(CachingAllocatorTest, OnlyShortLivedRequestsBorrowTheArenasHeadroom) {

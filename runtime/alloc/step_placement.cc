@@ -27,8 +27,8 @@ namespace remat::detail {
 // the placed ranges, since they would hold them into the next step. A running kernel's
 // scratch is not part of the sequence (`pause_placement`), so a sequence from the simulated
 // backend, where kernels do not run, matches a step that runs them; where nothing outside has
-// room for it, it borrows free bytes inside the ranges (Note [Scratch borrows placed ranges]
-// in allocator_core.cc), or the arena's headroom (Placement::headroom_bytes). Nor are
+// room for it, it takes the arena's headroom (Placement::headroom_bytes; Note [Scratch
+// borrows the arena's headroom] in allocator_core.cc). Nor are
 // constants part of it: a program makes them where no trace of its step can tell (before
 // the step, or during it: an input copied in), and they live on.
 

@@ -103,9 +103,9 @@ class AllocatorCore {
     return have >= size && (!whole || have - size <= options_.large_round);
   }
   Block* find_free(std::size_t size, const std::vector<std::uint64_t>* avoid = nullptr);
-  // A free block inside the placed ranges, for a short-lived request (Note [Scratch borrows
-  // placed ranges] in allocator_core.cc); null where none fits.
-  Block* borrow_placed(std::size_t size);
+  // A free block in the arena's headroom, for a short-lived request (Note [Scratch borrows
+  // the arena's headroom] in allocator_core.cc); null where none fits.
+  Block* borrow_headroom(std::size_t size);
   Block* try_serve(std::size_t size);
   Block* serve_after_release(std::size_t size);
   Block* reclaim_pending(std::size_t size);

@@ -38,9 +38,9 @@ class StepPlacement {
     paused_ += paused ? 1 : -1;
     if (short_lived) short_lived_ += paused ? 1 : -1;
   }
-  // Whether a request now may take free bytes inside the placed ranges (Note [Scratch
-  // borrows placed ranges] in step_placement.cc).
-  bool lends_ranges() const { return paused_ > 0 && paused_ == short_lived_; }
+  // Whether a request now may take the arena's headroom: every pause is short-lived (Note
+  // [Scratch borrows the arena's headroom] in allocator_core.cc).
+  bool lends_headroom() const { return paused_ > 0 && paused_ == short_lived_; }
   void note_allocation(std::uintptr_t address, std::size_t size) {
     if (recording_ && paused_ == 0) record(address, size);
   }
