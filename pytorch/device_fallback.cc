@@ -45,7 +45,18 @@ bool holds_tensors(const c10::TypePtr& type) {
   return false;
 }
 
+// Note [Views the schema does not declare]
+// `_unsafe_view` returns a tensor on its argument's storage, but its schema declares no
+// alias, so that autograd treats the result as a tensor of its own (matmul ends with it, on
+// a result nobody else holds). Taken at its schema's word it would be a fresh result: a copy
+// of every linear layer's output, made and kept beside it. It is run as the view it is, on
+// the argument's storage, as the CPU runs it; autograd still sees no view.
+bool is_undeclared_view(const c10::FunctionSchema& schema) {
+  return schema.name() == "aten::_unsafe_view";
+}
+
 std::vector<ReturnPlan> plan_returns(const c10::FunctionSchema& schema) {
+  if (is_undeclared_view(schema)) return {ReturnPlan{ReturnKind::kView, 0}};
   std::vector<ReturnPlan> plans;
   for (const c10::Argument& r : schema.returns()) {
     ReturnPlan plan;

@@ -75,6 +75,23 @@ class Ops(unittest.TestCase):
         x[1:3].mul_(3)
         self.assertTrue(same(d.cpu(), x))
 
+    def test_a_linear_layer_keeps_one_copy_of_its_output(self):
+        # matmul of a 3-d input ends with _unsafe_view, whose schema declares no alias: run
+        # as the view it is, it shares the addmm's storage instead of copying it.
+        torch.manual_seed(3)
+        x, w, b = torch.randn(4, 64, 32), torch.randn(256, 32), torch.randn(256)
+        ref = F.linear(x, w, b)
+        dx, dw, db = x.to(DEV), w.to(DEV), b.to(DEV)
+        remat_torch.reset_peaks()
+        before = remat_torch.stats()["allocated_bytes"]
+        y = F.linear(dx, dw, db)
+        self.assertEqual(remat_torch.stats()["peak_allocated_bytes"] - before,
+                         y.numel() * y.element_size())
+        self.assertTrue(same(y.cpu(), ref))
+        y.mul_(2)  # a write to it, evicted and read again, as on the CPU
+        remat_torch.evict_all()
+        self.assertTrue(same(y.cpu(), ref * 2))
+
     def test_inplace_on_activations_is_copy_on_write(self):
         x = torch.randn(16)
         d = x.to(DEV) * 1.5
