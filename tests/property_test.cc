@@ -30,6 +30,7 @@ using testing::vec;
 struct Program {
   std::uint64_t seed;
   int steps;
+  bool offloads = false;  // also moves tensors to the host tier (Runtime::offload) at random
 };
 
 struct Outcome {
@@ -69,6 +70,8 @@ Outcome run(const Program& p, RuntimeOptions options, StepOptions step = {}) {
       pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(rng() % pool.size()));
     } else if (r < 20) {
       read(pick());
+    } else if (p.offloads && r < 28) {
+      rt.offload(pick());  // refused for what is not a resident constant, or does not fit
     } else {
       const OpPtr& op = ops[rng() % std::size(ops)];
       Tensor& a = pick();
@@ -149,6 +152,49 @@ TEST_P(PropertyTest, RandomBudgetsReadBackTheUnconstrainedBytes) {
   // The property must have been exercised: most budgets pass, and they do evict.
   EXPECT_GE(constrained_passes, n * 3 / 2) << failures << " failures";
   EXPECT_GE(with_evictions, n);
+}
+
+// With constants moved to the host at random (Note [The host tier]) under random budgets
+// and host capacities, every read is the bytes of the run that moved nothing, and reserved
+// memory stays within the budget.
+TEST(HostTierProperty, RandomOffloadsReadBackTheUnconstrainedBytes) {
+  std::mt19937_64 rng(4321);
+  int passes = 0, offloads = 0, restores = 0;
+  const int n = trials(30);
+  for (int trial = 0; trial < n; ++trial) {
+    const Program p{rng(), 120 + static_cast<int>(rng() % 120), /*offloads=*/true};
+    RuntimeOptions o;
+    o.seed = 5;
+    o.allocator.small_segment = 16 << 10;
+    o.allocator.medium_segment = 64 << 10;
+    const Outcome base = run(p, o);  // no host memory: every offload refused
+    ASSERT_EQ(base.stats.offloads, 0u);
+    for (int b = 0; b < 2; ++b) {
+      const double fraction = std::uniform_real_distribution<double>(0.3, 1.0)(rng);
+      o.budget = static_cast<std::size_t>(fraction * double(base.stats.memory.peak_reserved));
+      o.host_memory_bytes = (std::size_t{1} << (8 + rng() % 12)) * (b == 0 ? 64 : 1);
+      Outcome got;
+      try {
+        got = run(p, o);
+      } catch (const OutOfMemoryError& e) {
+        EXPECT_LE(e.info().reserved, o.budget);
+        continue;
+      } catch (const ThrashError&) {
+        continue;
+      }
+      ++passes;
+      offloads += static_cast<int>(got.stats.offloads);
+      restores += static_cast<int>(got.stats.restores);
+      ASSERT_EQ(got.reads.size(), base.reads.size());
+      for (std::size_t i = 0; i < base.reads.size(); ++i)
+        ASSERT_EQ(got.reads[i], base.reads[i]) << "read " << i << " differs, trial " << trial;
+      ASSERT_LE(got.stats.memory.peak_reserved, o.budget);
+      ASSERT_LE(got.stats.peak_offloaded_bytes, o.host_memory_bytes);
+    }
+  }
+  EXPECT_GE(passes, n);
+  EXPECT_GT(offloads, n);
+  EXPECT_GT(restores, n / 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, PropertyTest,

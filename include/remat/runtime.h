@@ -77,6 +77,19 @@ struct CudaStartup {
   std::size_t workspace_bytes = 0;  // allocated under the budget, pinned
 };
 
+// The link offloaded storages cross between device and host memory (Note [The host tier] in
+// runtime/core/host_tier.cc): a transfer of `bytes` one way costs latency_ns + bytes /
+// bytes_per_ns of simulated time. Defaults: PCIe Gen5 x16, about 50 GB/s each way.
+struct HostLink {
+  double bytes_per_ns = 50.0;
+  double latency_ns = 5'000.0;
+  static constexpr HostLink pcie5() { return {50.0, 5'000.0}; }
+  static constexpr HostLink nvlink_c2c() { return {450.0, 2'000.0}; }  // GH200's CPU-GPU link
+  double price(std::size_t bytes) const {
+    return latency_ns + static_cast<double>(bytes) / bytes_per_ns;
+  }
+};
+
 struct RuntimeOptions {
   Backend backend = Backend::kCpu;
   Accounting accounting = Accounting::kAllocator;
@@ -120,6 +133,10 @@ struct RuntimeOptions {
   // Allocator settings; the budget field is replaced by `budget`. The expandable arena is
   // opt-in: pooled segments did better on the recorded steps. On CUDA it is built on the
   // virtual memory API where the device supports it.
+  // Host memory the runtime may keep offloaded constants in (Runtime::offload), outside the
+  // budget; 0: none, offload() refuses. A transfer's cost is priced by `host_link`.
+  std::size_t host_memory_bytes = 0;
+  HostLink host_link = {};
   CachingAllocatorOptions allocator = {};
   // Prices ops that declare their work (OpDef::work); unset: Roofline::gpu() on the CUDA
   // backend, Roofline::cpu() elsewhere.
@@ -164,6 +181,13 @@ struct RuntimeStats {
   std::size_t live_tensors = 0;    // tensor records alive (held or kept for lineage)
   std::size_t resident_bytes = 0;  // bytes of resident storages
   std::size_t peak_resident_bytes = 0;
+  // The host tier (Runtime::offload): storages moved to host memory, storages brought back,
+  // the bytes on the host now and at most, and the simulated time the transfers took.
+  std::size_t offloads = 0;
+  std::size_t restores = 0;
+  std::size_t offloaded_bytes = 0;
+  std::size_t peak_offloaded_bytes = 0;
+  double transfer_cost = 0;
   CudaStartup cuda;
   // Recomputed cost over base cost.
   double compute_overhead() const { return base_cost > 0 ? recompute_cost / base_cost : 0.0; }
@@ -292,6 +316,13 @@ class Runtime {
   void materialize(const Tensor& t);
   // Evicts the tensor's storage now if it is evictable; returns whether it did.
   bool evict(const Tensor& t);
+  // Moves the bytes of a constant's storage to host memory (RuntimeOptions::host_memory_bytes),
+  // out of the budget; the first use that needs them (an op reading it, data(), read(), an
+  // update) brings them back. Returns whether it moved them: not for a tensor that is not a
+  // constant, is not resident, is in use by a running op, or does not fit in the host memory
+  // left (Note [The host tier] in runtime/core/host_tier.cc).
+  bool offload(const Tensor& t);
+  bool offloaded(const Tensor& t) const;  // its bytes are on the host now
 
   // A training step: ops are numbered from here (their position), hints apply by position,
   // and the step may be recorded. Steps do not nest; begin_step() ends an unfinished one.

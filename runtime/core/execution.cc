@@ -54,6 +54,10 @@ void RuntimeImpl::run_frames(Id root_op, bool recompute) {
       Frame& f = stack.back();
       const Id missing = lock_inputs(f, held);
       if (missing != kNone) {
+        if (storages[missing].offloaded) {  // brought back, then locked like the others
+          restore(missing);
+          continue;
+        }
         const Id producer = storages[missing].producer;
         if (producer == kNone) throw std::logic_error("remat: a constant is not resident");
         if (++pushed > limit) {
@@ -626,6 +630,15 @@ void RuntimeImpl::kernel_inputs(const std::vector<Id>& inputs, std::vector<const
 
 // Reruns the producer of an evicted storage; an OOM names the op that could not run.
 void RuntimeImpl::recompute_storage(Id s) {
+  if (storages[s].offloaded) {
+    current_op = "restoring an offloaded constant";
+    try {
+      restore(s);
+    } catch (const OutOfMemoryError& e) {
+      throw annotated(e, current_op);
+    }
+    return;
+  }
   current_op = ops[storages[s].producer].op->name;
   try {
     run_frames(storages[s].producer, /*recompute=*/true);

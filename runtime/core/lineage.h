@@ -21,6 +21,7 @@ struct StorageRec {
   void* ptr = nullptr;  // null while evicted
   bool resident = false;
   bool pinned = false;            // constants: never evicted
+  bool offloaded = false;         // its bytes are in the host tier (Note [The host tier])
   bool lingering = false;         // dead, kept after a recomputation until memory is needed
   Id producer = kNone;            // the op whose run makes this storage (kNone for constants)
   std::uint32_t handles = 0;      // user handles on tensors of this storage

@@ -180,6 +180,13 @@ bool Runtime::evict(const Tensor& t) {
   DeviceScope scope(impl_->device());
   return impl_->evict_tensor(id_of(t, this, "evict"));
 }
+bool Runtime::offload(const Tensor& t) {
+  DeviceScope scope(impl_->device());
+  return impl_->offload_tensor(id_of(t, this, "offload"));
+}
+bool Runtime::offloaded(const Tensor& t) const {
+  return impl_->offloaded_of(id_of(t, this, "offloaded"));
+}
 void Runtime::set_budget(std::size_t budget) {
   DeviceScope scope(impl_->device());
   impl_->set_budget(budget);

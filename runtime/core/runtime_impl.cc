@@ -57,6 +57,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
   if (on_cuda) reserve_workspace();
   memory->set_reclaimer(this);
   timeline.budget = options.budget;
+  host_ = HostTier(options.host_memory_bytes);
   runs_kernels = options.backend != Backend::kSimulated;
   policy = make_eviction_policy(options.policy, LineageView{&storages, &tensors, &ops, &clock},
                                 options.seed);
@@ -380,6 +381,8 @@ RuntimeStats RuntimeImpl::current_stats() const {
 void RuntimeImpl::reset_peaks() {
   memory->reset_peaks();
   stats.peak_resident_bytes = stats.resident_bytes;
+  host_.reset_peak();
+  stats.peak_offloaded_bytes = host_.peak();
 }
 
 }  // namespace remat::detail

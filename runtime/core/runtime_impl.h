@@ -16,6 +16,7 @@
 #include "remat/runtime.h"
 #include "runtime/core/candidate_index.h"
 #include "runtime/core/eviction_policy.h"
+#include "runtime/core/host_tier.h"
 #include "runtime/core/lineage.h"
 #include "runtime/core/step_hooks.h"
 #include "runtime/core/window_search.h"
@@ -68,6 +69,11 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // function; -1 where it declares neither (measured on its first run).
   double declared_cost(const OpDef& op, SpecList specs) const;
   bool evict_tensor(Id tensor);
+  // The host tier (host_tier.cc, Note [The host tier]): moves a resident constant's bytes to
+  // the host; false where it may not.
+  bool offload(Id storage);
+  bool offload_tensor(Id tensor) { return offload(tensors[tensor].storage); }
+  bool offloaded_of(Id tensor) const { return storages[tensors[tensor].storage].offloaded; }
   void set_budget(std::size_t budget);
   void retain(Id tensor);
   void release(Id tensor);
@@ -255,12 +261,16 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void prepare_accumulation(const std::vector<Id>& targets, int position);
   void* allocate_unplaced(std::size_t bytes);
 
+  void restore(Id s);  // an offloaded storage's bytes back on the device
+  void note_transfer(std::size_t bytes);
+
   // Lineage lifetime (lineage_lifetime.cc).
   void drop_tensor_ref(Id tensor);
   void drop_op_ref(Id op);
   void drain_tensor_refs();
   void destroy_storage(Id s);
 
+  HostTier host_{0};
   std::unique_ptr<CandidateIndex> candidates_;
   // The window search (Note [Contiguous eviction]) and which of its blocks' keys it
   // refreshed, kept to reuse their buffers.

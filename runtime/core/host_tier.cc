@@ -1,0 +1,89 @@
+// Offloading constants to host memory and bringing them back.
+#include "runtime/core/host_tier.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include "runtime/core/runtime_impl.h"
+
+namespace remat::detail {
+
+// Note [The host tier]
+// A storage can be resident, evicted (its bytes gone, its lineage kept to recompute them),
+// or offloaded: its bytes copied to host memory and its device memory given back, out of the
+// budget. Constants are what only the host tier can free: they have no lineage, and a
+// training step holds some it never reads between two optimizer steps (AdamW's moments are
+// twice the parameters). Runtime::offload moves one when the caller asks; the first use
+// that needs its bytes (an op reading it, data(), read(), an update writing it) brings them
+// back into a block of its own, as new_constant would have made it (not part of a placed
+// sequence), before anything reads it. Each transfer costs HostLink::price of simulated
+// time, counted apart from the ops' costs (RuntimeStats::transfer_cost). The host memory is
+// bounded (RuntimeOptions::host_memory_bytes): an offload that does not fit is refused and
+// the constant stays. Transfers here are synchronous copies (memcpy on the CPU, staged on
+// CUDA); a copy stream that hides them behind kernels, a pinned host pool and storages with
+// lineage priced both ways come next (issue 33).
+void HostTier::put(Id s, std::size_t size, std::vector<unsigned char> bytes) {
+  if (!has_room(size)) throw std::logic_error("remat: host tier over its capacity");
+  entries_[s] = Entry{size, std::move(bytes)};
+  used_ += size;
+  peak_ = std::max(peak_, used_);
+}
+
+std::vector<unsigned char> HostTier::take(Id s) {
+  auto it = entries_.find(s);
+  if (it == entries_.end()) throw std::logic_error("remat: a storage is not on the host");
+  std::vector<unsigned char> bytes = std::move(it->second.bytes);
+  used_ -= it->second.size;
+  entries_.erase(it);
+  return bytes;
+}
+
+void HostTier::drop(Id s) {
+  auto it = entries_.find(s);
+  if (it == entries_.end()) return;
+  used_ -= it->second.size;
+  entries_.erase(it);
+}
+
+bool RuntimeImpl::offload(Id s) {
+  StorageRec& r = storages[s];
+  if (!r.pinned || !r.resident || r.locks > 0 || kernel_running_ || !host_.has_room(r.bytes))
+    return false;
+  std::vector<unsigned char> bytes;
+  if (runs_kernels && r.bytes > 0) {
+    bytes.resize(r.bytes);
+    copy_from_storage(bytes.data(), r.ptr, r.bytes);
+  }
+  host_.put(s, r.bytes, std::move(bytes));
+  release_memory(s);
+  r.offloaded = true;
+  stats.pinned_bytes -= r.bytes;
+  note_transfer(r.bytes);
+  ++stats.offloads;
+  return true;
+}
+
+// Brings an offloaded storage's bytes back into device memory of its own; on an
+// out-of-memory error they stay on the host.
+void RuntimeImpl::restore(Id s) {
+  const PlacementPause pause(caching, /*short_lived=*/false);
+  allocate_storage(s);  // may evict others
+  StorageRec& r = storages[s];
+  pack_pinned(s, /*copy_bytes=*/false);
+  const std::vector<unsigned char> bytes = host_.take(s);
+  if (runs_kernels && r.bytes > 0) copy_to_storage(r.ptr, bytes.data(), r.bytes);
+  r.offloaded = false;
+  stats.pinned_bytes += r.bytes;
+  note_transfer(r.bytes);
+  ++stats.restores;
+}
+
+void RuntimeImpl::note_transfer(std::size_t bytes) {
+  const double cost = options.host_link.price(bytes);
+  clock += cost;
+  stats.transfer_cost += cost;
+  stats.offloaded_bytes = host_.used();
+  stats.peak_offloaded_bytes = host_.peak();
+}
+
+}  // namespace remat::detail

@@ -1,0 +1,183 @@
+// The host tier (Note [The host tier] in host_tier.cc): constants moved to host memory out of
+// the budget, brought back bitwise by whatever needs them.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "remat/errors.h"
+#include "remat/runtime.h"
+#include "runtime/cuda/simulated_cuda.h"
+#include "tests/support/test_ops.h"
+
+namespace remat {
+namespace {
+
+using testing::iota;
+using testing::read;
+using testing::vec;
+
+constexpr std::int64_t kMiB = (1 << 20) / 4;  // floats in a MiB
+
+RuntimeOptions with_host(std::size_t budget, std::size_t host_bytes) {
+  RuntimeOptions o = testing::logical(budget);
+  o.host_memory_bytes = host_bytes;
+  return o;
+}
+
+TEST(HostTier, AnOffloadedConstantReadsBackItsBytes) {
+  Runtime rt(with_host(SIZE_MAX, 1 << 20));
+  const std::vector<float> values = iota(1000, -3.5f);
+  Tensor c = rt.constant(vec(1000), values.data());
+  const std::size_t pinned = rt.stats().pinned_bytes;
+  ASSERT_TRUE(rt.offload(c));
+  EXPECT_TRUE(rt.offloaded(c));
+  EXPECT_EQ(rt.stats().offloads, 1u);
+  EXPECT_EQ(rt.stats().offloaded_bytes, 4000u);
+  EXPECT_EQ(rt.stats().pinned_bytes, pinned - 4000);
+  EXPECT_EQ(rt.stats().memory.allocated, 0u);
+  EXPECT_EQ(read(rt, c), values);
+  EXPECT_FALSE(rt.offloaded(c));
+  EXPECT_EQ(rt.stats().restores, 1u);
+  EXPECT_EQ(rt.stats().offloaded_bytes, 0u);
+  EXPECT_EQ(rt.stats().peak_offloaded_bytes, 4000u);
+  EXPECT_EQ(rt.stats().pinned_bytes, pinned);
+  // Each way costs the link's price on the clock.
+  EXPECT_DOUBLE_EQ(rt.stats().transfer_cost, 2 * rt.options().host_link.price(4000));
+}
+
+TEST(HostTier, OnlyResidentConstantsThatFitAreOffloaded) {
+  Runtime rt(with_host(SIZE_MAX, 4096));
+  const std::vector<float> values = iota(1000);
+  Tensor c = rt.constant(vec(1000), values.data());
+  Tensor big = rt.constant(vec(2000), iota(2000).data());
+  Tensor y = rt.call1(testing::affine(2.0f, 1.0f), {c});
+  EXPECT_FALSE(rt.offload(y));    // lineage: evicted, not offloaded
+  EXPECT_FALSE(rt.offload(big));  // 8000 bytes, the host has 4096
+  EXPECT_TRUE(rt.offload(c));
+  EXPECT_FALSE(rt.offload(c));  // already there
+  EXPECT_EQ(rt.stats().offloads, 1u);
+  EXPECT_FALSE(rt.offloaded(big));
+  Runtime none(with_host(SIZE_MAX, 0));  // no host tier: nothing moves
+  EXPECT_FALSE(none.offload(none.constant(vec(4), iota(4).data())));
+}
+
+// An op reading an offloaded constant, and an update writing one, bring it back first.
+TEST(HostTier, OpsAndUpdatesBringOffloadedConstantsBack) {
+  Runtime rt(with_host(SIZE_MAX, 1 << 20));
+  Tensor w = rt.constant(vec(256), iota(256).data());
+  Tensor x = rt.constant(vec(256), iota(256, 10.0f).data());
+  ASSERT_TRUE(rt.offload(w));
+  Tensor y = rt.call1(testing::combine(), {w, x});
+  Runtime plain(with_host(SIZE_MAX, 0));
+  Tensor pw = plain.constant(vec(256), iota(256).data());
+  Tensor px = plain.constant(vec(256), iota(256, 10.0f).data());
+  EXPECT_EQ(read(rt, y), read(plain, plain.call1(testing::combine(), {pw, px})));
+  ASSERT_TRUE(rt.offload(w));
+  rt.update(testing::add_into_first(), {w, x}, {0});
+  plain.update(testing::add_into_first(), {pw, px}, {0});
+  EXPECT_EQ(read(rt, w), read(plain, pw));
+  EXPECT_EQ(rt.stats().restores, 2u);
+}
+
+// What the budget could not hold beside a pinned constant fits with it on the host.
+TEST(HostTier, OffloadingAConstantMakesRoomUnderTheBudget) {
+  auto run = [](bool offload) {
+    Runtime rt(with_host(4 << 20, 4 << 20));
+    Tensor state = rt.constant(vec(2 * kMiB), iota(2 * kMiB).data());  // never read below
+    Tensor x = rt.constant(vec(kMiB), iota(kMiB, 0.5f).data());
+    if (offload) {
+      EXPECT_TRUE(rt.offload(state));
+    }
+    Tensor y = rt.call1(testing::affine(0.5f, 1.0f), {x});
+    Tensor z = rt.call1(testing::combine(), {x, y});  // x, y and z at once: 3 MiB
+    std::vector<float> out = read(rt, z);
+    y = Tensor();
+    x = Tensor();
+    EXPECT_EQ(read(rt, state), iota(2 * kMiB));  // back beside z: 3 MiB
+    EXPECT_LE(rt.stats().memory.peak_allocated, std::size_t{4} << 20);
+    return out;
+  };
+  EXPECT_THROW(run(false), OutOfMemoryError);
+  EXPECT_FALSE(run(true).empty());
+}
+
+// A restore the budget cannot hold fails like any request; the bytes stay on the host, and
+// once the program lets go of enough they come back.
+TEST(HostTier, ARestoreThatDoesNotFitKeepsTheBytesOnTheHost) {
+  Runtime rt(with_host(3 << 20, 4 << 20));
+  Tensor state = rt.constant(vec(2 * kMiB), iota(2 * kMiB).data());
+  ASSERT_TRUE(rt.offload(state));
+  Tensor a = rt.constant(vec(kMiB), iota(kMiB).data());
+  Tensor b = rt.constant(vec(kMiB), iota(kMiB, 2.0f).data());
+  EXPECT_THROW(read(rt, state), OutOfMemoryError);
+  EXPECT_TRUE(rt.offloaded(state));
+  EXPECT_EQ(rt.stats().offloaded_bytes, std::size_t{2} << 20);
+  b = Tensor();
+  EXPECT_EQ(read(rt, state), iota(2 * kMiB));
+}
+
+TEST(HostTier, ADeadOffloadedConstantFreesItsHostMemory) {
+  Runtime rt(with_host(SIZE_MAX, 1 << 20));
+  Tensor c = rt.constant(vec(1000), iota(1000).data());
+  ASSERT_TRUE(rt.offload(c));
+  EXPECT_EQ(rt.stats().offloaded_bytes, 4000u);
+  c = Tensor();
+  EXPECT_EQ(rt.stats().offloaded_bytes, 0u);
+  Tensor d = rt.constant(vec(250000), nullptr);  // the whole host memory again
+  EXPECT_TRUE(rt.offload(d));
+}
+
+// The caching allocator: the constant comes back into a block of its own, under the budget.
+TEST(HostTier, TheCachingAllocatorTakesRestoredConstantsBack) {
+  RuntimeOptions o;
+  o.budget = 3 << 20;
+  o.host_memory_bytes = 2 << 20;
+  Runtime rt(o);
+  Tensor state = rt.constant(vec(kMiB), iota(kMiB, 7.0f).data());
+  Tensor x = rt.constant(vec(kMiB / 2), iota(kMiB / 2).data());
+  ASSERT_TRUE(rt.offload(state));
+  EXPECT_LE(rt.stats().memory.allocated, std::size_t{1} << 20);
+  Tensor y = rt.call1(testing::affine(3.0f, 1.0f), {x});
+  Tensor z = rt.call1(testing::combine(), {x, y});
+  EXPECT_EQ(read(rt, state), iota(kMiB, 7.0f));
+  EXPECT_EQ(read(rt, z).size(), static_cast<std::size_t>(kMiB / 2));
+  EXPECT_LE(rt.stats().memory.peak_reserved, o.budget);
+}
+
+// On a device the bytes cross to the host and back (the simulated one: device memory is
+// real host memory there), and no copy races a kernel.
+TEST(HostTier, ADeviceCopiesToTheHostAndBack) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  RuntimeOptions o;
+  o.backend = Backend::kCuda;
+  o.cuda.api = sim;
+  o.cuda.blas_workspace_bytes = 1536;
+  o.budget = 8 << 20;
+  o.host_memory_bytes = 1 << 20;
+  Runtime rt(o);
+  Tensor a = rt.constant(vec(1000), iota(1000, 2.0f).data());
+  Tensor b = rt.constant(vec(3000), iota(3000, -9.0f).data());
+  ASSERT_TRUE(rt.offload(a));
+  ASSERT_TRUE(rt.offload(b));
+  EXPECT_EQ(rt.stats().offloaded_bytes, 16000u);
+  EXPECT_EQ(read(rt, b), iota(3000, -9.0f));
+  EXPECT_EQ(read(rt, a), iota(1000, 2.0f));
+  EXPECT_TRUE(sim->races().empty());
+}
+
+// On the simulated backend only sizes and the clock move.
+TEST(HostTier, TheSimulatedBackendPricesTransfers) {
+  RuntimeOptions o = with_host(SIZE_MAX, 1 << 20);
+  o.backend = Backend::kSimulated;
+  o.host_link = HostLink::nvlink_c2c();
+  Runtime rt(o);
+  Tensor c = rt.constant(vec(1000));
+  const double before = rt.clock();
+  ASSERT_TRUE(rt.offload(c));
+  rt.materialize(c);
+  EXPECT_DOUBLE_EQ(rt.clock() - before, 2 * HostLink::nvlink_c2c().price(4000));
+  EXPECT_EQ(rt.stats().restores, 1u);
+}
+
+}  // namespace
+}  // namespace remat
