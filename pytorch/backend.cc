@@ -58,6 +58,16 @@ void Backend::set_policy(const std::string& policy) {
   runtime_.reset();
 }
 
+void Backend::set_host_memory(std::size_t bytes) {
+  if (bytes == options_.host_memory_bytes) return;
+  if (!storages_.empty())
+    throw std::logic_error("remat_torch: set_host_memory while " +
+                           std::to_string(storages_.size()) +
+                           " storages are on the device; set it before moving tensors there");
+  options_.host_memory_bytes = bytes;
+  runtime_.reset();
+}
+
 // Note [A step begins at its first operator]
 // The program marks a step before its first line, which often drops the last step's
 // gradients (optimizer.zero_grad() sets them to None) before any operator runs. The runtime's
@@ -73,12 +83,13 @@ void Backend::begin_runtime_step() {
   step_pending_ = false;
   ++step_serial_;
   Runtime& rt = runtime();
+  offload_unread();  // first: a placed step's arena takes the room they leave
   const StepOptions options = planned_ ? plans_.begin_step(rt.budget()) : StepOptions{};
   rt.begin_step(options);
   step_start_ = rt.stats();
   step_max_scratch_ = 0;
   pinned_at_start_.clear();
-  if (planned_)
+  if (planned_ || options_.host_memory_bytes > 0)
     for (RematStorage* s : storages_)
       if (s->pinned) pinned_at_start_.push_back(s);
   step_open_ = true;
@@ -110,6 +121,7 @@ void Backend::end_step() {
   step_open_ = false;
   Runtime& rt = runtime();
   RecordedStep step = rt.end_step();
+  unread_last_step_ = unread_pinned();
   if (!planned_) return;
   // The optimizer's updates, and the gradients they pin, are not in the recording: the
   // placement ends with the runtime's step (Note [Placed allocations]).
@@ -120,17 +132,47 @@ void Backend::end_step() {
   plans_.end_step({.step = std::move(step),
                    .overhead = overhead,
                    .hint_mismatches = now.hint_mismatches - step_start_.hint_mismatches,
-                   .unread_bytes = unread_pinned_bytes(),
+                   .unread_bytes = unread_resident_bytes(unread_last_step_),
                    .max_scratch_bytes = step_max_scratch_});
 }
 
-// A storage freed during the step whose address a new one took would count too; the sum
+// A storage freed during the step whose address a new one took would count too; the list
 // is an estimate (Note [What the trace does not see]).
-std::size_t Backend::unread_pinned_bytes() const {
-  std::size_t unread = 0;
+std::vector<RematStorage*> Backend::unread_pinned() const {
+  std::vector<RematStorage*> unread;
   for (RematStorage* s : pinned_at_start_)
-    if (storages_.contains(s) && s->pinned && s->read_in_step != step_serial_) unread += s->nbytes;
+    if (storages_.contains(s) && s->pinned && s->read_in_step != step_serial_) unread.push_back(s);
   return unread;
+}
+
+// Note [State waits on the host]
+// Between two optimizer steps a training step reads its parameters but not the optimizer's
+// state, which AdamW keeps at twice the parameters' bytes: pinned through the forward and
+// backward passes, where the peak is, for nothing. With host memory
+// (RuntimeOptions::host_memory_bytes), the constants the last step did not read, from its
+// first operator to the optimizer's first call, move to the host tier at the next step's
+// first operator (Note [The host tier]); the optimizer's first read of each brings it back.
+// Under `auto` the plans are made for the budget with them gone, as far as the host memory
+// holds them (Note [What the trace does not see]). What the program reads after all is
+// brought back where it reads it; results do not change.
+void Backend::offload_unread() {
+  if (options_.host_memory_bytes == 0) return;
+  Runtime& rt = runtime();
+  for (RematStorage* s : unread_last_step_)
+    if (storages_.contains(s) && s->pinned) rt.offload(s->tensor);
+  unread_last_step_.clear();
+}
+
+// The bytes of `unread` the host memory cannot take, in the order offload_unread offers them.
+std::size_t Backend::unread_resident_bytes(const std::vector<RematStorage*>& unread) const {
+  std::size_t room = options_.host_memory_bytes, resident = 0;
+  for (RematStorage* s : unread) {
+    if (s->nbytes <= room)
+      room -= s->nbytes;
+    else
+      resident += s->nbytes;
+  }
+  return resident;
 }
 
 std::optional<std::size_t> Backend::scratch_estimate(const std::string& signature) const {

@@ -30,6 +30,11 @@ py::dict stats_dict() {
   d["deferred_ops"] = s.deferred_ops;
   d["placed_allocations"] = s.memory.placed_allocations;
   d["placement_misses"] = s.memory.placement_misses;
+  d["offloads"] = s.offloads;
+  d["restores"] = s.restores;
+  d["offloaded_bytes"] = s.offloaded_bytes;
+  d["peak_offloaded_bytes"] = s.peak_offloaded_bytes;
+  d["transfer_cost"] = s.transfer_cost;
   d["budget"] = remat::torch_backend::budget();
   return d;
 }
@@ -80,6 +85,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_budget", &remat::torch_backend::set_budget, py::arg("bytes"));
   m.def("budget", &remat::torch_backend::budget);
   m.def("set_policy", &remat::torch_backend::set_policy, py::arg("name"));
+  m.def("set_host_memory", &remat::torch_backend::set_host_memory, py::arg("bytes"));
   m.def("policy", &remat::torch_backend::policy);
   m.def("policies", &remat::eviction_policy_names);
   m.def("stats", &stats_dict);

@@ -26,19 +26,23 @@ def same(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
 
 
-def run_training(model, make_optimizer, batches, device, loss_fn=F.cross_entropy):
+def run_training(model, make_optimizer, batches, device, loss_fn=F.cross_entropy,
+                 mark_steps=False):
     """Trains a copy of `model` on `device`; returns the losses and the final state (CPU).
-    Without a `loss_fn` the model returns the loss itself."""
+    Without a `loss_fn` the model returns the loss itself. `mark_steps`: each step on the
+    device inside remat_torch.step()."""
     torch.manual_seed(1234)
     model = copy.deepcopy(model).to(device)
     optimizer = make_optimizer(model.parameters())
     losses = []
     for x, y in batches:
-        optimizer.zero_grad()
-        x, y = x.to(device), y.to(device)
-        loss = model(x, y) if loss_fn is None else loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
+        marked = mark_steps and device == DEV
+        with remat_torch.step() if marked else contextlib.nullcontext():
+            optimizer.zero_grad()
+            x, y = x.to(device), y.to(device)
+            loss = model(x, y) if loss_fn is None else loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
         losses.append(loss.detach().cpu())
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     return losses, state
@@ -266,13 +270,11 @@ class PlannedSteps(unittest.TestCase):
             self.assertTrue(same(state[k], cpu_state[k]), k)
 
 
-class Training(unittest.TestCase):
-    def setUp(self):
-        remat_torch.set_budget(None)
-
+class BudgetChecks:
     def check_under_budgets(self, model, make_optimizer, batches, slots, fractions,
-                            loss_fn=F.cross_entropy):
-        train = lambda device: run_training(model, make_optimizer, batches, device, loss_fn)
+                            loss_fn=F.cross_entropy, mark_steps=False):
+        train = lambda device: run_training(model, make_optimizer, batches, device, loss_fn,
+                                            mark_steps)
         cpu_losses, cpu_state = train("cpu")
         remat_torch.reset_peaks()
         losses, state = train(DEV)
@@ -296,6 +298,11 @@ class Training(unittest.TestCase):
                 if budget is not None:
                     self.assertLessEqual(after["peak_reserved_bytes"], budget)
                     self.assertGreater(after["recomputations"], before["recomputations"])
+        remat_torch.set_budget(None)
+
+
+class Training(BudgetChecks, unittest.TestCase):
+    def setUp(self):
         remat_torch.set_budget(None)
 
     def test_mlp_sgd_momentum(self):
@@ -337,6 +344,62 @@ class Training(unittest.TestCase):
             self.check_under_budgets(model, adamw, batches, 2, [0.5, 0.3], loss_fn=None)
         finally:
             torch.use_deterministic_algorithms(False)
+
+
+class HostMemory(BudgetChecks, unittest.TestCase):
+    """Note [State waits on the host]: the optimizer's state leaves the device while a
+    marked step does not read it, so the activations get its room; results stay bitwise."""
+
+    def setUp(self):
+        gc.collect()  # host memory is set only while no tensor is on the device
+        remat_torch.set_budget(None)
+        remat_torch.set_host_memory(256 << 20)
+
+    def tearDown(self):
+        remat_torch.set_budget(None)
+        gc.collect()
+        remat_torch.set_host_memory(0)
+
+    def test_resnet18_momentum_waits_on_the_host(self):
+        # 0.3 of the activations does not fit with the momentum on the device (Training's
+        # resnet18 test stops at 0.4).
+        torch.manual_seed(0)
+        model = torchvision.models.resnet18(num_classes=10)
+        batches = [(torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))) for _ in range(3)]
+        sgd = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
+        before = remat_torch.stats()["offloads"]
+        self.check_under_budgets(model, sgd, batches, 1, [0.3], mark_steps=True)
+        stats = remat_torch.stats()
+        self.assertGreater(stats["offloads"], before)
+        self.assertGreater(stats["restores"], 0)
+        self.assertLessEqual(stats["peak_offloaded_bytes"], 256 << 20)
+
+    def test_gpt_adamw_moments_wait_on_the_host(self):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench" / "peer"))
+        from gpt_torch import Gpt
+        shape = types.SimpleNamespace(layers=4, channels=64, heads=4, vocab=128, t=64,
+                                      dropout=0.1, checkpoint="none")
+        torch.manual_seed(0)
+        model = Gpt(shape)
+        batches = [(torch.randint(0, 128, (8, 64)), torch.randint(0, 128, (8, 64)))
+                   for _ in range(4)]
+        adamw = lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01)
+        torch.use_deterministic_algorithms(True)
+        try:
+            before = remat_torch.stats()["offloads"]
+            self.check_under_budgets(model, adamw, batches, 2, [0.3], loss_fn=None,
+                                     mark_steps=True)
+            # Both moments of every parameter, from the second step on.
+            params = len(list(model.parameters()))
+            self.assertGreaterEqual(remat_torch.stats()["offloads"] - before, 2 * params)
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+    def test_host_memory_is_set_before_tensors(self):
+        x = torch.ones(4).to(DEV)
+        with self.assertRaisesRegex(RuntimeError, "set_host_memory while"):
+            remat_torch.set_host_memory(1 << 20)
+        del x
 
 
 if __name__ == "__main__":

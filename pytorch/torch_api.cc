@@ -62,6 +62,11 @@ void set_policy(const std::string& policy) {
   detail::Backend::get().set_policy(policy);
 }
 
+void set_host_memory(std::size_t bytes) {
+  auto lock = locked();
+  detail::Backend::get().set_host_memory(bytes);
+}
+
 std::string policy() {
   auto lock = locked();
   return detail::Backend::get().policy();

@@ -4,7 +4,7 @@
     python3 bench/peer/gpt_torch.py [--layers 4 --channels 128 --heads 4 --vocab 256
         --batch 8 --t 256 --dropout 0.1 --steps 6 --threads 2]
         [--checkpoint none|every|every2] [--compile-budget F] [--attention sdpa|math]
-        [--device cpu|remat [--budget BYTES] [--policy dtr|auto]] [--json]
+        [--device cpu|remat [--budget BYTES] [--policy dtr|auto] [--host-memory MIB]] [--json]
 
 Same shapes, initialisation scale, dropout and AdamW (lr 1e-3, no weight decay) as
 examples/gpt_model.cc: a pre-LayerNorm GPT with learned positions, tanh GELU, causal
@@ -154,6 +154,8 @@ def main():
     ap.add_argument("--budget", type=int, default=None, help="remat's budget in bytes")
     ap.add_argument("--policy", default="dtr",
                     help="remat_torch's policy: an eviction policy, or auto (plans the marked steps)")
+    ap.add_argument("--host-memory", type=int, default=0, metavar="MIB",
+                    help="remat_torch's host memory for the optimizer's state (MiB; 0: none)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -163,6 +165,7 @@ def main():
     if a.device == "remat":
         import remat_torch
         remat_torch.set_policy(a.policy)
+        remat_torch.set_host_memory(a.host_memory << 20)
         remat_torch.set_budget(a.budget)
         device = remat_torch.device
         model = model.to(device)
@@ -218,11 +221,13 @@ def main():
         after = remat_torch.stats()
         peak = after["peak_reserved_bytes"]
         extra = {k: after[k] - before[k] for k in
-                 ("evictions", "recomputations", "placed_allocations", "placement_misses")}
+                 ("evictions", "recomputations", "placed_allocations", "placement_misses",
+                  "offloads")}
         cost = after["base_cost"] - before["base_cost"]
         extra["compute_overhead"] = (after["recompute_cost"] - before["recompute_cost"]) / cost
         extra["budget"] = a.budget
         extra["policy"] = a.policy
+        extra["host_memory_bytes"] = a.host_memory << 20
         extra["plan"] = remat_torch.plan_report()
     result = {
         "system": "remat_torch" if a.device == "remat" else "pytorch",

@@ -2,7 +2,7 @@
 """A torch program on remat's PyTorch device under budgets, against the same program on the CPU.
 
     PYTHONPATH=build/python python3 bench/peer/torch_budgets.py [--model resnet18|gpt]
-        [--steps 3] [--fractions 0.7,0.5,0.4,0.3] [--policy dtr] [--json]
+        [--steps 3] [--fractions 0.7,0.5,0.4,0.3] [--policy dtr] [--host-memory MIB] [--json]
 
 Trains the model for --steps steps on the CPU, then on remat's device unconstrained, then
 under each budget: the parameters, gradients and optimizer state, plus the fraction of the
@@ -90,9 +90,13 @@ def main():
     ap.add_argument("--fractions", default="0.7,0.5,0.4,0.3")
     ap.add_argument("--policy", default="dtr",
                     help="remat_torch's policy: an eviction policy, or auto (plans the marked steps)")
+    ap.add_argument("--host-memory", type=int, default=0, metavar="MIB",
+                    help="host memory the optimizer's state may wait in during a step "
+                         "(remat_torch.set_host_memory), MiB; 0: none")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     remat_torch.set_policy(a.policy)
+    remat_torch.set_host_memory(a.host_memory << 20)
     spec = {"resnet18": resnet18, "gpt": gpt}[a.model](a.steps)
     model, slots = spec[0], spec[3]
     fixed = sum(p.numel() * p.element_size() for p in model.parameters()) * (2 + slots)
@@ -117,11 +121,12 @@ def main():
             row.update(fits=False, error=str(e))
         after = remat_torch.stats()
         row.update(after)
-        for k in ("evictions", "recomputations", "base_cost", "recompute_cost"):
+        for k in ("evictions", "recomputations", "base_cost", "recompute_cost", "offloads"):
             row[k] = after[k] - before[k]
         row["compute_overhead"] = row["recompute_cost"] / row["base_cost"] if row["base_cost"] else 0
         rows.append(row)
     result = {"model": a.model, "torch": torch.__version__, "fixed_bytes": fixed,
+              "host_memory_bytes": a.host_memory << 20,
               "unconstrained_peak_allocated_bytes": peak, "cpu_step_seconds": cpu[2],
               "rows": rows}
     if a.json:
@@ -137,7 +142,8 @@ def main():
         print(f"  {what:>13}: bitwise {r['bitwise']}, peak reserved "
               f"{r['peak_reserved_bytes'] / 2**20:.1f} MiB, {r['evictions']} evictions, "
               f"{r['recomputations']} recomputations, overhead {r['compute_overhead']:.2f}, "
-              f"step {r['step_seconds']:.3f} s")
+              f"step {r['step_seconds']:.3f} s"
+              + (f", {r['offloads']} offloads" if r.get("offloads") else ""))
     return 0
 
 

@@ -48,6 +48,12 @@ std::size_t budget();
 // recomputes less than DTR: Note [Planned steps on the device]); only before any tensor is on
 // the device.
 void set_policy(const std::string& policy);
+// Host memory (bytes) the runtime may keep the program's state in while a marked step does not
+// read it: at a step's first operator, the constants the step before left unread between its
+// first operator and the optimizer (AdamW's moments) move there, out of the budget, and come
+// back when the optimizer reads them (Note [State waits on the host], pytorch/backend.cc).
+// 0, the default: nothing moves. Only before any tensor is on the device.
+void set_host_memory(std::size_t bytes);
 std::string policy();
 
 // One candidate `auto` weighed for the recorded step: DTR or a plan, priced by replaying the

@@ -53,6 +53,9 @@ class Backend {
   // [Planned steps on the device]); only while no storage is alive.
   void set_policy(const std::string& policy);
   std::string policy() const { return planned_ ? "auto" : options_.policy; }
+  // The runtime's host memory (Note [State waits on the host]); only while no storage is
+  // alive.
+  void set_host_memory(std::size_t bytes);
   // The program's steps (StepScope): under `auto`, recorded, planned and followed.
   void begin_step();
   void end_step();
@@ -106,12 +109,18 @@ class Backend {
   // has begun.
   bool step_open_ = false;
   bool step_in_backward_ = false;
-  // Under `auto`, the storages pinned when the step began; of those, the bytes still alive.
+  // Under `auto` or with host memory, the storages pinned when the step began.
   std::vector<RematStorage*> pinned_at_start_;
+  // Of those, the ones the last step did not read: they wait on the host through the next
+  // (Note [State waits on the host]).
+  std::vector<RematStorage*> unread_last_step_;
+  void offload_unread();
   std::size_t step_max_scratch_ = 0;  // the most scratch a kernel of the step asked for
   std::uint64_t step_serial_ = 0;
-  // Of the storages pinned when the step began, the bytes still alive and not read in it.
-  std::size_t unread_pinned_bytes() const;
+  // Of the storages pinned when the step began, those still alive and not read in it.
+  std::vector<RematStorage*> unread_pinned() const;
+  // Of their bytes, those that will not wait on the host in the next step.
+  std::size_t unread_resident_bytes(const std::vector<RematStorage*>& unread) const;
 };
 
 // The remat spec of a storage of `nbytes`: bytes (u8), at least one (a zero-byte tensor

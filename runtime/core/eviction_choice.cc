@@ -43,7 +43,7 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
   // A window of free blocks alone frees nothing new (the allocator would have used them).
   if (evicting_.empty() && victim != kNone) evicting_.push_back(victim);
   if (evicting_.empty()) {
-    const bool compacted = compact(bytes) || evacuate(bytes);
+    const bool compacted = compact(bytes) || evacuate(bytes) || offload_coldest();
     stats.search_seconds += seconds_since(start);
     if (!compacted) failed_breakdown_ = resident_breakdown();
     return compacted;

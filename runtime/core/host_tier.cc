@@ -16,7 +16,9 @@ namespace remat::detail {
 // twice the parameters). Runtime::offload moves one when the caller asks; the first use
 // that needs its bytes (an op reading it, data(), read(), an update writing it) brings them
 // back into a block of its own, as new_constant would have made it (not part of a placed
-// sequence), before anything reads it. Each transfer costs HostLink::price of simulated
+// sequence), before anything reads it. And where a request finds nothing left to evict and
+// no block to move, the constant read longest ago goes to the host instead of the request
+// failing (offload_coldest). Each transfer costs HostLink::price of simulated
 // time, counted apart from the ops' costs (RuntimeStats::transfer_cost). The host memory is
 // bounded (RuntimeOptions::host_memory_bytes): an offload that does not fit is refused and
 // the constant stays. Transfers here are synchronous copies (memcpy on the CPU, staged on
@@ -61,6 +63,20 @@ bool RuntimeImpl::offload(Id s) {
   note_transfer(r.bytes);
   ++stats.offloads;
   return true;
+}
+
+// When a request finds nothing left to evict and no block to move, the constant read
+// longest ago that no running op holds goes to the host, rather than the request failing.
+bool RuntimeImpl::offload_coldest() {
+  if (options.host_memory_bytes == 0 || kernel_running_) return false;
+  Id coldest = kNone;
+  for (Id s = 0; s < storages.slots(); ++s) {
+    const StorageRec& r = storages[s];
+    if (!r.pinned || !r.resident || r.locks > 0 || r.bytes == 0 || !host_.has_room(r.bytes))
+      continue;
+    if (coldest == kNone || r.last_access < storages[coldest].last_access) coldest = s;
+  }
+  return coldest != kNone && offload(coldest);
 }
 
 // Brings an offloaded storage's bytes back into device memory of its own; on an

@@ -79,10 +79,11 @@ TEST(HostTier, OpsAndUpdatesBringOffloadedConstantsBack) {
   EXPECT_EQ(rt.stats().restores, 2u);
 }
 
-// What the budget could not hold beside a pinned constant fits with it on the host.
+// What the budget could not hold beside a pinned constant fits with it on the host, moved
+// there by the program or, when a request finds nothing else to make room, by the runtime.
 TEST(HostTier, OffloadingAConstantMakesRoomUnderTheBudget) {
-  auto run = [](bool offload) {
-    Runtime rt(with_host(4 << 20, 4 << 20));
+  auto run = [](std::size_t host_bytes, bool offload) {
+    Runtime rt(with_host(4 << 20, host_bytes));
     Tensor state = rt.constant(vec(2 * kMiB), iota(2 * kMiB).data());  // never read below
     Tensor x = rt.constant(vec(kMiB), iota(kMiB, 0.5f).data());
     if (offload) {
@@ -91,20 +92,43 @@ TEST(HostTier, OffloadingAConstantMakesRoomUnderTheBudget) {
     Tensor y = rt.call1(testing::affine(0.5f, 1.0f), {x});
     Tensor z = rt.call1(testing::combine(), {x, y});  // x, y and z at once: 3 MiB
     std::vector<float> out = read(rt, z);
+    EXPECT_EQ(rt.stats().offloads, 1u);
     y = Tensor();
     x = Tensor();
     EXPECT_EQ(read(rt, state), iota(2 * kMiB));  // back beside z: 3 MiB
     EXPECT_LE(rt.stats().memory.peak_allocated, std::size_t{4} << 20);
     return out;
   };
-  EXPECT_THROW(run(false), OutOfMemoryError);
-  EXPECT_FALSE(run(true).empty());
+  EXPECT_THROW(run(0, false), OutOfMemoryError);
+  EXPECT_EQ(run(4 << 20, true), run(4 << 20, false));
+}
+
+// A request that finds nothing to evict sends the constant read longest ago to the host
+// instead of failing; with no host memory it fails.
+TEST(HostTier, ARequestWithNothingToEvictOffloadsTheColdestConstant) {
+  for (std::size_t host : {std::size_t{0}, std::size_t{4} << 20}) {
+    Runtime rt(with_host(3 << 20, host));
+    Tensor cold = rt.constant(vec(kMiB), iota(kMiB, 1.0f).data());
+    Tensor warm = rt.constant(vec(kMiB), iota(kMiB, 5.0f).data());
+    read(rt, cold);
+    read(rt, warm);  // read last: cold is the older
+    if (host == 0) {
+      EXPECT_THROW(rt.call1(testing::concat(), {warm, warm}), OutOfMemoryError);
+      continue;
+    }
+    Tensor both = rt.call1(testing::concat(), {warm, warm});  // 2 MiB beside warm
+    EXPECT_TRUE(rt.offloaded(cold));
+    EXPECT_FALSE(rt.offloaded(warm));
+    EXPECT_EQ(rt.stats().offloads, 1u);
+    both = Tensor();
+    EXPECT_EQ(read(rt, cold), iota(kMiB, 1.0f));
+  }
 }
 
 // A restore the budget cannot hold fails like any request; the bytes stay on the host, and
 // once the program lets go of enough they come back.
 TEST(HostTier, ARestoreThatDoesNotFitKeepsTheBytesOnTheHost) {
-  Runtime rt(with_host(3 << 20, 4 << 20));
+  Runtime rt(with_host(3 << 20, 2 << 20));  // room for `state` alone
   Tensor state = rt.constant(vec(2 * kMiB), iota(2 * kMiB).data());
   ASSERT_TRUE(rt.offload(state));
   Tensor a = rt.constant(vec(kMiB), iota(kMiB).data());

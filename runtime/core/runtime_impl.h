@@ -261,7 +261,8 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void prepare_accumulation(const std::vector<Id>& targets, int position);
   void* allocate_unplaced(std::size_t bytes);
 
-  void restore(Id s);  // an offloaded storage's bytes back on the device
+  void restore(Id s);      // an offloaded storage's bytes back on the device
+  bool offload_coldest();  // when nothing else makes room: Note [The host tier]
   void note_transfer(std::size_t bytes);
 
   // Lineage lifetime (lineage_lifetime.cc).

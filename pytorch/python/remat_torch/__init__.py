@@ -80,6 +80,14 @@ def set_policy(name):
     _C.set_policy(name)
 
 
+def set_host_memory(nbytes):
+    """Host memory (bytes) the program's state may wait in while a step marked with `step()`
+    does not read it (AdamW's moments during the forward and backward passes), out of the
+    budget; 0, the default: none. Set before any tensor is on the device. stats() counts
+    offloads, restores and offloaded_bytes."""
+    _C.set_host_memory(int(nbytes))
+
+
 def policy():
     return _C.policy()
 
