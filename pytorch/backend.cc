@@ -149,15 +149,18 @@ std::vector<RematStorage*> Backend::unread_pinned() const {
 // Between two optimizer steps a training step reads its parameters but not the optimizer's
 // state, which AdamW keeps at twice the parameters' bytes: pinned through the forward and
 // backward passes, where the peak is, for nothing. With host memory
-// (RuntimeOptions::host_memory_bytes), the constants the last step did not read, from its
-// first operator to the optimizer's first call, move to the host tier at the next step's
-// first operator (Note [The host tier]); the optimizer's first read of each brings it back.
-// Under `auto` the plans are made for the budget with them gone, as far as the host memory
-// holds them (Note [What the trace does not see]). What the program reads after all is
-// brought back where it reads it; results do not change.
+// (RuntimeOptions::host_memory_bytes) and a budget, the constants the last step did not
+// read, from its first operator to the optimizer's first call, move to the host tier at the
+// next step's first operator (Note [The host tier]); the optimizer's first read of each
+// brings it back. Under `auto` the plans are made for the budget with them gone, as far as
+// the host memory holds them (Note [What the trace does not see]). What the program reads
+// after all comes back where it reads it; results do not change.
 void Backend::offload_unread() {
-  if (options_.host_memory_bytes == 0) return;
   Runtime& rt = runtime();
+  if (options_.host_memory_bytes == 0 || rt.budget() == SIZE_MAX) {  // no budget: no need
+    unread_last_step_.clear();
+    return;
+  }
   for (RematStorage* s : unread_last_step_)
     if (storages_.contains(s) && s->pinned) rt.offload(s->tensor);
   unread_last_step_.clear();

@@ -270,6 +270,40 @@ class PlannedSteps(unittest.TestCase):
             self.assertTrue(same(state[k], cpu_state[k]), k)
 
 
+def gpt_case(steps):
+    """The GPT of gpt_train in torch.nn (small), `steps` batches and AdamW."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench" / "peer"))
+    from gpt_torch import Gpt
+    shape = types.SimpleNamespace(layers=4, channels=64, heads=4, vocab=128, t=64,
+                                  dropout=0.1, checkpoint="none")
+    torch.manual_seed(0)
+    model = Gpt(shape)
+    batches = [(torch.randint(0, 128, (8, 64)), torch.randint(0, 128, (8, 64)))
+               for _ in range(steps)]
+    adamw = lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01)
+    return model, batches, adamw
+
+
+def resnet18_case():
+    """torchvision's resnet18 (10 classes), 3 batches of 8 at 128x128, SGD with momentum."""
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    batches = [(torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))) for _ in range(3)]
+    sgd = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
+    return model, batches, sgd
+
+
+@contextlib.contextmanager
+def deterministic_algorithms():
+    # The embedding's backward (index_put_ with accumulate) adds in parallel on the CPU, in
+    # an order that differs from run to run, unless deterministic algorithms are on.
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 class BudgetChecks:
     def check_under_budgets(self, model, make_optimizer, batches, slots, fractions,
                             loss_fn=F.cross_entropy, mark_steps=False):
@@ -315,35 +349,17 @@ class Training(BudgetChecks, unittest.TestCase):
         sgd = lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4)
         self.check_under_budgets(model, sgd, batches, 1, [0.5, 0.3])
 
-
     def test_resnet18_sgd_momentum_batch_norm(self):
-        torch.manual_seed(0)
-        model = torchvision.models.resnet18(num_classes=10)
-        batches = [(torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))) for _ in range(3)]
-        sgd = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
-        # Not 0.3 yet: at batch 8 the activations (about 60 MB) are small beside the
-        # parameters, gradients and momentum (134 MB) and oneDNN's temporaries in a
-        # convolution's backward pass (20 MB in layer4); docs/pytorch.md has the frontier.
+        model, batches, sgd = resnet18_case()
+        # 0.3 needs the momentum on the host (HostMemory below): at batch 8 the activations
+        # (about 60 MB) are small beside the parameters, gradients and momentum (134 MB) and
+        # oneDNN's temporaries in a convolution's backward pass (20 MB in layer4).
         self.check_under_budgets(model, sgd, batches, 1, [0.5, 0.4])
 
-
     def test_gpt_dropout_adamw(self):
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench" / "peer"))
-        from gpt_torch import Gpt
-        shape = types.SimpleNamespace(layers=4, channels=64, heads=4, vocab=128, t=64,
-                                      dropout=0.1, checkpoint="none")
-        torch.manual_seed(0)
-        model = Gpt(shape)
-        batches = [(torch.randint(0, 128, (8, 64)), torch.randint(0, 128, (8, 64)))
-                   for _ in range(3)]
-        adamw = lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01)
-        # The embedding's backward (index_put_ with accumulate) adds in parallel on the CPU,
-        # in an order that differs from run to run, unless deterministic algorithms are on.
-        torch.use_deterministic_algorithms(True)
-        try:
+        model, batches, adamw = gpt_case(3)
+        with deterministic_algorithms():
             self.check_under_budgets(model, adamw, batches, 2, [0.5, 0.3], loss_fn=None)
-        finally:
-            torch.use_deterministic_algorithms(False)
 
 
 class HostMemory(BudgetChecks, unittest.TestCase):
@@ -363,10 +379,7 @@ class HostMemory(BudgetChecks, unittest.TestCase):
     def test_resnet18_momentum_waits_on_the_host(self):
         # 0.3 of the activations does not fit with the momentum on the device (Training's
         # resnet18 test stops at 0.4).
-        torch.manual_seed(0)
-        model = torchvision.models.resnet18(num_classes=10)
-        batches = [(torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))) for _ in range(3)]
-        sgd = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
+        model, batches, sgd = resnet18_case()
         before = remat_torch.stats()["offloads"]
         self.check_under_budgets(model, sgd, batches, 1, [0.3], mark_steps=True)
         stats = remat_torch.stats()
@@ -375,25 +388,14 @@ class HostMemory(BudgetChecks, unittest.TestCase):
         self.assertLessEqual(stats["peak_offloaded_bytes"], 256 << 20)
 
     def test_gpt_adamw_moments_wait_on_the_host(self):
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench" / "peer"))
-        from gpt_torch import Gpt
-        shape = types.SimpleNamespace(layers=4, channels=64, heads=4, vocab=128, t=64,
-                                      dropout=0.1, checkpoint="none")
-        torch.manual_seed(0)
-        model = Gpt(shape)
-        batches = [(torch.randint(0, 128, (8, 64)), torch.randint(0, 128, (8, 64)))
-                   for _ in range(4)]
-        adamw = lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01)
-        torch.use_deterministic_algorithms(True)
-        try:
-            before = remat_torch.stats()["offloads"]
+        model, batches, adamw = gpt_case(4)
+        before = remat_torch.stats()["offloads"]
+        with deterministic_algorithms():
             self.check_under_budgets(model, adamw, batches, 2, [0.3], loss_fn=None,
                                      mark_steps=True)
-            # Both moments of every parameter, from the second step on.
-            params = len(list(model.parameters()))
-            self.assertGreaterEqual(remat_torch.stats()["offloads"] - before, 2 * params)
-        finally:
-            torch.use_deterministic_algorithms(False)
+        # Both moments of every parameter, from the second step on.
+        params = len(list(model.parameters()))
+        self.assertGreaterEqual(remat_torch.stats()["offloads"] - before, 2 * params)
 
     def test_host_memory_is_set_before_tensors(self):
         x = torch.ones(4).to(DEV)

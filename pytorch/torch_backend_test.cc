@@ -26,10 +26,10 @@ torch::nn::Sequential make_net() {
   return net;
 }
 
-TrainingRun train(const torch::Device& device, int steps) {
+TrainingRun train(const torch::Device& device, int steps, double momentum = 0) {
   torch::nn::Sequential net = make_net();
   remat::torch_backend::move_module(*net, device);
-  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05).momentum(momentum));
   torch::manual_seed(11);
   TrainingRun result;
   for (int step = 0; step < steps; ++step) {
@@ -60,13 +60,15 @@ void expect_bitwise(const TrainingRun& a, const TrainingRun& b) {
 // budget at each fraction of the activations' bytes above the parameters and gradients,
 // measured by the allocator's peak of live bytes (reserved bytes round up to segments).
 std::vector<std::size_t> budgets_after_an_unconstrained_run(const TrainingRun& cpu, int steps,
-                                                            std::vector<double> fractions) {
+                                                            std::vector<double> fractions,
+                                                            double momentum = 0) {
   remat::torch_backend::set_budget(SIZE_MAX);
   remat::torch_backend::reset_peaks();
-  expect_bitwise(train(remat::torch_backend::device(), steps), cpu);
+  expect_bitwise(train(remat::torch_backend::device(), steps, momentum), cpu);
   const std::size_t peak = remat::torch_backend::stats().memory.peak_allocated;
-  std::size_t fixed = 0;  // parameters and their gradients
-  for (const torch::Tensor& p : make_net()->parameters()) fixed += 2 * p.nbytes();
+  std::size_t fixed = 0;  // parameters, their gradients and momentum
+  for (const torch::Tensor& p : make_net()->parameters())
+    fixed += (momentum > 0 ? 3 : 2) * p.nbytes();
   EXPECT_GT(peak, fixed);
   std::vector<std::size_t> budgets;
   for (double f : fractions)
@@ -111,6 +113,26 @@ TEST(TorchBackend, PlannedStepsTrainBitwise) {
   EXPECT_LE(remat::torch_backend::stats().memory.peak_reserved, budget);
   remat::torch_backend::set_budget(SIZE_MAX);
   remat::torch_backend::set_policy("dtr");
+}
+
+// Note [State waits on the host]: the momentum buffers leave the device while a marked step
+// does not read them, and come back for the optimizer's step; results stay bitwise.
+TEST(TorchBackend, MomentumWaitsOnTheHostAndTrainsBitwise) {
+  const TrainingRun cpu = train(torch::kCPU, 4, 0.9);
+  remat::torch_backend::set_host_memory(std::size_t{64} << 20);  // before any device tensor
+  const std::size_t budget = budgets_after_an_unconstrained_run(cpu, 4, {0.3}, 0.9).front();
+  remat::torch_backend::set_budget(budget);
+  remat::torch_backend::reset_peaks();
+  const std::size_t offloads = remat::torch_backend::stats().offloads;
+  expect_bitwise(train(remat::torch_backend::device(), 4, 0.9), cpu);
+  const remat::RuntimeStats stats = remat::torch_backend::stats();
+  EXPECT_LE(stats.memory.peak_reserved, budget);
+  // Every momentum buffer, at the first operator of each step after the one that made them.
+  const std::size_t buffers = make_net()->parameters().size();
+  EXPECT_GE(stats.offloads - offloads, 2 * buffers);
+  EXPECT_EQ(stats.restores, stats.offloads);  // the optimizer read each back
+  remat::torch_backend::set_budget(SIZE_MAX);
+  remat::torch_backend::set_host_memory(0);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 
     python3 bench/peer/compare_gpt.py [--size small|big] [--repeats 3] [--steps 6]
         [--trainer build/bin/gpt_train] [--compile-budgets 0.5,0.1] [--out docs/peer]
-        [--attention math|sdpa] [--json]
+        [--attention math|sdpa] [--host-memory MIB] [--json]
 
 Runs, for one model size, each configuration `--repeats` times in turn (A B A B ...), on
 2 threads (OpenBLAS for remat; torch.set_num_threads and OMP_WAIT_POLICY=PASSIVE for
@@ -18,7 +18,8 @@ PyTorch, as its users would tune it), and reports medians and spreads of the ste
     and the PyTorch program itself on remat's device (remat_torch, from build/python) at the
     peak each reached;
   - remat_torch unconstrained, at checkpointing every block's peak, and at 0.9 and 0.8 of it
-    (under a budget with policy auto, its steps marked: docs/pytorch.md).
+    (under a budget with policy auto, its steps marked: docs/pytorch.md); with --host-memory,
+    those three again with the optimizer's state waiting on the host during each step.
 Writes NAME.json, NAME.md (the table) and NAME.svg (step time against peak memory) under
 --out. Warns where the machine is not quiet (load average over 0.5 before a run). Needs torch
 (bash tools/setup.sh); without it, says so and exits 3.
@@ -60,7 +61,7 @@ ATTENTION = "math"  # --attention
 
 
 def run_torch(size, steps, checkpoint="none", compile_budget=None, remat_budget=None,
-              remat=False):
+              remat=False, host_memory=0):
     """gpt_torch.py: plain, checkpointed, compiled, or on remat's device (remat_torch)."""
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="2")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PYTHON_BUILD, env.get("PYTHONPATH")) if p)
@@ -73,6 +74,7 @@ def run_torch(size, steps, checkpoint="none", compile_budget=None, remat_budget=
     if remat:  # under a budget, policy auto: the marked steps planned (docs/pytorch.md)
         cmd += ["--device", "remat"] + ([] if remat_budget is None else
                                         ["--budget", str(int(remat_budget)), "--policy", "auto"])
+        cmd += ["--host-memory", str(host_memory)] if host_memory else []
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode == 3:
         raise SystemExit(out.stderr.strip() or "compare_gpt: torch is not installed")
@@ -284,6 +286,10 @@ def run_remat_torch(configs, size, a, checkpoint_peak):
                 f"remat_torch at {f} of checkpoint-every peak")
         configs[name] = [run_torch(size, a.steps, remat=True, remat_budget=f * checkpoint_peak)
                          for _ in range(a.repeats)]
+        if a.host_memory:  # the optimizer's state waits on the host (docs/pytorch.md)
+            configs[name + ", state on the host"] = [
+                run_torch(size, a.steps, remat=True, remat_budget=f * checkpoint_peak,
+                          host_memory=a.host_memory) for _ in range(a.repeats)]
 
 
 def main():
@@ -298,6 +304,9 @@ def main():
     ap.add_argument("--attention", choices=["math", "sdpa"], default="math",
                     help="the PyTorch model's attention (gpt_torch.py --attention); sdpa "
                     "writes gpt_SIZE_sdpa.*")
+    ap.add_argument("--host-memory", type=int, default=0, metavar="MIB",
+                    help="also run remat_torch at checkpointing's peak and below with this "
+                    "much host memory for the optimizer's state (remat_torch.set_host_memory)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     global ATTENTION
