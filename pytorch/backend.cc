@@ -1,6 +1,7 @@
 #include "pytorch/detail/backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -87,6 +88,7 @@ void Backend::begin_runtime_step() {
   const StepOptions options = planned_ ? plans_.begin_step(rt.budget()) : StepOptions{};
   rt.begin_step(options);
   step_start_ = rt.stats();
+  step_started_ = std::chrono::steady_clock::now();
   step_max_scratch_ = 0;
   pinned_at_start_.clear();
   if (planned_ || options_.host_memory_bytes > 0)
@@ -129,11 +131,14 @@ void Backend::end_step() {
   const RuntimeStats now = rt.stats();
   const double base = now.base_cost - step_start_.base_cost;
   const double overhead = base > 0 ? (now.recompute_cost - step_start_.recompute_cost) / base : 0;
-  plans_.end_step({.step = std::move(step),
-                   .overhead = overhead,
-                   .hint_mismatches = now.hint_mismatches - step_start_.hint_mismatches,
-                   .unread_bytes = unread_resident_bytes(unread_last_step_),
-                   .max_scratch_bytes = step_max_scratch_});
+  plans_.end_step(
+      {.step = std::move(step),
+       .overhead = overhead,
+       .seconds =
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started_).count(),
+       .hint_mismatches = now.hint_mismatches - step_start_.hint_mismatches,
+       .unread_bytes = unread_resident_bytes(unread_last_step_),
+       .max_scratch_bytes = step_max_scratch_});
 }
 
 // A storage freed during the step whose address a new one took would count too; the list

@@ -61,6 +61,8 @@ py::dict plan_dict() {
   d["steps"] = r.steps;
   d["dtr_step_overhead"] = r.dtr_step_overhead;
   d["plan_step_overhead"] = r.plan_step_overhead;
+  d["dtr_step_seconds"] = r.dtr_step_seconds;
+  d["plan_step_seconds"] = r.plan_step_seconds;
   d["planning_seconds"] = r.planning_seconds;
   d["unread_bytes"] = r.unread_bytes;
   d["scratch_bytes"] = r.scratch_bytes;

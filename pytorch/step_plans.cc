@@ -25,10 +25,13 @@ namespace remat::torch_backend::detail {
 //              end the planners plan its graph at a few fractions of the budget, and each
 //              plan is priced by replaying the recorded trace on the simulated backend under
 //              the budget (remat/replay.h), as the allocator would serve it;
-//   trial      where the cheapest plan replays cheaper than the recorded step ran on DTR,
-//              the third step follows it (policy `hinted`, Note [Following a schedule]);
-//   plan/dtr   it is kept where the trial recomputed no more than the recorded DTR step,
-//              else the steps run on DTR for good.
+//   trial      the third step follows the plan whose replay was cheapest (policy `hinted`,
+//              Note [Following a schedule]), where one replayed with its requests placed;
+//   plan/dtr   it is kept where the trial ran no slower than the recorded DTR step, from
+//              first operator to the optimizer, else the steps run on DTR for good. Wall
+//              time, not compute overhead, decides: DTR's cost under a tight budget is as
+//              much in finding room (evictions chosen one by one, blocks moved, segments
+//              evacuated) as in recomputing, and a placed plan saves both.
 // A followed step whose ops do not match the plan's (hint_mismatches) has changed shape or
 // structure: the next step is recorded and planned again, as is the first after a change of
 // budget. The program's own code runs unchanged in every phase; only the order and choice of
@@ -116,16 +119,18 @@ void StepPlans::end_step(StepOutcome outcome) {
       return;
     case Phase::kRecording:
       report_.dtr_step_overhead = outcome.overhead;
+      report_.dtr_step_seconds = outcome.seconds;
       plan(outcome);
       return;
     case Phase::kTrial:
       report_.plan_step_overhead = outcome.overhead;
-      phase_ = outcome.overhead <= report_.dtr_step_overhead.value_or(INFINITY) ? Phase::kPlan
-                                                                                : Phase::kDtr;
+      report_.plan_step_seconds = outcome.seconds;
+      phase_ = outcome.seconds <= report_.dtr_step_seconds.value_or(INFINITY) ? Phase::kPlan
+                                                                              : Phase::kDtr;
       if (phase_ == Phase::kDtr) {
         hints_.reset();
         placement_.reset();
-        report_.source = "dtr: " + report_.source + " recomputed more in its trial";
+        report_.source = "dtr: " + report_.source + " ran slower in its trial";
       }
       [[fallthrough]];
     case Phase::kPlan:
@@ -170,10 +175,9 @@ void StepPlans::plan(const StepOutcome& recorded) {
   report_.screened.clear();
   report_.screened.push_back(screen(step, replayed, nullptr, nullptr, "dtr"));
   replayed.budget = budget_;
-  // A plan is tried where it replays cheaper than DTR ran: the replay's DTR is not the
-  // device's (it often thrashes where the device's does not).
+  // The cheapest replay is tried on the device, whatever the replay's DTR did: that is not
+  // the device's (it often thrashes where the device's does not), and the trial decides.
   ScreenedCandidate best;
-  best.simulated_overhead = recorded.overhead;
   for (double fraction : kFractions) {
     StepPlanOptions options;
     options.budget_bytes = static_cast<std::int64_t>(fraction * static_cast<double>(budget));
@@ -196,7 +200,7 @@ void StepPlans::plan(const StepOutcome& recorded) {
   }
   report_.planning_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  report_.source = hints_ ? best.source : "no plan replayed cheaper than DTR ran";
+  report_.source = hints_ ? best.source : "no plan replayed with its requests placed";
   phase_ = hints_ ? Phase::kTrial : Phase::kDtr;
 }
 

@@ -75,6 +75,10 @@ struct PlanReport {
   int steps = 0;                             // steps marked under the current budget
   std::optional<double> dtr_step_overhead;   // the recorded step's, on DTR
   std::optional<double> plan_step_overhead;  // the trial step's, on the plan
+  // Wall seconds from the step's first operator to the optimizer's first call: the recorded
+  // step's on DTR, and the trial step's on the plan (the plan is kept if no slower).
+  std::optional<double> dtr_step_seconds;
+  std::optional<double> plan_step_seconds;
   double planning_seconds = 0;
   // Bytes of the storages pinned from the recorded step's start to its end that it never read
   // (the optimizer's state): the plans are made for the budget less these, and less the most

@@ -9,6 +9,7 @@
 #include <c10/core/Storage.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -100,6 +101,7 @@ class Backend {
   bool planned_ = false;  // policy `auto`
   StepPlans plans_;
   RuntimeStats step_start_;  // the stats when the current step began
+  std::chrono::steady_clock::time_point step_started_;
   // Begins the runtime's step (Note [A step begins at its first operator]).
   void begin_runtime_step();
   // The program's step has begun and no operator has been called in it yet.

@@ -23,12 +23,13 @@ class StepPlans {
  public:
   // The options of the step that begins now, under `budget` (SIZE_MAX: none).
   StepOptions begin_step(std::size_t budget);
-  // How a step went: what Runtime::end_step returned, its compute overhead, how many hints
-  // did not match its ops, the bytes of the storages pinned from its start to its end that
-  // it never read (the optimizer's state), and the most scratch one of its kernels asked for.
+  // How a step went: what Runtime::end_step returned, its compute overhead and wall time, how many
+  // hints did not match its ops, the bytes of the storages pinned from its start to its end that it
+  // never read (the optimizer's state), and the most scratch one of its kernels asked for.
   struct StepOutcome {
     RecordedStep step;
     double overhead = 0;
+    double seconds = 0;  // wall time, first operator to the optimizer's first call
     std::size_t hint_mismatches = 0;
     std::size_t unread_bytes = 0;
     std::size_t max_scratch_bytes = 0;

@@ -99,7 +99,8 @@ def policies():
 def plan_report():
     """Where policy "auto" stands: a dict with phase ("off" under another policy,
     "unconstrained", "warm-up", "recording", "trial", "plan" or "dtr"), source (the plan
-    followed or tried), steps, dtr_step_overhead, plan_step_overhead, planning_seconds and
+    followed or tried), steps, dtr_step_overhead, plan_step_overhead, dtr_step_seconds,
+    plan_step_seconds (the trial keeps the plan where it ran no slower), planning_seconds and
     screened (each candidate's simulated_overhead)."""
     return dict(_C.plan_report())
 
