@@ -66,6 +66,9 @@ void Backend::set_host_memory(std::size_t bytes) {
                            std::to_string(storages_.size()) +
                            " storages are on the device; set it before moving tensors there");
   options_.host_memory_bytes = bytes;
+  // The optimizer's state only (Note [State waits on the host]): on this device the host is
+  // the same memory, and activations sent there would only dodge the budget.
+  options_.offload_victims = false;
   runtime_.reset();
 }
 

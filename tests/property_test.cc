@@ -173,6 +173,9 @@ TEST(HostTierProperty, RandomOffloadsReadBackTheUnconstrainedBytes) {
       const double fraction = std::uniform_real_distribution<double>(0.3, 1.0)(rng);
       o.budget = static_cast<std::size_t>(fraction * double(base.stats.memory.peak_reserved));
       o.host_memory_bytes = (std::size_t{1} << (8 + rng() % 12)) * (b == 0 ? 64 : 1);
+      // A free link on the second budget: evictions go to the host while it has room
+      // (Note [Keep, recompute or offload]).
+      o.host_link = b == 0 ? HostLink{} : HostLink{1e9, 0.0};
       Outcome got;
       try {
         got = run(p, o);

@@ -50,6 +50,10 @@ struct ReplayOptions {
   // Bytes held before the step begins that its trace never reads (a program's optimizer
   // state): one constant of that size, made first.
   std::size_t unread_bytes = 0;
+  // The host tier (RuntimeOptions::host_memory_bytes, host_link): victims cheaper to move
+  // than to recompute go to the host (Note [Keep, recompute or offload]); 0: none.
+  std::size_t host_memory_bytes = 0;
+  HostLink host_link = {};
 };
 
 struct ReplayBaseline {
@@ -78,6 +82,9 @@ struct ReplayResult {
   std::size_t deferred_ops = 0;        // ops a followed plan ran after later ones
   std::size_t placed_allocations = 0;  // with a placement: MemoryStats::placed_allocations
   std::size_t placement_misses = 0;
+  std::size_t offloads = 0;  // RuntimeStats::offloads, restores, transfer_cost (in seconds)
+  std::size_t restores = 0;
+  double transfer_seconds = 0;
   Timeline timeline;               // with ReplayOptions::record_timeline
   std::vector<int> executed;       // with record_executed: RecordedStep::executed of the replay
   AllocationSequence allocations;  // with record_allocations

@@ -137,6 +137,10 @@ struct RuntimeOptions {
   // budget; 0: none, offload() refuses. A transfer's cost is priced by `host_link`.
   std::size_t host_memory_bytes = 0;
   HostLink host_link = {};
+  // With host memory: an eviction victim the program holds goes to the host instead where a
+  // round trip costs less than recomputing it (Note [Keep, recompute or offload]). Off, only
+  // offload() and a request that finds nothing else to free move bytes there.
+  bool offload_victims = true;
   CachingAllocatorOptions allocator = {};
   // Prices ops that declare their work (OpDef::work); unset: Roofline::gpu() on the CUDA
   // backend, Roofline::cpu() elsewhere.
@@ -316,11 +320,13 @@ class Runtime {
   void materialize(const Tensor& t);
   // Evicts the tensor's storage now if it is evictable; returns whether it did.
   bool evict(const Tensor& t);
-  // Moves the bytes of a constant's storage to host memory (RuntimeOptions::host_memory_bytes),
+  // Moves the bytes of the tensor's storage to host memory (RuntimeOptions::host_memory_bytes),
   // out of the budget; the first use that needs them (an op reading it, data(), read(), an
-  // update) brings them back. Returns whether it moved them: not for a tensor that is not a
-  // constant, is not resident, is in use by a running op, or does not fit in the host memory
-  // left (Note [The host tier] in runtime/core/host_tier.cc).
+  // update) brings them back. Returns whether it moved them: not for a storage that is not
+  // resident, is in use by a running op, does not fit in the host memory left, or is neither
+  // a constant nor held by a handle (Note [The host tier] in runtime/core/host_tier.cc).
+  // Under a budget the runtime also offloads by itself where moving a victim costs less than
+  // recomputing it (Note [Keep, recompute or offload]).
   bool offload(const Tensor& t);
   bool offloaded(const Tensor& t) const;  // its bytes are on the host now
 

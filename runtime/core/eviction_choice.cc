@@ -49,7 +49,7 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
     return compacted;
   }
   stats.search_seconds += seconds_since(start);
-  for (Id s : evicting_) evict(s);
+  for (Id s : evicting_) evict_or_offload(s);
   return true;
 }
 

@@ -47,10 +47,16 @@ void HostTier::drop(Id s) {
   entries_.erase(it);
 }
 
+// A constant, or a storage with lineage that the program holds (a dead one is evicted: its
+// memory is free for nothing).
+bool RuntimeImpl::offloadable(const StorageRec& r) const {
+  const bool held = r.pinned || (r.handles > 0 && !r.lingering && r.producer != kNone);
+  return held && r.resident && r.locks == 0 && !kernel_running_ && host_.has_room(r.bytes);
+}
+
 bool RuntimeImpl::offload(Id s) {
   StorageRec& r = storages[s];
-  if (!r.pinned || !r.resident || r.locks > 0 || kernel_running_ || !host_.has_room(r.bytes))
-    return false;
+  if (!offloadable(r)) return false;
   std::vector<unsigned char> bytes;
   if (runs_kernels && r.bytes > 0) {
     bytes.resize(r.bytes);
@@ -59,10 +65,42 @@ bool RuntimeImpl::offload(Id s) {
   host_.put(s, r.bytes, std::move(bytes));
   release_memory(s);
   r.offloaded = true;
-  stats.pinned_bytes -= r.bytes;
+  if (r.pinned) {
+    stats.pinned_bytes -= r.bytes;
+  } else {  // to the policies, as evicted: not resident, its neighbours' costs grow
+    refresh_candidate(s);
+    policy->on_evicted(s);
+  }
   note_transfer(r.bytes);
   ++stats.offloads;
   return true;
+}
+
+// Note [Keep, recompute or offload]
+// The policy picks what leaves the device; how it comes back is priced per storage. Where
+// the host tier has room and a round trip over the host link (HostLink::price each way)
+// costs less than rerunning the storage's producer, the bytes go to the host instead of
+// being evicted: a transfer costs its bytes, a recomputation its kernels. Only storages the
+// program holds are offloaded; a dead one lingering for a recomputation is simply freed. The
+// choice of victim is still the policy's (its score prices recomputation alone); scoring with
+// the cheaper of the two, prefetching ahead of use and a copy stream that hides transfers
+// behind kernels are next (issue 33).
+void RuntimeImpl::evict_or_offload(Id s) {
+  const StorageRec& r = storages[s];
+  if (options.host_memory_bytes > 0 && options.offload_victims && offloadable(r) &&
+      2 * options.host_link.price(r.bytes) < policy->view().cost_of(s) && offload(s))
+    return;
+  evict(s);
+}
+
+// The program let go of an offloaded storage with lineage: its host bytes go, and it stays
+// recomputable like any evicted storage.
+void RuntimeImpl::drop_dead_offload(Id s) {
+  StorageRec& r = storages[s];
+  if (!r.offloaded || r.pinned || r.handles > 0 || r.holds > 0) return;
+  host_.drop(s);
+  r.offloaded = false;
+  stats.offloaded_bytes = host_.used();
 }
 
 // When a request finds nothing left to evict and no block to move, the constant read
@@ -85,11 +123,18 @@ void RuntimeImpl::restore(Id s) {
   const PlacementPause pause(caching, /*short_lived=*/false);
   allocate_storage(s);  // may evict others
   StorageRec& r = storages[s];
-  pack_pinned(s, /*copy_bytes=*/false);
+  if (r.pinned) pack_pinned(s, /*copy_bytes=*/false);
   const std::vector<unsigned char> bytes = host_.take(s);
   if (runs_kernels && r.bytes > 0) copy_to_storage(r.ptr, bytes.data(), r.bytes);
   r.offloaded = false;
-  stats.pinned_bytes += r.bytes;
+  if (r.pinned) {
+    stats.pinned_bytes += r.bytes;
+  } else {  // a candidate again, as a recomputed storage would be
+    policy->on_resident(s);
+    refresh_candidate(s);
+    refresh_neighbours(s);
+    touch(s);
+  }
   note_transfer(r.bytes);
   ++stats.restores;
 }

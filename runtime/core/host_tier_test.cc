@@ -2,6 +2,7 @@
 // the budget, brought back bitwise by whatever needs them.
 #include <gtest/gtest.h>
 
+#include <utility>
 #include <vector>
 
 #include "remat/errors.h"
@@ -45,20 +46,83 @@ TEST(HostTier, AnOffloadedConstantReadsBackItsBytes) {
   EXPECT_DOUBLE_EQ(rt.stats().transfer_cost, 2 * rt.options().host_link.price(4000));
 }
 
-TEST(HostTier, OnlyResidentConstantsThatFitAreOffloaded) {
-  Runtime rt(with_host(SIZE_MAX, 4096));
+TEST(HostTier, OnlyHeldResidentStoragesThatFitAreOffloaded) {
+  Runtime rt(with_host(SIZE_MAX, 8192));
   const std::vector<float> values = iota(1000);
   Tensor c = rt.constant(vec(1000), values.data());
-  Tensor big = rt.constant(vec(2000), iota(2000).data());
+  Tensor big = rt.constant(vec(3000), iota(3000).data());
   Tensor y = rt.call1(testing::affine(2.0f, 1.0f), {c});
-  EXPECT_FALSE(rt.offload(y));    // lineage: evicted, not offloaded
-  EXPECT_FALSE(rt.offload(big));  // 8000 bytes, the host has 4096
+  EXPECT_FALSE(rt.offload(big));  // 12000 bytes, the host has 8192
   EXPECT_TRUE(rt.offload(c));
   EXPECT_FALSE(rt.offload(c));  // already there
-  EXPECT_EQ(rt.stats().offloads, 1u);
+  EXPECT_TRUE(rt.offload(y));   // held by the program: its bytes go, its lineage stays
+  EXPECT_EQ(rt.stats().offloads, 2u);
   EXPECT_FALSE(rt.offloaded(big));
-  Runtime none(with_host(SIZE_MAX, 0));  // no host tier: nothing moves
+  std::vector<float> twice = values;
+  for (float& v : twice) v = v * 2.0f + 1.0f;
+  EXPECT_EQ(read(rt, y), twice);
+  EXPECT_EQ(rt.stats().recomputations, 0u);  // brought back, not recomputed
+  Runtime none(with_host(SIZE_MAX, 0));      // no host tier: nothing moves
   EXPECT_FALSE(none.offload(none.constant(vec(4), iota(4).data())));
+}
+
+// Note [Keep, recompute or offload]: a victim whose round trip over the host link costs less
+// than rerunning its producer goes to the host; over a slow link it is evicted and recomputed.
+// Either way the bytes read back are the unconstrained run's.
+TEST(HostTier, AVictimCheaperToMoveThanToRecomputeGoesToTheHost) {
+  auto run = [](HostLink link, bool offload_victims = true) {
+    RuntimeOptions o = with_host(3 * 4 * 4096, 1 << 20);  // three of the tensors below
+    o.host_link = link;
+    o.offload_victims = offload_victims;
+    Runtime rt(o);
+    Tensor x = rt.constant(vec(4096), iota(4096, 0.25f).data());
+    std::vector<Tensor> chain{x};
+    for (int i = 0; i < 6; ++i)
+      chain.push_back(rt.call1(testing::affine(1.5f, 0.5f * i), {chain.back()}));
+    std::vector<float> all;
+    for (const Tensor& t : chain) {
+      const std::vector<float> v = read(rt, t);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return std::make_pair(all, rt.stats());
+  };
+  Runtime plain(with_host(SIZE_MAX, 0));
+  Tensor x = plain.constant(vec(4096), iota(4096, 0.25f).data());
+  std::vector<float> expected = read(plain, x);
+  for (int i = 0; i < 6; ++i) {
+    x = plain.call1(testing::affine(1.5f, 0.5f * i), {x});
+    const std::vector<float> v = read(plain, x);
+    expected.insert(expected.end(), v.begin(), v.end());
+  }
+  const auto [fast_bytes, fast] = run(HostLink{1e9, 0.0});  // a round trip costs nothing
+  EXPECT_EQ(fast_bytes, expected);
+  EXPECT_GT(fast.offloads, 0u);
+  EXPECT_GT(fast.restores, 0u);
+  EXPECT_EQ(fast.recomputations, 0u);
+  const auto [slow_bytes, slow] = run(HostLink{1e-6, 1e9});  // dearer than any kernel
+  EXPECT_EQ(slow_bytes, expected);
+  EXPECT_EQ(slow.offloads, 0u);
+  EXPECT_GT(slow.recomputations, 0u);
+  const auto [off_bytes, off] = run(HostLink{1e9, 0.0}, /*offload_victims=*/false);
+  EXPECT_EQ(off_bytes, expected);
+  EXPECT_EQ(off.offloads, 0u);
+}
+
+// A storage with lineage the program lets go of while offloaded loses its host bytes and
+// stays recomputable.
+TEST(HostTier, ALetGoActivationLeavesTheHostAndStaysRecomputable) {
+  Runtime rt(with_host(SIZE_MAX, 1 << 20));
+  Tensor x = rt.constant(vec(1000), iota(1000).data());
+  Tensor y = rt.call1(testing::affine(3.0f, 0.0f), {x});
+  Tensor z = rt.call1(testing::affine(1.0f, 1.0f), {y});
+  ASSERT_TRUE(rt.offload(y));
+  y = Tensor();
+  EXPECT_EQ(rt.stats().offloaded_bytes, 0u);
+  ASSERT_TRUE(rt.evict(z));
+  std::vector<float> expected = iota(1000);
+  for (float& v : expected) v = v * 3.0f + 1.0f;
+  EXPECT_EQ(read(rt, z), expected);  // z recomputed from y, y recomputed from x
+  EXPECT_EQ(rt.stats().recomputations, 2u);
 }
 
 // An op reading an offloaded constant, and an update writing one, bring it back first.

@@ -18,6 +18,7 @@ void RuntimeImpl::release(Id t) {
   const Id s = tr.storage;
   --storages[s].handles;
   release_if_dead(s);
+  drop_dead_offload(s);
   drop_tensor_ref(t);
 }
 

@@ -263,6 +263,9 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
 
   void restore(Id s);      // an offloaded storage's bytes back on the device
   bool offload_coldest();  // when nothing else makes room: Note [The host tier]
+  bool offloadable(const StorageRec& r) const;
+  void evict_or_offload(Id s);  // Note [Keep, recompute or offload]
+  void drop_dead_offload(Id s);
   void note_transfer(std::size_t bytes);
 
   // Lineage lifetime (lineage_lifetime.cc).

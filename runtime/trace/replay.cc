@@ -141,6 +141,8 @@ RuntimeOptions replay_runtime(const DtrTrace& trace, const ReplayOptions& option
   ro.allocator.expandable_segments = options.expandable_segments;
   ro.clock_limit = options.slowdown_cap * static_cast<double>(trace.total_time_ns);
   ro.record_timeline = options.record_timeline;
+  ro.host_memory_bytes = options.host_memory_bytes;
+  ro.host_link = options.host_link;
   return ro;
 }
 
@@ -191,6 +193,9 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   r.deferred_ops = s.deferred_ops;
   r.placed_allocations = s.memory.placed_allocations;
   r.placement_misses = s.memory.placement_misses;
+  r.offloads = s.offloads;
+  r.restores = s.restores;
+  r.transfer_seconds = s.transfer_cost * 1e-9;
   if (options.record_timeline) r.timeline = rt.timeline();
   r.simulated_seconds = rt.clock() * 1e-9;
   r.slowdown =

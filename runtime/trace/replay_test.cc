@@ -109,6 +109,28 @@ TEST(ReplayTest, TightBudgetRecomputesAndCountsTime) {
   EXPECT_EQ(replay(t, o).status, "oom");
 }
 
+// With host memory, the victim `a` goes to the host and back where the round trip costs
+// less than its op (10 ns); over the default link (5 us a transfer) it is recomputed.
+TEST(ReplayTest, AVictimGoesToTheHostWhereThatIsCheaper) {
+  const DtrTrace t = chain();
+  ReplayOptions o;
+  o.budget = 700;
+  o.host_memory_bytes = 1 << 20;
+  const ReplayResult slow = replay(t, o);
+  EXPECT_EQ(slow.status, "ok") << slow.error;
+  EXPECT_EQ(slow.offloads, 0u);
+  EXPECT_EQ(slow.recomputations, 1u);
+  o.host_link = HostLink{1000.0, 0.5};  // a round trip: 1 ns and the bytes
+  const ReplayResult fast = replay(t, o);
+  EXPECT_EQ(fast.status, "ok") << fast.error;
+  EXPECT_EQ(fast.offloads, 1u);
+  EXPECT_EQ(fast.restores, 1u);
+  EXPECT_EQ(fast.recomputations, 0u);
+  EXPECT_LE(fast.peak_allocated_bytes, 700u);
+  EXPECT_LT(fast.slowdown, slow.slowdown);
+  EXPECT_GT(fast.transfer_seconds, 0.0);
+}
+
 // The largest sizes and times a trace may hold replay as well: the parser's limits leave the
 // runtime's sums (live bytes, the allocator's rounding, the clock) inside their types.
 // Issue 23: a MEMORY of 2^63 aborted in the runtime, and a TIME sum past 2^64 wrapped and
