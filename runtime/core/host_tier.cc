@@ -1,4 +1,4 @@
-// Offloading constants to host memory and bringing them back.
+// Offloading storages to host memory and bringing them back.
 #include "runtime/core/host_tier.h"
 
 #include <stdexcept>
@@ -21,9 +21,10 @@ namespace remat::detail {
 // failing (offload_coldest). Each transfer costs HostLink::price of simulated
 // time, counted apart from the ops' costs (RuntimeStats::transfer_cost). The host memory is
 // bounded (RuntimeOptions::host_memory_bytes): an offload that does not fit is refused and
-// the constant stays. Transfers here are synchronous copies (memcpy on the CPU, staged on
-// CUDA); a copy stream that hides them behind kernels, a pinned host pool and storages with
-// lineage priced both ways come next (issue 33).
+// the constant stays. Storages with lineage go there too where that is the cheaper way back
+// (Note [Keep, recompute or offload]). Transfers here are synchronous copies (memcpy on the
+// CPU, staged on CUDA); a copy stream that hides them behind kernels and a pinned host pool
+// come next (issue 33).
 void HostTier::put(Id s, std::size_t size, std::vector<unsigned char> bytes) {
   if (!has_room(size)) throw std::logic_error("remat: host tier over its capacity");
   entries_[s] = Entry{size, std::move(bytes)};
@@ -94,7 +95,8 @@ void RuntimeImpl::evict_or_offload(Id s) {
 }
 
 // The program let go of an offloaded storage with lineage: its host bytes go, and it stays
-// recomputable like any evicted storage.
+// recomputable like any evicted storage. (One a deferred op still holds keeps them until its
+// record dies.)
 void RuntimeImpl::drop_dead_offload(Id s) {
   StorageRec& r = storages[s];
   if (!r.offloaded || r.pinned || r.handles > 0 || r.holds > 0) return;
