@@ -33,6 +33,9 @@ Backend::Backend() {
   options_.backend = remat::Backend::kCpu;
   options_.accounting = Accounting::kAllocator;
   options_.policy = "dtr";
+  // Host memory holds the optimizer's state only (Note [State waits on the host]): on this
+  // device the host is the same memory, and activations sent there would only dodge the budget.
+  options_.offload_victims = false;
 }
 
 Runtime& Backend::runtime() {
@@ -66,9 +69,6 @@ void Backend::set_host_memory(std::size_t bytes) {
                            std::to_string(storages_.size()) +
                            " storages are on the device; set it before moving tensors there");
   options_.host_memory_bytes = bytes;
-  // The optimizer's state only (Note [State waits on the host]): on this device the host is
-  // the same memory, and activations sent there would only dodge the budget.
-  options_.offload_victims = false;
   runtime_.reset();
 }
 

@@ -81,7 +81,8 @@ struct PlanReport {
   std::optional<double> plan_step_seconds;
   double planning_seconds = 0;
   // Bytes of the storages pinned from the recorded step's start to its end that it never read
-  // (the optimizer's state): the plans are made for the budget less these, and less the most
+  // (the optimizer's state), but for those host memory takes off the device in later steps
+  // (set_host_memory): the plans are made for the budget less these, and less the most
   // scratch one of its kernels asked for (scratch_bytes).
   std::size_t unread_bytes = 0;
   std::size_t scratch_bytes = 0;

@@ -631,7 +631,7 @@ void RuntimeImpl::kernel_inputs(const std::vector<Id>& inputs, std::vector<const
 // Reruns the producer of an evicted storage; an OOM names the op that could not run.
 void RuntimeImpl::recompute_storage(Id s) {
   if (storages[s].offloaded) {
-    current_op = "restoring an offloaded constant";
+    current_op = "restoring an offloaded storage";
     try {
       restore(s);
     } catch (const OutOfMemoryError& e) {

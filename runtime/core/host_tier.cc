@@ -88,7 +88,7 @@ bool RuntimeImpl::offload(Id s) {
 // behind kernels are next (issue 33).
 void RuntimeImpl::evict_or_offload(Id s) {
   const StorageRec& r = storages[s];
-  if (options.host_memory_bytes > 0 && options.offload_victims && offloadable(r) &&
+  if (options.host_memory_bytes > 0 && options.offload_victims &&
       2 * options.host_link.price(r.bytes) < policy->view().cost_of(s) && offload(s))
     return;
   evict(s);
@@ -102,7 +102,6 @@ void RuntimeImpl::drop_dead_offload(Id s) {
   if (!r.offloaded || r.pinned || r.handles > 0 || r.holds > 0) return;
   host_.drop(s);
   r.offloaded = false;
-  stats.offloaded_bytes = host_.used();
 }
 
 // When a request finds nothing left to evict and no block to move, the constant read
@@ -112,8 +111,7 @@ bool RuntimeImpl::offload_coldest() {
   Id coldest = kNone;
   for (Id s = 0; s < storages.slots(); ++s) {
     const StorageRec& r = storages[s];
-    if (!r.pinned || !r.resident || r.locks > 0 || r.bytes == 0 || !host_.has_room(r.bytes))
-      continue;
+    if (!r.pinned || r.bytes == 0 || !offloadable(r)) continue;
     if (coldest == kNone || r.last_access < storages[coldest].last_access) coldest = s;
   }
   return coldest != kNone && offload(coldest);
@@ -145,8 +143,6 @@ void RuntimeImpl::note_transfer(std::size_t bytes) {
   const double cost = options.host_link.price(bytes);
   clock += cost;
   stats.transfer_cost += cost;
-  stats.offloaded_bytes = host_.used();
-  stats.peak_offloaded_bytes = host_.peak();
 }
 
 }  // namespace remat::detail

@@ -33,7 +33,9 @@ std::unique_ptr<SegmentSource> make_source(const RuntimeOptions& options, const 
 }  // namespace
 
 RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
-    : options(std::move(opts)), sampler_(options.seed ^ 0x9e3779b97f4a7c15ULL) {
+    : options(std::move(opts)),
+      host_(options.host_memory_bytes),
+      sampler_(options.seed ^ 0x9e3779b97f4a7c15ULL) {
   const bool on_cuda = options.backend == Backend::kCuda;
   roofline = options.roofline.value_or(on_cuda ? Roofline::gpu() : Roofline::cpu());
   if (on_cuda) {
@@ -57,7 +59,6 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
   if (on_cuda) reserve_workspace();
   memory->set_reclaimer(this);
   timeline.budget = options.budget;
-  host_ = HostTier(options.host_memory_bytes);
   runs_kernels = options.backend != Backend::kSimulated;
   policy = make_eviction_policy(options.policy, LineageView{&storages, &tensors, &ops, &clock},
                                 options.seed);
@@ -375,6 +376,8 @@ RuntimeStats RuntimeImpl::current_stats() const {
   RuntimeStats s = stats;
   s.memory = memory->stats();
   s.live_tensors = tensors.live();
+  s.offloaded_bytes = host_.used();
+  s.peak_offloaded_bytes = host_.peak();
   return s;
 }
 
@@ -382,7 +385,6 @@ void RuntimeImpl::reset_peaks() {
   memory->reset_peaks();
   stats.peak_resident_bytes = stats.resident_bytes;
   host_.reset_peak();
-  stats.peak_offloaded_bytes = host_.peak();
 }
 
 }  // namespace remat::detail

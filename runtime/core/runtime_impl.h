@@ -69,8 +69,8 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // function; -1 where it declares neither (measured on its first run).
   double declared_cost(const OpDef& op, SpecList specs) const;
   bool evict_tensor(Id tensor);
-  // The host tier (host_tier.cc, Note [The host tier]): moves a resident constant's bytes to
-  // the host; false where it may not.
+  // The host tier (host_tier.cc, Note [The host tier]): moves a resident storage's bytes to
+  // the host; false where it may not (RuntimeImpl::offloadable).
   bool offload(Id storage);
   bool offload_tensor(Id tensor) { return offload(tensors[tensor].storage); }
   bool offloaded_of(Id tensor) const { return storages[tensors[tensor].storage].offloaded; }
@@ -274,7 +274,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void drain_tensor_refs();
   void destroy_storage(Id s);
 
-  HostTier host_{0};
+  HostTier host_;
   std::unique_ptr<CandidateIndex> candidates_;
   // The window search (Note [Contiguous eviction]) and which of its blocks' keys it
   // refreshed, kept to reuse their buffers.
