@@ -43,7 +43,8 @@ struct RawPlan {
   bool optimal = false;  // proven optimal (solvers)
   std::string note;      // reason when no order could be produced, or a remark
   std::optional<int> backward_start;
-  std::string details;  // a JSON object with planner-specific figures, or empty
+  std::string details;            // a JSON object with planner-specific figures, or empty
+  std::vector<Offload> offloads;  // the order's steps in host memory (planner "offload")
 };
 
 constexpr int64_t kNoBudget = std::numeric_limits<int64_t>::max();
@@ -87,6 +88,8 @@ std::vector<int> execute_keep_set(const Graph& g, const std::vector<char>& keep)
 // Drops instances that no step reads (keeping one instance of every node): never raises
 // memory or cost, keeps the order valid.
 std::vector<int> prune_unread_instances(const Graph& g, const std::vector<int>& order);
+// The steps prune_unread_instances keeps.
+std::vector<char> read_instances(const Graph& g, const std::vector<int>& order);
 
 // Planners.
 absl::StatusOr<RawPlan> plan_no_remat(const Graph& g, const PlanOptions& opt);
@@ -98,6 +101,16 @@ absl::StatusOr<RawPlan> plan_checkmate(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> plan_tw_remat(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> plan_moccasin(const Graph& g, const PlanOptions& opt);
 absl::StatusOr<RawPlan> plan_rockmate(const Graph& g, const PlanOptions& opt);
+absl::StatusOr<RawPlan> plan_offload(const Graph& g, const PlanOptions& opt);
+
+// Replaces recomputations in a valid `order` by offloads where the copies cost less over
+// opt.host_link within opt's budgets (planner/offload.cc); `offloads` are the order's own.
+struct OffloadedOrder {
+  std::vector<int> order;
+  std::vector<Offload> offloads;
+};
+OffloadedOrder add_offloads(const Graph& g, OffloadedOrder start, const PlanOptions& opt,
+                            const Deadline& deadline);
 
 // Checkmate with Rockmate's second budget: at most max_bytes of the nodes below `boundary`
 // resident on entry to stage `boundary` (a block's forward values kept for its backward).

@@ -25,6 +25,7 @@ const Entry kPlanners[] = {
     {"rotor", detail::plan_rotor},       {"checkmate", detail::plan_checkmate},
     {"twremat", detail::plan_tw_remat},  {"moccasin", detail::plan_moccasin},
     {"rockmate", detail::plan_rockmate}, {"best", plan_best},
+    {"offload", detail::plan_offload},
 };
 
 // Runs the other planners within the time limit and keeps the cheapest plan that fits.
@@ -211,7 +212,14 @@ absl::StatusOr<Plan> run_planner(std::string_view algo, const Graph& g, const Pl
     plan.sim.base_cost = g.total_cost();
     return plan;
   }
-  plan.sim = simulate(g, plan.schedule, opt.budget_bytes);
+  plan.schedule.offloads = std::move(raw->offloads);
+  plan.sim = simulate(g, plan.schedule, opt.budget_bytes, opt.host_link);
+  if (plan.sim.valid && plan.sim.host_peak_bytes > opt.host_memory_bytes) {
+    plan.sim.valid = false;
+    plan.sim.error =
+        absl::StrCat("it holds ", plan.sim.host_peak_bytes,
+                     " bytes in host memory, over the limit of ", opt.host_memory_bytes);
+  }
   plan.feasible = plan.sim.valid;
   if (!plan.feasible) {
     plan.reason = absl::StrCat(plan.algo, " did not meet the budget: ", plan.sim.error);

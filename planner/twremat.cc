@@ -488,7 +488,7 @@ class TwRemat {
 
 }  // namespace
 
-std::vector<int> prune_unread_instances(const Graph& g, const std::vector<int>& order) {
+std::vector<char> read_instances(const Graph& g, const std::vector<int>& order) {
   // Backward pass: an instance is kept when a kept later step reads it before the node's
   // next instance, or when it is the node's first instance and no later one was kept.
   const int n = g.size();
@@ -504,6 +504,11 @@ std::vector<int> prune_unread_instances(const Graph& g, const std::vector<int>& 
     kept_later[x] = 1;
     for (int u : g.nodes[x].inputs) pending[u] = 1;
   }
+  return keep;
+}
+
+std::vector<int> prune_unread_instances(const Graph& g, const std::vector<int>& order) {
+  const std::vector<char> keep = read_instances(g, order);
   std::vector<int> out;
   out.reserve(order.size());
   for (size_t j = 0; j < order.size(); ++j)

@@ -26,6 +26,16 @@ bool write_schedule_file(const std::string& path, const remat::Schedule& schedul
   return true;
 }
 
+// What the plan's offloads move and how much of their time the steps wait for.
+void add_offload_figures(const remat::SimResult& r, nlohmann::json* j) {
+  (*j)["offloads"] = r.offloads;
+  (*j)["bytes_moved"] = r.bytes_moved;
+  (*j)["host_peak_bytes"] = r.host_peak_bytes;
+  (*j)["transfer_cost"] = r.transfer_cost;
+  (*j)["transfer_cost_hidden"] = r.transfer_cost - r.exposed_transfer_cost;
+  (*j)["transfer_cost_exposed"] = r.exposed_transfer_cost;
+}
+
 void print_json(const remat::Graph& g, const remat::Plan& plan, std::optional<int64_t> budget) {
   const remat::SimResult& r = plan.sim;
   nlohmann::json j;
@@ -47,6 +57,7 @@ void print_json(const remat::Graph& g, const remat::Plan& plan, std::optional<in
   j["solve_seconds"] = plan.solve_seconds;
   j["saved_bytes"] = have ? nlohmann::json(r.saved_bytes) : nlohmann::json(nullptr);
   j["optimal"] = plan.optimal;
+  if (have) add_offload_figures(r, &j);
   if (!plan.details.empty()) j["details"] = nlohmann::json::parse(plan.details, nullptr, false);
   std::cout << j.dump() << "\n";
 }
@@ -61,6 +72,11 @@ void print_text(const remat::Graph& g, const remat::Plan& plan, std::optional<in
     std::cout << "peak " << r.peak_bytes << " bytes  cost " << r.cost << "  base " << r.base_cost
               << "  overhead " << r.overhead * 100 << "%  recomputations " << r.recomputations
               << "  saved " << r.saved_bytes << " bytes  time " << plan.solve_seconds << " s\n";
+    if (r.offloads > 0) {
+      std::cout << "offloads " << r.offloads << "  moved " << r.bytes_moved << " bytes  host peak "
+                << r.host_peak_bytes << " bytes  transfer " << r.transfer_cost << " (exposed "
+                << r.exposed_transfer_cost << ")\n";
+    }
   }
 }
 
@@ -75,6 +91,8 @@ int main(int argc, char** argv) try {
   double time_limit = 60;
   int k = -1;
   bool json = false;
+  remat::HostLink host_link = remat::HostLink::pcie5();
+  std::uint64_t host_memory = INT64_MAX;
   cli::BudgetFlags budget_flags;
   cli::FlagSet flags("remat-plan", "GRAPH.json --algo A [--budget B | --budget-fraction F] [flags]",
                      "Plans a rematerialization schedule for a remat-graph-v1 file and checks it "
@@ -90,6 +108,8 @@ int main(int argc, char** argv) try {
             0.001);
   flags.add("schedule-out", &schedule_out, "write the schedule (remat-schedule-v1) to this file");
   flags.add("k", &k, "twremat: the tree decomposition's width bound; -1 lets twremat choose");
+  flags.add_host_memory(&host_link, &host_memory,
+                        "planner offload's copies (none given: no limit)");
   flags.add_switch("json", &json, "one JSON object instead of text");
   if (std::optional<int> code = flags.parse(argc, const_cast<const char* const*>(argv)))
     return *code;
@@ -123,6 +143,8 @@ int main(int argc, char** argv) try {
                      std::chrono::duration<double>(time_limit)) -
                  2 * (now - baseline_start);
   opt.twremat_k = k;
+  opt.host_link = host_link;
+  opt.host_memory_bytes = static_cast<int64_t>(std::min<std::uint64_t>(host_memory, INT64_MAX));
   opt.verbose = std::getenv("REMAT_VERBOSE") != nullptr;
   auto plan = remat::run_planner(algo, *g, opt);
   if (!plan.ok()) {

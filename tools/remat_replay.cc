@@ -29,7 +29,6 @@ struct Args {
   std::string accounting = "logical";
   std::uint64_t min_evictable = 0;
   std::uint64_t host_memory = 0;
-  double host_link_gbps = remat::HostLink{}.bytes_per_ns;  // 1 GB/s is 1 byte per ns
   remat::ReplayOptions replay;
 };
 
@@ -52,11 +51,9 @@ void declare_flags(remat::cli::FlagSet& flags, Args& a) {
   flags.add("min-evictable", &a.min_evictable, "never evict tensors smaller than this (bytes)");
   flags.add("slowdown-cap", &a.replay.slowdown_cap,
             "a run whose slowdown passes this is stopped as thrashing", 1.0);
-  flags.add("host-memory", &a.host_memory,
-            "host memory (bytes) victims may go to where a round trip costs less than "
-            "recomputing them; 0: none");
-  flags.add("host-link", &a.host_link_gbps,
-            "the host link's bandwidth each way, GB/s (50: PCIe Gen5 x16; 450: GH200)", 1e-3);
+  flags.add_host_memory(&a.replay.host_link, &a.host_memory,
+                        "victims whose round trip costs less than recomputing them (none given: "
+                        "none)");
 }
 
 // Checks what the flags asked for; an error message where they do not make sense.
@@ -67,7 +64,6 @@ std::optional<std::string> check_args(Args& a) {
   a.replay.contiguous_eviction = !a.no_window;
   a.replay.min_evictable_bytes = static_cast<std::size_t>(a.min_evictable);
   a.replay.host_memory_bytes = static_cast<std::size_t>(a.host_memory);
-  a.replay.host_link.bytes_per_ns = a.host_link_gbps;
   a.replay.accounting =
       a.accounting == "logical" ? remat::Accounting::kLogical : remat::Accounting::kAllocator;
   if (a.trace.empty()) return "no trace given";

@@ -7,6 +7,9 @@
 //   absl::StatusOr<remat::Plan> p = remat::run_planner("checkmate", g, opt);
 //   if (p.ok() && p->feasible) Use(p->schedule);   // p->sim is the simulator's verdict
 //
+//   opt.host_link = remat::HostLink::nvlink_c2c();  // keep, recompute or copy to the host
+//   p = remat::run_planner("offload", g, opt);      // p->schedule.offloads, p->sim.bytes_moved
+//
 // Every plan has been through simulate(); `feasible` is true only when the simulator found
 // the schedule valid and within the budget. hints_from_schedule() (remat/hints.h) turns a
 // plan's `schedule` into the runtime's hints.
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "remat/graph.h"
+#include "remat/host_link.h"
 #include "remat/schedule.h"
 
 namespace remat {
@@ -39,6 +43,11 @@ struct PlanOptions {
   int moccasin_intervals = 2;          // C, retention intervals per node
   uint64_t seed = 1;
   bool verbose = false;
+  // Host memory as a third choice beside keeping and recomputing (planner "offload"): the
+  // link its copies cross, in the graph's cost unit taken as nanoseconds, and the most
+  // bytes a plan may hold in host memory at once.
+  HostLink host_link = HostLink::pcie5();
+  int64_t host_memory_bytes = INT64_MAX;
 };
 
 struct Plan {

@@ -32,6 +32,7 @@
 #include "remat/errors.h"
 #include "remat/graph.h"
 #include "remat/hints.h"
+#include "remat/host_link.h"
 #include "remat/memory_resource.h"
 #include "remat/op.h"
 #include "remat/tensor.h"
@@ -77,18 +78,8 @@ struct CudaStartup {
   std::size_t workspace_bytes = 0;  // allocated under the budget, pinned
 };
 
-// The link offloaded storages cross between device and host memory (Note [The host tier] in
-// runtime/core/host_tier.cc): a transfer of `bytes` one way costs latency_ns + bytes /
-// bytes_per_ns of simulated time. Defaults: PCIe Gen5 x16, about 50 GB/s each way.
-struct HostLink {
-  double bytes_per_ns = 50.0;
-  double latency_ns = 5'000.0;
-  static constexpr HostLink pcie5() { return {50.0, 5'000.0}; }
-  static constexpr HostLink nvlink_c2c() { return {450.0, 2'000.0}; }  // GH200's CPU-GPU link
-  double price(std::size_t bytes) const {
-    return latency_ns + static_cast<double>(bytes) / bytes_per_ns;
-  }
-};
+// The link offloaded storages cross (remat/host_link.h) is priced as Note [The host tier] in
+// runtime/core/host_tier.cc says.
 
 struct RuntimeOptions {
   Backend backend = Backend::kCpu;

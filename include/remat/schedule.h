@@ -7,9 +7,17 @@
 //   if (!r.valid) std::cerr << r.error << "\n";
 //   std::cout << r.peak_bytes << " " << r.cost << " " << r.overhead << "\n";
 //
+//   // Node 0's instance waits in host memory from step 2 until step 4 fetches it back.
+//   remat::Schedule o{.graph = g.name, .order = {0, 1, 2, 3, 4},
+//                     .offloads = {{.step = 0, .free = 2, .fetch = 4}}};
+//   remat::SimResult t = remat::simulate(g, o, std::nullopt, remat::HostLink::pcie5());
+//   std::cout << t.exposed_transfer_cost << "\n";  // what the copies could not hide
+//
 // Accounting: the instance made at step i is resident from step i through the last step
-// that reads it (a read uses the newest earlier instance); peak = max over steps of the
-// resident bytes; cost = sum of the costs of the steps.
+// that reads it (a read uses the newest earlier instance), less the steps it spends on the
+// host; peak = max over steps of the resident bytes; cost = sum of the costs of the steps,
+// plus the time the steps wait for copies (Note [Offloads in a schedule] in
+// runtime/ir/offloads.cc).
 #ifndef REMAT_SCHEDULE_H_
 #define REMAT_SCHEDULE_H_
 
@@ -22,8 +30,17 @@
 #include <vector>
 
 #include "remat/graph.h"
+#include "remat/host_link.h"
 
 namespace remat {
+
+// An instance that waits in host memory between two of its reads. Steps index
+// Schedule::order.
+struct Offload {
+  int step = 0;   // the step that made the instance; its copy to the host starts after it
+  int free = 0;   // it leaves the device before this step, once its copy out has finished
+  int fetch = 0;  // its copy back starts before this step, which it occupies memory from
+};
 
 struct Schedule {
   std::string graph;       // name of the graph it was made for
@@ -31,6 +48,8 @@ struct Schedule {
   // Optional: the step where the backward region begins (the planner's partition), used
   // for saved_bytes; without it the end of the forward pass is inferred (see SimResult).
   std::optional<int> backward_start = std::nullopt;
+  // Instances that wait on the host, at most one entry per instance.
+  std::vector<Offload> offloads = {};
 };
 
 struct SimResult {
@@ -47,11 +66,21 @@ struct SimResult {
   // of the forward pass (the first instance of the last forward node listed before the
   // first backward step that is not a tangent), and read after it.
   int64_t saved_bytes = 0;
+  // Offloads (Schedule::offloads): how many, the bytes they copy both ways, the copies'
+  // time, the part of it the steps waited for (included in `cost`), and the most bytes held
+  // in host memory at once.
+  int offloads = 0;
+  int64_t bytes_moved = 0;
+  double transfer_cost = 0.0;
+  double exposed_transfer_cost = 0.0;
+  int64_t host_peak_bytes = 0;
 };
 
-// Simulates `s` on `g`. With a budget, a peak above it makes the result invalid.
+// Simulates `s` on `g`. With a budget, a peak above it makes the result invalid. The
+// copies of offloads are priced by `link`, in the graph's cost unit taken as nanoseconds.
 SimResult simulate(const Graph& g, const Schedule& s,
-                   std::optional<int64_t> budget_bytes = std::nullopt);
+                   std::optional<int64_t> budget_bytes = std::nullopt,
+                   const HostLink& link = HostLink::pcie5());
 
 // The peak of computing every node once in file order, without rematerialization: the
 // baseline every budget fraction is of (../shared/graphs/FORMAT.md's reference peaks).

@@ -27,6 +27,7 @@ struct StaticReplayOptions {
   Accounting accounting = Accounting::kAllocator;
   bool record_timeline = false;
   CachingAllocatorOptions allocator = {};
+  HostLink host_link = HostLink::pcie5();  // prices the schedule's offloads on the clock
 };
 
 struct StaticReplayResult {
@@ -36,6 +37,7 @@ struct StaticReplayResult {
   double overhead = 0;                   // cost / (every node once) - 1, as simulate() counts
   std::size_t recomputations = 0;
   std::size_t evictions = 0;  // instances the schedule frees while a later one follows
+  std::size_t offloads = 0;   // instances sent to host memory (Schedule::offloads)
   double wall_seconds = 0;
   Timeline timeline;  // with StaticReplayOptions::record_timeline
 };
@@ -46,8 +48,10 @@ struct StaticReplayResult {
 // released (none does), as docs/formats.md's accounting frees it. Each node is its own tensor
 // (views counted at full size, group members computed one by one), as simulate() counts
 // them. Inputs are made by ops of no inputs rather than as pinned constants, so that they too
-// are freed after their last read. An invalid schedule is an error naming the step and the
-// node.
+// are freed after their last read. An offload's instance goes to host memory (Runtime::offload)
+// before its `free` step and comes back before its `fetch` step; the runtime's clock counts
+// each copy in full, where simulate() overlaps them with the steps. An invalid schedule is an
+// error naming the step and the node.
 absl::StatusOr<StaticReplayResult> static_replay(const Graph& graph, const Schedule& schedule,
                                                  const StaticReplayOptions& options = {});
 

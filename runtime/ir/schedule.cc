@@ -1,6 +1,7 @@
 // The exact schedule simulator (docs/formats.md's accounting) and remat-schedule-v1 I/O.
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "remat/schedule.h"
 #include "runtime/ir/instances.h"
 #include "runtime/ir/json_error.h"
+#include "runtime/ir/offloads.h"
 
 namespace remat {
 namespace {
@@ -86,19 +88,39 @@ int64_t saved_bytes(const Graph& g, const Schedule& s, const std::vector<int>& l
 
 }  // namespace
 
-SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> budget_bytes) {
+namespace {
+
+// Adds the offloads' figures to `r` and their time to its cost; takes their steps on the
+// host out of `mem`.
+void add_offloads(const Graph& g, const Schedule& s, const HostLink& link,
+                  std::vector<int64_t>* mem, SimResult* r) {
+  if (s.offloads.empty()) return;
+  const std::vector<int64_t> host = apply_offloads(g, s, mem);
+  r->host_peak_bytes = host.empty() ? 0 : *std::max_element(host.begin(), host.end());
+  r->offloads = static_cast<int>(s.offloads.size());
+  for (const Offload& o : s.offloads)
+    r->bytes_moved += 2 * g.nodes[static_cast<size_t>(s.order[static_cast<size_t>(o.step)])].bytes;
+  const ScheduleTiming t = time_schedule(g, s, link);
+  r->transfer_cost = t.transfer;
+  r->exposed_transfer_cost = t.exposed;
+}
+
+}  // namespace
+
+SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> budget_bytes,
+                   const HostLink& link) {
   SimResult r;
   r.base_cost = g.total_cost();
   Instances instances = compute_instances(g, s.order);
   const std::vector<int>& last_read = instances.last_read;
-  const std::string& err = instances.error;
   // Cost, recomputations and peak are reported for the steps that were checked even when
   // the order is invalid; `valid` is what counts.
-  if (!err.empty()) {
+  if (std::string err = check_offloads(g, s, instances); !err.empty()) {
     r.error = err;
     return r;
   }
   std::vector<int64_t> mem = profile(g, s.order, last_read);
+  add_offloads(g, s, link, &mem, &r);
   for (size_t j = 0; j < s.order.size(); ++j) {
     r.cost += g.nodes[s.order[j]].cost;
     if (mem[j] > r.peak_bytes || r.peak_step < 0) {
@@ -106,6 +128,7 @@ SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
       r.peak_step = static_cast<int>(j);
     }
   }
+  r.cost += r.exposed_transfer_cost;
   r.recomputations = static_cast<int>(s.order.size()) - g.size();
   r.overhead = r.base_cost > 0 ? r.cost / r.base_cost - 1.0 : 0.0;
   r.saved_bytes = saved_bytes(g, s, last_read);
@@ -148,6 +171,26 @@ std::optional<int> int_in(const nlohmann::json& v, int64_t min) {
   return static_cast<int>(i);
 }
 
+// "offloads": [{"step": j, "free": f, "fetch": p}, ...]; simulate() checks them against
+// the order.
+absl::StatusOr<std::vector<Offload>> parse_offloads(const nlohmann::json& v) {
+  if (!v.is_array()) return absl::InvalidArgumentError("schedule: 'offloads' is not an array");
+  std::vector<Offload> out;
+  for (size_t k = 0; k < v.size(); ++k) {
+    const nlohmann::json& e = v[k];
+    std::optional<int> field[3];
+    const char* names[3] = {"step", "free", "fetch"};
+    for (int i = 0; i < 3; ++i)
+      if (e.is_object() && e.contains(names[i])) field[i] = int_in(e[names[i]], 0);
+    if (!field[0] || !field[1] || !field[2]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "schedule: offload ", k, " needs \"step\", \"free\" and \"fetch\" as step indices"));
+    }
+    out.push_back({*field[0], *field[1], *field[2]});
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
@@ -182,6 +225,11 @@ absl::StatusOr<Schedule> parse_schedule(std::string_view text) {
     }
     s.order.push_back(*v);
   }
+  if (doc.contains("offloads")) {
+    absl::StatusOr<std::vector<Offload>> offloads = parse_offloads(doc["offloads"]);
+    if (!offloads.ok()) return offloads.status();
+    s.offloads = *std::move(offloads);
+  }
   return s;
 }
 
@@ -202,6 +250,8 @@ std::string write_schedule(const Schedule& s) {
   doc["graph"] = s.graph;
   doc["order"] = s.order;
   if (s.backward_start) doc["backward_start"] = *s.backward_start;
+  for (const Offload& o : s.offloads)
+    doc["offloads"].push_back({{"step", o.step}, {"free", o.free}, {"fetch", o.fetch}});
   return doc.dump();
 }
 

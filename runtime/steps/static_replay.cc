@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "runtime/ir/instances.h"
+#include "runtime/ir/offloads.h"
 
 namespace remat {
 namespace {
@@ -15,8 +16,13 @@ TensorSpec bytes_spec(std::int64_t bytes) {
   return TensorSpec{{std::max<std::int64_t>(bytes, 0)}, DType::kU8};
 }
 
-RuntimeOptions replay_options(const StaticReplayOptions& options) {
+RuntimeOptions replay_options(const Graph& g, const Schedule& s,
+                              const StaticReplayOptions& options) {
   RuntimeOptions ro;
+  ro.host_link = options.host_link;
+  for (const Offload& o : s.offloads)  // room for every offload at once
+    ro.host_memory_bytes += static_cast<std::size_t>(std::max<std::int64_t>(
+        0, g.nodes[static_cast<std::size_t>(s.order[static_cast<std::size_t>(o.step)])].bytes));
   ro.backend = Backend::kSimulated;
   ro.accounting = options.accounting;
   ro.policy = "lru";  // never asked: there is no budget
@@ -29,9 +35,9 @@ RuntimeOptions replay_options(const StaticReplayOptions& options) {
 // that made its first instance.
 class ScheduleRun {
  public:
-  ScheduleRun(const Graph& g, const StaticReplayOptions& options)
+  ScheduleRun(const Graph& g, const Schedule& s, const StaticReplayOptions& options)
       : g_(g),
-        rt_(replay_options(options)),
+        rt_(replay_options(g, s, options)),
         readers_(reader_counts(g)),
         value_(g.nodes.size()),
         op_(g.nodes.size()) {}
@@ -76,6 +82,12 @@ class ScheduleRun {
     }
   }
 
+  // Step `free` of an offload: the instance goes to the host; step `fetch`: it comes back.
+  void offload(int v, StaticReplayResult& r) {
+    if (rt_.offload(value_[static_cast<std::size_t>(v)])) ++r.offloads;
+  }
+  void fetch(int v) { rt_.materialize(value_[static_cast<std::size_t>(v)]); }
+
   void finish(StaticReplayResult& r, bool record_timeline) const {
     const RuntimeStats st = rt_.stats();
     r.peak_reserved_bytes = st.memory.peak_reserved;
@@ -106,12 +118,21 @@ absl::StatusOr<StaticReplayResult> static_replay(const Graph& g, const Schedule&
   const Instances instances = compute_instances(g, s.order);
   if (!instances.error.empty())
     return absl::InvalidArgumentError(absl::StrCat("schedule ", instances.error));
-  std::vector<std::vector<int>> dies_after(steps);
+  if (std::string err = check_offloads(g, s, instances); !err.empty())
+    return absl::InvalidArgumentError(absl::StrCat("schedule ", err));
+  std::vector<std::vector<int>> dies_after(steps), freed_at(steps), fetched_at(steps);
   for (std::size_t j = 0; j < steps; ++j)
     dies_after[static_cast<std::size_t>(instances.last_read[j])].push_back(static_cast<int>(j));
-  ScheduleRun run(g, options);
+  for (const Offload& o : s.offloads) {
+    freed_at[static_cast<std::size_t>(o.free)].push_back(s.order[static_cast<std::size_t>(o.step)]);
+    fetched_at[static_cast<std::size_t>(o.fetch)].push_back(
+        s.order[static_cast<std::size_t>(o.step)]);
+  }
+  ScheduleRun run(g, s, options);
   StaticReplayResult r;
   for (std::size_t j = 0; j < steps; ++j) {
+    for (int v : freed_at[j]) run.offload(v, r);
+    for (int v : fetched_at[j]) run.fetch(v);
     run.compute(s.order[j]);
     for (int i : dies_after[j])
       run.drop(s.order[static_cast<std::size_t>(i)],

@@ -158,6 +158,25 @@ void FlagSet::add_custom(const std::string& name, const std::string& value_name,
   add_flag({name, value_name, default_text, help, false, std::move(set)});
 }
 
+void FlagSet::add_host_memory(HostLink* link, std::uint64_t* bytes, const std::string& what) {
+  add_flag({"host-link", "GBPS|NAME", "pcie5",
+            "the link to host memory, as a bandwidth each way in GB/s or one of " +
+                absl::StrJoin(host_link_names(), ", ") + " (pcie5: 50 GB/s; nvlink_c2c: 450)",
+            false, [link](absl::string_view text) {
+              absl::StatusOr<HostLink> l = parse_host_link(std::string(text));
+              if (!l.ok()) return l.status();
+              *link = *l;
+              return absl::OkStatus();
+            }});
+  add_flag({"host-memory", "BYTES", "", "host memory for " + what + ", in bytes or with a unit",
+            false, [bytes](absl::string_view text) {
+              absl::StatusOr<std::uint64_t> b = parse_bytes(text);
+              if (!b.ok()) return b.status();
+              *bytes = *b;
+              return absl::OkStatus();
+            }});
+}
+
 void FlagSet::add_budget(BudgetFlags* budget, const std::string& baseline) {
   budget_ = budget;
   add_flag({"budget", "BYTES", "", "memory budget in bytes, or with a unit: 512MiB, 1.5GiB, 2GB",

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/host_link.h"
 #include "tools/cli/budget.h"
 #include "tools/cli/exit_code.h"
 
@@ -59,6 +60,9 @@ class FlagSet {
   void add_custom(const std::string& name, const std::string& value_name,
                   const std::string& default_text, const std::string& help,
                   std::function<absl::Status(absl::string_view)> set);
+  // --host-link (remat/host_link.h: a bandwidth in GB/s or a link's name) and --host-memory
+  // (bytes with a unit; none given: no limit), for what may go to host memory: `what`.
+  void add_host_memory(HostLink* link, std::uint64_t* bytes, const std::string& what);
   // --budget and --budget-fraction (budget.h); giving both is an error. `baseline` says what
   // the fraction is of.
   void add_budget(BudgetFlags* budget, const std::string& baseline);

@@ -84,11 +84,12 @@ RunRow dynamic_row(const DtrTrace& trace, const std::string& method, const std::
 // freed instead of searching. The hints keep their DTR scores for whatever the plan did not
 // foresee, so results stay exact and the budget stays a hard cap.
 
-std::vector<std::string> default_planners(std::size_t nodes) {
+std::vector<std::string> default_planners(std::size_t nodes, std::int64_t host_memory_bytes) {
   std::vector<std::string> p = {"chen", "greedy", "mincut", "rotor", "twremat"};
   if (nodes > kGreedyMaxNodes) p.erase(std::find(p.begin(), p.end(), "greedy"));
   if (nodes <= 120) p.push_back("checkmate");
   if (nodes <= 400) p.push_back("moccasin");
+  if (host_memory_bytes > 0) p.push_back("offload");
   return p;
 }
 
@@ -115,12 +116,29 @@ RunRow noremat_row(const BudgetPoint& at, std::int64_t file_peak) {
   return row;
 }
 
+// A plan's offloads. The runtime's clock counts each copy in full, where the schedule's
+// overlaps them with the steps as a copy engine would: the row's overhead is the schedule's,
+// and the note gives the replay's.
+void add_offloads(const SimResult& sim, const StaticReplayResult& replay, RunRow* row) {
+  if (sim.offloads == 0) return;
+  row->offloads = sim.offloads;
+  row->bytes_moved = sim.bytes_moved;
+  row->transfer_exposed = sim.exposed_transfer_cost;
+  row->overhead = sim.overhead;
+  row->note = absl::StrFormat(
+      "%d offloads, %d bytes moved; overhead with the copies overlapped (the runtime's replay, "
+      "copies in full: %.4f)",
+      sim.offloads, sim.bytes_moved, replay.overhead);
+}
+
 // A static planner's plan, replayed in both accountings; offered to `best` where it fits.
 RunRow static_row(const Graph& g, const std::string& algo, const BudgetPoint& at,
                   const CompareOptions& o, const std::string& name, CheapestPlan& best) {
   PlanOptions po;
   po.budget_bytes = static_cast<std::int64_t>(at.budget);
   po.time_limit_seconds = o.planner_time_limit;
+  po.host_link = o.host_link;
+  po.host_memory_bytes = o.host_memory_bytes;
   RunRow row;
   row.method = algo;
   row.kind = "static";
@@ -141,9 +159,11 @@ RunRow static_row(const Graph& g, const std::string& algo, const BudgetPoint& at
   row.predicted_peak = plan->sim.peak_bytes;
   StaticReplayOptions logical_opts;
   logical_opts.accounting = Accounting::kLogical;
+  logical_opts.host_link = o.host_link;
   absl::StatusOr<StaticReplayResult> logical = static_replay(g, plan->schedule, logical_opts);
   StaticReplayOptions alloc_opts;
   alloc_opts.record_timeline = at.timeline;
+  alloc_opts.host_link = o.host_link;
   absl::StatusOr<StaticReplayResult> alloc = static_replay(g, plan->schedule, alloc_opts);
   if (!logical.ok() || !alloc.ok()) {
     row.status = "error";
@@ -155,13 +175,15 @@ RunRow static_row(const Graph& g, const std::string& algo, const BudgetPoint& at
   row.overhead = logical->overhead;
   row.evictions = logical->evictions;
   row.recomputations = logical->recomputations;
+  add_offloads(plan->sim, *logical, &row);
   if (o.accounting == Accounting::kAllocator && row.peak_reserved > at.budget) {
     row.status = "over_budget";
     row.note = absl::StrCat("the allocator reserved ", row.peak_reserved - at.budget,
                             " bytes past the budget");
   }
   if (at.timeline) row.timeline = maybe_write_timeline(o, name, row, alloc->timeline);
-  if (row.status == "ok") best.offer(row.overhead, plan->schedule, algo);
+  // The runtime's hints do not carry offloads yet: such a plan does not seed `hinted`.
+  if (row.status == "ok" && row.offloads == 0) best.offer(row.overhead, plan->schedule, algo);
   return row;
 }
 
@@ -207,7 +229,7 @@ CompareReport run_comparison(const Graph& g, const CompareOptions& o) {
   const DtrTrace program = dtr_trace_from_graph(g);
   const std::vector<StepSite> sites = trace_sites(g);
   const std::vector<std::string> planners =
-      o.planners.empty() ? default_planners(g.nodes.size()) : o.planners;
+      o.planners.empty() ? default_planners(g.nodes.size(), o.host_memory_bytes) : o.planners;
   Seed seed;
   for (double f : o.fractions) {
     const BudgetPoint at{f, static_cast<std::size_t>(f * static_cast<double>(report.baseline_peak)),
@@ -272,6 +294,11 @@ nlohmann::json to_json(const CompareReport& r) {
                         {"evictions", row.evictions},
                         {"recomputations", row.recomputations},
                         {"decision_seconds", row.decision_seconds}};
+    if (row.offloads > 0) {
+      j["offloads"] = row.offloads;
+      j["bytes_moved"] = row.bytes_moved;
+      j["transfer_cost_exposed"] = row.transfer_exposed;
+    }
     if (row.predicted_peak >= 0) {
       j["predicted_peak_bytes"] = row.predicted_peak;
       // The replay's own peak against the planner's: zero in logical accounting when the

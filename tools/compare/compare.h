@@ -40,6 +40,10 @@ struct CompareOptions {
   // comparison sets the trace's own logical peak, so that a fraction means the same bytes
   // as in remat-replay.
   std::optional<std::int64_t> baseline_peak;
+  // Host memory for the planners (PlanOptions::host_link, host_memory_bytes); above 0, the
+  // default planners include `offload`.
+  HostLink host_link = HostLink::pcie5();
+  std::int64_t host_memory_bytes = 0;
 };
 
 struct RunRow {
@@ -56,7 +60,12 @@ struct RunRow {
   std::size_t evictions = 0;
   std::size_t recomputations = 0;
   double decision_seconds = 0;  // planner: solve time; dynamic: eviction search time
-  std::string timeline;         // path of its timeline file, if written
+  // A plan with offloads: how many, the bytes they move, and their copies' time left exposed
+  // by the schedule's clock (its `overhead` is that clock's: see static_row).
+  int offloads = 0;
+  std::int64_t bytes_moved = 0;
+  double transfer_exposed = 0;
+  std::string timeline;  // path of its timeline file, if written
 };
 
 struct CompareReport {
@@ -68,8 +77,9 @@ struct CompareReport {
 
 CompareReport run_comparison(const Graph& program, const CompareOptions& options);
 
-// The planners run_comparison uses on a graph of `nodes` nodes when none are named.
-std::vector<std::string> default_planners(std::size_t nodes);
+// The planners run_comparison uses on a graph of `nodes` nodes when none are named (with host
+// memory, `offload` too).
+std::vector<std::string> default_planners(std::size_t nodes, std::int64_t host_memory_bytes = 0);
 
 std::string format_table(const CompareReport& report);
 nlohmann::json to_json(const CompareReport& report);

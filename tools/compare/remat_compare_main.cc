@@ -71,6 +71,7 @@ struct Flags {
   std::string input, example, out_dir = "compare-out", timelines = "0.5", graph_out;
   std::string hold = "auto";
   bool json = false;
+  std::uint64_t host_memory = 0;
 };
 
 void declare_flags(remat::cli::FlagSet& flags, Flags& f, remat::compare::CompareOptions& opt) {
@@ -106,6 +107,8 @@ void declare_flags(remat::cli::FlagSet& flags, Flags& f, remat::compare::Compare
                      return absl::OkStatus();
                    });
   flags.add("time-limit", &opt.planner_time_limit, "seconds each planner may take", 0.001);
+  flags.add_host_memory(&opt.host_link, &f.host_memory,
+                        "planner offload's plans (none given: none, and offload is not run)");
   flags.add("out", &f.out_dir, "directory for the plot, the JSON and the timelines");
   flags.add("timelines", &f.timelines,
             "write memory timeline files of the runs at this fraction, or all, or none");
@@ -170,6 +173,8 @@ int main(int argc, char** argv) try {
     opt.timeline_fraction = *x;
   }
   if (f.timelines != "none") opt.timeline_dir = f.out_dir;
+  opt.host_memory_bytes =
+      static_cast<std::int64_t>(std::min<std::uint64_t>(f.host_memory, INT64_MAX));
 
   absl::StatusOr<remat::Graph> graph = load_program(f.input, model.get(), opt);
   if (!graph.ok()) return fail(graph.status().message());

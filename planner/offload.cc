@@ -1,0 +1,248 @@
+// Planner "offload": keep, recompute or copy to host memory.
+//
+// Note [Replacing recomputations by offloads]
+// A recompute-only plan that fits the budget is the start (`best`'s). Each of its
+// recomputations of a node v is a candidate, the most expensive first: remove the step,
+// and the recomputations that only fed it (read_instances), so that v's earlier instance
+// serves the removed one's reads. That instance now lives longer; where the steps between
+// its last read and the next one leave room, it waits in host memory in between
+// (Note [Offloads in a schedule] in runtime/ir/offloads.cc). Its copies are placed by the
+// schedule's clock: the fetch moves earlier, step by step, until the copy back has the time
+// of the steps before the read to run in, and the free moves later until the copy out has
+// ended, each only while the bytes it keeps on the device fit the budget. Where no gap is
+// left the instance simply stays. The simulator judges the result: it is kept when it
+// fits the budget and the host memory, and costs less, copies' waits included. So the plan
+// is never worse than the one it started from, and each kept change is strictly cheaper.
+#include <absl/strings/str_cat.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+
+#include "internal.h"
+#include "nlohmann/json.hpp"
+#include "remat/schedule.h"
+#include "runtime/ir/instances.h"
+#include "runtime/ir/offloads.h"
+
+namespace remat::detail {
+namespace {
+
+using std::size_t;
+
+// A schedule being improved; ids[j] names step j by its position in the starting order.
+struct Working {
+  std::vector<int> order;
+  std::vector<int> ids;
+  std::vector<Offload> offloads;
+};
+
+Schedule schedule_of(const Graph& g, const Working& w) {
+  Schedule s{g.name, w.order};
+  s.offloads = w.offloads;
+  return s;
+}
+
+// The steps kept[j] of `w`, and its offloads with their steps renumbered: a free or fetch
+// moves to the next step kept. An offload whose instance goes, or whose gap closes, goes.
+Working keep_steps(const Working& w, const std::vector<char>& kept) {
+  std::vector<int> index(w.order.size() + 1, 0);  // new index of the first kept step >= j
+  Working out;
+  for (size_t j = 0; j < w.order.size(); ++j) {
+    index[j] = static_cast<int>(out.order.size());
+    if (!kept[j]) continue;
+    out.order.push_back(w.order[j]);
+    out.ids.push_back(w.ids[j]);
+  }
+  index[w.order.size()] = static_cast<int>(out.order.size());
+  for (const Offload& o : w.offloads) {
+    if (!kept[static_cast<size_t>(o.step)]) continue;
+    const Offload moved{index[static_cast<size_t>(o.step)], index[static_cast<size_t>(o.free)],
+                        index[static_cast<size_t>(o.fetch)]};
+    if (moved.free < moved.fetch) out.offloads.push_back(moved);
+  }
+  return out;
+}
+
+// The instance made at step i and the steps that read it, in order.
+std::vector<int> touches_of(const Graph& g, const std::vector<int>& order, int i) {
+  std::vector<int> touches = {i};
+  const int v = order[static_cast<size_t>(i)];
+  for (size_t j = static_cast<size_t>(i) + 1; j < order.size(); ++j) {
+    const std::vector<int>& in = g.nodes[static_cast<size_t>(order[j])].inputs;
+    if (std::find(in.begin(), in.end(), v) != in.end()) touches.push_back(static_cast<int>(j));
+    if (order[j] == v) break;  // a newer instance serves the reads after it
+  }
+  return touches;
+}
+
+class OffloadPass {
+ public:
+  OffloadPass(const Graph& g, const PlanOptions& opt, const Deadline& deadline)
+      : g_(g), opt_(opt), deadline_(deadline) {}
+
+  // Rounds over the recomputations left until one changes nothing (or time runs out).
+  Working run(Working w) {
+    current_ = simulate(g_, schedule_of(g_, w), opt_.budget_bytes, opt_.host_link);
+    if (!current_.valid) return w;
+    for (bool changed = true; changed && !deadline_.expired();) {
+      changed = false;
+      for (int id : candidates(w)) {
+        if (deadline_.expired()) break;
+        const auto at = std::find(w.ids.begin(), w.ids.end(), id);
+        if (at == w.ids.end()) continue;  // pruned with an earlier replacement
+        changed |= try_replace(&w, static_cast<int>(at - w.ids.begin()));
+      }
+    }
+    return w;
+  }
+
+ private:
+  // The recomputations of `w`, by their ids, the most expensive node first.
+  std::vector<int> candidates(const Working& w) const {
+    std::vector<char> seen(static_cast<size_t>(g_.size()), 0);
+    std::vector<int> steps;
+    for (size_t j = 0; j < w.order.size(); ++j)
+      if (seen[static_cast<size_t>(w.order[j])]++) steps.push_back(static_cast<int>(j));
+    std::stable_sort(steps.begin(), steps.end(),
+                     [&](int a, int b) { return cost_of(w, a) > cost_of(w, b); });
+    std::vector<int> ids;
+    for (int j : steps) ids.push_back(w.ids[static_cast<size_t>(j)]);
+    return ids;
+  }
+  double cost_of(const Working& w, int j) const {
+    return g_.nodes[static_cast<size_t>(w.order[static_cast<size_t>(j)])].cost;
+  }
+
+  // Removes the recomputation at step r and keeps its earlier instance instead, resident or
+  // in host memory across the gap it leaves, whichever is cheaper; keeps the result where it
+  // is cheaper than `w` (Note [Replacing recomputations by offloads]).
+  bool try_replace(Working* w, int r) {
+    const int v = w->order[static_cast<size_t>(r)];
+    int earlier = r - 1;
+    while (earlier >= 0 && w->order[static_cast<size_t>(earlier)] != v) --earlier;
+    for (const Offload& o : w->offloads)
+      if (o.step == earlier || o.step == r) return false;  // one offload an instance
+    std::vector<char> kept(w->order.size(), 1);
+    kept[static_cast<size_t>(r)] = 0;
+    Working removed = keep_steps(*w, kept);
+    Working resident = keep_steps(removed, read_instances(g_, removed.order));
+    const auto index_of = [&](int id) {
+      return static_cast<int>(std::lower_bound(resident.ids.begin(), resident.ids.end(), id) -
+                              resident.ids.begin());
+    };
+    const int instance = index_of(w->ids[static_cast<size_t>(earlier)]);
+    const int gap_end = index_of(w->ids[static_cast<size_t>(r)]);
+    bool changed = consider(resident, w);
+    if (opt_.host_memory_bytes > 0) {
+      Working offloaded = resident;
+      if (add_offload(&offloaded, instance, gap_end)) changed |= consider(offloaded, w);
+    }
+    return changed;
+  }
+
+  // Takes `candidate` where it fits both memories and costs less than the plan so far.
+  bool consider(const Working& candidate, Working* w) {
+    const SimResult r = simulate(g_, schedule_of(g_, candidate), opt_.budget_bytes, opt_.host_link);
+    if (!r.valid || r.host_peak_bytes > opt_.host_memory_bytes ||
+        r.cost >= current_.cost - 1e-9 * std::max(1.0, current_.cost))
+      return false;
+    *w = candidate;
+    current_ = r;
+    return true;
+  }
+
+  // Offloads the instance made at step i across the gap before the first read at or after
+  // step gap_end, where there is one, with its copies placed by the clock. Returns whether
+  // it did.
+  bool add_offload(Working* w, int i, int gap_end) {
+    const std::vector<int> touches = touches_of(g_, w->order, i);
+    const auto next = std::lower_bound(touches.begin(), touches.end(), gap_end);
+    if (next == touches.end() || next == touches.begin()) return false;
+    const int read = *next, before = *(next - 1);
+    if (read - before < 2) return false;  // no step between
+    w->offloads.push_back({i, before + 1, read});
+    return place_copies(w, w->offloads.size() - 1);
+  }
+
+  // Moves offload k's fetch earlier and its free later (Note [Replacing recomputations by
+  // offloads]); drops it, returning false, where no gap is left between them.
+  bool place_copies(Working* w, size_t k) {
+    const Schedule s = schedule_of(g_, *w);
+    std::vector<int64_t> mem = memory_profile(g_, s.order);
+    if (mem.empty()) return false;
+    apply_offloads(g_, s, &mem);
+    const ScheduleTiming t = time_schedule(g_, s, opt_.host_link);
+    Offload& o = w->offloads[k];
+    const int64_t bytes =
+        g_.nodes[static_cast<size_t>(w->order[static_cast<size_t>(o.step)])].bytes;
+    const int64_t budget = opt_.budget_bytes.value_or(kNoBudget);
+    auto fits = [&](int step) { return mem[static_cast<size_t>(step)] + bytes <= budget; };
+    auto arrival = [&](int step) {  // when the compute stream reaches `step`, before waiting
+      return t.start[static_cast<size_t>(step - 1)] + cost_of(*w, step - 1);
+    };
+    const double price = opt_.host_link.price(static_cast<size_t>(bytes));
+    const int read = o.fetch;
+    while (o.fetch - 1 > o.free && arrival(read) - arrival(o.fetch) < price && fits(o.fetch - 1))
+      --o.fetch;
+    while (o.free < o.fetch && arrival(o.free) < t.out_done[k] && fits(o.free)) ++o.free;
+    if (o.free < o.fetch) return true;
+    w->offloads.erase(w->offloads.begin() + static_cast<long>(k));
+    return false;
+  }
+
+  const Graph& g_;
+  const PlanOptions& opt_;
+  const Deadline& deadline_;
+  SimResult current_;
+};
+
+}  // namespace
+
+OffloadedOrder add_offloads(const Graph& g, OffloadedOrder start, const PlanOptions& opt,
+                            const Deadline& deadline) {
+  Working w{std::move(start.order), {}, std::move(start.offloads)};
+  w.ids.resize(w.order.size());
+  std::iota(w.ids.begin(), w.ids.end(), 0);
+  Working done = OffloadPass(g, opt, deadline).run(std::move(w));
+  return {std::move(done.order), std::move(done.offloads)};
+}
+
+// Note [Offload against recompute-only]
+// The same pass with no host memory only keeps instead of recomputing: a recompute-only plan
+// from the same start and the same search. Both are made here, and the offload plan is the
+// cheaper of the two, so that it is never worse than the recompute-only plan of equal effort
+// (`best` runs until its deadline, so two separate runs of it differ by what the time
+// allowed); `details` reports both.
+absl::StatusOr<RawPlan> plan_offload(const Graph& g, const PlanOptions& opt) {
+  const Deadline deadline(opt);
+  PlanOptions first = opt;
+  first.time_limit_seconds = std::max(0.0, deadline.left()) * 0.9;
+  absl::StatusOr<Plan> base = run_planner("best", g, first);
+  if (!base.ok()) return base.status();
+  RawPlan raw;
+  if (!base->feasible) {
+    raw.note = base->reason;
+    return raw;
+  }
+  PlanOptions no_host = opt;
+  no_host.host_memory_bytes = 0;
+  const Deadline half(std::max(0.0, deadline.left()) / 2);
+  const OffloadedOrder kept = add_offloads(g, {base->schedule.order, {}}, no_host, half);
+  const OffloadedOrder moved = add_offloads(g, {base->schedule.order, {}}, opt, deadline);
+  const SimResult kept_sim = simulate(g, Schedule{g.name, kept.order}, opt.budget_bytes);
+  Schedule s{g.name, moved.order};
+  s.offloads = moved.offloads;
+  const SimResult moved_sim = simulate(g, s, opt.budget_bytes, opt.host_link);
+  const bool offload_wins = moved_sim.valid && moved_sim.cost < kept_sim.cost;
+  raw.order = offload_wins ? moved.order : kept.order;
+  if (offload_wins) raw.offloads = moved.offloads;
+  raw.note = absl::StrCat(base->reason, "; ", raw.offloads.size(), " offloads");
+  raw.details = nlohmann::json{{"start_cost", base->sim.cost},
+                               {"recompute_only_cost", kept_sim.cost},
+                               {"recompute_only_recomputations", kept_sim.recomputations}}
+                    .dump();
+  return raw;
+}
+
+}  // namespace remat::detail
