@@ -125,6 +125,40 @@ TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
               lowest_ok, evicting_runs);
 }
 
+// With host memory (issue 33's acceptance): at half and a third of the unconstrained bytes,
+// victims and, where nothing else frees room, constants go to host memory and come back
+// bit for bit. The link is next to free, so that most victims move rather than recompute.
+TEST_P(ExampleTest, WithHostMemoryHalfAndAThirdMatchTheUnconstrainedRunBitwise) {
+  const Case& c = GetParam();
+  std::unique_ptr<Model> model = c.make();
+  TrainConfig config;
+  config.steps = c.steps;
+  config.driver.runtime.seed = 7;
+  config.driver.runtime.measure_costs = false;
+  const TrainResult base = train(*model, config);
+  ASSERT_EQ(base.status, "ok") << base.error;
+  config.driver.runtime.clock_limit = 3 * base.stats.base_cost;
+  config.driver.runtime.host_memory_bytes = base.peak_allocated;
+  config.driver.runtime.host_link = HostLink{1e6, 0.0};
+  std::size_t offloads = 0;
+  for (double fraction : {0.5, 0.3}) {
+    SCOPED_TRACE(c.name + " at " + std::to_string(fraction));
+    TrainConfig run = config;
+    run.driver.runtime.budget =
+        static_cast<std::size_t>(fraction * static_cast<double>(base.peak_allocated));
+    const TrainResult r = train(*model, run);
+    ASSERT_EQ(r.status, "ok") << r.error;
+    EXPECT_LE(r.peak_reserved, run.driver.runtime.budget) << "the budget is a hard cap";
+    EXPECT_LE(r.stats.peak_offloaded_bytes, run.driver.runtime.host_memory_bytes);
+    EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
+    ASSERT_EQ(r.final_state.size(), base.final_state.size());
+    for (std::size_t i = 0; i < r.final_state.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+    offloads += r.stats.offloads;
+  }
+  EXPECT_GT(offloads, 0u) << "nothing went to host memory";
+}
+
 INSTANTIATE_TEST_SUITE_P(Examples, ExampleTest, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 

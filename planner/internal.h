@@ -111,6 +111,19 @@ struct OffloadedOrder {
 };
 OffloadedOrder add_offloads(const Graph& g, OffloadedOrder start, const PlanOptions& opt,
                             const Deadline& deadline);
+// Brings the peak of a valid `start` within opt's budget by sending instances resident
+// across the peak to host memory, largest first (planner/offload_fit.cc); nothing where it
+// cannot.
+std::optional<OffloadedOrder> fit_by_offloads(const Graph& g, OffloadedOrder start,
+                                              const PlanOptions& opt, const Deadline& deadline);
+// The instance made at step i of `order` and the steps that read it, in order.
+std::vector<int> touches_of(const Graph& g, const std::vector<int>& order, int i);
+// Moves offloads[k]'s fetch earlier until its copy back has the steps before the read to
+// run in, and its free later until its copy out has ended, each only while the bytes fit
+// the budget (Note [Replacing recomputations by offloads]). Drops it, returning false,
+// where no gap is left.
+bool place_copies(const Graph& g, const PlanOptions& opt, const std::vector<int>& order,
+                  std::vector<Offload>* offloads, std::size_t k);
 
 // Checkmate with Rockmate's second budget: at most max_bytes of the nodes below `boundary`
 // resident on entry to stage `boundary` (a block's forward values kept for its backward).

@@ -64,18 +64,6 @@ Working keep_steps(const Working& w, const std::vector<char>& kept) {
   return out;
 }
 
-// The instance made at step i and the steps that read it, in order.
-std::vector<int> touches_of(const Graph& g, const std::vector<int>& order, int i) {
-  std::vector<int> touches = {i};
-  const int v = order[static_cast<size_t>(i)];
-  for (size_t j = static_cast<size_t>(i) + 1; j < order.size(); ++j) {
-    const std::vector<int>& in = g.nodes[static_cast<size_t>(order[j])].inputs;
-    if (std::find(in.begin(), in.end(), v) != in.end()) touches.push_back(static_cast<int>(j));
-    if (order[j] == v) break;  // a newer instance serves the reads after it
-  }
-  return touches;
-}
-
 class OffloadPass {
  public:
   OffloadPass(const Graph& g, const PlanOptions& opt, const Deadline& deadline)
@@ -162,33 +150,7 @@ class OffloadPass {
     const int read = *next, before = *(next - 1);
     if (read - before < 2) return false;  // no step between
     w->offloads.push_back({i, before + 1, read});
-    return place_copies(w, w->offloads.size() - 1);
-  }
-
-  // Moves offload k's fetch earlier and its free later (Note [Replacing recomputations by
-  // offloads]); drops it, returning false, where no gap is left between them.
-  bool place_copies(Working* w, size_t k) {
-    const Schedule s = schedule_of(g_, *w);
-    std::vector<int64_t> mem = memory_profile(g_, s.order);
-    if (mem.empty()) return false;
-    apply_offloads(g_, s, &mem);
-    const ScheduleTiming t = time_schedule(g_, s, opt_.host_link);
-    Offload& o = w->offloads[k];
-    const int64_t bytes =
-        g_.nodes[static_cast<size_t>(w->order[static_cast<size_t>(o.step)])].bytes;
-    const int64_t budget = opt_.budget_bytes.value_or(kNoBudget);
-    auto fits = [&](int step) { return mem[static_cast<size_t>(step)] + bytes <= budget; };
-    auto arrival = [&](int step) {  // when the compute stream reaches `step`, before waiting
-      return t.start[static_cast<size_t>(step - 1)] + cost_of(*w, step - 1);
-    };
-    const double price = opt_.host_link.price(static_cast<size_t>(bytes));
-    const int read = o.fetch;
-    while (o.fetch - 1 > o.free && arrival(read) - arrival(o.fetch) < price && fits(o.fetch - 1))
-      --o.fetch;
-    while (o.free < o.fetch && arrival(o.free) < t.out_done[k] && fits(o.free)) ++o.free;
-    if (o.free < o.fetch) return true;
-    w->offloads.erase(w->offloads.begin() + static_cast<long>(k));
-    return false;
+    return place_copies(g_, opt_, w->order, &w->offloads, w->offloads.size() - 1);
   }
 
   const Graph& g_;
@@ -198,6 +160,43 @@ class OffloadPass {
 };
 
 }  // namespace
+
+std::vector<int> touches_of(const Graph& g, const std::vector<int>& order, int i) {
+  std::vector<int> touches = {i};
+  const int v = order[static_cast<size_t>(i)];
+  for (size_t j = static_cast<size_t>(i) + 1; j < order.size(); ++j) {
+    const std::vector<int>& in = g.nodes[static_cast<size_t>(order[j])].inputs;
+    if (std::find(in.begin(), in.end(), v) != in.end()) touches.push_back(static_cast<int>(j));
+    if (order[j] == v) break;  // a newer instance serves the reads after it
+  }
+  return touches;
+}
+
+bool place_copies(const Graph& g, const PlanOptions& opt, const std::vector<int>& order,
+                  std::vector<Offload>* offloads, size_t k) {
+  Schedule s{g.name, order};
+  s.offloads = *offloads;
+  std::vector<int64_t> mem = memory_profile(g, s.order);
+  if (mem.empty()) return false;
+  apply_offloads(g, s, &mem);
+  const ScheduleTiming t = time_schedule(g, s, opt.host_link);
+  Offload& o = (*offloads)[k];
+  const int64_t bytes = g.nodes[static_cast<size_t>(order[static_cast<size_t>(o.step)])].bytes;
+  const int64_t budget = opt.budget_bytes.value_or(kNoBudget);
+  auto fits = [&](int step) { return mem[static_cast<size_t>(step)] + bytes <= budget; };
+  auto arrival = [&](int step) {  // when the compute stream reaches `step`, before waiting
+    return t.start[static_cast<size_t>(step - 1)] +
+           g.nodes[static_cast<size_t>(order[static_cast<size_t>(step - 1)])].cost;
+  };
+  const double price = opt.host_link.price(static_cast<size_t>(bytes));
+  const int read = o.fetch;
+  while (o.fetch - 1 > o.free && arrival(read) - arrival(o.fetch) < price && fits(o.fetch - 1))
+    --o.fetch;
+  while (o.free < o.fetch && arrival(o.free) < t.out_done[k] && fits(o.free)) ++o.free;
+  if (o.free < o.fetch) return true;
+  offloads->erase(offloads->begin() + static_cast<long>(k));
+  return false;
+}
 
 OffloadedOrder add_offloads(const Graph& g, OffloadedOrder start, const PlanOptions& opt,
                             const Deadline& deadline) {
@@ -209,40 +208,103 @@ OffloadedOrder add_offloads(const Graph& g, OffloadedOrder start, const PlanOpti
 }
 
 // Note [Offload against recompute-only]
-// The same pass with no host memory only keeps instead of recomputing: a recompute-only plan
-// from the same start and the same search. Both are made here, and the offload plan is the
-// cheaper of the two, so that it is never worse than the recompute-only plan of equal effort
+// The replacement pass with no host memory only keeps instead of recomputing: a
+// recompute-only plan from the same start and the same search. Both are made here from
+// `best`'s plan, and the offload plan is the cheapest of: that plan with offloads, file order
+// fitted by offloads (Note [Fitting by offloads]), and where `best` met no plan, `best`'s plan
+// for a looser budget fitted; never dearer than the recompute-only plan of equal effort
 // (`best` runs until its deadline, so two separate runs of it differ by what the time
-// allowed); `details` reports both.
-absl::StatusOr<RawPlan> plan_offload(const Graph& g, const PlanOptions& opt) {
-  const Deadline deadline(opt);
-  PlanOptions first = opt;
-  first.time_limit_seconds = std::max(0.0, deadline.left()) * 0.9;
-  absl::StatusOr<Plan> base = run_planner("best", g, first);
-  if (!base.ok()) return base.status();
-  RawPlan raw;
-  if (!base->feasible) {
-    raw.note = base->reason;
+// allowed). `details` reports both.
+namespace {
+
+class OffloadSearch {
+ public:
+  OffloadSearch(const Graph& g, const PlanOptions& opt) : g_(g), opt_(opt), deadline_(opt) {}
+
+  absl::StatusOr<RawPlan> run() {
+    absl::StatusOr<Plan> base = best_for(opt_.budget_bytes, 0.6);
+    if (!base.ok()) return base.status();
+    if (base->feasible) {
+      PlanOptions no_host = opt_;
+      no_host.host_memory_bytes = 0;
+      kept_ = add_offloads(g_, {base->schedule.order, {}}, no_host, share(0.25));
+      kept_sim_ = simulate(g_, Schedule{g_.name, kept_.order}, opt_.budget_bytes);
+      consider(kept_, "recompute-only");
+      consider(add_offloads(g_, {base->schedule.order, {}}, opt_, share(0.33)), "best");
+    }
+    std::vector<int> file(static_cast<size_t>(g_.size()));
+    std::iota(file.begin(), file.end(), 0);
+    fit_and_consider(file, "file order", share(0.5));
+    if (!base->feasible && opt_.budget_bytes) {
+      absl::StatusOr<Plan> looser =
+          best_for(std::min(file_order_peak(g_), *opt_.budget_bytes * 3 / 2), 0.5);
+      if (looser.ok() && looser->feasible)
+        fit_and_consider(looser->schedule.order, "best at 1.5x the budget", deadline_);
+    }
+    return result(*base);
+  }
+
+ private:
+  Deadline share(double fraction) const {
+    return Deadline(std::max(0.0, deadline_.left()) * fraction);
+  }
+
+  absl::StatusOr<Plan> best_for(std::optional<int64_t> budget, double fraction) const {
+    PlanOptions o = opt_;
+    o.budget_bytes = budget;
+    o.time_limit_seconds = std::max(0.0, deadline_.left()) * fraction;
+    return run_planner("best", g_, o);
+  }
+
+  void fit_and_consider(const std::vector<int>& order, const char* from, const Deadline& d) {
+    std::optional<OffloadedOrder> fitted = fit_by_offloads(g_, {order, {}}, opt_, d);
+    if (fitted) consider(add_offloads(g_, *std::move(fitted), opt_, d), from);
+  }
+
+  void consider(OffloadedOrder w, const char* from) {
+    Schedule s{g_.name, w.order};
+    s.offloads = w.offloads;
+    const SimResult r = simulate(g_, s, opt_.budget_bytes, opt_.host_link);
+    if (!r.valid || r.host_peak_bytes > opt_.host_memory_bytes) return;
+    if (have_ && r.cost >= best_sim_.cost) return;
+    best_ = std::move(w);
+    best_sim_ = r;
+    from_ = from;
+    have_ = true;
+  }
+
+  RawPlan result(const Plan& base) {
+    RawPlan raw;
+    if (!have_) {
+      raw.note = base.feasible ? "no plan fits" : base.reason + "; nor by offloads";
+      return raw;
+    }
+    raw.order = std::move(best_.order);
+    raw.offloads = std::move(best_.offloads);
+    raw.note = absl::StrCat("from ", from_, ", ", raw.offloads.size(), " offloads");
+    nlohmann::json d = {{"from", from_}};
+    if (base.feasible) {
+      d["start_cost"] = base.sim.cost;
+      d["recompute_only_cost"] = kept_sim_.cost;
+      d["recompute_only_recomputations"] = kept_sim_.recomputations;
+    }
+    raw.details = d.dump();
     return raw;
   }
-  PlanOptions no_host = opt;
-  no_host.host_memory_bytes = 0;
-  const Deadline half(std::max(0.0, deadline.left()) / 2);
-  const OffloadedOrder kept = add_offloads(g, {base->schedule.order, {}}, no_host, half);
-  const OffloadedOrder moved = add_offloads(g, {base->schedule.order, {}}, opt, deadline);
-  const SimResult kept_sim = simulate(g, Schedule{g.name, kept.order}, opt.budget_bytes);
-  Schedule s{g.name, moved.order};
-  s.offloads = moved.offloads;
-  const SimResult moved_sim = simulate(g, s, opt.budget_bytes, opt.host_link);
-  const bool offload_wins = moved_sim.valid && moved_sim.cost < kept_sim.cost;
-  raw.order = offload_wins ? moved.order : kept.order;
-  if (offload_wins) raw.offloads = moved.offloads;
-  raw.note = absl::StrCat(base->reason, "; ", raw.offloads.size(), " offloads");
-  raw.details = nlohmann::json{{"start_cost", base->sim.cost},
-                               {"recompute_only_cost", kept_sim.cost},
-                               {"recompute_only_recomputations", kept_sim.recomputations}}
-                    .dump();
-  return raw;
+
+  const Graph& g_;
+  const PlanOptions& opt_;
+  const Deadline deadline_;
+  OffloadedOrder kept_, best_;
+  SimResult kept_sim_, best_sim_;
+  std::string from_;
+  bool have_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<RawPlan> plan_offload(const Graph& g, const PlanOptions& opt) {
+  return OffloadSearch(g, opt).run();
 }
 
 }  // namespace remat::detail

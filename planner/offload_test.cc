@@ -1,11 +1,14 @@
 // Planner "offload" and its pass: never worse than the plan it starts from, within the
 // device budget and the host memory, with copies the simulator accepts.
+#include <absl/strings/str_cat.h>
+
 #include <random>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "internal.h"
+#include "nlohmann/json.hpp"
 #include "remat/planner.h"
 #include "remat/schedule.h"
 #include "tests/support/test_graphs.h"
@@ -66,6 +69,47 @@ TEST(OffloadPlanner, AnImpossibleBudgetSaysWhy) {
   EXPECT_THAT(p->reason, ::testing::HasSubstr("below what any schedule needs"));
 }
 
+// An input (100 bytes) read first and last around a chain of 10-byte values: recomputation
+// cannot free an input, so 111 bytes (the last node with its inputs) fits only with the
+// input in host memory across the chain.
+Graph input_around_a_chain() {
+  Graph g;
+  g.name = "input_around_a_chain";
+  const std::vector<std::vector<int>> inputs = {{}, {0}, {1}, {2}, {3, 0}};
+  const int64_t bytes[] = {100, 10, 10, 10, 1};
+  for (int v = 0; v < 5; ++v) {
+    Node n;
+    n.id = v;
+    n.name = absl::StrCat("n", v);
+    n.kind = v == 0 ? NodeKind::kInput : NodeKind::kCompute;
+    n.bytes = bytes[v];
+    n.cost = v == 0 ? 0 : 1000;
+    n.inputs = inputs[static_cast<size_t>(v)];
+    g.nodes.push_back(n);
+  }
+  return g;
+}
+
+TEST(OffloadPlanner, HostMemoryFitsWhatRecomputationCannot) {
+  const Graph g = input_around_a_chain();
+  PlanOptions o = options(111, kFastLink);
+  o.time_limit_seconds = 0.5;
+  absl::StatusOr<Plan> recompute_only = run_planner("best", g, o);
+  ASSERT_TRUE(recompute_only.ok()) << recompute_only.status();
+  EXPECT_FALSE(recompute_only->feasible);
+  absl::StatusOr<Plan> p = run_planner("offload", g, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->feasible) << p->reason;
+  EXPECT_EQ(p->sim.offloads, 1);
+  EXPECT_EQ(p->sim.host_peak_bytes, 100);
+  EXPECT_LE(p->sim.peak_bytes, 111);
+  // Less host memory than the input: recomputation is all there is, and it cannot.
+  o.host_memory_bytes = 99;
+  p = run_planner("offload", g, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->feasible);
+}
+
 // Random training graphs at random budgets and links: the pass keeps the plan valid,
 // within both memories, and never dearer than where it started.
 TEST(OffloadPlannerProperty, ThePassNeverMakesAPlanWorse) {
@@ -96,6 +140,41 @@ TEST(OffloadPlannerProperty, ThePassNeverMakesAPlanWorse) {
   }
   EXPECT_GT(tried, 20);
   EXPECT_GT(improved, 0);  // the pass finds something on some of them
+}
+
+}  // namespace
+}  // namespace remat
+
+namespace remat {
+namespace {
+
+// The planner on random training graphs: a plan it calls feasible fits both memories, and it
+// is never dearer than the recompute-only plan of the same search.
+TEST(OffloadPlannerProperty, NeverDearerThanRecomputeOnly) {
+  int fitted_below_recompute_only = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    const Graph g = testing::random_training_graph(14 + static_cast<int>(seed % 20), seed);
+    const int64_t budget = file_order_peak(g) * (30 + static_cast<int64_t>(rng() % 60)) / 100;
+    const HostLink link{0.1 + static_cast<double>(rng() % 500) / 100.0, 0.0};
+    const int64_t host = rng() % 3 == 0 ? static_cast<int64_t>(rng() % 8) : INT64_MAX;
+    PlanOptions o = options(budget, link, host);
+    o.time_limit_seconds = 0.2;
+    absl::StatusOr<Plan> p = run_planner("offload", g, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    if (!p->feasible) continue;
+    const SimResult r = simulate(g, p->schedule, budget, link);
+    ASSERT_TRUE(r.valid) << r.error;
+    EXPECT_LE(r.host_peak_bytes, host);
+    const nlohmann::json d = nlohmann::json::parse(p->details);
+    if (d.contains("recompute_only_cost")) {
+      EXPECT_LE(r.cost, d["recompute_only_cost"].get<double>() + 1e-9);
+    } else {
+      ++fitted_below_recompute_only;
+    }
+  }
+  RecordProperty("fitted_below_recompute_only", fitted_below_recompute_only);
 }
 
 }  // namespace

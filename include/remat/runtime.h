@@ -177,12 +177,14 @@ struct RuntimeStats {
   std::size_t resident_bytes = 0;  // bytes of resident storages
   std::size_t peak_resident_bytes = 0;
   // The host tier (Runtime::offload): storages moved to host memory, storages brought back,
-  // the bytes on the host now and at most, and the simulated time the transfers took.
+  // the bytes on the host now and at most, the simulated time the copies took on their
+  // engines, and how long the clock waited for them (Note [Copies beside the kernels]).
   std::size_t offloads = 0;
   std::size_t restores = 0;
   std::size_t offloaded_bytes = 0;
   std::size_t peak_offloaded_bytes = 0;
   double transfer_cost = 0;
+  double transfer_exposed = 0;
   CudaStartup cuda;
   // Recomputed cost over base cost.
   double compute_overhead() const { return base_cost > 0 ? recompute_cost / base_cost : 0.0; }
@@ -320,6 +322,14 @@ class Runtime {
   // recomputing it (Note [Keep, recompute or offload]).
   bool offload(const Tensor& t);
   bool offloaded(const Tensor& t) const;  // its bytes are on the host now
+  // Starts copying a resident tensor's bytes to the host while it stays resident, so that a
+  // later offload() need only wait for what is left of the copy (the same conditions as
+  // offload(); false where it may not, or a copy exists). And starts copying an offloaded
+  // tensor back, its device memory taken now and its first use waiting for the copy: the
+  // copies run beside the kernels (Note [Copies beside the kernels] in
+  // runtime/core/host_tier.cc). On CUDA they are still synchronous.
+  bool copy_to_host(const Tensor& t);
+  bool prefetch(const Tensor& t);
 
   // A training step: ops are numbered from here (their position), hints apply by position,
   // and the step may be recorded. Steps do not nest; begin_step() ends an unfinished one.

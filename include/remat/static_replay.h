@@ -48,10 +48,11 @@ struct StaticReplayResult {
 // released (none does), as docs/formats.md's accounting frees it. Each node is its own tensor
 // (views counted at full size, group members computed one by one), as simulate() counts
 // them. Inputs are made by ops of no inputs rather than as pinned constants, so that they too
-// are freed after their last read. An offload's instance goes to host memory (Runtime::offload)
-// before its `free` step and comes back before its `fetch` step; the runtime's clock counts
-// each copy in full, where simulate() overlaps them with the steps. An invalid schedule is an
-// error naming the step and the node.
+// are freed after their last read. An offload's instance is copied to the host after the
+// step that makes it (Runtime::copy_to_host), leaves the device before its `free` step
+// (offload) and is copied back from its `fetch` step (prefetch), on the runtime's copy engines
+// as simulate() runs them, so the replay costs what the schedule does. An invalid schedule is
+// an error naming the step and the node.
 absl::StatusOr<StaticReplayResult> static_replay(const Graph& graph, const Schedule& schedule,
                                                  const StaticReplayOptions& options = {});
 

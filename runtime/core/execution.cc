@@ -71,6 +71,7 @@ void RuntimeImpl::run_frames(Id root_op, bool recompute) {
       // An input's last use is when the op reads it, at its start; stamped at the op's end
       // instead, a cheap input would look as fresh as the op's outputs however long the op
       // ran, and be kept over older-but-dearer storages.
+      for (Id s : f.locked) wait_ready(s);  // Note [Copies beside the kernels]
       for (Id s : f.locked) storages[s].last_access = clock;
       execute(f.op, f.recompute, waiting);
       unlock_frame(stack.back());

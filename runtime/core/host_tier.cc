@@ -18,16 +18,15 @@ namespace remat::detail {
 // back into a block of its own, as new_constant would have made it (not part of a placed
 // sequence), before anything reads it. And where a request finds nothing left to evict and
 // no block to move, the constant read longest ago goes to the host instead of the request
-// failing (offload_coldest). Each transfer costs HostLink::price of simulated
-// time, counted apart from the ops' costs (RuntimeStats::transfer_cost). The host memory is
+// failing (offload_coldest). Each transfer costs HostLink::price of simulated time on a copy
+// engine beside the kernels (Note [Copies beside the kernels]). The host memory is
 // bounded (RuntimeOptions::host_memory_bytes): an offload that does not fit is refused and
 // the constant stays. Storages with lineage go there too where that is the cheaper way back
-// (Note [Keep, recompute or offload]). Transfers here are synchronous copies (memcpy on the
-// CPU, staged on CUDA); a copy stream that hides them behind kernels and a pinned host pool
-// come next (issue 33).
-void HostTier::put(Id s, std::size_t size, std::vector<unsigned char> bytes) {
+// (Note [Keep, recompute or offload]). The bytes are copied synchronously (memcpy on the
+// CPU, staged on CUDA); a CUDA copy stream and a pinned host pool come next (issue 33).
+void HostTier::put(Id s, std::size_t size, std::vector<unsigned char> bytes, double copied_at) {
   if (!has_room(size)) throw std::logic_error("remat: host tier over its capacity");
-  entries_[s] = Entry{size, std::move(bytes)};
+  entries_[s] = Entry{size, std::move(bytes), copied_at};
   used_ += size;
   peak_ = std::max(peak_, used_);
 }
@@ -55,15 +54,38 @@ bool RuntimeImpl::offloadable(const StorageRec& r) const {
   return held && r.resident && r.locks == 0 && !kernel_running_ && host_.has_room(r.bytes);
 }
 
-bool RuntimeImpl::offload(Id s) {
+// Note [Copies beside the kernels]
+// A copy between device and host runs on a copy engine, one each way, beside the kernels:
+// HostTier queues each copy after the ones before it on its engine and says when it ends.
+// The clock (the compute stream) only waits where it needs a copy to have ended: where an
+// offload gives the device memory back (the copy out must be done), and where something
+// uses a storage whose copy back is in flight (StorageRec::ready_at). So a copy started
+// early costs nothing: copy_to_host starts the copy out while the storage stays resident
+// (its bytes never change: copy-on-write), and prefetch starts the copy back ahead of the
+// first use, its device memory taken from then on. Used on demand, both ways cost their
+// whole price, as before. RuntimeStats::transfer_cost counts the copies' time and
+// transfer_exposed what the clock waited for. On the CPU the bytes are copied at once; on
+// CUDA the copies are still synchronous (a copy stream with events is next, issue 33).
+bool RuntimeImpl::copy_to_host(Id s) {
   StorageRec& r = storages[s];
-  if (!offloadable(r)) return false;
+  if (host_.contains(s) || !offloadable(r)) return false;
   std::vector<unsigned char> bytes;
   if (runs_kernels && r.bytes > 0) {
     bytes.resize(r.bytes);
     copy_from_storage(bytes.data(), r.ptr, r.bytes);
   }
-  host_.put(s, r.bytes, std::move(bytes));
+  wait_ready(s);  // a copy out cannot start before the copy in has ended
+  const double price = options.host_link.price(r.bytes);
+  host_.put(s, r.bytes, std::move(bytes), host_.copy_to_host(clock, price));
+  stats.transfer_cost += price;
+  return true;
+}
+
+bool RuntimeImpl::offload(Id s) {
+  StorageRec& r = storages[s];
+  if (!host_.contains(s) && !copy_to_host(s)) return false;
+  if (!r.resident || r.locks > 0 || kernel_running_) return false;
+  wait_until(host_.copied_at(s));  // the memory is reused from here
   release_memory(s);
   r.offloaded = true;
   if (r.pinned) {
@@ -72,7 +94,6 @@ bool RuntimeImpl::offload(Id s) {
     refresh_candidate(s);
     policy->on_evicted(s);
   }
-  note_transfer(r.bytes);
   ++stats.offloads;
   return true;
 }
@@ -117,9 +138,15 @@ bool RuntimeImpl::offload_coldest() {
   return coldest != kNone && offload(coldest);
 }
 
-// Brings an offloaded storage's bytes back into device memory of its own; on an
-// out-of-memory error they stay on the host.
+// Brings an offloaded storage's bytes back into device memory of its own, and waits for
+// them; on an out-of-memory error they stay on the host.
 void RuntimeImpl::restore(Id s) {
+  prefetch(s);
+  wait_ready(s);
+}
+
+bool RuntimeImpl::prefetch(Id s) {
+  if (!storages[s].offloaded || kernel_running_) return false;
   const PlacementPause pause(caching, /*short_lived=*/false);
   allocate_storage(s);  // may evict others
   StorageRec& r = storages[s];
@@ -127,6 +154,9 @@ void RuntimeImpl::restore(Id s) {
   const std::vector<unsigned char> bytes = host_.take(s);
   if (runs_kernels && r.bytes > 0) copy_to_storage(r.ptr, bytes.data(), r.bytes);
   r.offloaded = false;
+  const double price = options.host_link.price(r.bytes);
+  r.ready_at = host_.copy_to_device(clock, price);
+  stats.transfer_cost += price;
   if (r.pinned) {
     stats.pinned_bytes += r.bytes;
   } else {  // a candidate again, as a recomputed storage would be
@@ -135,14 +165,20 @@ void RuntimeImpl::restore(Id s) {
     refresh_neighbours(s);
     touch(s);
   }
-  note_transfer(r.bytes);
   ++stats.restores;
+  return true;
 }
 
-void RuntimeImpl::note_transfer(std::size_t bytes) {
-  const double cost = options.host_link.price(bytes);
-  clock += cost;
-  stats.transfer_cost += cost;
+void RuntimeImpl::wait_ready(Id s) { wait_until(storages[s].ready_at); }
+
+void RuntimeImpl::wait_until(double t) {
+  if (t <= clock) return;
+  stats.transfer_exposed += t - clock;
+  clock = t;
+}
+
+void RuntimeImpl::discard_host_copy(Id s) {
+  if (!storages[s].offloaded) host_.drop(s);
 }
 
 }  // namespace remat::detail

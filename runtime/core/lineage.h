@@ -28,6 +28,7 @@ struct StorageRec {
   std::uint32_t tensor_refs = 0;  // tensor records that point here (keeps the record alive)
   std::uint32_t locks = 0;        // > 0 while an op running now reads or writes it
   double last_access = 0;
+  double ready_at = 0;  // when a copy back from the host ends (Note [Copies beside the kernels])
   Id candidate_slot = kNone;  // position in the eviction candidate list
   std::vector<Id> consumers;  // live ops that read a tensor of this storage
   std::uint32_t stamp = 0;    // traversal mark (the eviction policies' lineage walks)

@@ -81,7 +81,7 @@ void RuntimeImpl::destroy_storage(Id s) {
     if (r.pinned) stats.pinned_bytes -= r.bytes;
     release_memory(s);
   }
-  if (r.offloaded) host_.drop(s);
+  host_.drop(s);  // offloaded, or a copy begun while resident
   if (r.candidate_slot != kNone) {
     r.locks = 1;  // not evictable: takes it out of the candidates
     refresh_candidate(s);

@@ -184,6 +184,14 @@ bool Runtime::offload(const Tensor& t) {
   DeviceScope scope(impl_->device());
   return impl_->offload_tensor(id_of(t, this, "offload"));
 }
+bool Runtime::copy_to_host(const Tensor& t) {
+  DeviceScope scope(impl_->device());
+  return impl_->copy_to_host_tensor(id_of(t, this, "copy_to_host"));
+}
+bool Runtime::prefetch(const Tensor& t) {
+  DeviceScope scope(impl_->device());
+  return impl_->prefetch_tensor(id_of(t, this, "prefetch"));
+}
 bool Runtime::offloaded(const Tensor& t) const {
   return impl_->offloaded_of(id_of(t, this, "offloaded"));
 }

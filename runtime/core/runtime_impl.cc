@@ -279,6 +279,7 @@ void RuntimeImpl::free_lingering() {
 }
 
 void RuntimeImpl::free_storage(Id s) {
+  discard_host_copy(s);
   storages[s].lingering = false;
   release_memory(s);
   refresh_candidate(s);
@@ -312,6 +313,7 @@ bool RuntimeImpl::releasable(const StorageRec& r) const {
 void RuntimeImpl::make_resident(Id t) {
   const Id s = tensors[t].storage;
   if (!storages[s].resident) recompute_storage(s);
+  wait_ready(s);
   touch(s);
 }
 

@@ -73,6 +73,13 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // the host; false where it may not (RuntimeImpl::offloadable).
   bool offload(Id storage);
   bool offload_tensor(Id tensor) { return offload(tensors[tensor].storage); }
+  // Starts the copy of a resident storage to the host, leaving it resident, so that a later
+  // offload need not wait for all of it; and starts the copy back of an offloaded one, which
+  // its first use waits for (Note [Copies beside the kernels]).
+  bool copy_to_host(Id storage);
+  bool copy_to_host_tensor(Id tensor) { return copy_to_host(tensors[tensor].storage); }
+  bool prefetch(Id storage);
+  bool prefetch_tensor(Id tensor) { return prefetch(tensors[tensor].storage); }
   bool offloaded_of(Id tensor) const { return storages[tensors[tensor].storage].offloaded; }
   void set_budget(std::size_t budget);
   void retain(Id tensor);
@@ -261,12 +268,14 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void prepare_accumulation(const std::vector<Id>& targets, int position);
   void* allocate_unplaced(std::size_t bytes);
 
-  void restore(Id s);      // an offloaded storage's bytes back on the device
-  bool offload_coldest();  // when nothing else makes room: Note [The host tier]
+  void restore(Id s);     // an offloaded storage's bytes back on the device
+  void wait_ready(Id s);  // the clock waits for a copy back in flight
+  void wait_until(double t);
+  void discard_host_copy(Id s);  // a resident storage's copy on the host is stale or unneeded
+  bool offload_coldest();        // when nothing else makes room: Note [The host tier]
   bool offloadable(const StorageRec& r) const;
   void evict_or_offload(Id s);  // Note [Keep, recompute or offload]
   void drop_dead_offload(Id s);
-  void note_transfer(std::size_t bytes);
 
   // Lineage lifetime (lineage_lifetime.cc).
   void drop_tensor_ref(Id tensor);

@@ -109,6 +109,7 @@ std::vector<Id> RuntimeImpl::pinned_targets(const OpDef& op, const std::vector<I
 void RuntimeImpl::prepare_accumulation(const std::vector<Id>& targets, int position) {
   if (step) step->before_update(position - 1);
   freeze_dependents(targets);
+  for (Id s : targets) discard_host_copy(s);  // the kernel writes them
 }
 
 void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
@@ -120,6 +121,7 @@ void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
   const int position = step ? step->next_position() : -1;
   if (step) step->before_update(position);
   const std::vector<Id> frozen = freeze_dependents(targets);
+  for (Id s : targets) discard_host_copy(s);  // the kernel writes them
   std::vector<Id> held;
   auto unlock_all = [&] {
     for (Id s : held) {

@@ -128,6 +128,7 @@ ScheduleTiming time_schedule(const Graph& g, const Schedule& s, const HostLink& 
     if (done > now) t.exposed += done - now, now = done;
   };
   for (size_t j = 0; j < steps; ++j) {
+    for (int k : freed_at[j]) wait_for(t.out_done[static_cast<size_t>(k)]);
     for (int k : fetched_at[j]) {
       const double price = link.price(static_cast<size_t>(
           g.nodes[static_cast<size_t>(s.order[static_cast<size_t>(s.offloads[k].step)])].bytes));
@@ -135,7 +136,6 @@ ScheduleTiming time_schedule(const Graph& g, const Schedule& s, const HostLink& 
       t.in_done[static_cast<size_t>(k)] = in_engine;
       t.transfer += price;
     }
-    for (int k : freed_at[j]) wait_for(t.out_done[static_cast<size_t>(k)]);
     const Node& node = g.nodes[static_cast<size_t>(s.order[j])];
     for (int u : node.inputs) {
       const int inst = latest[static_cast<size_t>(u)];

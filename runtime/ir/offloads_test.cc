@@ -132,32 +132,6 @@ TEST(Offloads, WrittenAndReadBack) {
   EXPECT_EQ(write_schedule(Schedule{"g", {0}}).find("offloads"), std::string::npos);
 }
 
-// Random offloads in the gaps between an instance's reads.
-std::vector<Offload> random_offloads(const Graph& g, const std::vector<int>& order,
-                                     std::mt19937_64& rng) {
-  std::vector<std::vector<int>> touches(order.size());  // per instance: its step, its reads
-  std::vector<int> latest(static_cast<size_t>(g.size()), -1);
-  for (size_t j = 0; j < order.size(); ++j) {
-    touches[j].push_back(static_cast<int>(j));
-    for (int u : g.nodes[static_cast<size_t>(order[j])].inputs)
-      if (touches[static_cast<size_t>(latest[u])].back() != static_cast<int>(j))
-        touches[static_cast<size_t>(latest[u])].push_back(static_cast<int>(j));
-    latest[static_cast<size_t>(order[j])] = static_cast<int>(j);
-  }
-  std::vector<Offload> out;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const std::vector<int>& t = touches[i];
-    if (t.size() < 2 || rng() % 2) continue;
-    const size_t a = rng() % (t.size() - 1);
-    if (t[a + 1] - t[a] < 2) continue;
-    const int free =
-        t[a] + 1 + static_cast<int>(rng() % static_cast<uint64_t>(t[a + 1] - t[a] - 1));
-    const int fetch = free + 1 + static_cast<int>(rng() % static_cast<uint64_t>(t[a + 1] - free));
-    out.push_back({static_cast<int>(i), free, fetch});
-  }
-  return out;
-}
-
 // Resident bytes per step counted instance by instance, each offload's gap left out.
 std::vector<int64_t> count_resident(const Graph& g, const Schedule& s) {
   const Instances in = compute_instances(g, s.order);
@@ -181,7 +155,7 @@ TEST(OffloadsProperty, RandomOffloadsKeepTheAccountingAndTheClockConsistent) {
     Schedule s{g.name, {}};
     for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
     const SimResult plain = simulate(g, s);
-    s.offloads = random_offloads(g, s.order, rng);
+    s.offloads = testing::random_offloads(g, s.order, rng());
     offloads += s.offloads.size();
     const HostLink link{1.0 + static_cast<double>(rng() % 100), static_cast<double>(rng() % 50)};
     const SimResult r = simulate(g, s, std::nullopt, link);

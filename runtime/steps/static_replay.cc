@@ -82,11 +82,13 @@ class ScheduleRun {
     }
   }
 
-  // Step `free` of an offload: the instance goes to the host; step `fetch`: it comes back.
+  // After the step that makes an offloaded instance its copy to the host starts; before
+  // step `free` it leaves the device, and before step `fetch` its copy back starts.
+  void copy_out(int v) { rt_.copy_to_host(value_[static_cast<std::size_t>(v)]); }
   void offload(int v, StaticReplayResult& r) {
     if (rt_.offload(value_[static_cast<std::size_t>(v)])) ++r.offloads;
   }
-  void fetch(int v) { rt_.materialize(value_[static_cast<std::size_t>(v)]); }
+  void fetch(int v) { rt_.prefetch(value_[static_cast<std::size_t>(v)]); }
 
   void finish(StaticReplayResult& r, bool record_timeline) const {
     const RuntimeStats st = rt_.stats();
@@ -121,9 +123,11 @@ absl::StatusOr<StaticReplayResult> static_replay(const Graph& g, const Schedule&
   if (std::string err = check_offloads(g, s, instances); !err.empty())
     return absl::InvalidArgumentError(absl::StrCat("schedule ", err));
   std::vector<std::vector<int>> dies_after(steps), freed_at(steps), fetched_at(steps);
+  std::vector<char> copied_after(steps, 0);
   for (std::size_t j = 0; j < steps; ++j)
     dies_after[static_cast<std::size_t>(instances.last_read[j])].push_back(static_cast<int>(j));
   for (const Offload& o : s.offloads) {
+    copied_after[static_cast<std::size_t>(o.step)] = 1;
     freed_at[static_cast<std::size_t>(o.free)].push_back(s.order[static_cast<std::size_t>(o.step)]);
     fetched_at[static_cast<std::size_t>(o.fetch)].push_back(
         s.order[static_cast<std::size_t>(o.step)]);
@@ -134,6 +138,7 @@ absl::StatusOr<StaticReplayResult> static_replay(const Graph& g, const Schedule&
     for (int v : freed_at[j]) run.offload(v, r);
     for (int v : fetched_at[j]) run.fetch(v);
     run.compute(s.order[j]);
+    if (copied_after[j]) run.copy_out(s.order[j]);
     for (int i : dies_after[j])
       run.drop(s.order[static_cast<std::size_t>(i)],
                instances.next_instance[static_cast<std::size_t>(i)] >= 0, r);

@@ -260,4 +260,29 @@ Graph dense_net_graph(const std::vector<int>& block_layers, uint64_t seed) {
   return DenseNetBuilder(seed).build(block_layers);
 }
 
+std::vector<Offload> random_offloads(const Graph& g, const std::vector<int>& order, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int>> touches(order.size());  // per instance: its step, its reads
+  std::vector<int> latest(static_cast<size_t>(g.size()), -1);
+  for (size_t j = 0; j < order.size(); ++j) {
+    touches[j].push_back(static_cast<int>(j));
+    for (int u : g.nodes[static_cast<size_t>(order[j])].inputs)
+      if (touches[static_cast<size_t>(latest[u])].back() != static_cast<int>(j))
+        touches[static_cast<size_t>(latest[u])].push_back(static_cast<int>(j));
+    latest[static_cast<size_t>(order[j])] = static_cast<int>(j);
+  }
+  std::vector<Offload> out;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::vector<int>& t = touches[i];
+    if (t.size() < 2 || rng() % 2) continue;
+    const size_t a = rng() % (t.size() - 1);
+    if (t[a + 1] - t[a] < 2) continue;
+    const int free =
+        t[a] + 1 + static_cast<int>(rng() % static_cast<uint64_t>(t[a + 1] - t[a] - 1));
+    const int fetch = free + 1 + static_cast<int>(rng() % static_cast<uint64_t>(t[a + 1] - free));
+    out.push_back({static_cast<int>(i), free, fetch});
+  }
+  return out;
+}
+
 }  // namespace remat::testing

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "remat/graph.h"
+#include "remat/schedule.h"
 
 namespace remat::testing {
 
@@ -28,6 +29,9 @@ Graph random_training_graph(int n, uint64_t seed);
 // are inputs, the loss gradient a tangent. {6, 12, 24, 16} is DenseNet-121's shape (2,418
 // nodes), {6, 12, 32, 32} DenseNet-169's (4,186). seed jitters bytes and costs.
 Graph dense_net_graph(const std::vector<int>& block_layers, uint64_t seed);
+// Random offloads (Schedule::offloads) for a valid `order`: about half of the instances read
+// twice or more, each across a random gap between two of its touches.
+std::vector<Offload> random_offloads(const Graph& g, const std::vector<int>& order, uint64_t seed);
 
 }  // namespace remat::testing
 

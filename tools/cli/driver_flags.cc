@@ -17,6 +17,13 @@ void add_driver_flags(FlagSet& flags, StepDriverOptions& options, DriverFlags& f
   flags.add_choice("costs", &f.costs, {"estimated", "measured"},
                    "op costs the eviction policy weighs: estimated from each op's declared work "
                    "(the same on every run) or measured by timing first runs (vary run to run)");
+  flags.add_choice("roofline", &f.roofline, {"backend", "cpu", "gpu"},
+                   "what estimated op costs are priced by: the backend's machine (cuda: an "
+                   "H100's, else this CPU's), a 2-core CPU, or an H100 (--backend sim with gpu: "
+                   "a GPU step simulated here)");
+  flags.add_host_memory(&rt.host_link, &f.host_memory,
+                        "eviction victims cheaper to move than to recompute, and constants "
+                        "where nothing else makes room (none given: none)");
   flags.add_choice("compaction", &f.compaction, {"yes", "no"},
                    "move pinned and locked tensors together when nothing is left to evict, "
                    "before reporting out of memory");
@@ -39,6 +46,9 @@ void apply_driver_flags(const DriverFlags& f, StepDriverOptions& options) {
   if (f.budget.bytes) rt.budget = static_cast<std::size_t>(*f.budget.bytes);
   rt.measure_costs = f.costs == "measured";
   rt.compaction = f.compaction == "yes";
+  rt.host_memory_bytes = static_cast<std::size_t>(f.host_memory);
+  if (f.roofline != "backend")
+    rt.roofline = f.roofline == "gpu" ? Roofline::gpu() : Roofline::cpu();
   options.placement = f.placement == "yes";
 }
 

@@ -116,19 +116,12 @@ RunRow noremat_row(const BudgetPoint& at, std::int64_t file_peak) {
   return row;
 }
 
-// A plan's offloads. The runtime's clock counts each copy in full, where the schedule's
-// overlaps them with the steps as a copy engine would: the row's overhead is the schedule's,
-// and the note gives the replay's.
-void add_offloads(const SimResult& sim, const StaticReplayResult& replay, RunRow* row) {
-  if (sim.offloads == 0) return;
+// A plan's offloads: how many, the bytes they move and the copies' time the steps waited
+// for (the replay runs the copies as the simulator does, so its overhead includes it).
+void add_offloads(const SimResult& sim, RunRow* row) {
   row->offloads = sim.offloads;
   row->bytes_moved = sim.bytes_moved;
   row->transfer_exposed = sim.exposed_transfer_cost;
-  row->overhead = sim.overhead;
-  row->note = absl::StrFormat(
-      "%d offloads, %d bytes moved; overhead with the copies overlapped (the runtime's replay, "
-      "copies in full: %.4f)",
-      sim.offloads, sim.bytes_moved, replay.overhead);
 }
 
 // A static planner's plan, replayed in both accountings; offered to `best` where it fits.
@@ -175,7 +168,7 @@ RunRow static_row(const Graph& g, const std::string& algo, const BudgetPoint& at
   row.overhead = logical->overhead;
   row.evictions = logical->evictions;
   row.recomputations = logical->recomputations;
-  add_offloads(plan->sim, *logical, &row);
+  add_offloads(plan->sim, &row);
   if (o.accounting == Accounting::kAllocator && row.peak_reserved > at.budget) {
     row.status = "over_budget";
     row.note = absl::StrCat("the allocator reserved ", row.peak_reserved - at.budget,

@@ -60,8 +60,8 @@ struct RunRow {
   std::size_t evictions = 0;
   std::size_t recomputations = 0;
   double decision_seconds = 0;  // planner: solve time; dynamic: eviction search time
-  // A plan with offloads: how many, the bytes they move, and their copies' time left exposed
-  // by the schedule's clock (its `overhead` is that clock's: see static_row).
+  // A plan with offloads: how many, the bytes they move, and the copies' time the steps
+  // waited for.
   int offloads = 0;
   std::int64_t bytes_moved = 0;
   double transfer_exposed = 0;

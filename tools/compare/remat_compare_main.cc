@@ -40,13 +40,23 @@ std::unique_ptr<remat::examples::Model> make_model(const std::string& name) {
   return nullptr;
 }
 
+struct Flags {
+  std::string input, example, out_dir = "compare-out", timelines = "0.5", graph_out;
+  std::string hold = "auto";
+  bool json = false;
+  std::uint64_t host_memory = 0;
+  std::string roofline = "cpu";
+};
+
 // The program to compare on: a graph file, a trace (recorded by replaying it), or a step of
 // an example model recorded on the simulated backend. A trace sets the baseline of `opt`.
 absl::StatusOr<remat::Graph> load_program(const std::string& input, remat::examples::Model* model,
-                                          remat::compare::CompareOptions& opt) {
+                                          const Flags& f, remat::compare::CompareOptions& opt) {
   if (model != nullptr) {
     remat::examples::TrainConfig config;
     config.driver.runtime.backend = remat::Backend::kSimulated;
+    config.driver.runtime.roofline =
+        f.roofline == "gpu" ? remat::Roofline::gpu() : remat::Roofline::cpu();
     config.steps = 1;
     config.record_step = 0;
     config.driver.runtime.measure_costs = false;
@@ -67,18 +77,13 @@ absl::StatusOr<remat::Graph> load_program(const std::string& input, remat::examp
   return remat::read_graph_file(input);
 }
 
-struct Flags {
-  std::string input, example, out_dir = "compare-out", timelines = "0.5", graph_out;
-  std::string hold = "auto";
-  bool json = false;
-  std::uint64_t host_memory = 0;
-};
-
 void declare_flags(remat::cli::FlagSet& flags, Flags& f, remat::compare::CompareOptions& opt) {
   flags.add_positional("INPUT", &f.input, "a graph (.json, remat-graph-v1) or a trace (.log)");
   flags.add_choice("example", &f.example, {"gpt", "mlp", "resnet", "treelstm"},
                    "compare on a step of this example instead (recorded on the simulated "
                    "backend); its flags (--layers ...) follow, and --example E --help lists them");
+  flags.add_choice("roofline", &f.roofline, {"cpu", "gpu"},
+                   "--example: price its ops as this CPU (2 cores) or an H100 runs them");
   flags.add_custom("budgets", "F,F,...", "1.0,0.9,...,0.1",
                    "budget fractions in (0, 1] of the program's peak without rematerialization: "
                    "a graph's in file order (FORMAT.md's accounting, as remat-plan), a trace's "
@@ -176,7 +181,7 @@ int main(int argc, char** argv) try {
   opt.host_memory_bytes =
       static_cast<std::int64_t>(std::min<std::uint64_t>(f.host_memory, INT64_MAX));
 
-  absl::StatusOr<remat::Graph> graph = load_program(f.input, model.get(), opt);
+  absl::StatusOr<remat::Graph> graph = load_program(f.input, model.get(), f, opt);
   if (!graph.ok()) return fail(graph.status().message());
   if (model != nullptr) graph->name = f.example;
   if (absl::Status s = remat::validate_graph(*graph); !s.ok()) return fail(s.message());

@@ -65,6 +65,10 @@ void add_runtime_stats(nlohmann::json& j, const RuntimeStats& s, bool cuda) {
   j["segment_releases"] = s.memory.segment_releases;
   j["hint_evictions"] = s.hint_evictions;
   j["hint_mismatches"] = s.hint_mismatches;
+  j["offloads"] = s.offloads;
+  j["restores"] = s.restores;
+  j["peak_offloaded_bytes"] = s.peak_offloaded_bytes;
+  j["transfer_cost"] = s.transfer_cost;
   if (cuda) {
     j["cuda_device_total_bytes"] = s.cuda.device_total_bytes;
     j["cuda_outside_budget_bytes"] = s.cuda.outside_bytes;
