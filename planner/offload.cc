@@ -210,7 +210,9 @@ OffloadedOrder add_offloads(const Graph& g, OffloadedOrder start, const PlanOpti
 // Note [Offload against recompute-only]
 // The replacement pass with no host memory only keeps instead of recomputing: a
 // recompute-only plan from the same start and the same search. Both are made here from
-// `best`'s plan, and the offload plan is the cheapest of: that plan with offloads, file order
+// `best`'s plan (or the plan given as PlanOptions::start, `remat-plan --start`: then the
+// result is never dearer than that plan), and the offload plan is the cheapest of: that plan
+// with offloads, file order
 // fitted by offloads (Note [Fitting by offloads]), and where `best` met no plan, `best`'s plan
 // for a looser budget fitted; never dearer than the recompute-only plan of equal effort
 // (`best` runs until its deadline, so two separate runs of it differ by what the time
@@ -222,7 +224,7 @@ class OffloadSearch {
   OffloadSearch(const Graph& g, const PlanOptions& opt) : g_(g), opt_(opt), deadline_(opt) {}
 
   absl::StatusOr<RawPlan> run() {
-    absl::StatusOr<Plan> base = best_for(opt_.budget_bytes, 0.6);
+    absl::StatusOr<Plan> base = opt_.start ? given_start() : best_for(opt_.budget_bytes, 0.6);
     if (!base.ok()) return base.status();
     if (base->feasible) {
       PlanOptions no_host = opt_;
@@ -245,6 +247,19 @@ class OffloadSearch {
   }
 
  private:
+  // PlanOptions::start as the recompute-only plan to begin from.
+  absl::StatusOr<Plan> given_start() const {
+    Plan p;
+    p.algo = "start";
+    p.schedule = Schedule{g_.name, opt_.start->order};
+    if (!opt_.start->offloads.empty())
+      return absl::InvalidArgumentError("the start schedule of planner offload has offloads");
+    p.sim = simulate(g_, p.schedule, opt_.budget_bytes);
+    p.feasible = p.sim.valid;
+    p.reason = p.feasible ? "the start schedule" : "the start schedule: " + p.sim.error;
+    return p;
+  }
+
   Deadline share(double fraction) const {
     return Deadline(std::max(0.0, deadline_.left()) * fraction);
   }

@@ -61,6 +61,31 @@ TEST(OffloadPlanner, WithoutHostMemoryRecomputationStays) {
   }
 }
 
+// Given a recompute-only plan to start from, the planner never returns a dearer one.
+TEST(OffloadPlanner, NeverDearerThanTheStartItIsGiven) {
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const Graph g = testing::random_training_graph(20 + static_cast<int>(seed), seed);
+    const int64_t budget = file_order_peak(g) * 6 / 10;
+    const std::vector<int> start = detail::greedy_order(g, budget, {});
+    const SimResult before = simulate(g, Schedule{g.name, start}, budget);
+    if (!before.valid) continue;
+    PlanOptions o = options(budget, HostLink{0.5, 1.0});
+    o.time_limit_seconds = 0.3;
+    o.start = Schedule{g.name, start};
+    absl::StatusOr<Plan> p = run_planner("offload", g, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE(p->feasible) << p->reason;
+    EXPECT_LE(p->sim.cost, before.cost + 1e-9) << "seed " << seed;
+    ++checked;
+  }
+  EXPECT_GT(checked, 2);
+  PlanOptions o = options(4, kFastLink);
+  o.start = Schedule{"g", {0}};
+  o.start->offloads = {{0, 1, 2}};
+  EXPECT_FALSE(run_planner("offload", testing::linear_graph(6), o).ok());
+}
+
 TEST(OffloadPlanner, AnImpossibleBudgetSaysWhy) {
   const Graph g = testing::linear_graph(6);
   absl::StatusOr<Plan> p = run_planner("offload", g, options(1, kFastLink));

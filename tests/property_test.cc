@@ -30,7 +30,8 @@ using testing::vec;
 struct Program {
   std::uint64_t seed;
   int steps;
-  bool offloads = false;  // also moves tensors to the host tier (Runtime::offload) at random
+  // Also moves tensors to the host tier and back at random (offload, copy_to_host, prefetch).
+  bool offloads = false;
 };
 
 struct Outcome {
@@ -70,8 +71,12 @@ Outcome run(const Program& p, RuntimeOptions options, StepOptions step = {}) {
       pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(rng() % pool.size()));
     } else if (r < 20) {
       read(pick());
+    } else if (p.offloads && r < 24) {
+      rt.offload(pick());  // refused for what may not go, or does not fit
+    } else if (p.offloads && r < 26) {
+      rt.copy_to_host(pick());  // a copy begun early (Note [Copies beside the kernels])
     } else if (p.offloads && r < 28) {
-      rt.offload(pick());  // refused for what is not a resident constant, or does not fit
+      rt.prefetch(pick());  // refused for what is not on the host
     } else {
       const OpPtr& op = ops[rng() % std::size(ops)];
       Tensor& a = pick();

@@ -87,7 +87,7 @@ void print_text(const remat::Graph& g, const remat::Plan& plan, std::optional<in
 int main(int argc, char** argv) try {
   const auto start = std::chrono::steady_clock::now();
   namespace cli = remat::cli;
-  std::string graph_path, algo, schedule_out;
+  std::string graph_path, algo, schedule_out, start_path;
   double time_limit = 60;
   int k = -1;
   bool json = false;
@@ -107,6 +107,9 @@ int main(int argc, char** argv) try {
             "best plan so far, or none, by then",
             0.001);
   flags.add("schedule-out", &schedule_out, "write the schedule (remat-schedule-v1) to this file");
+  flags.add("start", &start_path,
+            "--algo offload: improve this schedule (remat-schedule-v1, recompute-only) instead "
+            "of searching for one");
   flags.add("k", &k, "twremat: the tree decomposition's width bound; -1 lets twremat choose");
   flags.add_host_memory(&host_link, &host_memory,
                         "planner offload's copies (none given: no limit)");
@@ -144,6 +147,14 @@ int main(int argc, char** argv) try {
                  2 * (now - baseline_start);
   opt.twremat_k = k;
   opt.host_link = host_link;
+  if (!start_path.empty()) {
+    absl::StatusOr<remat::Schedule> start = remat::read_schedule_file(start_path);
+    if (!start.ok()) {
+      std::cerr << "remat-plan: " << start.status().message() << "\n";
+      return cli::kExitError;
+    }
+    opt.start = *std::move(start);
+  }
   opt.host_memory_bytes = static_cast<int64_t>(std::min<std::uint64_t>(host_memory, INT64_MAX));
   opt.verbose = std::getenv("REMAT_VERBOSE") != nullptr;
   auto plan = remat::run_planner(algo, *g, opt);

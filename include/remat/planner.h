@@ -48,6 +48,9 @@ struct PlanOptions {
   // bytes a plan may hold in host memory at once.
   HostLink host_link = HostLink::pcie5();
   int64_t host_memory_bytes = INT64_MAX;
+  // Planner offload: the recompute-only plan to improve (one `best` made, say), instead of
+  // searching for one; the result is never dearer than it.
+  std::optional<Schedule> start;
 };
 
 struct Plan {

@@ -8,6 +8,7 @@
 #include "remat/errors.h"
 #include "remat/runtime.h"
 #include "runtime/cuda/simulated_cuda.h"
+#include "tests/support/simulated_device_ops.h"
 #include "tests/support/test_ops.h"
 
 namespace remat {
@@ -265,6 +266,95 @@ TEST(HostTier, TheSimulatedBackendPricesTransfers) {
   rt.materialize(c);
   EXPECT_DOUBLE_EQ(rt.clock() - before, 2 * HostLink::nvlink_c2c().price(4000));
   EXPECT_EQ(rt.stats().restores, 1u);
+}
+
+// Note [Copies beside the kernels]: a copy begun early, and a copy back begun ahead of the
+// use, cost the clock nothing where the kernels between take longer; on demand they cost
+// their whole price.
+TEST(HostTier, CopiesBegunEarlyRunBesideTheKernels) {
+  for (bool early : {true, false}) {
+    SCOPED_TRACE(early ? "early" : "on demand");
+    RuntimeOptions o = with_host(SIZE_MAX, 1 << 20);
+    o.host_link = HostLink{1.0, 0.0};  // 4000 bytes: 4000 ns each way
+    Runtime rt(o);
+    Tensor x = rt.constant(vec(1000), iota(1000, 1.0f).data());
+    Tensor a = rt.call1(testing::affine(2.0f, 1.0f), {x});  // 1001 ns an affine
+    const std::vector<float> values = read(rt, a);
+    auto kernels = [&](int n) {
+      Tensor y = x;
+      for (int i = 0; i < n; ++i) y = rt.call1(testing::affine(0.5f, 0.0f), {y});
+    };
+    if (early) {
+      ASSERT_TRUE(rt.copy_to_host(a));
+    }
+    kernels(early ? 5 : 0);
+    ASSERT_TRUE(rt.offload(a));
+    if (early) {
+      ASSERT_TRUE(rt.prefetch(a));
+    }
+    kernels(early ? 5 : 0);
+    EXPECT_EQ(read(rt, a), values);
+    EXPECT_DOUBLE_EQ(rt.stats().transfer_cost, 8000);
+    EXPECT_DOUBLE_EQ(rt.stats().transfer_exposed, early ? 0 : 8000);
+    EXPECT_EQ(rt.stats().restores, 1u);
+  }
+}
+
+// A use waits for what is left of a copy back in flight.
+TEST(HostTier, AUseWaitsForThePrefetchStillCopying) {
+  RuntimeOptions o = with_host(SIZE_MAX, 1 << 20);
+  o.host_link = HostLink{1.0, 0.0};
+  Runtime rt(o);
+  Tensor x = rt.constant(vec(1000), iota(1000, 1.0f).data());
+  Tensor a = rt.call1(testing::affine(2.0f, 1.0f), {x});
+  ASSERT_TRUE(rt.offload(a));  // on demand: 4000 exposed
+  ASSERT_TRUE(rt.prefetch(a));
+  Tensor b = rt.call1(testing::affine(1.0f, 0.0f), {x});  // 1001 of the 4000 pass
+  const double before = rt.clock();
+  Tensor c = rt.call1(testing::affine(1.0f, 0.0f), {a});
+  EXPECT_DOUBLE_EQ(rt.clock() - before, (4000 - 1001) + 1001);
+  EXPECT_DOUBLE_EQ(rt.stats().transfer_exposed, 4000 + (4000 - 1001));
+  EXPECT_FALSE(rt.prefetch(a));  // resident: nothing to bring back
+}
+
+// An update writes a constant whose copy had begun: the stale copy goes, and the offload
+// that follows copies the new bytes.
+TEST(HostTier, AnUpdateDropsAnEarlyCopy) {
+  Runtime rt(with_host(SIZE_MAX, 1 << 20));
+  Tensor w = rt.constant(vec(256), iota(256).data());
+  Tensor x = rt.constant(vec(256), iota(256, 10.0f).data());
+  ASSERT_TRUE(rt.copy_to_host(w));
+  EXPECT_EQ(rt.stats().offloaded_bytes, 1024u);
+  rt.update(testing::add_into_first(), {w, x}, {0});
+  EXPECT_EQ(rt.stats().offloaded_bytes, 0u);
+  const std::vector<float> updated = read(rt, w);
+  ASSERT_TRUE(rt.offload(w));
+  EXPECT_EQ(read(rt, w), updated);
+  EXPECT_NE(updated, iota(256));
+}
+
+// On the simulated device the early copy, the offload and the prefetch move the bytes with
+// no copy racing a kernel.
+TEST(HostTier, ADeviceCopiesEarlyAndPrefetchesWithoutRaces) {
+  auto sim = std::make_shared<SimulatedCuda>();
+  RuntimeOptions o;
+  o.backend = Backend::kCuda;
+  o.cuda.api = sim;
+  o.cuda.blas_workspace_bytes = 1536;
+  o.budget = 8 << 20;
+  o.host_memory_bytes = 1 << 20;
+  Runtime rt(o);
+  Tensor c = rt.constant(vec(1000), iota(1000, 2.0f).data());
+  Tensor a = rt.call1(on_device(sim, testing::affine(3.0f, -1.0f), 500.0), {c});
+  const std::vector<float> values = read(rt, a);
+  ASSERT_TRUE(rt.copy_to_host(a));
+  ASSERT_TRUE(rt.copy_to_host(c));
+  ASSERT_TRUE(rt.offload(a));
+  ASSERT_TRUE(rt.offload(c));
+  ASSERT_TRUE(rt.prefetch(a));
+  EXPECT_EQ(read(rt, a), values);
+  EXPECT_EQ(read(rt, c), iota(1000, 2.0f));
+  EXPECT_TRUE(sim->races().empty());
 }
 
 }  // namespace
