@@ -5,16 +5,9 @@
 
 namespace remat::detail {
 
-double LineageView::recompute_cost(Id s) const {
+double LineageView::cost_of(Id s) const {
   const Id producer = (*storages)[s].producer;
   return producer == kNone ? 0.0 : (*ops)[producer].cost;
-}
-
-double LineageView::cost_of(Id s) const {
-  if (host_link == nullptr) return recompute_cost(s);
-  const StorageRec& r = (*storages)[s];
-  if (r.offloaded) return host_link->price(r.bytes);
-  return std::min(recompute_cost(s), 2 * host_link->price(r.bytes));
 }
 
 // +1 keeps a storage touched this very instant finite and comparable.
@@ -32,9 +25,7 @@ namespace {
 // recompute the storage nor needs it, and charging it overprices storages in wide evicted
 // regions. That whole-component price is what the union-find of `dtr_eq` approximates, and
 // walking it here would make `dtr` behave like `dtr_eq`. The walk marks ops rather than
-// storages, so an op with several evicted outputs is charged once. Where victims may go to
-// host memory, an offloaded storage in a chain comes back by its copy: it is charged that,
-// and the walk does not go past it (Note [Keep, recompute or offload]).
+// storages, so an op with several evicted outputs is charged once.
 class NeighbourhoodWalker {
  public:
   explicit NeighbourhoodWalker(LineageView v) : v_(v) {}
@@ -49,7 +40,6 @@ class NeighbourhoodWalker {
     double total = 0;
     stack_.clear();
     visit(s, total);
-    if (v_.host_link != nullptr) total = v_.cost_of(s);  // it may come back by a copy
     walk(total, /*up=*/true);
     if (descendants) {
       stack_.assign(1, s);
@@ -110,10 +100,6 @@ class NeighbourhoodWalker {
     ++visits_;
     StorageRec& r = (*v_.storages)[s];
     r.stamp = stamp_;
-    if (r.offloaded && v_.host_link != nullptr) {  // back by its copy: its lineage stays out
-      total += v_.cost_of(s);
-      return;
-    }
     stack_.push_back(s);
     if (r.producer == kNone) return;
     OpRec& op = (*v_.ops)[r.producer];

@@ -12,24 +12,18 @@
 #include <string_view>
 #include <vector>
 
-#include "remat/host_link.h"
 #include "runtime/core/lineage.h"
 
 namespace remat::detail {
 
-// What a policy may look at: the lineage graph and the runtime's clock, and the host link
-// where victims may go to host memory (Note [Keep, recompute or offload]).
+// What a policy may look at: the lineage graph and the runtime's clock.
 struct LineageView {
   SlotMap<StorageRec>* storages;
   SlotMap<TensorRec>* tensors;
   SlotMap<OpRec>* ops;
   const double* clock;
-  const HostLink* host_link = nullptr;
 
-  // What bringing the storage back costs: an offloaded one its copy back, another the
-  // cheaper of rerunning its producer and, with a host link, a round trip to the host.
   double cost_of(Id storage) const;
-  double recompute_cost(Id storage) const;  // its producer's cost alone
   double staleness(Id storage) const;
   // Calls fn(parent storage) for each storage the producer of `s` reads, and
   // fn(child storage) for each storage made by an op that reads `s`.

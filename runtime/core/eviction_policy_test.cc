@@ -11,10 +11,7 @@ namespace {
 // A hand-built lineage: storages and the ops that make them, as the runtime records them.
 class Lineage {
  public:
-  LineageView view(const HostLink* link = nullptr) {
-    return {&storages_, &tensors_, &ops_, &clock_, link};
-  }
-  StorageRec& storage(Id s) { return storages_[s]; }
+  LineageView view() { return {&storages_, &tensors_, &ops_, &clock_}; }
 
   Id constant() {
     StorageRec r;
@@ -115,29 +112,6 @@ TEST(EvictionPolicyTest, DtrEqChargesWholeEvictedClasses) {
   Diamond g("dtr_eq");
   // b1's neighbours a and c lie in two classes: {a, b2} (10 + 100) and {c, d} (5 + 7).
   EXPECT_DOUBLE_EQ(g.policy->key(g.b1), (1 + 110 + 12) / 100.0);
-}
-
-// With a host link, a storage comes back the cheaper way (Note [Keep, recompute or
-// offload]): its producer, or a round trip of its 99 bytes; an offloaded one by its copy back.
-// The neighbourhood charges an offloaded ancestor its copy, not its recomputation.
-TEST(LineageView, PricesTheCheaperWayBack) {
-  Lineage l;
-  const Id x = l.constant();
-  const Id a = l.make(1000, {x});
-  const Id b = l.make(5, {a});
-  const HostLink slow{1.0, 0.0};    // 99 ns a way
-  const HostLink fast{99.0, 10.0};  // 11 ns a way
-  EXPECT_DOUBLE_EQ(l.view().cost_of(a), 1000);
-  EXPECT_DOUBLE_EQ(l.view(&slow).cost_of(a), 198);
-  EXPECT_DOUBLE_EQ(l.view(&fast).cost_of(a), 22);
-  EXPECT_DOUBLE_EQ(l.view(&fast).cost_of(b), 5);
-  EXPECT_DOUBLE_EQ(l.view(&fast).recompute_cost(a), 1000);
-  std::unique_ptr<EvictionPolicy> dtr = make_eviction_policy("dtr", l.view(&fast), 1);
-  l.storage(a).offloaded = true;
-  l.evict(a, dtr.get());
-  EXPECT_DOUBLE_EQ(l.view(&fast).cost_of(a), 11);
-  // b's key: its own op and its evicted ancestor a, brought back by its copy (b: 100 bytes).
-  EXPECT_DOUBLE_EQ(dtr->key(b), (5 + 11) / 100.0);
 }
 
 }  // namespace

@@ -104,14 +104,15 @@ bool RuntimeImpl::offload(Id s) {
 // costs less than rerunning the storage's producer, the bytes go to the host instead of
 // being evicted: a transfer costs its bytes, a recomputation its kernels. Only storages the
 // program holds are offloaded; a dead one lingering for a recomputation is simply freed. The
-// policies score victims with the same cheaper price (LineageView::cost_of), and an
-// offloaded storage weighs its copy back in its neighbours' scores. A victim's copies are
-// made on demand, so they cost their whole price; prefetching where the recorded step says
-// a storage returns is next (issue 33).
+// choice of victim stays the policy's, priced by recomputation: scoring victims with the
+// cheaper of the two ways back, and charging an offloaded storage in an evicted chain its
+// copy, were measured slower on the shared traces (docs/measurements.md, Host tier). A
+// victim's copies are made on demand, so they cost their whole price; prefetching where the
+// recorded step says a storage returns is next (issue 33).
 void RuntimeImpl::evict_or_offload(Id s) {
   const StorageRec& r = storages[s];
   if (options.host_memory_bytes > 0 && options.offload_victims &&
-      2 * options.host_link.price(r.bytes) < policy->view().recompute_cost(s) && offload(s))
+      2 * options.host_link.price(r.bytes) < policy->view().cost_of(s) && offload(s))
     return;
   evict(s);
 }

@@ -60,11 +60,8 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
   memory->set_reclaimer(this);
   timeline.budget = options.budget;
   runs_kernels = options.backend != Backend::kSimulated;
-  // Victims may go to the host: the policies price the cheaper way back.
-  const HostLink* link =
-      options.host_memory_bytes > 0 && options.offload_victims ? &options.host_link : nullptr;
-  policy = make_eviction_policy(
-      options.policy, LineageView{&storages, &tensors, &ops, &clock, link}, options.seed);
+  policy = make_eviction_policy(options.policy, LineageView{&storages, &tensors, &ops, &clock},
+                                options.seed);
   if (policy == nullptr) {
     throw std::invalid_argument(absl::StrCat("remat: unknown eviction policy '", options.policy,
                                              "' (see eviction_policy_names())"));
