@@ -14,7 +14,7 @@ namespace remat::detail {
 
 StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
                             const std::vector<std::string>& planners, double time_limit,
-                            double fraction, bool realized_fits) {
+                            double fraction, bool realized_fits, HostForPlans host) {
   StepPlan plan;
   plan.hints = std::make_shared<StepHints>();
   if (budget == SIZE_MAX) {
@@ -27,6 +27,8 @@ StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
   opt.planners = planners;
   opt.time_limit_seconds = time_limit;
   opt.include_realized = realized_fits;
+  opt.host_memory_bytes = host.bytes;
+  opt.host_link = host.link;
   // The schedule the runtime realized competes unchecked against opt.budget_bytes: it fit
   // the runtime's own budget (Note [Seeding hinted] in tools/compare/compare.cc).
   absl::StatusOr<ChosenPlan> chosen = remat::plan_step(step.graph, step.executed, opt);
@@ -48,7 +50,7 @@ ShapePlans::Shape& ShapePlans::shape(const PlanCache::Key& key) { return shapes_
 std::optional<double> ShapePlans::screen_candidate(Search& q, double fraction) {
   Shape& s = q.shape;
   StepPlan plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
-                                     options_.time_limit, fraction, !s.dtr_failed);
+                                     options_.time_limit, fraction, !s.dtr_failed, options_.host);
   ScreenedPlan row{.plan = plan.source, .fraction = fraction};
   if (plan.empty()) {
     s.screened.push_back(std::move(row));
@@ -111,7 +113,7 @@ void ShapePlans::choose_plan(Shape& s) {
   const auto start = std::chrono::steady_clock::now();
   if (!options_.screen) {
     s.plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
-                                options_.time_limit, 0.9, !s.dtr_failed);
+                                options_.time_limit, 0.9, !s.dtr_failed, options_.host);
     return;
   }
   std::optional<StepCost> dtr;

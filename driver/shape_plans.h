@@ -77,13 +77,21 @@ struct StepPlan {
 // and the schedule the runtime realized.
 // `realized_fits`: the recording ran under that budget, so the schedule it realized competes
 // unchecked (false for a recording made without a budget).
+// `host`: host memory for the plans (StepPlanOptions::host_memory_bytes, host_link).
+struct HostForPlans {
+  std::int64_t bytes = 0;
+  HostLink link = HostLink::pcie5();
+};
 StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
                             const std::vector<std::string>& planners, double time_limit = 5,
-                            double fraction = 0.9, bool realized_fits = true);
+                            double fraction = 0.9, bool realized_fits = true,
+                            HostForPlans host = {});
 
 class ShapePlans {
  public:
   // The cost a step spent, from RuntimeStats before and after it.
+  // `recompute` counts the time the step lost: recomputation, and copies to and from the
+  // host the clock waited for (RuntimeStats::transfer_exposed).
   struct StepCost {
     double base = 0, recompute = 0;
     // Recomputed cost over first runs' cost (RuntimeStats::compute_overhead of one step).
@@ -102,6 +110,7 @@ class ShapePlans {
     std::vector<double> fractions = {0.9, 1.0, 1.1, 1.25, 1.5};
     Screen screen;                   // null: the 0.9 plan goes to its trial unscreened
     std::size_t max_recordings = 8;  // shapes not planned yet whose recording is kept
+    HostForPlans host;               // host memory the plans may use (planner offload)
   };
 
   explicit ShapePlans(Options options) : options_(std::move(options)) {}

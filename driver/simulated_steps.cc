@@ -89,7 +89,8 @@ std::optional<ShapePlans::StepCost> SimulatedSteps::screen(int step, StepPlan* p
       run_program_step(rt, program_, *state, step, opt);
       const RuntimeStats after = rt.stats();
       if (pass == 2) note_arena();
-      const double recompute = after.recompute_cost - before.recompute_cost;
+      const double recompute = after.recompute_cost - before.recompute_cost +
+                               after.transfer_exposed - before.transfer_exposed;
       if (pass >= (hints ? 2 : 1) && recompute >= worst.recompute)
         worst = {.base = after.base_cost - before.base_cost, .recompute = recompute};
     }

@@ -89,6 +89,13 @@ class StepDriver::Impl {
 
  private:
   detail::ShapePlans::Options shape_plan_options();
+  // The host memory the runtime may move victims to, for the plans too (planner offload).
+  detail::HostForPlans host_for_plans() const {
+    const RuntimeOptions& rt = options_.runtime;
+    if (rt.host_memory_bytes == 0 || !rt.offload_victims) return {};
+    return {static_cast<std::int64_t>(std::min<std::size_t>(rt.host_memory_bytes, INT64_MAX)),
+            rt.host_link};
+  }
   // The options of step `step` (of shape `key`), with report_.kind set.
   StepOptions prepare(int step, const PlanCache::Key& key, bool record);
   // Runs the step; under `auto`, a first step DTR cannot fit is planned and run again.
@@ -114,6 +121,7 @@ detail::ShapePlans::Options StepDriver::Impl::shape_plan_options() {
   o.budget = options_.policy == "auto" ? options_.runtime.budget : SIZE_MAX;
   o.planners = options_.planners;
   o.time_limit = options_.plan_time_limit;
+  o.host = host_for_plans();
   o.fractions = options_.plan_fractions;
   o.max_recordings = options_.max_recordings;
   if (options_.screen) {
@@ -182,8 +190,9 @@ RecordedStep StepDriver::Impl::run_prepared(int step, const PlanCache::Key& key,
 
 void StepDriver::Impl::plan_for_cache(const PlanCache::Key& key, const RecordedStep& recorded) {
   const auto start = Clock::now();
-  detail::StepPlan plan = detail::plan_recorded_step(recorded, runtime_.budget(), options_.planners,
-                                                     options_.plan_time_limit);
+  detail::StepPlan plan =
+      detail::plan_recorded_step(recorded, runtime_.budget(), options_.planners,
+                                 options_.plan_time_limit, 0.9, true, host_for_plans());
   report_.planning_seconds += seconds_since(start);
   if (totals_.first_plan_source.empty()) totals_.first_plan_source = plan.hints->source;
   plan_cache_->insert(key, std::move(plan.hints));
@@ -212,12 +221,14 @@ const StepReport& StepDriver::Impl::run(int step, bool record) {
   const RuntimeStats after = runtime_.stats();
   report_.base_cost = after.base_cost - before.base_cost;
   report_.recompute_cost = after.recompute_cost - before.recompute_cost;
+  report_.transfer_exposed = after.transfer_exposed - before.transfer_exposed;
   if (plan_now) plan_for_cache(key, recorded);
   if (record) report_.recorded = recorded;
   if (options_.policy == "auto") {
     const auto planning = Clock::now();
     shape_plans_.after(key, std::move(recorded),
-                       {.base = report_.base_cost, .recompute = report_.recompute_cost});
+                       {.base = report_.base_cost,
+                        .recompute = report_.recompute_cost + report_.transfer_exposed});
     report_.planning_seconds += seconds_since(planning);
     totals_.plans_made = shape_plans_.plans_made();
     totals_.planned_steps = shape_plans_.planned_steps();

@@ -30,16 +30,19 @@ struct Gap {
 };
 
 // The largest instance resident at step p, without an offload, that step p neither makes
-// nor reads, with the touches around p; step -1 where there is none.
-Gap largest_at(const Graph& g, const OffloadedOrder& w, const Instances& in, int p) {
+// nor reads (and no graph input unless `inputs_too`), with the touches around p; step -1
+// where there is none.
+Gap largest_at(const Graph& g, const OffloadedOrder& w, const Instances& in, int p,
+               bool inputs_too) {
   std::vector<char> offloaded(w.order.size(), 0);
   for (const Offload& o : w.offloads) offloaded[static_cast<size_t>(o.step)] = 1;
   Gap best;
   for (int i = 0; i < p; ++i) {
-    const int64_t bytes = g.nodes[static_cast<size_t>(w.order[static_cast<size_t>(i)])].bytes;
+    const Node& node = g.nodes[static_cast<size_t>(w.order[static_cast<size_t>(i)])];
     if (offloaded[static_cast<size_t>(i)] || in.last_read[static_cast<size_t>(i)] <= p ||
-        bytes <= best.bytes)
+        node.bytes <= best.bytes || (!inputs_too && is_graph_input(node)))
       continue;
+    const int64_t bytes = node.bytes;
     const std::vector<int> touches = touches_of(g, w.order, i);
     const auto after = std::upper_bound(touches.begin(), touches.end(), p);
     if (after == touches.end() || *(after - 1) == p) continue;  // read at p
@@ -64,7 +67,7 @@ std::optional<OffloadedOrder> fit_by_offloads(const Graph& g, OffloadedOrder w,
       return std::nullopt;
     const int p = static_cast<int>(std::max_element(mem.begin(), mem.end()) - mem.begin());
     if (mem[static_cast<size_t>(p)] <= *opt.budget_bytes) return w;
-    const Gap gap = largest_at(g, w, in, p);
+    const Gap gap = largest_at(g, w, in, p, opt.offload_inputs);
     if (gap.step < 0) return std::nullopt;
     w.offloads.push_back({gap.step, gap.before + 1, gap.after});
     // The peak's step stays in the gap: the bytes do not fit there.

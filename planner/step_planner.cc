@@ -64,6 +64,17 @@ void choose(ChosenPlan& chosen, const CheapestPlan& best, const SimResult& best_
   chosen.hints = hints_from_schedule(chosen.graph, chosen.schedule, sites, chosen.source);
 }
 
+// Planner offload's options: the cheapest plan so far to improve, and the host memory; the
+// constants stay where the runtime keeps them.
+PlanOptions offload_options(PlanOptions opt, const StepPlanOptions& options,
+                            const CheapestPlan& best) {
+  opt.host_memory_bytes = options.host_memory_bytes;
+  opt.host_link = options.host_link;
+  opt.offload_inputs = false;
+  if (!best.empty()) opt.start = best.schedule();
+  return opt;
+}
+
 }  // namespace
 
 absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>& executed,
@@ -77,8 +88,10 @@ absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>&
   const std::vector<StepSite> sites = recorded_sites(g);
   CheapestPlan best;  // by SimResult::cost, named as the hints will be
   SimResult best_sim;
-  auto weigh = [&](StepCandidate candidate, const absl::StatusOr<Plan>& plan,
+  auto weigh = [&](std::string source, const absl::StatusOr<Plan>& plan,
                    std::string_view hints_source) {
+    StepCandidate candidate;
+    candidate.source = std::move(source);
     if (!plan.ok()) {
       candidate.reason = std::string(plan.status().message());
     } else {
@@ -97,26 +110,27 @@ absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>&
   // What the runtime itself did on the step is a plan too (Note [Seeding hinted] in
   // tools/compare/compare.cc): it ran, and a planner must beat it to be followed.
   if (options.include_realized) {
-    StepCandidate candidate;
-    candidate.source = kRealizedSource;
-    const std::string source = candidate.source;
-    weigh(std::move(candidate), realized_plan(g, sites, executed, options.realized_budget_bytes),
-          source);
+    weigh(std::string(kRealizedSource),
+          realized_plan(g, sites, executed, options.realized_budget_bytes), kRealizedSource);
   }
   PlanOptions opt;
   opt.budget_bytes = options.budget_bytes;
   opt.time_limit_seconds = options.time_limit_seconds;
   for (const std::string& algo : options.planners) {
-    StepCandidate candidate;
-    candidate.source = algo;
     if (algo == "greedy" && g.nodes.size() > options.greedy_max_nodes) {
+      StepCandidate candidate;
+      candidate.source = algo;
       candidate.reason = absl::StrCat("skipped: ", g.nodes.size(), " nodes (greedy simulates ",
                                       "once per candidate)");
       chosen.candidates.push_back(std::move(candidate));
       continue;
     }
-    weigh(std::move(candidate), plan_holding_inputs(algo, g, opt),
+    weigh(algo, plan_holding_inputs(algo, g, opt),
           absl::StrCat(algo, " @ ", options.budget_bytes, " B"));
+  }
+  if (options.host_memory_bytes > 0) {
+    weigh("offload", run_planner("offload", g, offload_options(opt, options, best)),
+          absl::StrCat("offload @ ", options.budget_bytes, " B"));
   }
 
   choose(chosen, best, best_sim, sites, options.budget_bytes);

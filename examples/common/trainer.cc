@@ -94,6 +94,8 @@ void run_steps(StepDriver& driver, Model& model, const TrainConfig& config, Trai
     const StepReport& r = driver.run(step, step == config.record_step);
     if (r.recorded) result.recorded = r.recorded;
     result.step_overheads.push_back(r.overhead());
+    result.step_transfer_exposed.push_back(r.base_cost > 0 ? r.transfer_exposed / r.base_cost
+                                                           : 0.0);
     if (step == 0) {
       const MemoryStats m = driver.runtime().memory().stats();
       result.first_step_segment_reserves = m.segment_reserves;
@@ -262,6 +264,7 @@ void print_json(const Model& model, const TrainConfig& config, const Comparison&
   j["wall_seconds"] = r.wall_seconds;
   j["step_seconds"] = r.step_seconds;
   j["step_overheads"] = r.step_overheads;
+  j["step_transfer_exposed"] = r.step_transfer_exposed;
   j["baseline_wall_seconds"] = or_null(config.baseline, c.baseline.wall_seconds);
   j["items"] = r.items;
   if (policy == "auto" || policy == "hinted") j["plans_made"] = r.totals.plans_made;

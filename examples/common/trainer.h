@@ -96,11 +96,12 @@ struct TrainResult {
   std::size_t forward_activation_bytes = 0;  // most bytes of non-pinned tensors after a forward
   double items = 0;
   double wall_seconds = 0;
-  std::vector<double> step_seconds;      // wall time of each step that completed
-  std::vector<double> step_overheads;    // each one's recomputed cost / its first runs' cost
-  std::optional<RecordedStep> recorded;  // TrainConfig::record_step
-  DriverTotals totals;                   // plans made, planned steps (auto, hinted)
-  std::vector<ShapeReport> shape_plans;  // policy auto: StepDriver::shapes()
+  std::vector<double> step_seconds;           // wall time of each step that completed
+  std::vector<double> step_overheads;         // each one's recomputed cost / its first runs' cost
+  std::vector<double> step_transfer_exposed;  // each one's waits for host copies / the same
+  std::optional<RecordedStep> recorded;       // TrainConfig::record_step
+  DriverTotals totals;                        // plans made, planned steps (auto, hinted)
+  std::vector<ShapeReport> shape_plans;       // policy auto: StepDriver::shapes()
 };
 
 // One training run with the budget as given (budget_fraction ignored).

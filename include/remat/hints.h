@@ -44,7 +44,12 @@
 // computes it on demand, a tensor the plan says is resident but is not gets recomputed, the
 // budget still binds (DTR's weighted scores choose what else to evict), an op whose name
 // differs from the plan's stops the cursor for the rest of the step, and end_step() runs
-// whatever is still deferred.
+// whatever is still deferred. A plan's offloads go along too (PlanStep::copy_after,
+// offload_before, prefetch_before): the follower asks the core to begin an instance's copy
+// to the host once it is made, to give its device memory back and to begin its copy back
+// where the plan says, so that the copies run beside the kernels as the schedule's
+// simulator ran them; a request the core refuses (the instance evicted meanwhile, host
+// memory full) leaves the instance to come back by recomputation.
 #ifndef REMAT_HINTS_H_
 #define REMAT_HINTS_H_
 
@@ -84,6 +89,12 @@ struct PlanStep {
   StepSite site;
   std::vector<StepSite> free_after;
   std::vector<StepSite> drop_after;
+  // The plan's offloads (Schedule::offloads): tensors that leave the device before this step
+  // and tensors whose copy back starts before it, and tensors whose copy to the host starts
+  // once it has run (Runtime::offload, prefetch, copy_to_host).
+  std::vector<StepSite> offload_before = {};
+  std::vector<StepSite> prefetch_before = {};
+  std::vector<StepSite> copy_after = {};
 };
 
 struct StepHints {
@@ -109,7 +120,8 @@ struct StepSignature {
 // frees is evicted after the step's op that comes at or after its last read (unless its next
 // instance is made before that op: the runtime keeps it resident instead). Outputs of `g`
 // are never evicted after their last instance. The schedule itself goes along, step by step
-// with what each step frees, for the runtime to follow (Note [Following a schedule]).
+// with what each step frees and offloads, for the runtime to follow (Note [Following a
+// schedule]).
 StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
                               std::string source);
 

@@ -49,8 +49,10 @@ struct PlanOptions {
   HostLink host_link = HostLink::pcie5();
   int64_t host_memory_bytes = INT64_MAX;
   // Planner offload: the recompute-only plan to improve (one `best` made, say), instead of
-  // searching for one; the result is never dearer than it.
+  // searching for one; the result is never dearer than it. And whether graph inputs may go
+  // to the host (a runtime following the plan keeps its constants where they are).
   std::optional<Schedule> start;
+  bool offload_inputs = true;
 };
 
 struct Plan {

@@ -127,7 +127,9 @@ struct StepReport {
   bool exact_plan = false;
   double base_cost = 0;       // the cost of the step's first runs
   double recompute_cost = 0;  // the cost it recomputed
-  double seconds = 0;         // wall time, planning included
+  // How long it waited for copies to and from host memory (RuntimeStats::transfer_exposed).
+  double transfer_exposed = 0;
+  double seconds = 0;  // wall time, planning included
   double planning_seconds = 0;
   std::optional<RecordedStep> recorded{};  // StepDriver::run(step, /*record=*/true)
   // Recomputed cost over first runs' cost: RuntimeStats::compute_overhead of this step.

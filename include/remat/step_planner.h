@@ -92,6 +92,11 @@ struct StepPlanOptions {
   bool include_realized = true;
   std::optional<std::int64_t> realized_budget_bytes;
   std::size_t greedy_max_nodes = kGreedyMaxNodes;  // larger graphs skip `greedy`
+  // Host memory for the plan (RuntimeOptions::host_memory_bytes): above 0, planner `offload`
+  // improves the cheapest plan with copies over `host_link` (or searches alone where no
+  // plan fits), the constants staying where they are; it competes like the others.
+  std::int64_t host_memory_bytes = 0;
+  HostLink host_link = HostLink::pcie5();
 };
 
 // One plan that plan_step() weighed.

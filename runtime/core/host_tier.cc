@@ -47,10 +47,11 @@ void HostTier::drop(Id s) {
   entries_.erase(it);
 }
 
-// A constant, or a storage with lineage that the program holds (a dead one is evicted: its
-// memory is free for nothing).
+// A constant, or a storage with lineage that the program or a followed plan holds (a dead
+// one is evicted: its memory is free for nothing).
 bool RuntimeImpl::offloadable(const StorageRec& r) const {
-  const bool held = r.pinned || (r.handles > 0 && !r.lingering && r.producer != kNone);
+  const bool held =
+      r.pinned || ((r.handles > 0 || r.holds > 0) && !r.lingering && r.producer != kNone);
   return held && r.resident && r.locks == 0 && !kernel_running_ && host_.has_room(r.bytes);
 }
 

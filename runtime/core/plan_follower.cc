@@ -79,6 +79,8 @@ void PlanFollower::run_plan_through(int last, Id called) {
 // instances (plan_refs) and frees them, so that a dead tensor the plan recomputes for later
 // steps is not freed by the first op that reads it.
 void PlanFollower::run_plan_step(const PlanStep& step) {
+  for (const StepSite& site : step.offload_before) with_storage(site, &StepHost::offload);
+  for (const StepSite& site : step.prefetch_before) with_storage(site, &StepHost::prefetch);
   const Id op = step_.op_at(step.site.position);
   Id root = kNone;
   bool recompute = false;
@@ -104,8 +106,16 @@ void PlanFollower::run_plan_step(const PlanStep& step) {
   if (const Id t = step_.site_tensor(step.site);
       t != kNone && rt_.storage(rt_.tensor(t).storage).resident)
     claim_for_plan(rt_.tensor(t).storage);
+  for (const StepSite& site : step.copy_after) with_storage(site, &StepHost::copy_to_host);
   for (const StepSite& site : step.free_after) free_planned(site, /*evict=*/true);
   for (const StepSite& site : step.drop_after) free_planned(site, /*evict=*/false);
+}
+
+// The plan's offloads: each a request the core may refuse where the step went otherwise
+// (the tensor evicted, say), which then comes back by recomputation as any other would.
+void PlanFollower::with_storage(const StepSite& site, bool (StepHost::*move)(Id)) {
+  const Id t = step_.site_tensor(site);
+  if (t != kNone) (rt_.*move)(rt_.tensor(t).storage);
 }
 
 bool PlanFollower::holds_fresh(Id s) {

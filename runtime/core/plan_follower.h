@@ -56,6 +56,7 @@ class PlanFollower {
   void run_plan_step(const PlanStep& step);
   void claim_for_plan(Id s);
   void free_planned(const StepSite& site, bool evict_held);
+  void with_storage(const StepSite& site, bool (StepHost::*move)(Id));
   void release_unclaimed();  // after a plan step: Note [Outputs the plan does not claim]
   void let_go(Id s, std::uint32_t pending, bool evict_held);
   void run_remaining_plan(int end);

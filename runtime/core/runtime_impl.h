@@ -71,14 +71,14 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   bool evict_tensor(Id tensor);
   // The host tier (host_tier.cc, Note [The host tier]): moves a resident storage's bytes to
   // the host; false where it may not (RuntimeImpl::offloadable).
-  bool offload(Id storage);
+  bool offload(Id storage) override;
   bool offload_tensor(Id tensor) { return offload(tensors[tensor].storage); }
   // Starts the copy of a resident storage to the host, leaving it resident, so that a later
   // offload need not wait for all of it; and starts the copy back of an offloaded one, which
   // its first use waits for (Note [Copies beside the kernels]).
-  bool copy_to_host(Id storage);
+  bool copy_to_host(Id storage) override;
   bool copy_to_host_tensor(Id tensor) { return copy_to_host(tensors[tensor].storage); }
-  bool prefetch(Id storage);
+  bool prefetch(Id storage) override;
   bool prefetch_tensor(Id tensor) { return prefetch(tensors[tensor].storage); }
   bool offloaded_of(Id tensor) const { return storages[tensors[tensor].storage].offloaded; }
   void set_budget(std::size_t budget);
@@ -116,7 +116,10 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void set_tensor_site(Id t, std::uint32_t stamp, int position, int output) override;
   void set_tensor_node(Id t, int node) override { tensors[t].node = node; }
   void set_op_site(Id op, std::uint32_t stamp, int position) override;
-  void set_holds(Id s, std::uint32_t holds) override { storages[s].holds = holds; }
+  void set_holds(Id s, std::uint32_t holds) override {
+    storages[s].holds = holds;
+    if (holds == 0) drop_dead_offload(s);  // a plan's offloaded instance nothing needs now
+  }
   void defer(Id op) override;
   void end_deferral(Id op) override { ops[op].deferred = false; }
   void note_deferred(Id op) override;

@@ -84,6 +84,12 @@ class StepHost {
   virtual void evict_for_hint(Id s) = 0;
   virtual void release_if_dead(Id s) = 0;  // frees a resident storage that nothing holds
   virtual void release_op_ref(Id op) = 0;  // drops a reference to an op, then what that frees
+  // A followed plan's offloads (Note [Copies beside the kernels] in host_tier.cc): a copy to
+  // the host begun, the device memory given back, a copy back begun; false where the core
+  // may not (the storage is not where the plan has it, or host memory is full).
+  virtual bool copy_to_host(Id s) = 0;
+  virtual bool offload(Id s) = 0;
+  virtual bool prefetch(Id s) = 0;
 
   // The eviction policy: whether it acts on hints, and a storage's weight from them; a hint
   // that named another op.

@@ -57,6 +57,35 @@ void append_schedule_steps(const Graph& g, const Schedule& s, const std::vector<
   }
 }
 
+// The schedule's offloads on its entries: an instance's copy out after the entry of the step
+// that made it, its offload before the first entry at or after `free`, its copy back before
+// the first at or after `fetch`. Offloads of instances without a site (constants) are left
+// out. Entry k of hints.schedule is the step that first pushed it (entries are in order).
+void append_offloads(const Schedule& s, const std::vector<StepSite>& sites, StepHints& hints) {
+  if (s.offloads.empty()) return;
+  const std::size_t steps = s.order.size();
+  std::vector<int> entry_of(steps, -1);  // the entry schedule step j made, or -1
+  std::size_t k = 0;
+  for (std::size_t j = 0; j < steps && k < hints.schedule.size(); ++j) {
+    if (sites[static_cast<std::size_t>(s.order[j])] == hints.schedule[k].site)
+      entry_of[j] = static_cast<int>(k++);
+  }
+  std::vector<int> first_from(steps + 1, -1);  // the first entry at a step >= j
+  for (std::size_t j = steps; j-- > 0;)
+    first_from[j] = entry_of[j] >= 0 ? entry_of[j] : first_from[j + 1];
+  for (const Offload& o : s.offloads) {
+    const StepSite& site =
+        sites[static_cast<std::size_t>(s.order[static_cast<std::size_t>(o.step)])];
+    const int made = entry_of[static_cast<std::size_t>(o.step)];
+    const int leaves = first_from[static_cast<std::size_t>(o.free)];
+    const int returns = first_from[static_cast<std::size_t>(o.fetch)];
+    if (site.position < 0 || site.output < 0 || made < 0 || leaves < 0 || returns < 0) continue;
+    hints.schedule[static_cast<std::size_t>(made)].copy_after.push_back(site);
+    hints.schedule[static_cast<std::size_t>(leaves)].offload_before.push_back(site);
+    hints.schedule[static_cast<std::size_t>(returns)].prefetch_before.push_back(site);
+  }
+}
+
 }  // namespace
 
 StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vector<StepSite>& sites,
@@ -117,6 +146,7 @@ StepHints hints_from_schedule(const Graph& g, const Schedule& s, const std::vect
     if (std::find(list.begin(), list.end(), site(v)) == list.end()) list.push_back(site(v));
   }
   append_schedule_steps(g, s, sites, instances, is_output, hints);
+  append_offloads(s, sites, hints);
   return hints;
 }
 

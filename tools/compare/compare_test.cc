@@ -17,6 +17,7 @@
 #include "remat/schedule.h"
 #include "remat/static_replay.h"
 #include "tests/support/random_order.h"
+#include "tests/support/test_graphs.h"
 
 namespace remat::compare {
 namespace {
@@ -195,6 +196,44 @@ TEST(Compare, HintedFollowsAPlanExactly) {
     }
   }
   EXPECT_GT(checked, 20);
+}
+
+// A plan with offloads, followed: the runtime sends each instance to the host, brings it
+// back and waits for the copies where the plan says (PlanStep::offload_before,
+// prefetch_before, copy_after), so that under a budget of the plan's own peak it costs what
+// simulate() says, copies' waits included, and never makes DTR search.
+TEST(Compare, HintedFollowsOffloadsExactly) {
+  std::size_t offloads = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const Graph g = hold_inputs(training_like_graph(12 + static_cast<int>(seed), seed));
+    Schedule s{.graph = g.name, .order = {}};
+    for (int v = 0; v < g.size(); ++v) s.order.push_back(v);
+    s.offloads = testing::random_offloads(g, s.order, seed);
+    const HostLink link{0.2 * static_cast<double>(seed), 1.0};
+    const SimResult sim = simulate(g, s, std::nullopt, link);
+    ASSERT_TRUE(sim.valid) << sim.error;
+    ReplayOptions ro;
+    ro.policy = "hinted";
+    ro.accounting = Accounting::kLogical;
+    ro.budget = static_cast<std::size_t>(sim.peak_bytes);
+    ro.host_memory_bytes = static_cast<std::size_t>(sim.host_peak_bytes) + 1;
+    // dtr_trace_from_graph scales the costs so that the dearest op takes a second: the link
+    // is scaled with them.
+    double max_cost = 0;
+    for (const Node& n : g.nodes) max_cost = std::max(max_cost, n.cost);
+    const double scale = 1e9 / max_cost;
+    ro.host_link = HostLink{link.bytes_per_ns / scale, link.latency_ns * scale};
+    ro.slowdown_cap = 1e6;  // the copies are slow beside these ops
+    ro.hints = std::make_shared<StepHints>(hints_from_schedule(g, s, trace_sites(g), "random"));
+    const ReplayResult r = replay(dtr_trace_from_graph(g), ro);
+    ASSERT_EQ(r.status, "ok") << "seed " << seed << ": " << r.error;
+    EXPECT_EQ(r.offloads, static_cast<std::size_t>(sim.offloads)) << "seed " << seed;
+    EXPECT_NEAR(r.slowdown - 1, sim.overhead, 1e-6 * (1 + sim.overhead)) << "seed " << seed;
+    EXPECT_LE(static_cast<std::int64_t>(r.peak_allocated_bytes), sim.peak_bytes);
+    EXPECT_EQ(r.evictions, r.hint_evictions) << "DTR searched: memory left the plan's profile";
+    offloads += r.offloads;
+  }
+  EXPECT_GT(offloads, 8u);
 }
 
 // The same for random valid schedules: a random topological order (so that ops the program

@@ -69,6 +69,7 @@ void add_runtime_stats(nlohmann::json& j, const RuntimeStats& s, bool cuda) {
   j["restores"] = s.restores;
   j["peak_offloaded_bytes"] = s.peak_offloaded_bytes;
   j["transfer_cost"] = s.transfer_cost;
+  j["transfer_exposed"] = s.transfer_exposed;
   if (cuda) {
     j["cuda_device_total_bytes"] = s.cuda.device_total_bytes;
     j["cuda_outside_budget_bytes"] = s.cuda.outside_bytes;
