@@ -237,11 +237,7 @@ TEST(HostTier, TheCachingAllocatorTakesRestoredConstantsBack) {
 // real host memory there), and no copy races a kernel.
 TEST(HostTier, ADeviceCopiesToTheHostAndBack) {
   auto sim = std::make_shared<SimulatedCuda>();
-  RuntimeOptions o;
-  o.backend = Backend::kCuda;
-  o.cuda.api = sim;
-  o.cuda.blas_workspace_bytes = 1536;
-  o.budget = 8 << 20;
+  RuntimeOptions o = on_sim(sim, 8 << 20);
   o.host_memory_bytes = 1 << 20;
   Runtime rt(o);
   Tensor a = rt.constant(vec(1000), iota(1000, 2.0f).data());
@@ -337,11 +333,7 @@ TEST(HostTier, AnUpdateDropsAnEarlyCopy) {
 // no copy racing a kernel.
 TEST(HostTier, ADeviceCopiesEarlyAndPrefetchesWithoutRaces) {
   auto sim = std::make_shared<SimulatedCuda>();
-  RuntimeOptions o;
-  o.backend = Backend::kCuda;
-  o.cuda.api = sim;
-  o.cuda.blas_workspace_bytes = 1536;
-  o.budget = 8 << 20;
+  RuntimeOptions o = on_sim(sim, 8 << 20);
   o.host_memory_bytes = 1 << 20;
   Runtime rt(o);
   Tensor c = rt.constant(vec(1000), iota(1000, 2.0f).data());

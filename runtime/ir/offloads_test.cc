@@ -19,26 +19,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// 0 (100 bytes, cost 7) feeds 1 and 3; 1 -> 2 -> 3; the others 1 byte, cost 1.
-Graph diamond() {
-  Graph g = testing::random_dag(4, 0, 1, 1);
-  for (Node& n : g.nodes) {
-    n.bytes = 1;
-    n.cost = 1;
-    n.inputs.clear();
-  }
-  g.nodes[0].bytes = 100;
-  g.nodes[0].cost = 7;
-  g.nodes[1].inputs = {0};
-  g.nodes[2].inputs = {1};
-  g.nodes[3].inputs = {0, 2};
-  return g;
-}
-
 constexpr HostLink kTenBytesPerNs{10.0, 0.0};
 
 TEST(Offloads, HandComputedMemoryAndTiming) {
-  const Graph g = diamond();
+  const Graph g = testing::diamond_graph();
   Schedule s{g.name, {0, 1, 2, 3}};
   s.offloads = {{.step = 0, .free = 2, .fetch = 3}};
   // Node 0 is away at step 2 only: {1, 2}.
@@ -59,7 +43,7 @@ TEST(Offloads, HandComputedMemoryAndTiming) {
 }
 
 TEST(Offloads, AFastLinkHidesTheCopies) {
-  const Graph g = diamond();
+  const Graph g = testing::diamond_graph();
   Schedule s{g.name, {0, 1, 2, 3}};
   s.offloads = {{.step = 0, .free = 2, .fetch = 3}};
   // 0.1 ns each way: the copy out ends at 7.1, before step 2 starts at 8; the copy back
@@ -72,7 +56,7 @@ TEST(Offloads, AFastLinkHidesTheCopies) {
 
 TEST(Offloads, CopiesOneWayQueueOnTheirEngine) {
   // Two 100-byte inputs copied out after steps 0 and 1: the second waits for the first.
-  Graph g = diamond();
+  Graph g = testing::diamond_graph();
   g.nodes[1].bytes = 100;
   g.nodes[1].cost = 0;
   g.nodes[0].cost = 0;
@@ -94,7 +78,7 @@ TEST(Offloads, CopiesOneWayQueueOnTheirEngine) {
 }
 
 TEST(Offloads, ChecksNameTheEntryAndTheProblem) {
-  const Graph g = diamond();
+  const Graph g = testing::diamond_graph();
   auto error = [&](std::vector<Offload> offloads) {
     Schedule s{g.name, {0, 1, 2, 3}};
     s.offloads = std::move(offloads);

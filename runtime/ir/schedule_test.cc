@@ -14,24 +14,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Graph diamond() {
-  // 0 (100 bytes) feeds 1 and 3; 1 -> 2 -> 3. Unit sizes except node 0.
-  Graph g = testing::random_dag(4, 0, 1, 1);
-  for (Node& n : g.nodes) {
-    n.bytes = 1;
-    n.cost = 1;
-    n.inputs.clear();
-  }
-  g.nodes[0].bytes = 100;
-  g.nodes[0].cost = 7;
-  g.nodes[1].inputs = {0};
-  g.nodes[2].inputs = {1};
-  g.nodes[3].inputs = {0, 2};
-  return g;
-}
-
 TEST(Simulator, HandComputedProfileWithRecomputation) {
-  Graph g = diamond();
+  Graph g = testing::diamond_graph();
   Schedule s{g.name, {0, 1, 2, 0, 3}};
   // step0 {0}; step1 {0,1}; step2 {1,2} (first 0 dies after step1); step3 {2, 0'};
   // step4 {0', 2, 3}.
@@ -47,21 +31,21 @@ TEST(Simulator, HandComputedProfileWithRecomputation) {
 }
 
 TEST(Simulator, UnreadValueIsResidentOnlyAtItsStep) {
-  Graph g = diamond();
+  Graph g = testing::diamond_graph();
   g.nodes[3].inputs = {2};  // node 0 is read only by node 1 now
   Schedule s{g.name, {0, 1, 2, 3}};
   EXPECT_EQ(memory_profile(g, s.order), (std::vector<int64_t>{100, 101, 2, 2}));
 }
 
 TEST(Simulator, ReadUsesNewestInstance) {
-  Graph g = diamond();
+  Graph g = testing::diamond_graph();
   // 0 recomputed right after its first use: the first instance dies at step 1.
   Schedule s{g.name, {0, 1, 0, 2, 3}};
   EXPECT_EQ(memory_profile(g, s.order), (std::vector<int64_t>{100, 101, 101, 102, 102}));
 }
 
 TEST(Simulator, BudgetMakesScheduleInvalidWithReason) {
-  Graph g = diamond();
+  Graph g = testing::diamond_graph();
   Schedule s{g.name, {0, 1, 2, 3}};
   EXPECT_TRUE(simulate(g, s, 102).valid);
   SimResult r = simulate(g, s, 101);
@@ -71,7 +55,7 @@ TEST(Simulator, BudgetMakesScheduleInvalidWithReason) {
 }
 
 TEST(Simulator, RejectsReadBeforeAnyInstance) {
-  Graph g = diamond();
+  Graph g = testing::diamond_graph();
   SimResult r = simulate(g, Schedule{g.name, {0, 2, 1, 3}});
   EXPECT_FALSE(r.valid);
   EXPECT_THAT(r.error, HasSubstr("step 1"));
@@ -79,7 +63,7 @@ TEST(Simulator, RejectsReadBeforeAnyInstance) {
 }
 
 TEST(Simulator, RejectsMissingUnknownAndRecomputedInputs) {
-  Graph g = diamond();
+  Graph g = testing::diamond_graph();
   EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 2}}).error,
               HasSubstr("node 3 ('n3') is never computed"));
   EXPECT_THAT(simulate(g, Schedule{g.name, {0, 1, 9}}).error, HasSubstr("unknown node id 9"));

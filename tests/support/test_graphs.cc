@@ -43,6 +43,21 @@ Graph linear_graph(int n) {
   return g;
 }
 
+Graph diamond_graph() {
+  Graph g = random_dag(4, 0, 1, 1);
+  for (Node& n : g.nodes) {
+    n.bytes = 1;
+    n.cost = 1;
+    n.inputs.clear();
+  }
+  g.nodes[0].bytes = 100;
+  g.nodes[0].cost = 7;
+  g.nodes[1].inputs = {0};
+  g.nodes[2].inputs = {1};
+  g.nodes[3].inputs = {0, 2};
+  return g;
+}
+
 Graph random_dag(int n, double p, int max_bytes, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);

@@ -16,6 +16,8 @@ namespace remat::testing {
 std::string shared_graphs_dir();
 // Checkmate's gen_linear_graph(n): 2n+1 unit nodes, i -> i+1 and i -> 2n-i for i < n.
 Graph linear_graph(int n);
+// Node 0 (100 bytes, cost 7) feeds 1 and 3; 1 -> 2 -> 3; the others 1 byte, cost 1.
+Graph diamond_graph();
 // A random DAG of n nodes (edge probability p), sizes in [1, max_bytes], costs in [1, 5].
 Graph random_dag(int n, double p, int max_bytes, uint64_t seed);
 // A random graph with a forward chain of n nodes mirrored by a backward chain (like a
