@@ -116,6 +116,9 @@ OffloadedOrder add_offloads(const Graph& g, OffloadedOrder start, const PlanOpti
 // cannot.
 std::optional<OffloadedOrder> fit_by_offloads(const Graph& g, OffloadedOrder start,
                                               const PlanOptions& opt, const Deadline& deadline);
+// `order` with `offloads`, as a schedule of `g`.
+Schedule schedule_with(const Graph& g, const std::vector<int>& order,
+                       const std::vector<Offload>& offloads);
 // The instance made at step i of `order` and the steps that read it, in order.
 std::vector<int> touches_of(const Graph& g, const std::vector<int>& order, int i);
 // Moves offloads[k]'s fetch earlier until its copy back has the steps before the read to

@@ -37,12 +37,6 @@ struct Working {
   std::vector<Offload> offloads;
 };
 
-Schedule schedule_of(const Graph& g, const Working& w) {
-  Schedule s{g.name, w.order};
-  s.offloads = w.offloads;
-  return s;
-}
-
 // The steps kept[j] of `w`, and its offloads with their steps renumbered: a free or fetch
 // moves to the next step kept. An offload whose instance goes, or whose gap closes, goes.
 Working keep_steps(const Working& w, const std::vector<char>& kept) {
@@ -71,7 +65,8 @@ class OffloadPass {
 
   // Rounds over the recomputations left until one changes nothing (or time runs out).
   Working run(Working w) {
-    current_ = simulate(g_, schedule_of(g_, w), opt_.budget_bytes, opt_.host_link);
+    current_ =
+        simulate(g_, schedule_with(g_, w.order, w.offloads), opt_.budget_bytes, opt_.host_link);
     if (!current_.valid) return w;
     for (bool changed = true; changed && !deadline_.expired();) {
       changed = false;
@@ -131,7 +126,8 @@ class OffloadPass {
 
   // Takes `candidate` where it fits both memories and costs less than the plan so far.
   bool consider(const Working& candidate, Working* w) {
-    const SimResult r = simulate(g_, schedule_of(g_, candidate), opt_.budget_bytes, opt_.host_link);
+    const SimResult r = simulate(g_, schedule_with(g_, candidate.order, candidate.offloads),
+                                 opt_.budget_bytes, opt_.host_link);
     if (!r.valid || r.host_peak_bytes > opt_.host_memory_bytes ||
         r.cost >= current_.cost - 1e-9 * std::max(1.0, current_.cost))
       return false;
@@ -161,6 +157,13 @@ class OffloadPass {
 
 }  // namespace
 
+Schedule schedule_with(const Graph& g, const std::vector<int>& order,
+                       const std::vector<Offload>& offloads) {
+  Schedule s{g.name, order};
+  s.offloads = offloads;
+  return s;
+}
+
 std::vector<int> touches_of(const Graph& g, const std::vector<int>& order, int i) {
   std::vector<int> touches = {i};
   const int v = order[static_cast<size_t>(i)];
@@ -174,8 +177,7 @@ std::vector<int> touches_of(const Graph& g, const std::vector<int>& order, int i
 
 bool place_copies(const Graph& g, const PlanOptions& opt, const std::vector<int>& order,
                   std::vector<Offload>* offloads, size_t k) {
-  Schedule s{g.name, order};
-  s.offloads = *offloads;
+  const Schedule s = schedule_with(g, order, *offloads);
   std::vector<int64_t> mem = memory_profile(g, s.order);
   if (mem.empty()) return false;
   apply_offloads(g, s, &mem);
@@ -277,9 +279,8 @@ class OffloadSearch {
   }
 
   void consider(OffloadedOrder w, const char* from) {
-    Schedule s{g_.name, w.order};
-    s.offloads = w.offloads;
-    const SimResult r = simulate(g_, s, opt_.budget_bytes, opt_.host_link);
+    const SimResult r =
+        simulate(g_, schedule_with(g_, w.order, w.offloads), opt_.budget_bytes, opt_.host_link);
     if (!r.valid || r.host_peak_bytes > opt_.host_memory_bytes) return;
     if (have_ && r.cost >= best_sim_.cost) return;
     best_ = std::move(w);

@@ -59,8 +59,7 @@ std::optional<OffloadedOrder> fit_by_offloads(const Graph& g, OffloadedOrder w,
   const Instances in = compute_instances(g, w.order);
   if (!in.error.empty()) return std::nullopt;
   while (!deadline.expired()) {
-    Schedule s{g.name, w.order};
-    s.offloads = w.offloads;
+    const Schedule s = schedule_with(g, w.order, w.offloads);
     std::vector<int64_t> mem = memory_profile(g, s.order);
     const std::vector<int64_t> host = apply_offloads(g, s, &mem);
     if (!host.empty() && *std::max_element(host.begin(), host.end()) > opt.host_memory_bytes)
