@@ -35,6 +35,10 @@ StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
   if (chosen.ok() && chosen->feasible) {
     plan.hints = std::make_shared<StepHints>(std::move(chosen->hints));
     plan.source = chosen->source;
+    if (!chosen->recompute_only_source.empty()) {
+      plan.recompute_only = std::make_shared<StepHints>(std::move(chosen->recompute_only_hints));
+      plan.recompute_only_source = chosen->recompute_only_source;
+    }
   } else {
     plan.source = chosen.ok() ? chosen->reason : std::string(chosen.status().message());
   }
@@ -46,11 +50,32 @@ ShapePlans::Shape& ShapePlans::shape(const PlanCache::Key& key) { return shapes_
 
 // Plans and screens the plan at `fraction`, keeping it in q.best where it is the cheapest so
 // far; returns its arena's excess over the room the budget leaves it (negative: it fits), or
-// nothing where it has no placement.
+// nothing where it has no placement. Where the plan moves tensors to the host, the cheapest
+// plan without copies is screened too (Note [Screening plans with copies]).
 std::optional<double> ShapePlans::screen_candidate(Search& q, double fraction) {
   Shape& s = q.shape;
   StepPlan plan = plan_recorded_step(*s.recording, options_.budget, options_.planners,
                                      options_.time_limit, fraction, !s.dtr_failed, options_.host);
+  std::optional<StepPlan> recompute_only;
+  if (plan.recompute_only) {
+    recompute_only.emplace();
+    recompute_only->hints = std::move(plan.recompute_only);
+    recompute_only->source = plan.recompute_only_source;
+  }
+  const std::optional<double> excess = screen_plan(q, std::move(plan), fraction);
+  if (recompute_only) screen_plan(q, *std::move(recompute_only), fraction);
+  return excess;
+}
+
+// Note [Screening plans with copies]
+// Planner `offload` prices a plan's copies on the schedule's simulator, which counts tensor
+// bytes; on the runtime a prefetch takes an allocator block when its copy starts, and the
+// copies can wait longer than planned, most at a slow link, where a plan with copies wins
+// by little if at all. Screening is where plans are priced on the runtime, so the cheapest
+// plan without copies at the same fraction (ChosenPlan::recompute_only_hints) is screened
+// beside the one with them, and the cheaper of the two there goes on.
+std::optional<double> ShapePlans::screen_plan(Search& q, StepPlan plan, double fraction) {
+  Shape& s = q.shape;
   ScreenedPlan row{.plan = plan.source, .fraction = fraction};
   if (plan.empty()) {
     s.screened.push_back(std::move(row));

@@ -69,6 +69,10 @@ struct StepPlan {
   // In its screening: the arena its placement needed beside the holes it used, and the
   // room the budget left for one (nothing where the screening never sized one).
   std::optional<CachingAllocator::PlacementOutcome> arena;
+  // Where a plan with copies to the host won: the cheapest plan without them, which the
+  // screening weighs beside it (ChosenPlan::recompute_only_hints); null otherwise.
+  std::shared_ptr<const StepHints> recompute_only;
+  std::string recompute_only_source;
   bool empty() const { return !hints || (hints->ops.empty() && hints->schedule.empty()); }
 };
 
@@ -160,6 +164,7 @@ class ShapePlans {
     double best_recompute;
   };
   std::optional<double> screen_candidate(Search& q, double fraction);
+  std::optional<double> screen_plan(Search& q, StepPlan plan, double fraction);
   void screen_fractions(Search& q);  // the fixed fractions, then Note [Plans that fit ...]
   Shape& shape(const PlanCache::Key& key);
   StepOptions planned_step(const Shape& s);  // the options of a step that follows s.plan

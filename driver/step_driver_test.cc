@@ -255,6 +255,43 @@ TEST(StepDriverTest, PlansWithHostMemoryTrainBitwise) {
   }
 }
 
+// Note [Screening plans with copies]: where a plan with copies to the host is screened, the
+// cheapest plan without them at the same fraction is screened beside it, and the plan kept
+// is the cheapest of all on the simulated backend, whatever the link costs.
+TEST(StepDriverTest, ScreeningWeighsThePlanWithoutCopiesBesideTheOneWithThem) {
+  ResidualMlp program({1024, 768, 1024, 768});
+  constexpr int kSteps = 6;
+  const std::size_t peak = measure_unconstrained_peak(program, {}, kSteps);
+  int offload_rows = 0;
+  for (double bytes_per_ns : {20.0, 2.0}) {
+    SCOPED_TRACE(bytes_per_ns);
+    StepDriverOptions o = options_at(peak / 2, "auto");
+    o.runtime.host_memory_bytes = peak;
+    o.runtime.host_link = HostLink{bytes_per_ns, 1000.0};
+    o.plan_time_limit = 0.3;
+    StepDriver driver(program, o);
+    for (int s = 0; s < kSteps; ++s) driver.run(s);
+    for (const ShapeReport& shape : driver.shapes()) {
+      double cheapest = INFINITY;
+      for (const ScreenedPlan& row : shape.screened) {
+        if (row.simulated_overhead) cheapest = std::min(cheapest, *row.simulated_overhead);
+        if (!row.plan.starts_with("offload")) continue;
+        ++offload_rows;
+        int beside = 0;
+        for (const ScreenedPlan& other : shape.screened)
+          beside += other.fraction == row.fraction && !other.plan.starts_with("offload");
+        EXPECT_EQ(beside, 1) << row.plan << " at " << row.fraction.value_or(-1);
+      }
+      if (shape.decision != ShapeDecision::kPlan) continue;
+      bool kept_cheapest = false;
+      for (const ScreenedPlan& row : shape.screened)
+        kept_cheapest |= row.plan == shape.plan && row.simulated_overhead == cheapest;
+      EXPECT_TRUE(kept_cheapest) << shape.plan;
+    }
+  }
+  EXPECT_GT(offload_rows, 0) << "no plan with copies was screened";
+}
+
 // An out-of-memory step is aborted: with the budget lifted, the same step runs again in the
 // same driver and computes what an unconstrained run computes.
 TEST(StepDriverTest, AnOutOfMemoryStepLeavesTheDriverUsable) {

@@ -16,6 +16,7 @@
 #include "examples/treelstm_model.h"
 #include "remat/cuda_api.h"
 #include "remat/system_cuda.h"
+#include "tests/support/simulated_device_ops.h"
 #include "tools/report/report_json.h"
 
 namespace remat::examples {
@@ -157,6 +158,52 @@ TEST_P(ExampleTest, WithHostMemoryHalfAndAThirdMatchTheUnconstrainedRunBitwise) 
     offloads += r.stats.offloads;
   }
   EXPECT_GT(offloads, 0u) << "nothing went to host memory";
+}
+
+// The same on the simulated CUDA device: the examples' host kernels run as its kernels
+// (CudaOptions::launch, each as long as the GPU roofline prices it), the host tier's copies
+// on its copy streams from its pinned pool, and its race detector watches every kernel and
+// copy. The host kernels are the CPU backend's, so every run equals the CPU's bit for bit.
+TEST_P(ExampleTest, OnTheSimulatedDeviceWithHostMemoryMatchesTheCpuRunBitwise) {
+  const Case& c = GetParam();
+  std::unique_ptr<Model> model = c.make();
+  TrainConfig cpu;
+  cpu.steps = c.steps;
+  cpu.driver.runtime.seed = 7;
+  cpu.driver.runtime.measure_costs = false;
+  const TrainResult base = train(*model, cpu);
+  ASSERT_EQ(base.status, "ok") << base.error;
+  auto sim = std::make_shared<SimulatedCuda>();
+  TrainConfig config = cpu;
+  config.driver.runtime = on_sim(sim, SIZE_MAX);
+  config.driver.runtime.seed = 7;
+  config.driver.runtime.measure_costs = false;
+  config.driver.runtime.cuda.launch = host_kernels_on(sim);
+  config.driver.runtime.cuda.blas_workspace_bytes = 512;  // the host kernels use none
+  const TrainResult unconstrained = train(*model, config);
+  ASSERT_EQ(unconstrained.status, "ok") << unconstrained.error;
+  config.driver.runtime.host_memory_bytes = unconstrained.peak_allocated;
+  config.driver.runtime.host_link = HostLink{1e6, 0.0};
+  std::size_t offloads = 0;
+  for (double fraction : {1.0, 0.5, 0.3}) {
+    SCOPED_TRACE(c.name + " at " + std::to_string(fraction));
+    TrainConfig run = config;
+    run.driver.runtime.budget =
+        static_cast<std::size_t>(fraction * static_cast<double>(unconstrained.peak_allocated));
+    const TrainResult r = fraction == 1.0 ? unconstrained : train(*model, run);
+    ASSERT_EQ(r.status, "ok") << r.error;
+    if (fraction < 1.0) {
+      EXPECT_LE(r.peak_reserved, run.driver.runtime.budget) << "the budget is a hard cap";
+    }
+    EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
+    ASSERT_EQ(r.final_state.size(), base.final_state.size());
+    for (std::size_t i = 0; i < r.final_state.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+    offloads += r.stats.offloads;
+  }
+  EXPECT_GT(offloads, 0u) << "nothing went to host memory";
+  EXPECT_TRUE(sim->races().empty()) << sim->races().front().what;
+  EXPECT_TRUE(sim->invalid_accesses().empty()) << sim->invalid_accesses().front().what;
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, ExampleTest, ::testing::ValuesIn(cases()),

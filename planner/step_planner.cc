@@ -75,6 +75,14 @@ PlanOptions offload_options(PlanOptions opt, const StepPlanOptions& options,
   return opt;
 }
 
+StepCandidate greedy_skipped(const Graph& g) {
+  StepCandidate candidate;
+  candidate.source = "greedy";
+  candidate.reason =
+      absl::StrCat("skipped: ", g.nodes.size(), " nodes (greedy simulates once per candidate)");
+  return candidate;
+}
+
 }  // namespace
 
 absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>& executed,
@@ -118,19 +126,21 @@ absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>&
   opt.time_limit_seconds = options.time_limit_seconds;
   for (const std::string& algo : options.planners) {
     if (algo == "greedy" && g.nodes.size() > options.greedy_max_nodes) {
-      StepCandidate candidate;
-      candidate.source = algo;
-      candidate.reason = absl::StrCat("skipped: ", g.nodes.size(), " nodes (greedy simulates ",
-                                      "once per candidate)");
-      chosen.candidates.push_back(std::move(candidate));
+      chosen.candidates.push_back(greedy_skipped(g));
       continue;
     }
     weigh(algo, plan_holding_inputs(algo, g, opt),
           absl::StrCat(algo, " @ ", options.budget_bytes, " B"));
   }
   if (options.host_memory_bytes > 0) {
+    const CheapestPlan recompute_only = best;
     weigh("offload", run_planner("offload", g, offload_options(opt, options, best)),
           absl::StrCat("offload @ ", options.budget_bytes, " B"));
+    if (!recompute_only.empty() && best.source() != recompute_only.source()) {
+      chosen.recompute_only_source = recompute_only.source();
+      chosen.recompute_only_hints =
+          hints_from_schedule(g, recompute_only.schedule(), sites, recompute_only.source());
+    }
   }
 
   choose(chosen, best, best_sim, sites, options.budget_bytes);

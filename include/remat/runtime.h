@@ -67,6 +67,10 @@ struct CudaOptions {
   std::size_t blas_workspace_bytes = 0;
   // The CUDA calls go through this (tests give a simulated device); null: the CUDA runtime.
   std::shared_ptr<CudaApi> api = nullptr;
+  // Runs an op's kernel (on KernelContext::stream); empty: its `cuda_kernel`. A framework
+  // routes launches through its own dispatch or profiler here, and the tests run the host
+  // kernels as kernels of the simulated device. An op with either kernel may run then.
+  std::function<void(const OpDef& op, const KernelContext& k)> launch = nullptr;
 };
 
 // What the CUDA backend measured at start-up (zero on other backends).

@@ -120,6 +120,11 @@ struct ChosenPlan {
   SimResult sim;    // simulate(graph, schedule), under the candidate's budget
   StepHints hints;  // hints_from_schedule() at recorded_sites(graph); empty if none
   std::vector<StepCandidate> candidates;  // every candidate weighed, in order
+  // Where planner `offload` won (host memory given): the cheapest plan without copies, its
+  // source and hints, for a caller that prices plans on the runtime to weigh both (a plan's
+  // copies may wait longer there than the simulator says). Empty otherwise.
+  std::string recompute_only_source;
+  StepHints recompute_only_hints;
 };
 
 // Plans a recorded step (`graph`: RecordedStep::graph; `executed`: RecordedStep::executed)

@@ -99,6 +99,7 @@ void RuntimeImpl::evacuate_segment(const std::vector<Id>& moving) {
   std::vector<std::vector<unsigned char>> staged(moving.size());
   std::vector<std::size_t> sizes;
   for (std::size_t i = 0; i < moving.size(); ++i) {
+    host_.order_compute_after(moving[i]);  // a copy in flight touches the old block
     StorageRec& r = storages[moving[i]];
     sizes.push_back(r.bytes);
     if (runs_kernels) {

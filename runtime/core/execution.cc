@@ -257,7 +257,7 @@ double RuntimeImpl::run_op(const OpRec& op, const OutputMemory& m, bool rerun) {
   std::vector<const TensorSpec*> in_specs;
   std::vector<const TensorSpec*> out_specs;
   bool measure = false;
-  if (runs_kernels && kernel_of(*op.op)) {
+  if (runs_kernels && has_kernel(*op.op)) {
     kernel_inputs(op.inputs, in_ptrs, in_specs);
     prepare_outputs(op, in_ptrs, outs);
     out_specs.resize(n);
@@ -350,8 +350,7 @@ class KernelScratch {
 double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool measure,
                            TimelineEvent::Kind kind, std::size_t bytes,
                            std::pair<void*, std::size_t> reserved) {
-  const auto& kernel = kernel_of(op);
-  if (runs_kernels && kernel) {
+  if (runs_kernels && has_kernel(op)) {
     KernelScratch scratch(*memory, caching, reserved);
     ctx.stream = cuda != nullptr ? cuda->stream() : nullptr;
     ctx.workspace = workspace;
@@ -366,14 +365,17 @@ double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool
     } running(kernel_running_);
     if (cuda != nullptr) {
       if (measure) cuda->start_timing();
-      kernel(ctx);
+      if (options.cuda.launch)
+        options.cuda.launch(op, ctx);
+      else
+        op.cuda_kernel(ctx);
       cuda->check_launch(op.name);
       if (measure) cost = cuda->stop_timing_ns();
     } else {
       const std::optional<InputCheck> inputs =
           options.check_inputs ? std::optional<InputCheck>(ctx) : std::nullopt;
       const auto start = SteadyClock::now();
-      kernel(ctx);
+      op.kernel(ctx);
       if (measure) cost = seconds_since(start) * 1e9;
       if (inputs) inputs->verify(ctx, op.name);
     }
@@ -416,7 +418,7 @@ void RuntimeImpl::settle_fresh_outputs(const std::vector<Id>& fresh, bool recomp
 std::vector<Id> RuntimeImpl::run_new(const OpPtr& op, const std::vector<Id>& inputs,
                                      const Outputs& outputs, double cost,
                                      std::span<const int> accumulates) {
-  if (options.backend == Backend::kCuda && op->kernel && !op->cuda_kernel)
+  if (options.backend == Backend::kCuda && !options.cuda.launch && op->kernel && !op->cuda_kernel)
     throw std::invalid_argument(absl::StrCat("remat: op '", op->name, "' has no CUDA kernel"));
   // Checked before the op takes a position: a rejected call leaves the step as it was.
   const std::vector<Id> targets =
@@ -613,8 +615,10 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
   return t;
 }
 
-const std::function<void(const KernelContext&)>& RuntimeImpl::kernel_of(const OpDef& op) const {
-  return options.backend == Backend::kCuda ? op.cuda_kernel : op.kernel;
+bool RuntimeImpl::has_kernel(const OpDef& op) const {
+  if (options.backend != Backend::kCuda) return static_cast<bool>(op.kernel);
+  if (options.cuda.launch) return op.kernel || op.cuda_kernel;
+  return static_cast<bool>(op.cuda_kernel);
 }
 
 // The data pointers and specs of `inputs`, as a kernel sees them (all resident).

@@ -1,6 +1,7 @@
 // Offloading storages to host memory and bringing them back.
 #include "runtime/core/host_tier.h"
 
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -22,25 +23,46 @@ namespace remat::detail {
 // engine beside the kernels (Note [Copies beside the kernels]). The host memory is
 // bounded (RuntimeOptions::host_memory_bytes): an offload that does not fit is refused and
 // the constant stays. Storages with lineage go there too where that is the cheaper way back
-// (Note [Keep, recompute or offload]). The bytes are copied synchronously (memcpy on the
-// CPU, staged on CUDA); a CUDA copy stream and a pinned host pool come next (issue 33).
-void HostTier::put(Id s, std::size_t size, std::vector<unsigned char> bytes, double copied_at) {
-  if (!has_room(size)) throw std::logic_error("remat: host tier over its capacity");
-  entries_[s] = Entry{size, std::move(bytes), copied_at};
-  used_ += size;
-  peak_ = std::max(peak_, used_);
+// (Note [Keep, recompute or offload]). The bytes are kept in plain memory on the CPU, in a
+// pinned pool on CUDA (Note [A pinned pool] in runtime/cuda/pinned_host_pool.cc); an
+// offload the pool cannot hold is refused like one over the capacity.
+void HostTier::use_cuda(std::shared_ptr<CudaApi> api, CudaStream compute) {
+  cuda_copies_ = std::make_unique<CudaHostCopies>(std::move(api), compute, capacity_);
 }
 
-std::vector<unsigned char> HostTier::take(Id s) {
+bool HostTier::put(Id s, const void* src, std::size_t size, double now, double price) {
+  if (!has_room(size)) throw std::logic_error("remat: host tier over its capacity");
+  Entry entry{.size = size, .bytes = {}, .copied_at = 0};
+  if (src != nullptr && size > 0) {
+    if (cuda_copies_) {
+      if (!cuda_copies_->copy_out(s, src, size)) return false;
+    } else {
+      entry.bytes.assign(static_cast<const unsigned char*>(src),
+                         static_cast<const unsigned char*>(src) + size);
+    }
+  }
+  entry.copied_at = copy_to_host(now, price);
+  entries_[s] = std::move(entry);
+  used_ += size;
+  peak_ = std::max(peak_, used_);
+  return true;
+}
+
+void HostTier::take(Id s, void* dst) {
   auto it = entries_.find(s);
   if (it == entries_.end()) throw std::logic_error("remat: a storage is not on the host");
-  std::vector<unsigned char> bytes = std::move(it->second.bytes);
+  if (dst != nullptr && it->second.size > 0) {
+    if (cuda_copies_)
+      cuda_copies_->copy_in(s, dst);
+    else
+      std::memcpy(dst, it->second.bytes.data(), it->second.size);
+  }
   used_ -= it->second.size;
   entries_.erase(it);
-  return bytes;
 }
 
 void HostTier::drop(Id s) {
+  if (cuda_copies_) cuda_copies_->drop(s);
   auto it = entries_.find(s);
   if (it == entries_.end()) return;
   used_ -= it->second.size;
@@ -66,18 +88,14 @@ bool RuntimeImpl::offloadable(const StorageRec& r) const {
 // first use, its device memory taken from then on. Used on demand, both ways cost their
 // whole price, as before. RuntimeStats::transfer_cost counts the copies' time and
 // transfer_exposed what the clock waited for. On the CPU the bytes are copied at once; on
-// CUDA the copies are still synchronous (a copy stream with events is next, issue 33).
+// CUDA the copies run on copy streams, one each way, ordered against the runtime's stream
+// by events where the clock waits (Note [Copy streams] in runtime/cuda/cuda_host_copies.cc).
 bool RuntimeImpl::copy_to_host(Id s) {
   StorageRec& r = storages[s];
   if (host_.contains(s) || !offloadable(r)) return false;
-  std::vector<unsigned char> bytes;
-  if (runs_kernels && r.bytes > 0) {
-    bytes.resize(r.bytes);
-    copy_from_storage(bytes.data(), r.ptr, r.bytes);
-  }
   wait_ready(s);  // a copy out cannot start before the copy in has ended
   const double price = options.host_link.price(r.bytes);
-  host_.put(s, r.bytes, std::move(bytes), host_.copy_to_host(clock, price));
+  if (!host_.put(s, runs_kernels ? r.ptr : nullptr, r.bytes, clock, price)) return false;
   stats.transfer_cost += price;
   return true;
 }
@@ -154,8 +172,7 @@ bool RuntimeImpl::prefetch(Id s) {
   allocate_storage(s);  // may evict others
   StorageRec& r = storages[s];
   if (r.pinned) pack_pinned(s, /*copy_bytes=*/false);
-  const std::vector<unsigned char> bytes = host_.take(s);
-  if (runs_kernels && r.bytes > 0) copy_to_storage(r.ptr, bytes.data(), r.bytes);
+  host_.take(s, runs_kernels ? r.ptr : nullptr);
   r.offloaded = false;
   const double price = options.host_link.price(r.bytes);
   r.ready_at = host_.copy_to_device(clock, price);
@@ -172,7 +189,10 @@ bool RuntimeImpl::prefetch(Id s) {
   return true;
 }
 
-void RuntimeImpl::wait_ready(Id s) { wait_until(storages[s].ready_at); }
+void RuntimeImpl::wait_ready(Id s) {
+  wait_until(storages[s].ready_at);
+  host_.order_compute_after(s);
+}
 
 void RuntimeImpl::wait_until(double t) {
   if (t <= clock) return;

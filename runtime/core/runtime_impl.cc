@@ -57,6 +57,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
     memory = std::move(alloc);
   }
   if (on_cuda) reserve_workspace();
+  if (on_cuda && options.host_memory_bytes > 0) host_.use_cuda(cuda->shared_api(), cuda->stream());
   memory->set_reclaimer(this);
   timeline.budget = options.budget;
   runs_kernels = options.backend != Backend::kSimulated;
@@ -217,6 +218,7 @@ void RuntimeImpl::pack_pinned(Id s, bool copy_bytes) {
 // Its bytes are copied on the runtime's stream on CUDA, by memcpy on the host, not at all
 // where kernels do not run or `copy_bytes` is false.
 void RuntimeImpl::move_storage(Id s, void* to, bool copy_bytes) {
+  host_.order_compute_after(s);  // a copy in flight touches the old block
   StorageRec& r = storages[s];
   if (copy_bytes && runs_kernels && r.bytes > 0) {
     if (cuda != nullptr)
@@ -246,6 +248,7 @@ void RuntimeImpl::copy_from_storage(void* host, const void* src, std::size_t byt
 
 // Gives a resident storage's bytes back to the memory resource.
 void RuntimeImpl::release_memory(Id s) {
+  host_.order_compute_after(s);  // Note [Copy streams]
   StorageRec& r = storages[s];
   memory->deallocate(r.ptr, r.bytes);
   r.ptr = nullptr;

@@ -115,7 +115,7 @@ void RuntimeImpl::prepare_accumulation(const std::vector<Id>& targets, int posit
 void RuntimeImpl::update_pinned(const OpPtr& op, const std::vector<Id>& args,
                                 std::span<const int> mutated) {
   const std::vector<Id> targets = pinned_targets(*op, args, mutated);
-  if (runs_kernels && !kernel_of(*op))
+  if (runs_kernels && !has_kernel(*op))
     throw std::invalid_argument(
         absl::StrCat("remat: update op '", op->name, "' has no kernel for this backend"));
   const int position = step ? step->next_position() : -1;

@@ -72,9 +72,12 @@ Program random_program(std::mt19937_64& rng) {
 
 // Runs `p` on `rt` and returns every live tensor's values at the end. With `sim`, ops run as
 // simulated kernels and side reads are enqueued on `side` (recorded unless `skip_record`).
+// With `host_copies`, each side read also begins a copy of `b` to the host and prefetches it
+// where it was offloaded (Runtime::copy_to_host, prefetch), beside the victims the runtime
+// moves there itself.
 std::vector<std::vector<float>> run(Runtime& rt, const Program& p,
                                     const std::shared_ptr<SimulatedCuda>& sim, CudaStream side,
-                                    bool skip_record = false) {
+                                    bool skip_record = false, bool host_copies = false) {
   std::vector<Tensor> live;
   for (int c = 0; c < p.constants; ++c)
     live.push_back(rt.constant(vec(p.n), testing::iota(p.n, 1.0f + c).data()));
@@ -106,6 +109,10 @@ std::vector<std::vector<float>> run(Runtime& rt, const Program& p,
           sim->launch(side, in.ns, r, {});
           if (!skip_record) rt.record_stream(a, side);
         }
+        if (host_copies) {
+          rt.copy_to_host(b);
+          rt.prefetch(b);
+        }
         break;
       case Instruction::kRelease:
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(in.a));
@@ -123,10 +130,20 @@ struct SweepResult {
   std::size_t deferred_frees = 0, stream_waits = 0, evictions = 0, side_reads = 0;
   std::size_t unbacked = 0;  // expandable: reserved bytes the device did not back, or more
   std::size_t compactions = 0, packed = 0;  // storages moved (Note [Compaction])
+  std::size_t offloads = 0, restores = 0;
+};
+
+struct SweepOptions {
+  bool expandable = false;
+  bool skip_record = false;
+  // Host memory as large as the peak over a fast link: victims go to the host and back on
+  // the copy streams (Note [Copy streams]), and side reads copy and prefetch too.
+  bool host_memory = false;
 };
 
 // The property: random programs at random budgets, on the simulated device.
-SweepResult sweep(std::uint64_t seed, int trials, bool expandable, bool skip_record) {
+SweepResult sweep(std::uint64_t seed, int trials, SweepOptions so) {
+  const bool expandable = so.expandable;
   SweepResult res;
   std::mt19937_64 rng(seed);
   for (int trial = 0; trial < trials; ++trial) {
@@ -154,12 +171,16 @@ SweepResult sweep(std::uint64_t seed, int trials, bool expandable, bool skip_rec
     RuntimeOptions o = on_sim(sim, static_cast<std::size_t>(fraction * static_cast<double>(peak)));
     o.allocator.expandable_segments = expandable;
     o.allocator.arena_step = 128 << 10;
+    if (so.host_memory) {
+      o.host_memory_bytes = peak;
+      o.host_link = HostLink{1e3, 0.0};
+    }
     ++res.runs;
     try {
       Runtime rt(o);
       CudaStream side = nullptr;
       sim->stream_create(&side);
-      const auto got = run(rt, p, sim, side, skip_record);
+      const auto got = run(rt, p, sim, side, so.skip_record, so.host_memory);
       ++res.completed;
       if (got != expected) ++res.mismatches;
       const RuntimeStats st = rt.stats();
@@ -169,6 +190,8 @@ SweepResult sweep(std::uint64_t seed, int trials, bool expandable, bool skip_rec
       res.evictions += st.evictions;
       res.compactions += st.compactions;
       res.packed += st.packed_storages;
+      res.offloads += st.offloads;
+      res.restores += st.restores;
       if (expandable && sim->device_bytes_in_use(0) != st.memory.reserved) ++res.unbacked;
     } catch (const OutOfMemoryError&) {
       // Too tight for this program (pinned constants and an op's own operands); counted.
@@ -188,23 +211,32 @@ void expect_sound(const SweepResult& r) {
   EXPECT_EQ(r.unbacked, 0u);
   // The sweep is only worth something if it exercised what it checks.
   EXPECT_GE(r.completed * 4, r.runs * 3) << r.completed << " of " << r.runs << " completed";
-  EXPECT_GT(r.evictions, 0u);
+  EXPECT_GT(r.evictions + r.offloads, 0u);
   EXPECT_GT(r.deferred_frees, 0u);
   EXPECT_GT(r.side_reads, 0u);
 }
 
 TEST(StreamOrder, RandomProgramsNeverReuseMemoryUnderPendingWork) {
-  expect_sound(sweep(/*seed=*/11, /*trials=*/25, /*expandable=*/false, /*skip_record=*/false));
+  expect_sound(sweep(/*seed=*/11, /*trials=*/25, {}));
 }
 
 TEST(StreamOrder, RandomProgramsOnExpandableSegments) {
-  expect_sound(sweep(/*seed=*/12, /*trials=*/25, /*expandable=*/true, /*skip_record=*/false));
+  expect_sound(sweep(/*seed=*/12, /*trials=*/25, {.expandable = true}));
+}
+
+// With host memory: copies to the host and back on the copy streams, beside the kernels and
+// the side reads, race nothing and bring every byte back.
+TEST(StreamOrder, RandomProgramsWithHostMemoryCopyBesideTheKernels) {
+  const SweepResult r = sweep(/*seed=*/13, /*trials=*/25, {.host_memory = true});
+  expect_sound(r);
+  EXPECT_GT(r.offloads, 0u);
+  EXPECT_GT(r.restores, 0u);
 }
 
 // The oracle sees what record_stream prevents: without it, memory a side stream still reads
 // is reused by the runtime's stream.
 TEST(StreamOrder, WithoutRecordStreamTheSimulatorSeesRaces) {
-  const SweepResult r = sweep(/*seed=*/11, /*trials=*/25, false, /*skip_record=*/true);
+  const SweepResult r = sweep(/*seed=*/11, /*trials=*/25, {.skip_record = true});
   EXPECT_GT(r.races, 0u);
   EXPECT_EQ(r.deferred_frees, 0u);
 }
