@@ -80,14 +80,27 @@ std::vector<Case> cases() {
 
 class ExampleTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
-  const Case& c = GetParam();
-  std::unique_ptr<Model> model = c.make();
+// The case's steps, seeded, with declared costs: the same eviction choices on every run.
+TrainConfig seeded(const Case& c) {
   TrainConfig config;
   config.steps = c.steps;
   config.driver.runtime.seed = 7;
-  config.driver.runtime.measure_costs =
-      false;  // declared costs: the same eviction choices on every run
+  config.driver.runtime.measure_costs = false;
+  return config;
+}
+
+// Losses and final state (parameters, batch-norm statistics) bit for bit.
+void expect_bitwise(const TrainResult& r, const TrainResult& base) {
+  EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
+  ASSERT_EQ(r.final_state.size(), base.final_state.size());
+  for (std::size_t i = 0; i < r.final_state.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+}
+
+TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
+  const Case& c = GetParam();
+  std::unique_ptr<Model> model = c.make();
+  TrainConfig config = seeded(c);
   const TrainResult base = train(*model, config);
   ASSERT_EQ(base.status, "ok") << base.error;
   ASSERT_EQ(base.losses.size(), static_cast<std::size_t>(c.steps));
@@ -112,10 +125,7 @@ TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
       }
       SCOPED_TRACE(c.name + " " + policy + " at " + std::to_string(tenth / 10.0));
       EXPECT_LE(r.peak_reserved, run.driver.runtime.budget) << "the budget is a hard cap";
-      EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
-      ASSERT_EQ(r.final_state.size(), base.final_state.size());
-      for (std::size_t i = 0; i < r.final_state.size(); ++i)
-        EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+      expect_bitwise(r, base);
       if (r.stats.evictions > 0) ++evicting_runs;
       lowest_ok = std::min(lowest_ok, tenth / 10.0);
     }
@@ -132,10 +142,7 @@ TEST_P(ExampleTest, EveryFeasibleBudgetMatchesTheUnconstrainedRunBitwise) {
 TEST_P(ExampleTest, WithHostMemoryHalfAndAThirdMatchTheUnconstrainedRunBitwise) {
   const Case& c = GetParam();
   std::unique_ptr<Model> model = c.make();
-  TrainConfig config;
-  config.steps = c.steps;
-  config.driver.runtime.seed = 7;
-  config.driver.runtime.measure_costs = false;
+  TrainConfig config = seeded(c);
   const TrainResult base = train(*model, config);
   ASSERT_EQ(base.status, "ok") << base.error;
   config.driver.runtime.clock_limit = 3 * base.stats.base_cost;
@@ -151,10 +158,7 @@ TEST_P(ExampleTest, WithHostMemoryHalfAndAThirdMatchTheUnconstrainedRunBitwise) 
     ASSERT_EQ(r.status, "ok") << r.error;
     EXPECT_LE(r.peak_reserved, run.driver.runtime.budget) << "the budget is a hard cap";
     EXPECT_LE(r.stats.peak_offloaded_bytes, run.driver.runtime.host_memory_bytes);
-    EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
-    ASSERT_EQ(r.final_state.size(), base.final_state.size());
-    for (std::size_t i = 0; i < r.final_state.size(); ++i)
-      EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+    expect_bitwise(r, base);
     offloads += r.stats.offloads;
   }
   EXPECT_GT(offloads, 0u) << "nothing went to host memory";
@@ -167,10 +171,7 @@ TEST_P(ExampleTest, WithHostMemoryHalfAndAThirdMatchTheUnconstrainedRunBitwise) 
 TEST_P(ExampleTest, OnTheSimulatedDeviceWithHostMemoryMatchesTheCpuRunBitwise) {
   const Case& c = GetParam();
   std::unique_ptr<Model> model = c.make();
-  TrainConfig cpu;
-  cpu.steps = c.steps;
-  cpu.driver.runtime.seed = 7;
-  cpu.driver.runtime.measure_costs = false;
+  const TrainConfig cpu = seeded(c);
   const TrainResult base = train(*model, cpu);
   ASSERT_EQ(base.status, "ok") << base.error;
   auto sim = std::make_shared<SimulatedCuda>();
@@ -195,10 +196,7 @@ TEST_P(ExampleTest, OnTheSimulatedDeviceWithHostMemoryMatchesTheCpuRunBitwise) {
     if (fraction < 1.0) {
       EXPECT_LE(r.peak_reserved, run.driver.runtime.budget) << "the budget is a hard cap";
     }
-    EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
-    ASSERT_EQ(r.final_state.size(), base.final_state.size());
-    for (std::size_t i = 0; i < r.final_state.size(); ++i)
-      EXPECT_TRUE(bitwise_equal(r.final_state[i], base.final_state[i])) << "tensor " << i;
+    expect_bitwise(r, base);
     offloads += r.stats.offloads;
   }
   EXPECT_GT(offloads, 0u) << "nothing went to host memory";

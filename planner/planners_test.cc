@@ -90,7 +90,7 @@ TEST(Planners, NoPlannerBeatsExhaustiveOptimumOnSmallRandomGraphs) {
         // The exhaustive search keeps or recomputes; offload has host memory besides
         // (offload_test.cc checks it against the recompute-only plan of its own search).
         if (algo == "offload") continue;
-        Plan p = must_plan(algo, g, budget, algo == "best" ? 0.2 : 5);
+        Plan p = must_plan(algo, g, budget, algo == "best" ? 0.2 : 2);
         if (!p.feasible) continue;
         SimResult again = simulate(g, p.schedule, budget);
         ASSERT_TRUE(again.valid) << algo << " seed " << seed << ": " << again.error;
