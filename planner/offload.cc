@@ -186,9 +186,9 @@ bool place_copies(const Graph& g, const PlanOptions& opt, const std::vector<int>
   const int64_t bytes = g.nodes[static_cast<size_t>(order[static_cast<size_t>(o.step)])].bytes;
   const int64_t budget = opt.budget_bytes.value_or(kNoBudget);
   auto fits = [&](int step) { return mem[static_cast<size_t>(step)] + bytes <= budget; };
+  const std::vector<double> cost = step_costs(g, order);
   auto arrival = [&](int step) {  // when the compute stream reaches `step`, before waiting
-    return t.start[static_cast<size_t>(step - 1)] +
-           g.nodes[static_cast<size_t>(order[static_cast<size_t>(step - 1)])].cost;
+    return t.start[static_cast<size_t>(step - 1)] + cost[static_cast<size_t>(step - 1)];
   };
   const double price = opt.host_link.price(static_cast<size_t>(bytes));
   const int read = o.fetch;

@@ -66,6 +66,15 @@ void choose(ChosenPlan& chosen, const CheapestPlan& best, const SimResult& best_
 
 // Planner offload's options: the cheapest plan so far to improve, and the host memory; the
 // constants stay where the runtime keeps them.
+//
+// Note [Where offload starts]
+// Planner offload replaces a start plan's recomputations by copies, and fits a plan over
+// its budget by copies. The cheapest candidate may be the schedule the runtime realized,
+// which competes unchecked and may be over the planner's budget: offload then fits it,
+// which can beat every plan within the budget by far (a near-free link, where the realized
+// step already sent its victims to the host), or fall back to a plan of 1.5 times the
+// budget and lose to replacing the recomputations of the cheapest plan within it. So where
+// the two differ offload runs from both, and the cheaper result competes.
 PlanOptions offload_options(PlanOptions opt, const StepPlanOptions& options,
                             const CheapestPlan& best) {
   opt.host_memory_bytes = options.host_memory_bytes;
@@ -74,6 +83,42 @@ PlanOptions offload_options(PlanOptions opt, const StepPlanOptions& options,
   if (!best.empty()) opt.start = best.schedule();
   return opt;
 }
+
+// The candidates plan_step() weighs, and the cheapest of them.
+struct Weighing {
+  ChosenPlan* chosen;
+  std::int64_t budget;
+  CheapestPlan best = {};    // by SimResult::cost, named as the hints will be
+  CheapestPlan within = {};  // the same among those within `budget`
+  SimResult best_sim = {};
+  bool best_fits = false;  // whether `best` is within `budget` (the realized one need not be)
+
+  void weigh(std::string source, const absl::StatusOr<Plan>& plan, std::string_view hints_source) {
+    StepCandidate candidate;
+    candidate.source = std::move(source);
+    if (!plan.ok()) {
+      candidate.reason = std::string(plan.status().message());
+    } else {
+      candidate.feasible = plan->feasible;
+      candidate.solve_seconds = plan->solve_seconds;
+      if (plan->feasible) {
+        candidate.cost = plan->sim.cost;
+        const bool fits = plan->sim.peak_bytes <= budget;
+        // Of equal costs, one within the budget wins over the realized schedule beyond it,
+        // which the runtime follows with evictions of its own.
+        if (fits && !best_fits && plan->sim.cost <= best.cost()) best = CheapestPlan{};
+        if (best.offer(plan->sim.cost, plan->schedule, hints_source)) {
+          best_sim = plan->sim;
+          best_fits = fits;
+        }
+        if (fits) within.offer(plan->sim.cost, plan->schedule, hints_source);
+      } else {
+        candidate.reason = plan->reason;
+      }
+    }
+    chosen->candidates.push_back(std::move(candidate));
+  }
+};
 
 StepCandidate greedy_skipped(const Graph& g) {
   StepCandidate candidate;
@@ -94,26 +139,12 @@ absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>&
   chosen.graph = hold_inputs(graph);
   const Graph& g = chosen.graph;
   const std::vector<StepSite> sites = recorded_sites(g);
-  CheapestPlan best;  // by SimResult::cost, named as the hints will be
-  SimResult best_sim;
-  auto weigh = [&](std::string source, const absl::StatusOr<Plan>& plan,
-                   std::string_view hints_source) {
-    StepCandidate candidate;
-    candidate.source = std::move(source);
-    if (!plan.ok()) {
-      candidate.reason = std::string(plan.status().message());
-    } else {
-      candidate.feasible = plan->feasible;
-      candidate.solve_seconds = plan->solve_seconds;
-      if (plan->feasible) {
-        candidate.cost = plan->sim.cost;
-        if (best.offer(plan->sim.cost, plan->schedule, hints_source)) best_sim = plan->sim;
-      } else {
-        candidate.reason = plan->reason;
-      }
-    }
-    chosen.candidates.push_back(std::move(candidate));
+  Weighing w{.chosen = &chosen, .budget = options.budget_bytes};
+  auto weigh = [&w](std::string source, const absl::StatusOr<Plan>& plan,
+                    std::string_view hints_source) {
+    w.weigh(std::move(source), plan, hints_source);
   };
+  CheapestPlan& best = w.best;
 
   // What the runtime itself did on the step is a plan too (Note [Seeding hinted] in
   // tools/compare/compare.cc): it ran, and a planner must beat it to be followed.
@@ -134,8 +165,14 @@ absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>&
   }
   if (options.host_memory_bytes > 0) {
     const CheapestPlan recompute_only = best;
+    const CheapestPlan within = w.within;
+    // Note [Where offload starts]
     weigh("offload", run_planner("offload", g, offload_options(opt, options, best)),
           absl::StrCat("offload @ ", options.budget_bytes, " B"));
+    if (!recompute_only.empty() && recompute_only.source() != within.source()) {
+      weigh("offload within", run_planner("offload", g, offload_options(opt, options, within)),
+            absl::StrCat("offload @ ", options.budget_bytes, " B"));
+    }
     if (!recompute_only.empty() && best.source() != recompute_only.source()) {
       chosen.recompute_only_source = recompute_only.source();
       chosen.recompute_only_hints =
@@ -143,7 +180,7 @@ absl::StatusOr<ChosenPlan> plan_step(const Graph& graph, const std::vector<int>&
     }
   }
 
-  choose(chosen, best, best_sim, sites, options.budget_bytes);
+  choose(chosen, best, w.best_sim, sites, options.budget_bytes);
   return chosen;
 }
 

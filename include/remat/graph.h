@@ -80,6 +80,12 @@ struct Graph {
   std::vector<Node> nodes;
   std::vector<int> outputs;
   PeerFigures peer;
+  // Whether a group's operator makes all its outputs in one run, as the runtime runs an op
+  // (a step it recorded): then a run of consecutive steps computing members of one group
+  // costs the operator's whole cost once, and a member computed apart costs it all (see
+  // step_costs in remat/schedule.h). Written "whole_groups": true; false in the shared
+  // graphs, where each member is its own step.
+  bool whole_groups = false;
 
   int size() const { return static_cast<int>(nodes.size()); }
   // users()[v]: the ids of the nodes reading v, ascending, without duplicates.

@@ -82,6 +82,13 @@ SimResult simulate(const Graph& g, const Schedule& s,
                    std::optional<int64_t> budget_bytes = std::nullopt,
                    const HostLink& link = HostLink::pcie5());
 
+// What each step of `order` costs: its node's cost; in a graph whose groups run whole
+// (Graph::whole_groups), a run of consecutive steps computing distinct members of one group
+// costs the operator once, the members' costs summed over the whole group and shared by the
+// run's steps in proportion to their own, so a member computed apart costs the operator's
+// whole cost. simulate() sums these (Note [Groups that run whole] in schedule.cc).
+std::vector<double> step_costs(const Graph& g, const std::vector<int>& order);
+
 // The peak of computing every node once in file order, without rematerialization: the
 // baseline every budget fraction is of (../shared/graphs/FORMAT.md's reference peaks).
 int64_t file_order_peak(const Graph& g);

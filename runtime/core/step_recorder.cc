@@ -21,6 +21,7 @@ StepRecorder::StepRecorder(StepHost& rt, const Step& step, const std::string& na
     : rt_(rt), step_(step) {
   graph_.name = name;
   graph_.source = "remat runtime recording";
+  graph_.whole_groups = true;  // Note [Groups that run whole] in runtime/ir/schedule.cc
   trace_.name = name;
 }
 

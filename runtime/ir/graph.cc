@@ -207,6 +207,11 @@ absl::Status parse_header(const json& doc, Graph* g) {
   auto source = read_string(doc, "source", "graph", false);
   if (!source.ok()) return source.status();
   g->source = *source;
+  if (doc.contains("whole_groups")) {
+    if (!doc["whole_groups"].is_boolean())
+      return absl::InvalidArgumentError("graph: 'whole_groups' is not a boolean");
+    g->whole_groups = doc["whole_groups"].get<bool>();
+  }
   if (!doc.contains("nodes") || !doc["nodes"].is_array()) {
     return absl::InvalidArgumentError("graph: 'nodes' is missing or not an array");
   }
@@ -495,6 +500,7 @@ std::string write_graph(const Graph& g) {
   doc["format"] = "remat-graph-v1";
   doc["name"] = g.name;
   doc["source"] = g.source;
+  if (g.whole_groups) doc["whole_groups"] = true;
   json nodes = json::array();
   for (const Node& n : g.nodes) {
     json jn;

@@ -77,6 +77,21 @@ TEST(GraphIo, WriteThenParseRoundTrips) {
   EXPECT_EQ(again->outputs, g->outputs);
 }
 
+TEST(GraphIo, WholeGroupsRoundTripAndMustBeABoolean) {
+  auto g = parse_graph(small_graph().dump());
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->whole_groups);
+  g->whole_groups = true;
+  auto again = parse_graph(write_graph(*g));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->whole_groups);
+  nlohmann::json doc = small_graph();
+  doc["whole_groups"] = "yes";
+  auto bad = parse_graph(doc.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("'whole_groups'"));
+}
+
 TEST(GraphIo, RejectsBadJson) {
   auto g = parse_graph("{\"format\": \"remat-graph-v1\", \"nodes\": [");
   ASSERT_FALSE(g.ok());

@@ -155,6 +155,7 @@ Graph hold_inputs(Graph g) {
   out.name = g.name;
   out.source = g.source;
   out.peer = g.peer;
+  out.whole_groups = g.whole_groups;
   out.nodes.resize(static_cast<std::size_t>(n) + 2);
   for (Node& node : g.nodes) {
     // (Nodes already moved into `out` are read only through `input`.)

@@ -122,6 +122,7 @@ ScheduleTiming time_schedule(const Graph& g, const Schedule& s, const HostLink& 
   t.start.assign(steps, 0.0);
   t.out_done.assign(s.offloads.size(), 0.0);
   t.in_done.assign(s.offloads.size(), -1.0);
+  const std::vector<double> cost = step_costs(g, s.order);
   std::vector<int> latest(static_cast<size_t>(g.size()), -1);
   double now = 0, out_engine = 0, in_engine = 0;
   auto wait_for = [&](double done) {
@@ -144,7 +145,7 @@ ScheduleTiming time_schedule(const Graph& g, const Schedule& s, const HostLink& 
         wait_for(t.in_done[static_cast<size_t>(k)]);
     }
     t.start[j] = now;
-    now += node.cost;
+    now += cost[j];
     latest[static_cast<size_t>(s.order[j])] = static_cast<int>(j);
     if (const int k = of[j]; k >= 0) {
       const double price = link.price(static_cast<size_t>(node.bytes));

@@ -1,4 +1,6 @@
 // The exact schedule simulator (docs/formats.md's accounting) and remat-schedule-v1 I/O.
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
@@ -107,6 +109,46 @@ void add_offloads(const Graph& g, const Schedule& s, const HostLink& link,
 
 }  // namespace
 
+// Note [Groups that run whole]
+// The outputs of a multi-output operator are nodes of one group, each carrying a share of
+// its cost. The runtime runs an op whole: recomputing one output runs the op and makes all
+// of them. So in a graph the runtime recorded (Graph::whole_groups), a schedule that
+// computes one member apart from the others pays for the whole operator, and one that
+// computes the members at consecutive steps pays for it once. Priced by shares instead, a
+// plan that drops one output of an op from the forward pass (attention's weights, read only
+// by the backward pass) and recomputes it there looked half as dear as it ran. The memory of
+// the members computed along with it is not counted: the runtime frees an output nothing
+// claims at once.
+std::vector<double> step_costs(const Graph& g, const std::vector<int>& order) {
+  std::vector<double> cost(order.size());
+  for (size_t j = 0; j < order.size(); ++j) cost[j] = g.nodes[static_cast<size_t>(order[j])].cost;
+  if (!g.whole_groups) return cost;
+  absl::flat_hash_map<int64_t, double> whole;  // group -> the operator's cost
+  for (const Node& n : g.nodes)
+    if (n.group) whole[*n.group] += n.cost;
+  for (size_t j = 0; j < order.size();) {
+    const Node& first = g.nodes[static_cast<size_t>(order[j])];
+    if (!first.group) {
+      ++j;
+      continue;
+    }
+    size_t end = j + 1;  // the run: consecutive steps of distinct members of the group
+    absl::flat_hash_set<int> members = {first.id};
+    while (end < order.size()) {
+      const Node& n = g.nodes[static_cast<size_t>(order[end])];
+      if (n.group != first.group || !members.insert(n.id).second) break;
+      ++end;
+    }
+    double shares = 0;
+    for (size_t k = j; k < end; ++k) shares += cost[k];
+    const double op = whole[*first.group];
+    for (size_t k = j; k < end; ++k)
+      cost[k] = shares > 0 ? cost[k] * op / shares : op / static_cast<double>(end - j);
+    j = end;
+  }
+  return cost;
+}
+
 SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> budget_bytes,
                    const HostLink& link) {
   SimResult r;
@@ -121,8 +163,9 @@ SimResult simulate(const Graph& g, const Schedule& s, std::optional<int64_t> bud
   }
   std::vector<int64_t> mem = profile(g, s.order, last_read);
   add_offloads(g, s, link, &mem, &r);
+  const std::vector<double> cost = step_costs(g, s.order);
   for (size_t j = 0; j < s.order.size(); ++j) {
-    r.cost += g.nodes[s.order[j]].cost;
+    r.cost += cost[j];
     if (mem[j] > r.peak_bytes || r.peak_step < 0) {
       r.peak_bytes = mem[j];
       r.peak_step = static_cast<int>(j);

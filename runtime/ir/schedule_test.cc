@@ -1,5 +1,6 @@
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -28,6 +29,46 @@ TEST(Simulator, HandComputedProfileWithRecomputation) {
   EXPECT_DOUBLE_EQ(r.base_cost, 10);
   EXPECT_DOUBLE_EQ(r.overhead, 0.7);
   EXPECT_EQ(r.recomputations, 1);
+}
+
+// Two outputs (1 and 2) of one operator of cost 6, read by 3.
+Graph group_graph(bool whole_groups) {
+  Graph g;
+  g.name = "group";
+  g.whole_groups = whole_groups;
+  auto add = [&](double cost, std::vector<int> inputs, std::optional<int64_t> group) {
+    Node n;
+    n.id = g.size();
+    n.name = n.op = "n" + std::to_string(n.id);
+    n.bytes = 10;
+    n.cost = cost;
+    n.inputs = std::move(inputs);
+    n.group = group;
+    g.nodes.push_back(n);
+  };
+  add(2, {}, std::nullopt);
+  add(3, {0}, 7);
+  add(3, {0}, 7);
+  add(1, {1, 2}, std::nullopt);
+  g.outputs = {3};
+  return g;
+}
+
+// Note [Groups that run whole]: a run of a group's members costs the operator once; a member
+// computed apart costs it whole; without whole groups every member costs its share.
+TEST(Simulator, GroupsThatRunWholeCostTheOperatorPerRun) {
+  const Graph shares = group_graph(false), whole = group_graph(true);
+  ASSERT_TRUE(validate_graph(whole).ok());
+  const Schedule in_order{"group", {0, 1, 2, 3}}, reversed{"group", {0, 2, 1, 3}};
+  const Schedule apart{"group", {0, 1, 2, 3, 2}};
+  EXPECT_DOUBLE_EQ(simulate(whole, in_order).cost, 9);
+  EXPECT_DOUBLE_EQ(simulate(whole, reversed).cost, 9);
+  EXPECT_DOUBLE_EQ(simulate(whole, apart).cost, 15);
+  EXPECT_DOUBLE_EQ(simulate(shares, apart).cost, 12);
+  EXPECT_EQ(step_costs(whole, apart.order), (std::vector<double>{2, 3, 3, 1, 6}));
+  EXPECT_EQ(step_costs(shares, apart.order), (std::vector<double>{2, 3, 3, 1, 3}));
+  // The same member twice in a row is two runs.
+  EXPECT_EQ(step_costs(whole, {0, 1, 1, 2, 3}), (std::vector<double>{2, 6, 3, 3, 1}));
 }
 
 TEST(Simulator, UnreadValueIsResidentOnlyAtItsStep) {

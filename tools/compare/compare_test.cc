@@ -236,6 +236,77 @@ TEST(Compare, HintedFollowsOffloadsExactly) {
   EXPECT_GT(offloads, 8u);
 }
 
+// Note [Groups that run whole]: a step whose op `split` makes two outputs, recorded, and a
+// plan that computes the second output apart from the first (only where the backward op
+// reads it). The runtime runs `split` whole at both places, so the plan costs the op twice,
+// as simulate() says of a recorded graph; priced by shares it would look free.
+TEST(Compare, APlanComputingOneOutputOfAnOpApartPaysForTheWholeOp) {
+  std::istringstream text(R"({"ANNOTATION": "START", "INSTRUCTION": "ANNOTATE"}
+{"INSTRUCTION": "CONSTANT", "NAME": "x1"}
+{"INSTRUCTION": "MEMORY", "MEMORY": "1024", "NAME": "x1"}
+{"ARGS": ["x1"], "INSTRUCTION": "CALL", "NAME": "f", "RESULT": ["x2"], "TIME": "100"}
+{"INSTRUCTION": "MEMORY", "MEMORY": "1024", "NAME": "x2"}
+{"ALIAS": "-1", "INSTRUCTION": "ALIAS", "NAME": "x2"}
+{"ARGS": ["x2"], "INSTRUCTION": "CALL", "NAME": "split", "RESULT": ["x3", "x4"], "TIME": "300"}
+{"INSTRUCTION": "MEMORY", "MEMORY": "1024", "NAME": "x3"}
+{"ALIAS": "-1", "INSTRUCTION": "ALIAS", "NAME": "x3"}
+{"INSTRUCTION": "MEMORY", "MEMORY": "8192", "NAME": "x4"}
+{"ALIAS": "-1", "INSTRUCTION": "ALIAS", "NAME": "x4"}
+{"ARGS": ["x3"], "INSTRUCTION": "CALL", "NAME": "g", "RESULT": ["x5"], "TIME": "100"}
+{"INSTRUCTION": "MEMORY", "MEMORY": "1024", "NAME": "x5"}
+{"ALIAS": "-1", "INSTRUCTION": "ALIAS", "NAME": "x5"}
+{"INSTRUCTION": "RELEASE", "NAME": "x3"}
+{"ANNOTATION": "BACKWARD", "INSTRUCTION": "ANNOTATE"}
+{"ARGS": ["x5", "x4"], "INSTRUCTION": "CALL", "NAME": "h", "RESULT": ["x6"], "TIME": "100"}
+{"INSTRUCTION": "MEMORY", "MEMORY": "1024", "NAME": "x6"}
+{"ALIAS": "-1", "INSTRUCTION": "ALIAS", "NAME": "x6"}
+{"INSTRUCTION": "RELEASE", "NAME": "x2"}
+{"INSTRUCTION": "RELEASE", "NAME": "x4"}
+{"INSTRUCTION": "RELEASE", "NAME": "x5"}
+)");
+  const absl::StatusOr<DtrTrace> trace = parse_dtr_trace(text, "split");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const RecordedStep step = record_replay(*trace);
+  ASSERT_TRUE(step.graph.whole_groups);
+  const Graph g = hold_inputs(step.graph);
+  int first = -1, second = -1;  // split's outputs
+  for (const Node& n : g.nodes) {
+    if (n.op == "split") (n.site_output == 0 ? first : second) = n.id;
+  }
+  ASSERT_GE(first, 0);
+  ASSERT_GE(second, 0);
+  ASSERT_TRUE(g.nodes[static_cast<std::size_t>(first)].group);
+  // File order, but `second` moved to just before its reader.
+  Schedule s{.graph = g.name, .order = {}};
+  int reader = -1;
+  for (const Node& n : g.nodes)
+    if (n.op == "h") reader = n.id;
+  for (int v = 0; v < g.size(); ++v) {
+    if (v == second) continue;
+    if (v == reader) s.order.push_back(second);
+    s.order.push_back(v);
+  }
+  const SimResult sim = simulate(g, s);
+  ASSERT_TRUE(sim.valid) << sim.error;
+  EXPECT_NEAR(sim.cost - sim.base_cost, 300, 1e-9) << "split runs twice";
+  ReplayOptions ro;
+  ro.policy = "hinted";
+  ro.accounting = Accounting::kLogical;
+  // The runtime makes both outputs wherever split runs, and frees the one the plan does
+  // not claim at once: room for it on top of the plan's peak.
+  ro.budget =
+      static_cast<std::size_t>(sim.peak_bytes + g.nodes[static_cast<std::size_t>(second)].bytes);
+  ro.hints = std::make_shared<StepHints>(hints_from_schedule(g, s, recorded_sites(g), "apart"));
+  const ReplayResult r = replay(*trace, ro);
+  ASSERT_EQ(r.status, "ok") << r.error;
+  EXPECT_NEAR(r.slowdown - 1, sim.overhead, 1e-9);
+  EXPECT_EQ(r.recomputations, 1u);
+  // Without whole groups the simulator charged the second output its share alone.
+  Graph shares = g;
+  shares.whole_groups = false;
+  EXPECT_NEAR(simulate(shares, s).cost, sim.base_cost, 1e-9);
+}
+
 // The same for random valid schedules: a random topological order (so that ops the program
 // calls early often come late, deferred) with random recomputations. Followed under a budget
 // of the schedule's simulated peak, the runtime costs what simulate() says, exactly.
