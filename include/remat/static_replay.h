@@ -51,8 +51,10 @@ struct StaticReplayResult {
 // are freed after their last read. An offload's instance is copied to the host after the
 // step that makes it (Runtime::copy_to_host), leaves the device before its `free` step
 // (offload) and is copied back from its `fetch` step (prefetch), on the runtime's copy engines
-// as simulate() runs them, so the replay costs what the schedule does. An invalid schedule is
-// an error naming the step and the node.
+// as simulate() runs them, so the replay costs what the schedule does. (Except in a graph
+// whose groups run whole, Graph::whole_groups: each member is still its own op of its share,
+// so a schedule computing a member apart costs less here than simulate() says and the runtime
+// pays.) An invalid schedule is an error naming the step and the node.
 absl::StatusOr<StaticReplayResult> static_replay(const Graph& graph, const Schedule& schedule,
                                                  const StaticReplayOptions& options = {});
 
