@@ -243,6 +243,37 @@ TEST(ExampleTest, CudaBudgetsMatchTheUnconstrainedCudaRunBitwise) {
   }
 }
 
+// With host memory on a GPU: victims go to the pinned pool and come back on the copy streams
+// (Note [Copy streams] in runtime/cuda/cuda_host_copies.cc), at half and a third of the
+// tensors' bytes beside cuBLAS's workspace, bit for bit as the unconstrained CUDA run.
+TEST(ExampleTest, CudaWithHostMemoryMatchesTheUnconstrainedCudaRunBitwise) {
+  if (!cuda_device_available())
+    GTEST_SKIP() << "no usable CUDA device: " << cuda_unavailable_reason();
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Model> model = c.make();
+    TrainConfig config = seeded(c);
+    config.driver.runtime.backend = Backend::kCuda;
+    const TrainResult base = train(*model, config);
+    ASSERT_EQ(base.status, "ok") << base.error;
+    config.driver.runtime.host_memory_bytes = base.peak_allocated;
+    config.driver.runtime.host_link = HostLink{1e6, 0.0};
+    const auto workspace = static_cast<double>(base.stats.cuda.workspace_bytes);
+    std::size_t offloads = 0;
+    for (double fraction : {0.5, 0.3}) {
+      TrainConfig run = config;
+      run.driver.runtime.budget = static_cast<std::size_t>(
+          workspace + fraction * (static_cast<double>(base.peak_allocated) - workspace));
+      const TrainResult r = train(*model, run);
+      ASSERT_EQ(r.status, "ok") << fraction << ": " << r.error;
+      EXPECT_LE(r.peak_reserved, run.driver.runtime.budget) << fraction;
+      expect_bitwise(r, base);
+      offloads += r.stats.offloads;
+    }
+    EXPECT_GT(offloads, 0u) << "nothing went to host memory";
+  }
+}
+
 TEST(ExampleTest, GptSequenceLengthChangesFromStepToStep) {
   GptModel model(GptConfig{.min_t = 8, .max_t = 64});
   std::set<std::int64_t> lengths;
