@@ -175,6 +175,15 @@ StepOptions ShapePlans::before(const PlanCache::Key& key) {
         opt.record = s.steps > 0;
         return opt;
       }
+      if (s.dtr.recompute <= 0) {
+        // A plan is kept only where it recomputes less than DTR did (or as much): none can
+        // beat a step that recomputed nothing, so none is searched for.
+        s.recording.reset();
+        std::erase(recorded_, key);
+        s.state = State::kDynamic;
+        s.why = "no plan: the recorded DTR step recomputed nothing";
+        return opt;
+      }
       plan_recording(key, s);
       if (s.plan.empty()) {
         s.state = State::kDynamic;

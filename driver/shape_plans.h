@@ -18,7 +18,8 @@
 // recomputed against the recorded DTR step's (the same ops at the same shapes, so with
 // estimated costs the comparison is exact and the same on every run): the plan is kept if
 // it recomputed no more, otherwise the shape goes back to DTR for good; so does a later
-// planned step that recomputes more than the DTR step did. A shape whose first step DTR
+// planned step that recomputes more than the DTR step did. A shape whose recorded DTR step
+// recomputed nothing is not planned: no plan could do better. A shape whose first step DTR
 // cannot run at all is planned at once (Note [Planning a step DTR cannot run] in
 // shape_plans.cc). A shape that never repeats (a tree-LSTM's trees) costs nothing, one seen
 // twice a recording; recordings are kept for the most recent `max_recordings` shapes only.

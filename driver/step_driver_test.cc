@@ -219,6 +219,26 @@ TEST(StepDriverTest, AutoRecordsThenTriesAPlanPerShape) {
   EXPECT_EQ(driver.totals().plans_made, 2u);
 }
 
+// A budget under which DTR recomputes nothing leaves no plan to find (none is kept unless it
+// recomputes no more than DTR did): the recorded step is dropped unplanned, and every step
+// stays DTR's. On the tree-LSTM, whose steps once shared one key, planning such a step took
+// 186 s on this machine.
+TEST(StepDriverTest, AShapeWhoseRecordedStepRecomputedNothingIsNotPlanned) {
+  ResidualMlp program({1024});
+  const std::size_t peak = measure_unconstrained_peak(program, {}, 2);
+  StepDriver driver(program, options_at(peak, "auto"));  // a budget, but all of the peak
+  for (int s = 0; s < 5; ++s) {
+    const StepReport& r = driver.run(s);
+    EXPECT_EQ(r.recompute_cost, 0) << "step " << s;
+    EXPECT_EQ(r.kind, s == 1 ? StepKind::kRecorded : StepKind::kDynamic) << "step " << s;
+  }
+  EXPECT_EQ(driver.totals().plans_made, 0u);
+  const std::vector<ShapeReport> shapes = driver.shapes();
+  ASSERT_EQ(shapes.size(), 1u);
+  EXPECT_EQ(shapes[0].decision, ShapeDecision::kDtr);
+  EXPECT_NE(shapes[0].why.find("recomputed nothing"), std::string::npos) << shapes[0].why;
+}
+
 // With host memory over a link that costs next to nothing, `auto` plans with planner offload
 // (its plans' copies followed by the runtime: PlanStep::offload_before ...), and both `auto`
 // and `hinted` train bitwise as the unconstrained run does.

@@ -41,20 +41,13 @@ struct State {
 };
 }  // namespace
 
-ad::Var TreeLstmModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
-                            const std::vector<Tensor>&, int step, std::uint64_t seed) {
-  Runtime& rt = tape.rt();
-  const std::int64_t H = c_.hidden;
-  const ad::Var& embed = params[0];
-  const ad::Var& gw = params[1];
-  const ad::Var& gb = params[2];
+// One draw of the step's data stream, in the order the trees are built: every tree's leaf
+// count and tokens, then every tree's merges.
+StepTrees TreeLstmModel::trees(int step, std::uint64_t seed) const {
   SplitMix data(seed, 0x78EE + static_cast<std::uint64_t>(step));
-  const bool runs = rt.options().backend != Backend::kSimulated;
-
-  // Every tree's leaves first: one embedding lookup for the whole step.
-  std::vector<std::vector<std::int32_t>> leaves(static_cast<std::size_t>(c_.trees));
-  std::vector<std::int32_t> all_tokens, labels;
-  for (auto& tokens : leaves) {
+  StepTrees t;
+  t.leaves.resize(static_cast<std::size_t>(c_.trees));
+  for (auto& tokens : t.leaves) {
     const std::int64_t n =
         c_.min_leaves + static_cast<std::int64_t>(data.below(
                             static_cast<std::uint64_t>(c_.max_leaves - c_.min_leaves + 1)));
@@ -62,28 +55,61 @@ ad::Var TreeLstmModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
     for (std::int64_t i = 0; i < n; ++i) {
       tokens.push_back(static_cast<std::int32_t>(data.below(static_cast<std::uint64_t>(c_.vocab))));
       sum += tokens.back() * (i % 2 == 0 ? 1 : 2);
-      all_tokens.push_back(tokens.back());
     }
-    labels.push_back(static_cast<std::int32_t>(sum % c_.classes));
+    t.labels.push_back(static_cast<std::int32_t>(sum % c_.classes));
   }
+  for (const auto& tokens : t.leaves) {
+    std::vector<std::size_t>& merges = t.merges.emplace_back();
+    for (std::size_t size = tokens.size(); size > 1; --size) merges.push_back(data.below(size - 1));
+  }
+  return t;
+}
+
+// The trees' shapes: each one's leaf count and merge positions. Steps with equal keys run the
+// same ops at the same shapes; with random trees, keys seldom repeat, and a shape never seen
+// twice is never recorded or planned.
+PlanCache::Key TreeLstmModel::shape_key(int step, std::uint64_t seed) const {
+  const StepTrees t = trees(step, seed);
+  PlanCache::Key key;
+  for (std::size_t i = 0; i < t.leaves.size(); ++i) {
+    key.push_back(static_cast<std::int64_t>(t.leaves[i].size()));
+    for (std::size_t k : t.merges[i]) key.push_back(static_cast<std::int64_t>(k));
+  }
+  return key;
+}
+
+ad::Var TreeLstmModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
+                            const std::vector<Tensor>&, int step, std::uint64_t seed) {
+  Runtime& rt = tape.rt();
+  const std::int64_t H = c_.hidden;
+  const ad::Var& embed = params[0];
+  const ad::Var& gw = params[1];
+  const ad::Var& gb = params[2];
+  const bool runs = rt.options().backend != Backend::kSimulated;
+  const StepTrees t = trees(step, seed);
+
+  // Every tree's leaves first: one embedding lookup for the whole step.
+  std::vector<std::int32_t> all_tokens;
+  for (const auto& tokens : t.leaves)
+    all_tokens.insert(all_tokens.end(), tokens.begin(), tokens.end());
   const auto total = static_cast<std::int64_t>(all_tokens.size());
   Tensor idx = rt.constant(TensorSpec{{1, total}, DType::kI32}, runs ? all_tokens.data() : nullptr);
-  Tensor tgt = rt.constant(TensorSpec{{c_.trees}, DType::kI32}, runs ? labels.data() : nullptr);
+  Tensor tgt = rt.constant(TensorSpec{{c_.trees}, DType::kI32}, runs ? t.labels.data() : nullptr);
   ad::Var emb = ad::embedding(tape, idx, embed, ad::Var{});  // (1, total, H)
 
   std::int64_t leaf_base = 0;
   std::vector<ad::Var> roots;
-  for (const auto& tokens : leaves) {
+  for (std::size_t tree = 0; tree < t.leaves.size(); ++tree) {
     // Leaves in order; then merge random adjacent pairs until one root is left, so every
     // tree has its own shape.
+    const std::vector<std::int32_t>& tokens = t.leaves[tree];
     std::vector<State> level;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       ad::Var c = ad::narrow(tape, emb, (leaf_base + static_cast<std::int64_t>(i)) * H, {1, H});
       level.push_back({ad::tanh(tape, c), c});
     }
     leaf_base += static_cast<std::int64_t>(tokens.size());
-    while (level.size() > 1) {
-      const std::size_t k = data.below(level.size() - 1);
+    for (const std::size_t k : t.merges[tree]) {
       const State& l = level[k];
       const State& r = level[k + 1];
       ad::Var in = ad::reshape(tape, ad::concat(tape, {l.h, r.h}), {1, 2 * H});

@@ -13,6 +13,14 @@ struct TreeLstmConfig {
   std::int64_t trees = 16, hidden = 64, vocab = 64, classes = 5, min_leaves = 4, max_leaves = 24;
 };
 
+// One step's trees: each one's tokens (its leaves, in order) and label, and the positions at
+// which adjacent nodes merge, level by level, until one root is left.
+struct StepTrees {
+  std::vector<std::vector<std::int32_t>> leaves;
+  std::vector<std::int32_t> labels;
+  std::vector<std::vector<std::size_t>> merges;
+};
+
 class TreeLstmModel final : public Model {
  public:
   explicit TreeLstmModel(TreeLstmConfig c = {}) : c_(c) {}
@@ -23,6 +31,8 @@ class TreeLstmModel final : public Model {
   ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,
                const std::vector<Tensor>& buffers, int step, std::uint64_t seed) override;
   double items(int, std::uint64_t) const override { return static_cast<double>(c_.trees); }
+  PlanCache::Key shape_key(int step, std::uint64_t seed) const override;
+  StepTrees trees(int step, std::uint64_t seed) const;
 
  private:
   TreeLstmConfig c_;

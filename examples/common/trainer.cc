@@ -167,6 +167,14 @@ TrainResult train(Model& model, const TrainConfig& config) {
   return result;
 }
 
+std::size_t fraction_budget(double fraction, const TrainResult& baseline) {
+  // The backend's fixed reservation (cuBLAS's workspace on CUDA: 32 MiB, more than a small
+  // model's tensors) is held whatever the budget, so the fraction scales the rest.
+  const std::size_t fixed = std::min(baseline.stats.cuda.workspace_bytes, baseline.peak_reserved);
+  return fixed +
+         static_cast<std::size_t>(fraction * static_cast<double>(baseline.peak_reserved - fixed));
+}
+
 Comparison train_with_baseline(Model& model, const TrainConfig& config) {
   Comparison c;
   if (!config.baseline) {
@@ -188,8 +196,7 @@ Comparison train_with_baseline(Model& model, const TrainConfig& config) {
   }
   TrainConfig run = config;
   if (config.budget_fraction > 0) {
-    run.driver.runtime.budget = static_cast<std::size_t>(
-        config.budget_fraction * static_cast<double>(c.baseline.peak_reserved));
+    run.driver.runtime.budget = fraction_budget(config.budget_fraction, c.baseline);
   }
   c.run = train(model, run);
   // What no rematerialization can free: say so when the budget leaves the step little else.
@@ -215,7 +222,8 @@ struct TrainFlags {
 void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
   cli::add_driver_flags(flags, config.driver, f.driver,
                         "the unconstrained run's peak reserved bytes (measured first, in the "
-                        "same process)");
+                        "same process) beyond the backend's fixed reservation (cuBLAS's workspace "
+                        "on cuda), which the budget holds beside");
   flags.add_choice("baseline", &f.baseline, {"yes", "no"},
                    "run the unconstrained baseline first (a budget fraction needs it)");
   flags.add("steps", &config.steps, "training steps", 0);

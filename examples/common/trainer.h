@@ -111,8 +111,12 @@ struct Comparison {
   TrainResult baseline;  // unconstrained
   TrainResult run;       // under the budget
 };
-// The unconstrained run, then the budgeted one (budget = fraction x its peak reserved bytes,
-// or config.budget when no fraction is given).
+// The budget at `fraction` of an unconstrained run: its fixed reservation (cuBLAS's workspace
+// on CUDA, none elsewhere) plus the fraction of the rest of its peak reserved bytes.
+std::size_t fraction_budget(double fraction, const TrainResult& baseline);
+
+// The unconstrained run, then the budgeted one (fraction_budget, or config.budget when no
+// fraction is given).
 Comparison train_with_baseline(Model& model, const TrainConfig& config);
 
 // The examples' main: the common flags and the model's, a baseline and a budgeted run.
