@@ -9,10 +9,14 @@
 // (Note [Offloads in a schedule] in runtime/ir/offloads.cc). Its copies are placed by the
 // schedule's clock: the fetch moves earlier, step by step, until the copy back has the time
 // of the steps before the read to run in, and the free moves later until the copy out has
-// ended, each only while the bytes it keeps on the device fit the budget. Where no gap is
-// left the instance simply stays. The simulator judges the result: it is kept when it
-// fits the budget and the host memory, and costs less, copies' waits included. So the plan
-// is never worse than the one it started from, and each kept change is strictly cheaper.
+// ended, each only while the bytes it keeps on the device fit the budget (the clock is read
+// with the free last, so that a wait at the free being placed does not count as time the
+// copy had). Where no gap is left the instance simply stays. Outputs of one operator computed
+// apart are joined the same way (Note [Joining a group computed apart]). The simulator judges the
+// result: it is kept when it fits the budget and the host memory, and costs less, copies' waits
+// included. So the plan is never worse than the one it started from, and each kept change is
+// strictly cheaper.
+#include <absl/container/flat_hash_map.h>
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
@@ -63,18 +67,22 @@ class OffloadPass {
   OffloadPass(const Graph& g, const PlanOptions& opt, const Deadline& deadline)
       : g_(g), opt_(opt), deadline_(deadline) {}
 
-  // Rounds over the recomputations left until one changes nothing (or time runs out).
+  // Rounds over the recomputations left until one changes nothing, then over the groups
+  // computed apart; again while those change something (or until time runs out).
   Working run(Working w) {
     current_ =
         simulate(g_, schedule_with(g_, w.order, w.offloads), opt_.budget_bytes, opt_.host_link);
     if (!current_.valid) return w;
-    for (bool changed = true; changed && !deadline_.expired();) {
-      changed = false;
-      for (int id : candidates(w)) {
-        if (deadline_.expired()) break;
-        const auto at = std::find(w.ids.begin(), w.ids.end(), id);
-        if (at == w.ids.end()) continue;  // pruned with an earlier replacement
-        changed |= try_replace(&w, static_cast<int>(at - w.ids.begin()));
+    for (bool joined = true; joined && !deadline_.expired();) {
+      joined = opt_.host_memory_bytes > 0 && join_groups(&w);
+      for (bool changed = true; changed && !deadline_.expired();) {
+        changed = false;
+        for (int id : candidates(w)) {
+          if (deadline_.expired()) break;
+          const auto at = std::find(w.ids.begin(), w.ids.end(), id);
+          if (at == w.ids.end()) continue;  // pruned with an earlier replacement
+          changed |= try_replace(&w, static_cast<int>(at - w.ids.begin()));
+        }
       }
     }
     return w;
@@ -122,6 +130,61 @@ class OffloadPass {
       if (add_offload(&offloaded, instance, gap_end)) changed |= consider(offloaded, w);
     }
     return changed;
+  }
+
+  // Note [Joining a group computed apart]
+  // In a graph whose groups run whole, a plan may compute one output of an operator in the
+  // forward pass and another only where the backward pass reads it (attention's weights,
+  // 402 MB a layer in GPT-2 124M at batch 8): the operator then runs twice, though no node
+  // is computed twice. Such a member is moved to run beside its sibling, and its instance
+  // waits in host memory until its read. The simulator judges it as it judges a replacement.
+  bool join_groups(Working* w) {
+    bool any = false;
+    for (bool changed = true; changed && !deadline_.expired();) {
+      changed = false;
+      for (const auto& [early, late] : apart(*w)) {
+        if (deadline_.expired()) break;
+        if ((changed = try_join(w, early, late))) break;  // steps moved: find them again
+      }
+      any |= changed;
+    }
+    return any;
+  }
+
+  // Pairs (e, r): step r makes the first instance of a member of the group whose first
+  // step is e, not in e's run of consecutive members.
+  std::vector<std::pair<int, int>> apart(const Working& w) const {
+    std::vector<std::pair<int, int>> pairs;
+    if (!g_.whole_groups) return pairs;
+    absl::flat_hash_map<int64_t, int> first_step;  // group -> its first step
+    std::vector<char> seen(static_cast<size_t>(g_.size()), 0);
+    for (size_t j = 0; j < w.order.size(); ++j) {
+      const Node& n = g_.nodes[static_cast<size_t>(w.order[j])];
+      if (seen[static_cast<size_t>(n.id)]++ || !n.group) continue;
+      const auto [it, fresh] = first_step.try_emplace(*n.group, static_cast<int>(j));
+      if (fresh) continue;
+      int run_end = it->second + 1;
+      while (run_end < static_cast<int>(j) && same_group(w, run_end, *n.group)) ++run_end;
+      if (run_end < static_cast<int>(j)) pairs.emplace_back(run_end, static_cast<int>(j));
+    }
+    return pairs;
+  }
+  bool same_group(const Working& w, int j, int64_t group) const {
+    return g_.nodes[static_cast<size_t>(w.order[static_cast<size_t>(j)])].group == group;
+  }
+
+  // Moves step `late` to position `at` (its sibling's run ends there), with the offloads'
+  // steps following, and offloads its instance until its first read.
+  bool try_join(Working* w, int at, int late) {
+    Working moved = *w;
+    const int v = moved.order[static_cast<size_t>(late)];
+    moved.order.erase(moved.order.begin() + late);
+    moved.order.insert(moved.order.begin() + at, v);
+    std::iota(moved.ids.begin(), moved.ids.end(), 0);
+    const auto shift = [&](int x) { return x == late ? at : (x >= at && x < late ? x + 1 : x); };
+    for (Offload& o : moved.offloads) o = {shift(o.step), shift(o.free), shift(o.fetch)};
+    if (!add_offload(&moved, at, at + 1)) return false;
+    return consider(moved, w);
   }
 
   // Takes `candidate` where it fits both memories and costs less than the plan so far.
@@ -181,7 +244,12 @@ bool place_copies(const Graph& g, const PlanOptions& opt, const std::vector<int>
   std::vector<int64_t> mem = memory_profile(g, s.order);
   if (mem.empty()) return false;
   apply_offloads(g, s, &mem);
-  const ScheduleTiming t = time_schedule(g, s, opt.host_link);
+  // Timed with this offload's free as late as it can be: the stream's wait for its copy out
+  // at a free placed too early would delay every later step, and the free would seem to be
+  // reached after the copy had ended.
+  Schedule timed = s;
+  timed.offloads[k].free = std::max(timed.offloads[k].free, timed.offloads[k].fetch - 1);
+  const ScheduleTiming t = time_schedule(g, timed, opt.host_link);
   Offload& o = (*offloads)[k];
   const int64_t bytes = g.nodes[static_cast<size_t>(order[static_cast<size_t>(o.step)])].bytes;
   const int64_t budget = opt.budget_bytes.value_or(kNoBudget);

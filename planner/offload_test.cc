@@ -61,6 +61,86 @@ TEST(OffloadPlanner, WithoutHostMemoryRecomputationStays) {
   }
 }
 
+// A copy out that takes longer than a step: its free moves past the steps the copy spans,
+// so the compute stream never waits for it (timed as if the free came last; timed with the
+// free where it starts, the stream's wait there made the next step seem late enough).
+TEST(OffloadPass, AFreeWaitsForItsCopyOutWithoutTheStreamWaiting) {
+  Graph g;
+  g.name = "chain";
+  for (int i = 0; i < 10; ++i) {  // a chain of unit steps; the last reads the first again
+    Node n;
+    n.id = i;
+    n.name = n.op = "n" + std::to_string(i);
+    n.bytes = i == 0 ? 10 : 1;
+    n.cost = 1;
+    if (i > 0) n.inputs = {i - 1};
+    if (i == 9) n.inputs.push_back(0);
+    g.nodes.push_back(n);
+  }
+  g.outputs = {9};
+  ASSERT_TRUE(validate_graph(g).ok());
+  const std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const HostLink link{4.0, 0.0};  // 10 bytes: 2.5 steps each way
+  std::vector<Offload> offloads = {{0, 1, 9}};
+  PlanOptions o = options(100, link);
+  ASSERT_TRUE(detail::place_copies(g, o, order, &offloads, 0));
+  const SimResult r = simulate(g, detail::schedule_with(g, order, offloads), 100, link);
+  ASSERT_TRUE(r.valid) << r.error;
+  EXPECT_EQ(offloads[0].free, 4) << "the copy out ends at 3.5";
+  EXPECT_DOUBLE_EQ(r.exposed_transfer_cost, 0);
+}
+
+// Note [Joining a group computed apart]: an operator with a small output read by the forward
+// chain and a large one read only at the end, whose start plan computes the large output
+// apart (so the operator runs twice). With host memory the pass computes both in one run and
+// keeps the large one on the host across the chain; the budget has no room for it there.
+TEST(OffloadPass, JoinsAnOutputComputedApartToItsSibling) {
+  Graph g;
+  g.name = "apart";
+  g.whole_groups = true;
+  auto add = [&](int64_t bytes, double cost, std::vector<int> inputs,
+                 std::optional<int64_t> group) {
+    Node n;
+    n.id = g.size();
+    n.name = n.op = "n" + std::to_string(n.id);
+    n.bytes = bytes;
+    n.cost = cost;
+    n.inputs = std::move(inputs);
+    n.group = group;
+    g.nodes.push_back(n);
+  };
+  add(1, 1, {}, std::nullopt);   // 0: x
+  add(1, 5, {0}, 9);             // 1: the operator's small output
+  add(10, 5, {0}, 9);            // 2: its large output
+  add(2, 4, {1}, std::nullopt);  // 3..6: the chain
+  add(2, 4, {3}, std::nullopt);
+  add(2, 4, {4}, std::nullopt);
+  add(2, 4, {5}, std::nullopt);
+  add(1, 1, {6, 2}, std::nullopt);  // 7: reads the end of the chain and the large output
+  g.outputs = {7};
+  ASSERT_TRUE(validate_graph(g).ok());
+  const std::vector<int> start = {0, 1, 3, 4, 5, 6, 2, 7};
+  const int64_t budget = 13;  // what step 7 reads and makes
+  const SimResult before = simulate(g, Schedule{g.name, start}, budget, kFastLink);
+  ASSERT_TRUE(before.valid) << before.error;
+  ASSERT_FALSE(simulate(g, Schedule{g.name, {0, 1, 2, 3, 4, 5, 6, 7}}, budget).valid)
+      << "the large output fits beside the chain: nothing to offload";
+  const detail::OffloadedOrder out =
+      detail::add_offloads(g, {start, {}}, options(budget, kFastLink), detail::Deadline(1.0));
+  const SimResult after =
+      simulate(g, detail::schedule_with(g, out.order, out.offloads), budget, kFastLink);
+  ASSERT_TRUE(after.valid) << after.error;
+  EXPECT_EQ(out.order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  ASSERT_EQ(out.offloads.size(), 1u);
+  EXPECT_EQ(out.offloads[0].step, 2);
+  EXPECT_DOUBLE_EQ(before.cost, 1 + 10 + 16 + 10 + 1);  // the operator twice
+  EXPECT_LT(after.cost, before.cost - 9);
+  // Without host memory nothing can hold the large output: the plan stays as it was.
+  const detail::OffloadedOrder kept =
+      detail::add_offloads(g, {start, {}}, options(budget, kFastLink, 0), detail::Deadline(1.0));
+  EXPECT_EQ(kept.order, start);
+}
+
 // Given a recompute-only plan to start from, the planner never returns a dearer one.
 TEST(OffloadPlanner, NeverDearerThanTheStartItIsGiven) {
   int checked = 0;
