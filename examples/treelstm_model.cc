@@ -65,17 +65,21 @@ StepTrees TreeLstmModel::trees(int step, std::uint64_t seed) const {
   return t;
 }
 
-// The trees' shapes: each one's leaf count and merge positions. Steps with equal keys run the
-// same ops at the same shapes; with random trees, keys seldom repeat, and a shape never seen
-// twice is never recorded or planned.
+// The trees' shapes: how many leaves, and a 64-bit hash of each tree's leaf count and merge
+// positions (the structure itself would make a key of hundreds of numbers per step, kept for
+// every shape seen). Steps with equal keys run the same ops at the same shapes; with random
+// trees, keys seldom repeat, and a shape never seen twice is never recorded or planned.
 PlanCache::Key TreeLstmModel::shape_key(int step, std::uint64_t seed) const {
   const StepTrees t = trees(step, seed);
-  PlanCache::Key key;
+  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a over the structure
+  std::int64_t leaves = 0;
+  auto mix = [&](std::uint64_t x) { hash = (hash ^ x) * 0x100000001b3ULL; };
   for (std::size_t i = 0; i < t.leaves.size(); ++i) {
-    key.push_back(static_cast<std::int64_t>(t.leaves[i].size()));
-    for (std::size_t k : t.merges[i]) key.push_back(static_cast<std::int64_t>(k));
+    leaves += static_cast<std::int64_t>(t.leaves[i].size());
+    mix(t.leaves[i].size());
+    for (std::size_t k : t.merges[i]) mix(k);
   }
-  return key;
+  return {static_cast<std::int64_t>(t.leaves.size()), leaves, static_cast<std::int64_t>(hash)};
 }
 
 ad::Var TreeLstmModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,

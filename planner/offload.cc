@@ -34,7 +34,8 @@ namespace {
 
 using std::size_t;
 
-// A schedule being improved; ids[j] names step j by its position in the starting order.
+// A schedule being improved; ids[j] names step j by its position in the order the current
+// round of replacements started from (ascending: a join renumbers them).
 struct Working {
   std::vector<int> order;
   std::vector<int> ids;
@@ -67,8 +68,8 @@ class OffloadPass {
   OffloadPass(const Graph& g, const PlanOptions& opt, const Deadline& deadline)
       : g_(g), opt_(opt), deadline_(deadline) {}
 
-  // Rounds over the recomputations left until one changes nothing, then over the groups
-  // computed apart; again while those change something (or until time runs out).
+  // Joins the groups computed apart, then rounds over the recomputations left until one
+  // changes nothing; again while a join changed something (or until time runs out).
   Working run(Working w) {
     current_ =
         simulate(g_, schedule_with(g_, w.order, w.offloads), opt_.budget_bytes, opt_.host_link);
@@ -174,17 +175,22 @@ class OffloadPass {
   }
 
   // Moves step `late` to position `at` (its sibling's run ends there), with the offloads'
-  // steps following, and offloads its instance until its first read.
+  // steps following; its instance stays resident until its first read, or waits in host
+  // memory, whichever is cheaper.
   bool try_join(Working* w, int at, int late) {
     Working moved = *w;
     const int v = moved.order[static_cast<size_t>(late)];
     moved.order.erase(moved.order.begin() + late);
     moved.order.insert(moved.order.begin() + at, v);
     std::iota(moved.ids.begin(), moved.ids.end(), 0);
-    const auto shift = [&](int x) { return x == late ? at : (x >= at && x < late ? x + 1 : x); };
-    for (Offload& o : moved.offloads) o = {shift(o.step), shift(o.free), shift(o.fetch)};
-    if (!add_offload(&moved, at, at + 1)) return false;
-    return consider(moved, w);
+    // Steps between shift by one; a free or fetch before `late` stays before the step that
+    // followed it.
+    const auto step = [&](int x) { return x == late ? at : (x >= at && x < late ? x + 1 : x); };
+    const auto bound = [&](int x) { return x >= at && x <= late ? x + 1 : x; };
+    for (Offload& o : moved.offloads) o = {step(o.step), bound(o.free), bound(o.fetch)};
+    bool changed = consider(moved, w);
+    if (add_offload(&moved, at, at + 1)) changed |= consider(moved, w);
+    return changed;
   }
 
   // Takes `candidate` where it fits both memories and costs less than the plan so far.

@@ -23,6 +23,9 @@ mkdir -p "$stage/bin" "$stage/lib"
 for t in "${targets[@]}"; do strip -o "$stage/bin/$t" "build/bin/$t"; done
 # The C and C++ runtimes are the GPU machine's own (the same or newer), CUDA's its toolkit's.
 skip='/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|libcuda\.so'
+if missing="$(for t in "${targets[@]}"; do ldd "build/bin/$t"; done | grep 'not found')"; then
+  echo "gpu_bundle: libraries not found here:"$'\n'"$missing" >&2; exit 1
+fi
 for t in "${targets[@]}"; do ldd "build/bin/$t"; done | awk '/=> \//{print $3}' | sort -u |
   { grep -Ev "$skip" || true; } | while read -r lib; do
     cp -L "$lib" "$stage/lib/"

@@ -19,6 +19,7 @@
 # tools/gpu_bundle.sh packed and runs it so; --no-host-tests leaves the host-side tests to
 # CI; --step-timeout stops any one step after that many seconds (a failure).
 set -uo pipefail
+caller_dir="$PWD"
 cd "$(dirname "$0")/.."
 # The toolkit's tools (compute-sanitizer) are not on PATH on a fresh machine.
 [[ -d /usr/local/cuda/bin ]] && export PATH="$PATH:/usr/local/cuda/bin"
@@ -30,16 +31,19 @@ step_timeout=0
 bundle=""
 while (($#)); do
   case "$1" in
-    --report) report="$2"; shift 2 ;;
+    --report) report="${2:?--report needs a file}"; shift 2 ;;
     --quick) quick=1; shift ;;
     --prebuilt) prebuilt=1; shift ;;
-    --bundle) bundle="$2"; prebuilt=1; shift 2 ;;
+    --bundle) bundle="${2:?--bundle needs a file}"; prebuilt=1; shift 2 ;;
     --no-host-tests) host_tests=0; shift ;;
-    --step-timeout) step_timeout="$2"; shift 2 ;;
+    --step-timeout) step_timeout="${2:?--step-timeout needs seconds}"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+# Paths given relative to where the script was called from.
+[[ "$report" = /* ]] || report="$caller_dir/$report"
+[[ -z "$bundle" || "$bundle" = /* ]] || bundle="$caller_dir/$bundle"
 jobs=$(nproc 2>/dev/null || echo 2)
 steps=()   # JSON objects, one per step
 failed=0
@@ -56,7 +60,7 @@ step() {
       cmd=(bash -c "$(declare -f; declare -p gpt2 2>/dev/null); $(printf '%q ' "$@")")
     fi
     out="$(timeout -k 10 "$step_timeout" "${cmd[@]}" 2>&1)"; rc=$?
-    ((rc == 124)) && out+=$'\n'"gpu_check: step stopped after ${step_timeout} s"
+    ((rc == 124 || rc == 137)) && out+=$'\n'"gpu_check: step stopped after ${step_timeout} s"
   else
     out="$("$@" 2>&1)"; rc=$?
   fi
@@ -79,9 +83,10 @@ if [[ -n "$bundle" ]]; then
   if [[ -e build/bin && ! -L build/bin ]]; then
     echo "gpu_check: build/bin exists; --bundle would replace it (use --prebuilt)" >&2; exit 2
   fi
-  unpacked="$(mktemp -d)"
+  unpacked="$PWD/build/bundle"  # replaced by each --bundle run
+  rm -rf "$unpacked" && mkdir -p "$unpacked"
   tar -xJf "$bundle" -C "$unpacked" || { echo "gpu_check: cannot unpack $bundle" >&2; exit 2; }
-  mkdir -p build && rm -f build/bin && ln -s "$unpacked/bin" build/bin
+  rm -f build/bin && ln -s bundle/bin build/bin
   export LD_LIBRARY_PATH="$unpacked/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 if ((prebuilt == 0)); then
