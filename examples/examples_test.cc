@@ -89,6 +89,19 @@ TrainConfig seeded(const Case& c) {
   return config;
 }
 
+// The case seeded as above on the simulated CUDA device, its host kernels running as the
+// device's kernels, with a cuBLAS workspace of `workspace` bytes and no budget.
+TrainConfig on_simulated_device(const Case& c, const std::shared_ptr<SimulatedCuda>& sim,
+                                std::size_t workspace) {
+  TrainConfig config = seeded(c);
+  config.driver.runtime = on_sim(sim, SIZE_MAX);
+  config.driver.runtime.seed = 7;
+  config.driver.runtime.measure_costs = false;
+  config.driver.runtime.cuda.launch = host_kernels_on(sim);
+  config.driver.runtime.cuda.blas_workspace_bytes = workspace;
+  return config;
+}
+
 // Losses and final state (parameters, batch-norm statistics) bit for bit.
 void expect_bitwise(const TrainResult& r, const TrainResult& base) {
   EXPECT_TRUE(bitwise_equal(r.losses, base.losses));
@@ -175,12 +188,7 @@ TEST_P(ExampleTest, OnTheSimulatedDeviceWithHostMemoryMatchesTheCpuRunBitwise) {
   const TrainResult base = train(*model, cpu);
   ASSERT_EQ(base.status, "ok") << base.error;
   auto sim = std::make_shared<SimulatedCuda>();
-  TrainConfig config = cpu;
-  config.driver.runtime = on_sim(sim, SIZE_MAX);
-  config.driver.runtime.seed = 7;
-  config.driver.runtime.measure_costs = false;
-  config.driver.runtime.cuda.launch = host_kernels_on(sim);
-  config.driver.runtime.cuda.blas_workspace_bytes = 512;  // the host kernels use none
+  TrainConfig config = on_simulated_device(c, sim, 512);  // the host kernels use no workspace
   const TrainResult unconstrained = train(*model, config);
   ASSERT_EQ(unconstrained.status, "ok") << unconstrained.error;
   config.driver.runtime.host_memory_bytes = unconstrained.peak_allocated;
@@ -214,12 +222,7 @@ TEST_P(ExampleTest, BudgetFractionOnTheSimulatedDeviceScalesWhatTheWorkspaceLeav
   const Case& c = GetParam();
   std::unique_ptr<Model> model = c.make();
   auto sim = std::make_shared<SimulatedCuda>();
-  TrainConfig config = seeded(c);
-  config.driver.runtime = on_sim(sim, SIZE_MAX);
-  config.driver.runtime.seed = 7;
-  config.driver.runtime.measure_costs = false;
-  config.driver.runtime.cuda.launch = host_kernels_on(sim);
-  config.driver.runtime.cuda.blas_workspace_bytes = std::size_t{32} << 20;
+  TrainConfig config = on_simulated_device(c, sim, std::size_t{32} << 20);
   config.budget_fraction = 0.6;
   const Comparison both = train_with_baseline(*model, config);
   ASSERT_EQ(both.baseline.status, "ok") << both.baseline.error;
