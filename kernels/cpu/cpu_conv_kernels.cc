@@ -1,6 +1,5 @@
 // Raw float32 CPU kernels of convolutional nets (see cpu_kernels.h): convolution as im2col
 // and GEMM, batch norm, max and average pooling. Fixed summation orders, as in cpu_kernels.cc.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>

@@ -1,14 +1,13 @@
-// Raw float32 CPU kernels (see cpu_kernels.h). GEMM goes to OpenBLAS; the other loops run on
-// parallel.h's threads with fixed summation orders, so every call gives the same bits.
+// Raw float32 CPU kernels (see cpu_kernels.h). GEMM goes to OpenBLAS (blas.h); the other loops
+// run on parallel.h's threads with fixed summation orders, so every call gives the same bits.
 #include "kernels/cpu/cpu_kernels.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/detail/loop_helpers.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_exp.h"
@@ -53,10 +52,8 @@ void gemm(bool trans_a, bool trans_b, i64 m, i64 n, i64 k, float alpha, const fl
   }
   const i64 lda = trans_a ? m : k;
   const i64 ldb = trans_b ? k : n;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(n));
+  blas_sgemm(trans_a, trans_b, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha,
+             a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(n));
 }
 
 void bias_add(const float* x, const float* bias, float* y, i64 rows, i64 cols) {
@@ -278,8 +275,8 @@ void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i
       const float* v = q + 2 * c;
       float* a = att + (bi * nh + h) * t * t;
       if (hs > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ti, ti, hi, sc, q,
-                    static_cast<int>(c3), k, static_cast<int>(c3), 0.0f, a, ti);
+        blas_sgemm(false, true, ti, ti, hi, sc, q, static_cast<int>(c3), k, static_cast<int>(c3),
+                   0.0f, a, ti);
       else
         zero(a, t * t);
       // A stable softmax over each row's causal prefix; the rest of the row is zero.
@@ -294,8 +291,8 @@ void attention_forward(const float* qkv, float* out, float* att, i64 b, i64 t, i
         }
       });
       if (hs > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ti, hi, ti, 1.0f, a, ti, v,
-                    static_cast<int>(c3), 0.0f, out + bi * t * c + h * hs, static_cast<int>(c));
+        blas_sgemm(false, false, ti, hi, ti, 1.0f, a, ti, v, static_cast<int>(c3), 0.0f,
+                   out + bi * t * c + h * hs, static_cast<int>(c));
     }
   }
 }
@@ -322,10 +319,8 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
       const float* a = att + (bi * nh + h) * t * t;
       const float* dout_h = dout + bi * t * c + h * hs;
       // Through out = att v.
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ti, hi, ti, 1.0f, a, ti, dout_h, ld,
-                  0.0f, dv, ld3);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ti, ti, hi, 1.0f, dout_h, ld, v, ld3,
-                  0.0f, dpre.data(), ti);
+      blas_sgemm(true, false, ti, hi, ti, 1.0f, a, ti, dout_h, ld, 0.0f, dv, ld3);
+      blas_sgemm(false, true, ti, ti, hi, 1.0f, dout_h, ld, v, ld3, 0.0f, dpre.data(), ti);
       // Through the softmax and the scale: dpre = att (datt - sum(att datt)) sc.
       parallel_for(t, row_grain(t), [&](i64 r0, i64 r1) {
         for (i64 r = r0; r < r1; ++r) {
@@ -338,10 +333,8 @@ void attention_backward(const float* dout, const float* qkv, const float* att, f
         }
       });
       // Through the scores: dq = dpre k, dk = dpre^T q.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ti, hi, ti, 1.0f, dpre.data(), ti, k,
-                  ld3, 0.0f, dq, ld3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ti, hi, ti, 1.0f, dpre.data(), ti, q,
-                  ld3, 0.0f, dk, ld3);
+      blas_sgemm(false, false, ti, hi, ti, 1.0f, dpre.data(), ti, k, ld3, 0.0f, dq, ld3);
+      blas_sgemm(true, false, ti, hi, ti, 1.0f, dpre.data(), ti, q, ld3, 0.0f, dk, ld3);
     }
   }
 }
