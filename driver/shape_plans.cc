@@ -81,7 +81,7 @@ std::optional<double> ShapePlans::screen_plan(Search& q, StepPlan plan, double f
     s.screened.push_back(std::move(row));
     return std::nullopt;
   }
-  const std::optional<StepCost> cost = options_.screen(&plan, !s.dtr_failed);
+  const std::optional<StepCost> cost = options_.screen(s.recording_step, &plan, !s.dtr_failed);
   if (cost)
     row.simulated_overhead = cost->overhead();
   else
@@ -110,6 +110,7 @@ void ShapePlans::screen_fractions(Search& q) {
   double excess_there = 0;
   std::vector<double> below;  // fractions with no plan, none placed, or an arena that fits
   for (double fraction : options_.fractions) {
+    if (stopping()) return;
     const std::optional<double> excess = screen_candidate(q, fraction);
     if (!excess || *excess <= 0) below.push_back(fraction);
     if (excess && *excess > 0 && (!fit_from || fraction < *fit_from)) {
@@ -120,7 +121,7 @@ void ShapePlans::screen_fractions(Search& q) {
   double low = 0;
   for (double f : below)
     if (fit_from && f < *fit_from) low = std::max(low, f);
-  for (int tries = 0; fit_from && tries < 4; ++tries) {
+  for (int tries = 0; fit_from && tries < 4 && !stopping(); ++tries) {
     double fraction = *fit_from - excess_there / static_cast<double>(options_.budget) - 0.005;
     if (fraction <= low) fraction = (low + *fit_from) / 2;
     const std::optional<double> excess = screen_candidate(q, fraction);
@@ -142,7 +143,7 @@ void ShapePlans::choose_plan(Shape& s) {
     return;
   }
   std::optional<StepCost> dtr;
-  if (!s.dtr_failed) dtr = options_.screen(nullptr, false);
+  if (!s.dtr_failed) dtr = options_.screen(s.recording_step, nullptr, false);
   ScreenedPlan dtr_row{.plan = "dtr"};
   if (dtr)
     dtr_row.simulated_overhead = dtr->overhead();
@@ -162,9 +163,15 @@ void ShapePlans::choose_plan(Shape& s) {
   s.plan.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-StepOptions ShapePlans::before(const PlanCache::Key& key) {
+ShapePlans::~ShapePlans() {
+  stopping_ = true;
+  if (job_) job_->planned.wait();
+}
+
+StepOptions ShapePlans::before(const PlanCache::Key& key, int step) {
   StepOptions opt;
   if (options_.budget == SIZE_MAX) return opt;
+  collect_plan(/*wait=*/false);
   Shape& s = shape(key);
   switch (s.state) {
     case State::kUnplanned:
@@ -184,17 +191,18 @@ StepOptions ShapePlans::before(const PlanCache::Key& key) {
         s.why = "no plan: the recorded DTR step recomputed nothing";
         return opt;
       }
-      plan_recording(key, s);
-      if (s.plan.empty()) {
-        s.state = State::kDynamic;
-        s.why = absl::StrCat("no plan: ", s.plan.source);
-        return opt;
+      s.recording_step = step;
+      if (options_.background) {
+        if (!job_) start_planning(key, s);
+        return opt;  // DTR until the plan is made
       }
-      s.state = State::kTrial;
+      plan_recording(key, s);
+      if (!take_plan(s)) return opt;
       [[fallthrough]];
     case State::kTrial:
     case State::kPlanned:
       return planned_step(s);
+    case State::kPlanning:
     case State::kDynamic:
       return opt;
   }
@@ -236,6 +244,7 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
                              "DTR: DTR from now on");
       }
       return;
+    case State::kPlanning:  // DTR while the plan is made
     case State::kDynamic:
       return;
   }
@@ -257,9 +266,11 @@ bool ShapePlans::may_plan_after_oom(const PlanCache::Key& key) const {
   return it == shapes_.end() || it->second.state == State::kUnplanned;
 }
 
-StepOptions ShapePlans::plan_after_oom(const PlanCache::Key& key, RecordedStep recording) {
+StepOptions ShapePlans::plan_after_oom(const PlanCache::Key& key, RecordedStep recording,
+                                       int step) {
   Shape& s = shape(key);
   s.recording = std::move(recording);
+  s.recording_step = step;
   s.dtr_failed = true;
   s.dtr = StepCost{.base = 0, .recompute = INFINITY};
   plan_recording(key, s);
@@ -296,6 +307,54 @@ void ShapePlans::plan_recording(const PlanCache::Key& key, Shape& s) {
   ++plans_made_;
 }
 
+bool ShapePlans::take_plan(Shape& s) {
+  if (s.plan.empty()) {
+    s.state = State::kDynamic;
+    s.why = absl::StrCat("no plan: ", s.plan.source);
+    return false;
+  }
+  s.state = State::kTrial;
+  return true;
+}
+
+// Note [Planning beside the steps] in shape_plans.h. The thread works on a shape of its own
+// (the recording, and what choose_plan fills in), so it shares nothing with this one but the
+// options and the screening, and the driver's steps never wait on it.
+void ShapePlans::start_planning(const PlanCache::Key& key, Shape& s) {
+  Shape work;
+  work.recording = std::move(s.recording);
+  work.recording_step = s.recording_step;
+  work.dtr_failed = s.dtr_failed;
+  s.recording.reset();
+  std::erase(recorded_, key);
+  s.state = State::kPlanning;
+  job_ = Job{.key = key,
+             .planned = std::async(std::launch::async, [this, work = std::move(work)]() mutable {
+               choose_plan(work);
+               work.recording.reset();
+               return std::move(work);
+             })};
+}
+
+void ShapePlans::collect_plan(bool wait) {
+  if (!job_) return;
+  if (!wait && job_->planned.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  Shape& s = shape(job_->key);
+  try {
+    Shape work = job_->planned.get();
+    s.plan = std::move(work.plan);
+    s.screened = std::move(work.screened);
+    ++plans_made_;
+    take_plan(s);
+  } catch (const std::exception& e) {
+    s.state = State::kDynamic;
+    s.why = absl::StrCat("planning failed: ", e.what());
+  }
+  job_.reset();
+}
+
+void ShapePlans::finish_planning() { collect_plan(/*wait=*/true); }
+
 StepOptions ShapePlans::planned_step(const Shape& s) {
   StepOptions opt;
   opt.hints = s.plan.hints;
@@ -308,6 +367,8 @@ ShapeDecision ShapePlans::decision(State state) {
   switch (state) {
     case State::kUnplanned:
       return ShapeDecision::kNotPlannedYet;
+    case State::kPlanning:
+      return ShapeDecision::kPlanning;
     case State::kTrial:
       return ShapeDecision::kTrial;
     case State::kPlanned:

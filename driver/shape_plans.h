@@ -4,7 +4,7 @@
 //
 //   ShapePlans plans({.budget = budget, .planners = {"rockmate", "mincut"}, .screen = sim});
 //   for (int step = 0; ...; ++step) {
-//     StepOptions opt = plans.before(key);          // hints, or a request to record
+//     StepOptions opt = plans.before(key, step);    // hints, or a request to record
 //     rt.begin_step(opt);  ...;  RecordedStep r = rt.end_step();
 //     plans.after(key, std::move(r), stats_delta);  // records, plans, or judges a trial
 //   }
@@ -26,6 +26,22 @@
 // Results never depend on any of this: hints decide what is evicted, never what is
 // computed.
 //
+// Note [Planning beside the steps]
+// Planning a shape takes as long as its planners are given, times the candidates screened:
+// a minute for GPT-2 124M on an H200, where a step takes half a second. Made inside a step,
+// that minute is the step's, and a loop that measures its steps (or a batch that repeats
+// few times) pays it all. With `background`, the shape's planning runs on a thread of its
+// own instead, from the recording moved there, and its steps go on under DTR meanwhile;
+// the first step of the shape after the plan is ready is its trial. One shape is planned
+// at a time: another waiting keeps its recording until the thread is free. The planning
+// thread runs the program's steps on simulated runtimes of its own (the screening), beside
+// the driver's step: the program must keep what a step changes in the runtime it is given
+// (remat/step_driver.h). Which step a plan reaches first depends on the planners' speed,
+// so reports differ run to run; results do not. A step DTR cannot run is still planned at
+// once (the step needs the plan), and the destructor waits for planning under way, which
+// stops between candidates. (Checkmate's solver forks beside the step's kernels: Note [BLAS
+// across fork] in kernels/cpu/blas.cc.)
+//
 // Note [Screening plans]
 // Which plan to try is chosen on the simulated backend: the same allocator and the same
 // estimated costs, without kernels, so a step there costs what it costs for real. A plan's
@@ -41,9 +57,11 @@
 #ifndef REMAT_DRIVER_SHAPE_PLANS_H_
 #define REMAT_DRIVER_SHAPE_PLANS_H_
 
+#include <atomic>
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -102,11 +120,12 @@ class ShapePlans {
     // Recomputed cost over first runs' cost (RuntimeStats::compute_overhead of one step).
     double overhead() const { return base > 0 ? recompute / base : 0.0; }
   };
-  // Runs steps of the shape being planned on the simulated backend (Note [Screening
+  // Runs step `step` of the shape being planned on the simulated backend (Note [Screening
   // plans]) following `plan` (its hints, and the placement it sets), after DTR steps as the
   // real run had them where `after_dtr`, or under DTR alone where `plan` is null: the
-  // dearest one's cost, or nothing where one ran out of memory or thrashed.
-  using Screen = std::function<std::optional<StepCost>(StepPlan* plan, bool after_dtr)>;
+  // dearest one's cost, or nothing where one ran out of memory or thrashed. Called on the
+  // planning thread where `background` (Note [Planning beside the steps]).
+  using Screen = std::function<std::optional<StepCost>(int step, StepPlan* plan, bool after_dtr)>;
   struct Options {
     std::size_t budget = SIZE_MAX;  // SIZE_MAX: nothing to plan, every step is DTR's
     std::vector<std::string> planners;
@@ -116,20 +135,28 @@ class ShapePlans {
     Screen screen;                   // null: the 0.9 plan goes to its trial unscreened
     std::size_t max_recordings = 8;  // shapes not planned yet whose recording is kept
     HostForPlans host;               // host memory the plans may use (planner offload)
+    bool background = false;         // Note [Planning beside the steps]
   };
 
   explicit ShapePlans(Options options) : options_(std::move(options)) {}
+  ~ShapePlans();  // stops planning under way and waits for it
+  ShapePlans(const ShapePlans&) = delete;
+  ShapePlans& operator=(const ShapePlans&) = delete;
 
-  // The options of the next step, of shape `key`.
-  StepOptions before(const PlanCache::Key& key);
+  // The options of step `step`, of shape `key`.
+  StepOptions before(const PlanCache::Key& key, int step);
   // After that step: what end_step() returned and what the step cost.
   void after(const PlanCache::Key& key, RecordedStep step, StepCost cost);
   // The step before() prepared ran out of memory under DTR, before any update: whether the
   // shape may be planned now (Note [Planning a step DTR cannot run]).
   bool may_plan_after_oom(const PlanCache::Key& key) const;
-  // Plans the shape from `recording` (the step recorded without a budget) for the step to
+  // Plans the shape from `recording` (step `step` recorded without a budget) for the step to
   // be run again: its options, or no hints where no plan survived its screening.
-  StepOptions plan_after_oom(const PlanCache::Key& key, RecordedStep recording);
+  StepOptions plan_after_oom(const PlanCache::Key& key, RecordedStep recording, int step);
+  // Waits for the plan being made on the planning thread, if any: its shape's next step is
+  // its trial (Note [Planning beside the steps]).
+  void finish_planning();
+  bool planning() const { return job_.has_value(); }  // a plan is being made beside the steps
 
   // A step of the shape that followed its plan failed (out of memory, thrash): the shape goes
   // back to DTR, and the step does not count as planned.
@@ -143,12 +170,13 @@ class ShapePlans {
   std::vector<ShapeReport> report() const;
 
  private:
-  enum class State { kUnplanned, kTrial, kPlanned, kDynamic };
+  enum class State { kUnplanned, kPlanning, kTrial, kPlanned, kDynamic };
   static ShapeDecision decision(State state);
   struct Shape {
     State state = State::kUnplanned;
     int steps = 0;
     std::optional<RecordedStep> recording;  // kUnplanned, until planned or dropped
+    int recording_step = 0;                 // the step screened for its plan
     bool dtr_failed = false;                // DTR ran out of memory on it: no DTR steps
     StepCost dtr;                           // the recorded DTR step's
     StepCost trial;                         // the trial's
@@ -170,11 +198,23 @@ class ShapePlans {
   Shape& shape(const PlanCache::Key& key);
   StepOptions planned_step(const Shape& s);  // the options of a step that follows s.plan
   void plan_recording(const PlanCache::Key& key, Shape& s);  // choose_plan, then drop it
+  // Sends a shape's planned or failed state after its plan is made: whether it is on trial.
+  bool take_plan(Shape& s);
+  // Note [Planning beside the steps]: moves the shape's recording to the planning thread.
+  void start_planning(const PlanCache::Key& key, Shape& s);
+  void collect_plan(bool wait);  // takes the thread's plan where it is made (or waits)
+  bool stopping() const { return stopping_.load(std::memory_order_relaxed); }
 
   Options options_;
   std::map<PlanCache::Key, Shape> shapes_;
   std::deque<PlanCache::Key> recorded_;  // shapes holding a recording, oldest first
   std::size_t plans_made_ = 0, planned_steps_ = 0;
+  struct Job {  // a shape being planned on the planning thread
+    PlanCache::Key key;
+    std::future<Shape> planned;  // the shape's plan and screened candidates
+  };
+  std::optional<Job> job_;
+  std::atomic<bool> stopping_{false};  // the destructor's: planning stops between candidates
 };
 
 }  // namespace remat::detail

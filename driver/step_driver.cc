@@ -50,6 +50,8 @@ std::string_view shape_decision_name(ShapeDecision d) {
   switch (d) {
     case ShapeDecision::kNotPlannedYet:
       return "dtr (not planned yet)";
+    case ShapeDecision::kPlanning:
+      return "dtr (planning)";
     case ShapeDecision::kTrial:
       return "trial";
     case ShapeDecision::kPlan:
@@ -86,6 +88,10 @@ class StepDriver::Impl {
   TrainingProgram::State& state() { return *state_; }
   const DriverTotals& totals() const { return totals_; }
   std::vector<ShapeReport> shapes() const { return shape_plans_.report(); }
+  void finish_planning() {
+    shape_plans_.finish_planning();
+    totals_.plans_made = shape_plans_.plans_made();
+  }
 
  private:
   detail::ShapePlans::Options shape_plan_options();
@@ -109,7 +115,6 @@ class StepDriver::Impl {
   detail::SimulatedSteps simulated_;
   detail::ShapePlans shape_plans_;
   std::shared_ptr<PlanCache> plan_cache_;
-  int current_step_ = 0;  // the step being run: what screening runs
   StepReport report_;
   DriverTotals totals_;
   // Declared last: its tensors go before the runtime does.
@@ -124,9 +129,10 @@ detail::ShapePlans::Options StepDriver::Impl::shape_plan_options() {
   o.host = host_for_plans();
   o.fractions = options_.plan_fractions;
   o.max_recordings = options_.max_recordings;
+  o.background = options_.plan_in_background && options_.runtime.backend != Backend::kSimulated;
   if (options_.screen) {
-    o.screen = [this](detail::StepPlan* plan, bool after_dtr) {
-      return simulated_.screen(current_step_, plan, after_dtr);
+    o.screen = [this](int step, detail::StepPlan* plan, bool after_dtr) {
+      return simulated_.screen(step, plan, after_dtr);
     };
   }
   return o;
@@ -150,7 +156,7 @@ StepOptions StepDriver::Impl::prepare(int step, const PlanCache::Key& key, bool 
     }
   } else if (options_.policy == "auto") {
     const auto start = Clock::now();
-    const StepOptions planned = shape_plans_.before(key);
+    const StepOptions planned = shape_plans_.before(key, step);
     report_.planning_seconds += seconds_since(start);
     opt.hints = planned.hints;
     opt.placement = planned.placement;
@@ -178,7 +184,8 @@ RecordedStep StepDriver::Impl::run_prepared(int step, const PlanCache::Key& key,
     failed = e;
   }
   const auto start = Clock::now();
-  const StepOptions planned = shape_plans_.plan_after_oom(key, simulated_.record_unbudgeted(step));
+  const StepOptions planned =
+      shape_plans_.plan_after_oom(key, simulated_.record_unbudgeted(step), step);
   report_.planning_seconds += seconds_since(start);
   if (planned.hints == nullptr) throw *failed;
   options.hints = planned.hints;
@@ -203,7 +210,6 @@ const StepReport& StepDriver::Impl::run(int step, bool record) {
   const auto start = Clock::now();
   const PlanCache::Key key = program_.shape_key(step);
   report_ = StepReport{.step = step, .shape = key};
-  current_step_ = step;
   StepOptions options = prepare(step, key, record);
   const bool plan_now = options_.policy == "hinted" && report_.kind == StepKind::kRecorded;
   const RuntimeStats before = runtime_.stats();
@@ -247,6 +253,7 @@ const StepReport& StepDriver::run(int step, bool record) { return impl_->run(ste
 Runtime& StepDriver::runtime() { return impl_->runtime(); }
 TrainingProgram::State& StepDriver::state() { return impl_->state(); }
 const DriverTotals& StepDriver::totals() const { return impl_->totals(); }
+void StepDriver::finish_planning() { impl_->finish_planning(); }
 std::vector<ShapeReport> StepDriver::shapes() const { return impl_->shapes(); }
 
 std::size_t measure_unconstrained_peak(TrainingProgram& program, RuntimeOptions options,

@@ -128,18 +128,23 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-StepDriverOptions options_at(std::size_t budget, const std::string& policy) {
+// Planning in the step unless `background` (Note [Planning beside the steps]), so that
+// which step tries a plan is the same on every run.
+StepDriverOptions options_at(std::size_t budget, const std::string& policy,
+                             bool background = false) {
   StepDriverOptions o;
   o.runtime.budget = budget;
   o.policy = policy;
   o.planners = {"chen", "mincut", "twremat"};
   o.plan_time_limit = 1;
+  o.plan_in_background = background;
   return o;
 }
 
 // Random budgets between 0.45 of the unconstrained peak and all of it, under every
-// policy the driver knows: a run that fits stays within its budget and is bitwise the
-// unconstrained run; `auto` follows plans somewhere in the sweep.
+// policy the driver knows (`auto` planning in the step and beside it): a run that fits
+// stays within its budget and is bitwise the unconstrained run; `auto` follows plans
+// somewhere in the sweep.
 TEST(StepDriverTest, RandomBudgetsMatchTheUnconstrainedRunBitwise) {
   ResidualMlp program({1024, 768, 1024, 768});
   constexpr int kSteps = 8;
@@ -153,12 +158,13 @@ TEST(StepDriverTest, RandomBudgetsMatchTheUnconstrainedRunBitwise) {
   std::size_t planned_steps = 0;
   for (int trial = 0; trial < 4; ++trial) {
     const double f = fraction(rng);
-    for (const char* policy : {"auto", "dtr", "hinted"}) {
+    for (const char* policy : {"auto", "auto beside the steps", "dtr", "hinted"}) {
       SCOPED_TRACE(std::string(policy) + " at " + std::to_string(f));
       const auto budget = static_cast<std::size_t>(f * static_cast<double>(peak));
+      const bool background = std::string(policy) == "auto beside the steps";
       Trained run;
       try {
-        run = train(program, options_at(budget, policy), kSteps);
+        run = train(program, options_at(budget, background ? "auto" : policy, background), kSteps);
       } catch (const OutOfMemoryError&) {
         continue;
       }
@@ -218,6 +224,45 @@ TEST(StepDriverTest, AutoRecordsThenTriesAPlanPerShape) {
   }
   EXPECT_EQ(driver.totals().plans_made, 2u);
 }
+
+// Note [Planning beside the steps]: the step that would have tried the plan starts planning
+// and runs under DTR; the shape's steps stay DTR's until the plan is made, and the next one
+// then tries it. Results are the same bits as planning in the step gives. A driver
+// destroyed while planning stops it.
+TEST(StepDriverTest, AutoPlansBesideTheStepsAndTriesThePlanOnceItIsMade) {
+  ResidualMlp program({1024});
+  const std::size_t peak = measure_unconstrained_peak(program, {}, 2);
+  const std::size_t budget = peak * 7 / 10;
+  const Trained in_step = train(program, options_at(budget, "auto"), 6);
+  ASSERT_EQ(in_step.reports[2].kind, StepKind::kPlanTrial) << "no plan to try at 0.7";
+  StepDriver driver(program, options_at(budget, "auto", /*background=*/true));
+  EXPECT_EQ(driver.run(0).kind, StepKind::kDynamic);
+  EXPECT_EQ(driver.run(1).kind, StepKind::kRecorded);
+  EXPECT_EQ(driver.run(2).kind, StepKind::kDynamic);  // its plan is being made
+  ASSERT_EQ(driver.shapes().size(), 1u);
+  EXPECT_EQ(driver.shapes()[0].decision, ShapeDecision::kPlanning);
+  EXPECT_EQ(shape_decision_name(ShapeDecision::kPlanning), "dtr (planning)");
+  driver.finish_planning();
+  EXPECT_EQ(driver.totals().plans_made, 1u);
+  const ShapeReport planned = driver.shapes()[0];
+  EXPECT_EQ(planned.decision, ShapeDecision::kTrial) << planned.why;
+  EXPECT_GT(planned.plan_seconds, 0);
+  StepDriver planned_in_step(program, options_at(budget, "auto"));
+  for (int s = 0; s < 3; ++s) planned_in_step.run(s);
+  EXPECT_EQ(planned.plan, planned_in_step.shapes()[0].plan) << "the same plan either way";
+  EXPECT_EQ(driver.run(3).kind, StepKind::kPlanTrial);
+  for (int s = 4; s < 6; ++s) driver.run(s);
+  auto& w = static_cast<ResidualMlp::Weights&>(driver.state());
+  EXPECT_TRUE(bitwise_equal(w.losses, in_step.losses));
+  for (std::size_t i = 0; i < w.params.size(); ++i) {
+    std::vector<float> p(static_cast<std::size_t>(w.params[i].spec().numel()));
+    driver.runtime().read(w.params[i], p.data());
+    EXPECT_TRUE(bitwise_equal(p, in_step.params[i])) << "parameter " << i;
+  }
+  StepDriver stopped(program, options_at(budget, "auto", /*background=*/true));
+  for (int s = 0; s < 3; ++s) stopped.run(s);
+  EXPECT_EQ(stopped.shapes()[0].decision, ShapeDecision::kPlanning);
+}  // `stopped` waits for its planning thread here
 
 // A budget under which DTR recomputes nothing leaves no plan to find (none is kept unless it
 // recomputes no more than DTR did): the recorded step is dropped unplanned, and every step

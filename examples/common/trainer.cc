@@ -129,6 +129,9 @@ StepDriverOptions trainer_driver_options() {
   o.runtime.seed = 1;
   o.policy = "dtr";
   o.planners = StepPlanOptions().planners;
+  // Programs that train() a model compare reports across runs: planning stays in the step
+  // (the command line plans beside the steps, the driver's default).
+  o.plan_in_background = false;
   return o;
 }
 

@@ -60,7 +60,8 @@ class Model {
   virtual PlanCache::Key shape_key(int /*step*/, std::uint64_t /*seed*/) const { return {}; }
 };
 
-// The trainer's defaults: seed 1, DTR alone, plan_step()'s planners (run_main's: the driver's).
+// The trainer's defaults: seed 1, DTR alone, plan_step()'s planners (run_main's: the driver's),
+// planning inside the step (run_main: beside the steps, as --plan-in-background says).
 StepDriverOptions trainer_driver_options();
 
 struct TrainConfig {

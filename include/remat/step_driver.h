@@ -39,7 +39,12 @@
 // The program must run the same ops in the same order for the same step whatever runtime it
 // is given: the driver runs a step again in runtimes of its own on the simulated backend (no
 // kernels, values never read) to record and price plans, and reruns a step that ran out of
-// memory. Everything random derives from the step and the runtime's seed.
+// memory. Everything random derives from the step and the runtime's seed. Under `auto` those
+// simulated steps run on a planning thread beside the driver's own step (options
+// .plan_in_background): make_state and run_step may run on two threads at once, each with
+// its own runtime and state, so they must change nothing else (a data loader's position
+// belongs to the caller, read through the step number). A program that cannot promise that
+// sets plan_in_background = false.
 #ifndef REMAT_STEP_DRIVER_H_
 #define REMAT_STEP_DRIVER_H_
 
@@ -105,6 +110,11 @@ struct StepDriverOptions {
   // [Placed allocations] in step_placement.cc), rather than by best fit.
   bool placement = true;
   std::size_t max_recordings = 8;  // `auto`: shapes whose recording waits for a third step
+  // `auto`: plan on a thread of its own while the steps go on under DTR, rather than inside
+  // the step that is to try the plan (Note [Planning beside the steps] in
+  // driver/shape_plans.h). Ignored on the simulated backend, whose steps take no real time:
+  // planning there stays in the step, so its reports are the same on every run.
+  bool plan_in_background = true;
   std::shared_ptr<PlanCache> plan_cache = nullptr;  // `hinted`; null: one of the driver's own
 };
 
@@ -139,11 +149,13 @@ struct StepReport {
 // `auto`'s view of one shape.
 enum class ShapeDecision : std::uint8_t {
   kNotPlannedYet,  // DTR; planned when the shape comes again
+  kPlanning,       // DTR while its plan is made beside the steps
   kTrial,          // its plan's trial is under way
   kPlan,           // steps follow the plan
   kDtr,            // DTR for good (no plan beat it, or the plan cost more)
 };
-std::string_view shape_decision_name(ShapeDecision d);  // "dtr (not planned yet)", "trial", ...
+// "dtr (not planned yet)", "dtr (planning)", "trial", ...
+std::string_view shape_decision_name(ShapeDecision d);
 
 // A candidate `auto` weighed for a shape (Note [Screening plans]).
 struct ScreenedPlan {
@@ -191,6 +203,11 @@ class StepDriver {
   // (OutOfMemoryError, ThrashError, a kernel's): the step is then aborted (its random
   // numbers rewound) and the driver stays usable.
   const StepReport& run(int step, bool record = false);
+
+  // `auto`: waits for the plan being made beside the steps, if any; its shape's next step
+  // tries it. (A loop that wants every report the same run to run calls it after each step,
+  // or sets plan_in_background = false.)
+  void finish_planning();
 
   Runtime& runtime();
   TrainingProgram::State& state();

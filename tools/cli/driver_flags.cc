@@ -31,6 +31,10 @@ void add_driver_flags(FlagSet& flags, StepDriverOptions& options, DriverFlags& f
                    "policy auto: serve a plan's steps at offsets planned from a simulated "
                    "trace of the plan, in the holes beside the parameters and one arena, "
                    "instead of by best fit");
+  flags.add_choice("plan-in-background", &f.plan_in_background, {"yes", "no"},
+                   "policy auto: plan repeated shapes on a thread of their own while the steps "
+                   "go on under DTR, instead of inside the step that tries the plan (the "
+                   "simulated backend always plans in the step)");
   flags.add_switch("expandable-segments", &rt.allocator.expandable_segments,
                    "one expandable arena instead of pooled segments");
   flags.add("cuda-device", &rt.cuda.device, "CUDA device", 0);
@@ -50,6 +54,7 @@ void apply_driver_flags(const DriverFlags& f, StepDriverOptions& options) {
   if (f.roofline != "backend")
     rt.roofline = f.roofline == "gpu" ? Roofline::gpu() : Roofline::cpu();
   options.placement = f.placement == "yes";
+  options.plan_in_background = f.plan_in_background == "yes";
 }
 
 std::string_view backend_name(Backend backend) {

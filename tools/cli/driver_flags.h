@@ -23,6 +23,7 @@ namespace remat::cli {
 // What the flags read that does not map one to one onto StepDriverOptions.
 struct DriverFlags {
   std::string backend = "cpu", costs = "estimated", compaction = "yes", placement = "yes";
+  std::string plan_in_background = "yes";
   std::string roofline = "backend";
   std::uint64_t host_memory = 0;
   BudgetFlags budget;
