@@ -15,6 +15,7 @@
 #   torch    remat::torch, the PyTorch device (remat/torch.h), over the LibTorch of the torch
 #            this build found (remat::libtorch, by path); its Python module remat_torch is in
 #            lib/remat/python
+#   mpi      remat::collectives_mpi, the collectives over MPI (remat/mpi_collectives.h; MPI)
 # `cpack -G DEB` packages the same install tree for Debian (tests/consumer and
 # tests/consumer_core build against an installed copy in CI).
 include(GNUInstallDirs)
@@ -26,12 +27,13 @@ set(REMAT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/remat)
 # exported under (remat::<name>).
 set(remat_component_core
   remat_ir ir remat_alloc alloc remat_cuda cuda remat_core core remat_steps steps
-  remat_trace trace remat_runtime remat)
+  remat_trace trace remat_runtime remat remat_collectives collectives)
 set(remat_component_ops remat_kernels_cpu kernels_cpu remat_ops ops)
 set(remat_component_cuda remat_kernels_cuda kernels_cuda)
 set(remat_component_planner remat_planner planner)
 set(remat_component_driver remat_driver driver)
 set(remat_component_torch remat_libtorch libtorch remat_torch torch)
+set(remat_component_mpi remat_collectives_mpi collectives_mpi)
 
 # Installs the targets of component `component` that this build has, as export set
 # remat-<component>-targets; appends the component to REMAT_INSTALLED_COMPONENTS.
@@ -64,7 +66,7 @@ function(remat_install_component component)
 endfunction()
 
 set(REMAT_INSTALLED_COMPONENTS)
-foreach(component core cuda ops planner driver torch)
+foreach(component core cuda ops planner driver torch mpi)
   remat_install_component(${component})
 endforeach()
 

@@ -10,7 +10,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
 fi
 pkgs=(cmake g++ make libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
       nlohmann-json3-dev libboost-dev libboost-graph-dev libboost-program-options-dev
-      coinor-libcbc-dev libgecode-dev libopenblas-dev clang-format)
+      coinor-libcbc-dev libgecode-dev libopenblas-dev clang-format libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
