@@ -69,8 +69,8 @@ class Mpi final : public Collectives {
   }
   absl::StatusOr<std::int64_t> all_max(std::int64_t value) override {
     std::int64_t out = 0;
-    if (absl::Status st = mpi_status(
-            MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_MAX, comm_), "MPI_Allreduce");
+    if (absl::Status st = mpi_status(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_MAX, comm_),
+                                     "MPI_Allreduce");
         !st.ok())
       return st;
     return out;

@@ -1,6 +1,10 @@
 #include "examples/gpt_model.h"
 
+#include <absl/strings/str_cat.h>
+
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "examples/common/random.h"
 
@@ -103,18 +107,34 @@ double GptModel::items(int step, std::uint64_t seed) const {
 }
 
 ad::Var GptModel::loss(ad::Tape& tape, const std::vector<ad::Var>& params,
-                       const std::vector<Tensor>&, int step, std::uint64_t seed) {
+                       const std::vector<Tensor>& buffers, int step, std::uint64_t seed) {
+  return shard_loss(tape, params, buffers, step, seed, {});
+}
+
+absl::Status GptModel::check_shards(int count) const {
+  if (count >= 1 && c_.batch % count == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--batch ", c_.batch, " does not split into ", count, " equal shards"));
+}
+
+ad::Var GptModel::shard_loss(ad::Tape& tape, const std::vector<ad::Var>& params,
+                             const std::vector<Tensor>&, int step, std::uint64_t seed,
+                             Shard shard) {
+  if (absl::Status st = check_shards(shard.count); !st.ok())
+    throw std::invalid_argument(std::string(st.message()));
   Runtime& rt = tape.rt();
-  const std::int64_t B = c_.batch, T = seq_len(step, seed), C = c_.channels;
-  // Inputs and next-token targets from the generated text, one window per batch row.
+  const std::int64_t all = c_.batch, T = seq_len(step, seed), C = c_.channels;
+  const std::int64_t B = all / shard.count, first = B * shard.index;
+  // Inputs and next-token targets from the generated text, one window per batch row; the
+  // shard's rows of the whole batch's.
   const std::vector<std::int32_t> text =
-      generated_text(seed, static_cast<std::uint64_t>(step) * 7919 * B, B * (T + 1) + 1);
+      generated_text(seed, static_cast<std::uint64_t>(step) * 7919 * all, all * (T + 1) + 1);
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(B * T)),
       targets(static_cast<std::size_t>(B * T));
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t t = 0; t < T; ++t) {
-      const std::int32_t tok = text[static_cast<std::size_t>(b * (T + 1) + t)];
-      const std::int32_t next = text[static_cast<std::size_t>(b * (T + 1) + t + 1)];
+      const std::int32_t tok = text[static_cast<std::size_t>((first + b) * (T + 1) + t)];
+      const std::int32_t next = text[static_cast<std::size_t>((first + b) * (T + 1) + t + 1)];
       inputs[static_cast<std::size_t>(b * T + t)] = tok % static_cast<std::int32_t>(c_.vocab);
       targets[static_cast<std::size_t>(b * T + t)] = next % static_cast<std::int32_t>(c_.vocab);
     }

@@ -24,6 +24,12 @@ class GptModel final : public Model {
   std::vector<HostTensor> init_params(std::uint64_t seed) const override;
   ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,
                const std::vector<Tensor>& buffers, int step, std::uint64_t seed) override;
+  // Rows [index B / count, (index + 1) B / count) of the batch's B: --batch a multiple of
+  // the shard count.
+  absl::Status check_shards(int count) const override;
+  ad::Var shard_loss(ad::Tape& tape, const std::vector<ad::Var>& params,
+                     const std::vector<Tensor>& buffers, int step, std::uint64_t seed,
+                     Shard shard) override;
   double items(int step, std::uint64_t seed) const override;
   PlanCache::Key shape_key(int step, std::uint64_t seed) const override {
     return {c_.batch, seq_len(step, seed)};

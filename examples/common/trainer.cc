@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,10 @@
 
 #include "remat/byte_size.h"
 #include "remat/cuda_api.h"
+#include "remat/data_parallel.h"
+#ifdef REMAT_EXAMPLES_HAVE_MPI
+#include "remat/mpi_collectives.h"
+#endif
 #include "remat/errors.h"
 #include "remat/step_planner.h"
 #include "remat/system_cuda.h"
@@ -56,23 +61,106 @@ class ModelProgram final : public TrainingProgram {
     return w;
   }
 
-  // Forward, backward, AdamW.
+  // Forward, backward, AdamW; with shards (TrainConfig::micro_batches, ranks), the forward
+  // and backward passes of each micro-batch, the gradients summed in shard order, then AdamW.
   void run_step(Runtime& rt, State& state, int step) override {
     auto& w = static_cast<Weights&>(state);
+    if (config_.shards() == 1) {
+      std::vector<Tensor> grads = backward(rt, w, step, {}, &w.loss);
+      update(rt, w, grads, step);
+      return;
+    }
+    std::vector<Tensor> sum;
+    float loss_sum = 0;
+    std::exception_ptr failure;
+    try {
+      for (int j = 0; j < config_.micro_batches; ++j) {
+        float loss = std::numeric_limits<float>::quiet_NaN();
+        const Shard shard{.index = config_.rank() * config_.micro_batches + j,
+                          .count = config_.shards()};
+        std::vector<Tensor> grads = backward(rt, w, step, shard, &loss);
+        loss_sum = j == 0 ? loss : loss_sum + loss;
+        for (std::size_t i = 0; j > 0 && i < grads.size(); ++i) {
+          if (grads[i].defined()) grads[i] = ops::add(rt, sum[i], grads[i]);
+          sum[i] = Tensor();  // gone before the next sum is made
+        }
+        sum = std::move(grads);
+      }
+    } catch (...) {
+      failure = std::current_exception();
+      sum.clear();
+    }
+    agree(rt, failure);
+    reduce_over_ranks(rt, sum, loss_sum, w.loss);
+    try {
+      update(rt, w, sum, step);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    agree(rt, failure);
+  }
+
+  // Note [Ranks that agree] in remat/data_parallel.h: every rank learns whether any failed
+  // before it waits on the others. Alone, or on the simulated backend, `failure` goes on.
+  void agree(Runtime& rt, std::exception_ptr failure) {
+    if (config_.ranks() > 1 && rt.options().backend != Backend::kSimulated)
+      agree_on_step(*config_.collectives, failure);
+    else if (failure)
+      std::rethrow_exception(failure);
+  }
+
+  // The forward and backward passes of `shard` (the whole batch where it is the only one):
+  // the parameters' gradients (undefined where none reached one); the loss into `loss`.
+  std::vector<Tensor> backward(Runtime& rt, Weights& w, int step, Shard shard, float* loss) {
+    if (shard.count > 1) rt.set_rng_counter(shard_rng_counter(step, shard));
     ad::Tape tape(rt);
     std::vector<ad::Var> vars;
     for (const Param& p : w.params) vars.push_back(tape.leaf(p.value));
-    ad::Var l = model_.loss(tape, vars, w.buffers, step, config_.seed());
+    ad::Var l = shard.count == 1
+                    ? model_.loss(tape, vars, w.buffers, step, config_.seed())
+                    : model_.shard_loss(tape, vars, w.buffers, step, config_.seed(), shard);
     const RuntimeStats s = rt.stats();
     w.forward_bytes = std::max(w.forward_bytes, s.resident_bytes - s.pinned_bytes);
     rt.mark_backward();
     tape.backward(l);
-    read_back(rt, l.value, &w.loss);
+    read_back(rt, l.value, loss);
     l = ad::Var();
+    std::vector<Tensor> grads;
+    for (const ad::Var& v : vars) grads.push_back(tape.grad(v));
+    return grads;
+  }
+
+  // Where a shard's random numbers start (Runtime::set_rng_counter): 2^36 counters for each
+  // shard of each step, far more than a step's dropout masks take.
+  static std::uint64_t shard_rng_counter(int step, Shard shard) {
+    const auto index = static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(shard.count) +
+                       static_cast<std::uint64_t>(shard.index);
+    return (index + 1) << 36;
+  }
+
+  // The shard sums over the ranks, divided by the shard count: the gradients, and the loss
+  // (the mean of the shards' means) where kernels ran.
+  void reduce_over_ranks(Runtime& rt, std::vector<Tensor>& grads, float loss_sum, float& loss) {
+    const float scale = 1.0f / static_cast<float>(config_.shards());
+    for (Tensor& g : grads) {
+      if (!g.defined()) continue;
+      if (config_.ranks() > 1) g = all_reduce_sum(rt, *config_.collectives, g);
+      g = ops::scale(rt, g, scale);
+    }
+    if (rt.options().backend == Backend::kSimulated) return;
+    float total = loss_sum;
+    if (config_.ranks() > 1) {
+      if (absl::Status st = config_.collectives->all_reduce_sum({&total, 1}); !st.ok())
+        throw std::runtime_error(std::string(st.message()));
+    }
+    loss = total * scale;
+  }
+
+  void update(Runtime& rt, Weights& w, const std::vector<Tensor>& grads, int step) {
     for (std::size_t i = 0; i < w.params.size(); ++i) {
-      Tensor g = tape.grad(vars[i]);
-      if (g.defined())
-        ops::adamw(rt, w.params[i].value, w.params[i].m, w.params[i].v, g, config_.adamw, step + 1);
+      if (grads[i].defined())
+        ops::adamw(rt, w.params[i].value, w.params[i].m, w.params[i].v, grads[i], config_.adamw,
+                   step + 1);
     }
   }
 
@@ -123,6 +211,20 @@ void run_steps(StepDriver& driver, Model& model, const TrainConfig& config, Trai
 }
 
 }  // namespace
+
+absl::Status Model::check_shards(int count) const {
+  if (count == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(name(), " does not split its batch into shards (data parallel, micro-batches)"));
+}
+
+ad::Var Model::shard_loss(ad::Tape& tape, const std::vector<ad::Var>& params,
+                          const std::vector<Tensor>& buffers, int step, std::uint64_t seed,
+                          Shard shard) {
+  if (absl::Status st = check_shards(shard.count); !st.ok())
+    throw std::invalid_argument(std::string(st.message()));
+  return loss(tape, params, buffers, step, seed);
+}
 
 StepDriverOptions trainer_driver_options() {
   StepDriverOptions o;
@@ -220,6 +322,7 @@ struct TrainFlags {
   cli::DriverFlags driver;
   std::string baseline = "yes";
   bool json = false;
+  bool data_parallel = false;
 };
 
 void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
@@ -232,6 +335,13 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
   flags.add("steps", &config.steps, "training steps", 0);
   flags.add("lr", &config.adamw.lr, "AdamW learning rate", 0.0f);
   flags.add_switch("json", &f.json, "one JSON object on stdout");
+  flags.add_switch("data-parallel", &f.data_parallel,
+                   "one rank of mpirun's processes: each trains on its share of every batch, "
+                   "the gradients summed over the ranks in rank order");
+  flags.add("micro-batches", &config.micro_batches,
+            "shares of this process's part of every batch, run one after the other, their "
+            "gradients summed in order (one process with 2 gets the bits 2 ranks get)",
+            1);
 }
 
 void apply_train_flags(const TrainFlags& f, TrainConfig& config) {
@@ -243,6 +353,18 @@ void apply_train_flags(const TrainFlags& f, TrainConfig& config) {
 bool bitwise_equal(const TrainResult& a, const TrainResult& b) {
   if (a.losses.size() != b.losses.size() || a.final_state != b.final_state) return false;
   return std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * sizeof(float)) == 0;
+}
+
+// A 64-bit FNV-1a hash of the final parameters' and buffers' bytes: two runs that end in
+// the same bits print the same hash.
+std::uint64_t fnv1a(const TrainResult& r) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const std::vector<float>& t : r.final_state) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(t.data());
+    for (std::size_t i = 0; i < t.size() * sizeof(float); ++i)
+      h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return h;
 }
 
 void print_json(const Model& model, const TrainConfig& config, const Comparison& c, bool same) {
@@ -289,7 +411,34 @@ void print_json(const Model& model, const TrainConfig& config, const Comparison&
     j["plan_source"] = r.totals.first_plan_source;
   }
   j["losses_match_baseline"] = or_null(config.baseline, same);
+  if (config.shards() > 1) {
+    j["rank"] = config.rank();
+    j["ranks"] = config.ranks();
+    j["micro_batches"] = config.micro_batches;
+  }
+  if (!r.final_state.empty()) j["final_state_fnv1a"] = absl::StrFormat("%016x", fnv1a(r));
   std::cout << j.dump() << "\n";
+}
+
+// --data-parallel: this process as one rank of mpirun's (MPI), into `config`; then the
+// model's check of the shard count. Ranks plan inside the step, so that they follow the
+// same plan from the same step (with estimated costs, each makes the same one).
+absl::Status set_up_shards(const Model& model, bool data_parallel, TrainConfig& config,
+                           std::unique_ptr<Collectives>& collectives) {
+  if (data_parallel) {
+#ifdef REMAT_EXAMPLES_HAVE_MPI
+    absl::StatusOr<std::unique_ptr<Collectives>> c = mpi_collectives(nullptr, nullptr);
+    if (!c.ok()) return c.status();
+    collectives = *std::move(c);
+#else
+    return absl::FailedPreconditionError(
+        "--data-parallel needs MPI, and this build has none (tools/setup.sh installs OpenMPI; "
+        "configure again)");
+#endif
+    config.collectives = collectives.get();
+    config.driver.plan_in_background = false;
+  }
+  return model.check_shards(config.shards());
 }
 
 }  // namespace
@@ -309,6 +458,11 @@ int run_main(int argc, char** argv, Model& model) {
     return *code;
   apply_train_flags(tf, config);
   if (absl::Status st = model.check_flags(); !st.ok()) {
+    std::cerr << model.name() << ": " << st.message() << "\n";
+    return cli::kExitError;
+  }
+  std::unique_ptr<Collectives> collectives;  // MPI_Finalize when it goes
+  if (absl::Status st = set_up_shards(model, tf.data_parallel, config, collectives); !st.ok()) {
     std::cerr << model.name() << ": " << st.message() << "\n";
     return cli::kExitError;
   }

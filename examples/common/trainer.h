@@ -23,6 +23,7 @@
 
 #include "kernels/autograd.h"
 #include "kernels/ops.h"
+#include "remat/collectives.h"
 #include "remat/plan_cache.h"
 #include "remat/runtime.h"
 #include "remat/step_driver.h"
@@ -34,6 +35,12 @@ struct HostTensor {
   std::string name;
   TensorSpec spec;
   std::vector<float> data;  // empty on the simulated backend's request (see Model::init)
+};
+
+// One of the `count` equal parts of a step's batch, `index` from 0: what one rank (or one
+// micro-batch) of a data-parallel step trains on.
+struct Shard {
+  int index = 0, count = 1;
 };
 
 // A model: its parameters, its non-trained state (batch-norm running statistics) and the
@@ -53,6 +60,13 @@ class Model {
   // one-element loss. `buffers` are pinned and may be updated in place (running statistics).
   virtual ad::Var loss(ad::Tape& tape, const std::vector<ad::Var>& params,
                        const std::vector<Tensor>& buffers, int step, std::uint64_t seed) = 0;
+  // The loss of `shard` of step `step`'s batch (its mean over the shard's items): the same
+  // inputs as the whole batch's, cut into equal parts. A model that cannot split its batch
+  // keeps the default: check_shards refuses more than one.
+  virtual absl::Status check_shards(int count) const;
+  virtual ad::Var shard_loss(ad::Tape& tape, const std::vector<ad::Var>& params,
+                             const std::vector<Tensor>& buffers, int step, std::uint64_t seed,
+                             Shard shard);
   // How many items a step processed (tokens, images, trees), for per-item rates.
   virtual double items(int step, std::uint64_t seed) const = 0;
   // What the loop knows of step `step`'s shapes before running it (batch, sequence length):
@@ -76,6 +90,16 @@ struct TrainConfig {
   // Run the unconstrained baseline first (--baseline no skips it: a batch that only fits
   // under the budget cannot run unconstrained on a real device).
   bool baseline = true;
+  // Data parallel: each step's batch in micro_batches x ranks equal shards (Model::shard_loss);
+  // this process runs its micro-batches one after the other, and the gradients are summed
+  // over them, then over the ranks of `collectives` (null: this process alone), in shard
+  // order, and divided by the shard count. One process with --micro-batches 2 gets the bits
+  // two ranks of one micro-batch each get.
+  int micro_batches = 1;
+  Collectives* collectives = nullptr;
+  int ranks() const { return collectives != nullptr ? collectives->size() : 1; }
+  int rank() const { return collectives != nullptr ? collectives->rank() : 0; }
+  int shards() const { return micro_batches * ranks(); }
   Backend backend() const { return driver.runtime.backend; }
   std::size_t budget() const { return driver.runtime.budget; }
   std::uint64_t seed() const { return driver.runtime.seed; }

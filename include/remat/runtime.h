@@ -349,6 +349,13 @@ class Runtime {
   // same random numbers: the rerun computes what the step would have. The program lets go
   // of the step's tensors first; an update that already ran is not undone.
   void abort_step();
+  // The counter of the random-number stream (Philox's, with RuntimeOptions::seed as its key)
+  // that the next random op starts from; each random op takes the counters after it. A
+  // data-parallel program sets it at each shard of a step (one micro-batch, one rank's part),
+  // so that the shard draws the same numbers whichever process runs it and whatever ran
+  // before. Recomputations keep the counters their op first had.
+  std::uint64_t rng_counter() const;
+  void set_rng_counter(std::uint64_t counter);
   // Ends the recording StepOptions::record_allocations began and returns it (empty in logical
   // accounting). Take it once the program has let go of the step's tensors, so that their
   // frees are in it.

@@ -214,6 +214,8 @@ void Runtime::begin_step(StepOptions options) { impl_->begin_step(std::move(opti
 void Runtime::mark_backward() { impl_->mark_backward(); }
 RecordedStep Runtime::end_step() { return impl_->end_step(); }
 void Runtime::abort_step() { impl_->abort_step(); }
+std::uint64_t Runtime::rng_counter() const { return impl_->rng_counter(); }
+void Runtime::set_rng_counter(std::uint64_t counter) { impl_->rewind_rng(counter); }
 AllocationSequence Runtime::take_allocation_sequence() { return impl_->take_allocation_sequence(); }
 
 void Runtime::retain(std::uint32_t id) { impl_->retain(id); }

@@ -134,6 +134,9 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   OutOfMemoryError annotated(const OutOfMemoryError& e) override {
     return annotated(e, current_op);
   }
+  // The random-number counter the next random op starts from (Runtime::set_rng_counter).
+  std::uint64_t rng_counter() const { return rng_counter_; }
+  void rewind_rng(std::uint64_t counter) { rng_counter_ = counter; }
 
  private:
   // Runs `root_op` (a recomputation if `recompute`) once its inputs are resident, recomputing
@@ -145,8 +148,6 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // The memory resource's error, counted and completed with the op and the locked bytes.
   OutOfMemoryError annotated(const OutOfMemoryError& e, const std::string& op);
   void note_memory();  // appends a memory sample (timeline on)
-  std::uint64_t rng_counter() const { return rng_counter_; }
-  void rewind_rng(std::uint64_t counter) { rng_counter_ = counter; }
 
   RuntimeOptions options;
   SlotMap<StorageRec> storages;

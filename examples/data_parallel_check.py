@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Data parallel against micro-batches: mpirun's N ranks of a trainer against one process.
+
+    python3 examples/data_parallel_check.py TRAINER MPIRUN [--ranks N] [-- trainer flags...]
+
+Runs TRAINER --micro-batches N in one process, then mpirun -np N TRAINER --data-parallel
+(each rank's output in a file of its own: long JSON lines from several ranks interleave on
+one pipe), unconstrained and at --budget-fraction 0.5. Every rank must end with the losses
+and the final parameters' hash of the one process, bit for bit, and within its budget.
+Exits 1 naming what differs. ctest runs it (examples/CMakeLists.txt).
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+KEYS = ("status", "losses", "final_state_fnv1a")
+
+
+def run_json(cmd, env):
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        sys.exit(f"data_parallel_check: {' '.join(cmd)} printed no JSON (exit {out.returncode})\n"
+                 f"{out.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def ranks_json(mpirun, ranks, cmd, env):
+    with tempfile.TemporaryDirectory() as d:
+        full = [mpirun, "-np", str(ranks), "--oversubscribe", "-x", "OPENBLAS_NUM_THREADS",
+                "--output-filename", d] + cmd + ["--data-parallel"]
+        out = subprocess.run(full, capture_output=True, text=True, env=env, timeout=600)
+        files = sorted(glob.glob(os.path.join(d, "*", "rank.*", "stdout")))
+        results = []
+        for f in files:
+            lines = [l for l in open(f).read().splitlines() if l.startswith("{")]
+            if lines:
+                results.append(json.loads(lines[-1]))
+        if len(results) != ranks:
+            errs = "".join(open(f).read()[-2000:] for f in glob.glob(os.path.join(d, "*", "*", "stderr")))
+            sys.exit(f"data_parallel_check: {len(results)} of {ranks} ranks printed JSON "
+                     f"(mpirun exit {out.returncode})\n{out.stderr[-2000:]}\n{errs}")
+        return results
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("trainer")
+    ap.add_argument("mpirun")
+    ap.add_argument("--ranks", type=int, default=2)
+    a = ap.parse_args(argv)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    failed = False
+    for budget in ([], ["--budget-fraction", "0.5"]):
+        cmd = [a.trainer, "--json"] + extra + budget
+        one = run_json(cmd + ["--micro-batches", str(a.ranks)], env)
+        if one["status"] != "ok":
+            sys.exit(f"data_parallel_check: the one process did not fit: {one.get('error')}")
+        for r in ranks_json(a.mpirun, a.ranks, cmd, env):
+            what = f"rank {r.get('rank')} of {r.get('ranks')} {' '.join(budget) or 'unconstrained'}"
+            for k in KEYS:
+                if r.get(k) != one.get(k):
+                    print(f"{what}: {k} {r.get(k)} != one process's {one.get(k)}")
+                    failed = True
+            if r.get("budget_bytes") is not None and r["peak_reserved_bytes"] > r["budget_bytes"]:
+                print(f"{what}: peak reserved {r['peak_reserved_bytes']} over its budget "
+                      f"{r['budget_bytes']}")
+                failed = True
+            print(f"{what}: {r['status']}, final loss {r['losses'][-1]}, state "
+                  f"{r.get('final_state_fnv1a')}, peak {r['peak_reserved_bytes']} of "
+                  f"{r.get('budget_bytes')}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
