@@ -20,8 +20,8 @@ Tensor all_reduce_sum(Runtime& rt, Collectives& collectives, const Tensor& t) {
   std::vector<float> host(static_cast<std::size_t>(spec.numel()));
   rt.read(t, host.data());
   if (absl::Status st = collectives.all_reduce_sum(host); !st.ok())
-    throw std::runtime_error(absl::StrCat("rank ", collectives.rank(), " of ",
-                                          collectives.size(), ": ", st.message()));
+    throw std::runtime_error(
+        absl::StrCat("rank ", collectives.rank(), " of ", collectives.size(), ": ", st.message()));
   return rt.constant(spec, host.data());
 }
 
@@ -71,8 +71,7 @@ FailureHeader describe(std::exception_ptr failure, std::string& op, std::string&
 
 void check(const absl::Status& st, const Collectives& c) {
   if (!st.ok())
-    throw std::runtime_error(
-        absl::StrCat("rank ", c.rank(), " of ", c.size(), ": ", st.message()));
+    throw std::runtime_error(absl::StrCat("rank ", c.rank(), " of ", c.size(), ": ", st.message()));
 }
 
 [[noreturn]] void throw_as(const FailureHeader& h, const std::string& op,
@@ -97,7 +96,8 @@ void check(const absl::Status& st, const Collectives& c) {
 
 void agree_on_step(Collectives& collectives, std::exception_ptr failure) {
   const int ranks = collectives.size();
-  absl::StatusOr<std::int64_t> worst = collectives.all_max(failure ? ranks - collectives.rank() : 0);
+  absl::StatusOr<std::int64_t> worst =
+      collectives.all_max(failure ? ranks - collectives.rank() : 0);
   check(worst.status(), collectives);
   if (*worst == 0) return;
   const int first = ranks - static_cast<int>(*worst);

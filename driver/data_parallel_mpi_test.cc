@@ -50,8 +50,8 @@ TEST(DataParallelMpiTest, TheLowestFailingRankIsNamed) {
                                 : nullptr);
     ADD_FAILURE() << "rank " << world->rank() << " went on";
   } catch (const std::runtime_error& e) {
-    const std::string want = fails ? "kernel failed on " + std::to_string(world->rank())
-                                   : "rank 1: kernel failed on 1";
+    const std::string want =
+        fails ? "kernel failed on " + std::to_string(world->rank()) : "rank 1: kernel failed on 1";
     EXPECT_EQ(std::string(e.what()), want);
   }
   EXPECT_NO_THROW(agree_on_step(*world, nullptr)) << "the ranks are still in step";

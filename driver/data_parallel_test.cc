@@ -21,7 +21,7 @@ TEST(DataParallelTest, HeaderExample) {
   std::unique_ptr<Collectives> c = single_process_collectives();
   Collectives& collectives = *c;
   const std::vector<float> values = {0.5f, -3.0f, 1e-7f, 42.0f};
-  Tensor g = rt.constant({{4}}, values.data());              // this rank's shard's gradient
+  Tensor g = rt.constant({{4}}, values.data());             // this rank's shard's gradient
   g = remat::all_reduce_sum(rt, collectives, g);            // every rank's, summed in order
   g = remat::ops::scale(rt, g, 1.0f / collectives.size());  // the mean over the shards
   std::vector<float> out(4);

@@ -4,10 +4,12 @@
     python3 examples/data_parallel_check.py TRAINER MPIRUN [--ranks N] [-- trainer flags...]
 
 Runs TRAINER --micro-batches N in one process, then mpirun -np N TRAINER --data-parallel
-(each rank's output in a file of its own: long JSON lines from several ranks interleave on
-one pipe), unconstrained and at --budget-fraction 0.5. Every rank must end with the losses
-and the final parameters' hash of the one process, bit for bit, and within its budget.
-Exits 1 naming what differs. ctest runs it (examples/CMakeLists.txt).
+with --zero 0 and --zero 1 (each rank's output in a file of its own: long JSON lines from
+several ranks interleave on one pipe), unconstrained and at --budget-fraction 0.5. Every
+rank must end with the losses and the final parameters' hash of the one process, bit for
+bit, and within its budget; with --zero 1 a rank's pinned bytes must fall by at least
+--min-state-fall of the optimizer state it holds with --zero 0. Exits 1 naming what
+differs. ctest runs it (examples/CMakeLists.txt).
 """
 import argparse
 import glob
@@ -27,6 +29,23 @@ def run_json(cmd, env):
         sys.exit(f"data_parallel_check: {' '.join(cmd)} printed no JSON (exit {out.returncode})\n"
                  f"{out.stderr[-3000:]}")
     return json.loads(lines[-1])
+
+
+def check_rank(r, one, what):
+    """What differs between rank result `r` and the one process's `one`, printed; ok?"""
+    ok = True
+    for k in KEYS:
+        if r.get(k) != one.get(k):
+            print(f"{what}: {k} {r.get(k)} != one process's {one.get(k)}")
+            ok = False
+    if r.get("budget_bytes") is not None and r["peak_reserved_bytes"] > r["budget_bytes"]:
+        print(f"{what}: peak reserved {r['peak_reserved_bytes']} over its budget "
+              f"{r['budget_bytes']}")
+        ok = False
+    print(f"{what}: {r['status']}, final loss {r['losses'][-1]}, state "
+          f"{r.get('final_state_fnv1a')}, peak {r['peak_reserved_bytes']} of "
+          f"{r.get('budget_bytes')}, pinned at the start {r['param_and_state_bytes']}")
+    return ok
 
 
 def ranks_json(mpirun, ranks, cmd, env):
@@ -55,6 +74,7 @@ def main():
     ap.add_argument("trainer")
     ap.add_argument("mpirun")
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--min-state-fall", type=float, default=0.35)
     a = ap.parse_args(argv)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -64,19 +84,22 @@ def main():
         one = run_json(cmd + ["--micro-batches", str(a.ranks)], env)
         if one["status"] != "ok":
             sys.exit(f"data_parallel_check: the one process did not fit: {one.get('error')}")
-        for r in ranks_json(a.mpirun, a.ranks, cmd, env):
-            what = f"rank {r.get('rank')} of {r.get('ranks')} {' '.join(budget) or 'unconstrained'}"
-            for k in KEYS:
-                if r.get(k) != one.get(k):
-                    print(f"{what}: {k} {r.get(k)} != one process's {one.get(k)}")
-                    failed = True
-            if r.get("budget_bytes") is not None and r["peak_reserved_bytes"] > r["budget_bytes"]:
-                print(f"{what}: peak reserved {r['peak_reserved_bytes']} over its budget "
-                      f"{r['budget_bytes']}")
+        pinned = {}
+        for zero in ("0", "1"):
+            for r in ranks_json(a.mpirun, a.ranks, cmd + ["--zero", zero], env):
+                what = (f"rank {r.get('rank')} of {r.get('ranks')} --zero {zero} "
+                        f"{' '.join(budget) or 'unconstrained'}")
+                failed |= not check_rank(r, one, what)
+                pinned[(zero, r.get("rank"))] = r
+        for rank in range(a.ranks):
+            z0, z1 = pinned[("0", rank)], pinned[("1", rank)]
+            fall = z0["param_and_state_bytes"] - z1["param_and_state_bytes"]
+            share = fall / z0["optimizer_state_bytes"]
+            print(f"rank {rank}: --zero 1 pins {fall} bytes less, {share:.2f} of the optimizer "
+                  f"state's {z0['optimizer_state_bytes']}")
+            if share < a.min_state_fall:
+                print(f"rank {rank}: that is under {a.min_state_fall}")
                 failed = True
-            print(f"{what}: {r['status']}, final loss {r['losses'][-1]}, state "
-                  f"{r.get('final_state_fnv1a')}, peak {r['peak_reserved_bytes']} of "
-                  f"{r.get('budget_bytes')}")
     sys.exit(1 if failed else 0)
 
 

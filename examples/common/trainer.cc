@@ -3,6 +3,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <unistd.h>
+#include "examples/common/param_shards.h"
 
 #include <chrono>
 #include <cmath>
@@ -38,7 +39,8 @@ struct Param {
 class ModelProgram final : public TrainingProgram {
  public:
   struct Weights : State {
-    std::vector<Param> params;
+    std::vector<Param> params;         // with --zero 1, values only during a step, m and v unused
+    std::vector<ParamShards> sharded;  // --zero 1
     std::vector<Tensor> buffers;
     float loss = std::numeric_limits<float>::quiet_NaN();  // of the last step, where it ran
     std::size_t forward_bytes = 0;  // most non-pinned bytes after a forward pass
@@ -51,6 +53,12 @@ class ModelProgram final : public TrainingProgram {
     const bool runs = rt.options().backend != Backend::kSimulated;
     auto w = std::make_unique<Weights>();
     for (const HostTensor& h : model_.init_params(config_.seed())) {
+      if (config_.zero == 1) {
+        w->params.emplace_back();
+        w->sharded.push_back(ParamShards::make(rt, h.spec, runs ? h.data.data() : nullptr,
+                                               config_.rank(), config_.ranks()));
+        continue;
+      }
       const std::vector<float> zero(runs ? static_cast<std::size_t>(h.spec.numel()) : 0, 0.0f);
       const float* z = runs ? zero.data() : nullptr;
       w->params.push_back({rt.constant(h.spec, runs ? h.data.data() : nullptr),
@@ -65,6 +73,7 @@ class ModelProgram final : public TrainingProgram {
   // and backward passes of each micro-batch, the gradients summed in shard order, then AdamW.
   void run_step(Runtime& rt, State& state, int step) override {
     auto& w = static_cast<Weights&>(state);
+    for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = w.sharded[i].whole(rt);
     if (config_.shards() == 1) {
       std::vector<Tensor> grads = backward(rt, w, step, {}, &w.loss);
       update(rt, w, grads, step);
@@ -127,6 +136,8 @@ class ModelProgram final : public TrainingProgram {
     l = ad::Var();
     std::vector<Tensor> grads;
     for (const ad::Var& v : vars) grads.push_back(tape.grad(v));
+    // The joined chunks go before an update writes a chunk: held, they would be frozen.
+    for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = Tensor();
     return grads;
   }
 
@@ -158,7 +169,10 @@ class ModelProgram final : public TrainingProgram {
 
   void update(Runtime& rt, Weights& w, const std::vector<Tensor>& grads, int step) {
     for (std::size_t i = 0; i < w.params.size(); ++i) {
-      if (grads[i].defined())
+      if (!grads[i].defined()) continue;
+      if (i < w.sharded.size())
+        w.sharded[i].update(rt, config_.collectives, grads[i], config_.adamw, step + 1);
+      else
         ops::adamw(rt, w.params[i].value, w.params[i].m, w.params[i].v, grads[i], config_.adamw,
                    step + 1);
     }
@@ -201,8 +215,10 @@ void run_steps(StepDriver& driver, Model& model, const TrainConfig& config, Trai
   }
   if (config.progress) std::fprintf(stderr, "\n");
   if (config.backend() == Backend::kSimulated) return;
+  for (const ParamShards& p : w.sharded) result.final_state.push_back(p.read(driver.runtime()));
   std::vector<Tensor> state;
-  for (const Param& p : w.params) state.push_back(p.value);
+  for (const Param& p : w.params)
+    if (p.value.defined()) state.push_back(p.value);
   state.insert(state.end(), w.buffers.begin(), w.buffers.end());
   for (const Tensor& t : state) {
     result.final_state.emplace_back(static_cast<std::size_t>(t.spec().numel()));
@@ -247,6 +263,10 @@ TrainResult train(Model& model, const TrainConfig& config) {
   try {
     driver.emplace(program, config.driver);
     result.param_bytes = driver->runtime().stats().pinned_bytes;
+    const auto& w = static_cast<ModelProgram::Weights&>(driver->state());
+    for (const ParamShards& p : w.sharded) result.optimizer_state_bytes += p.state_bytes();
+    for (const Param& p : w.params)
+      if (p.m.defined()) result.optimizer_state_bytes += p.m.bytes() + p.v.bytes();
     run_steps(*driver, model, config, result);
   } catch (const OutOfMemoryError& e) {
     result.status = "oom";
@@ -323,6 +343,7 @@ struct TrainFlags {
   std::string baseline = "yes";
   bool json = false;
   bool data_parallel = false;
+  std::string zero = "0";
 };
 
 void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
@@ -342,12 +363,16 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
             "shares of this process's part of every batch, run one after the other, their "
             "gradients summed in order (one process with 2 gets the bits 2 ranks get)",
             1);
+  flags.add_choice("zero", &f.zero, {"0", "1"},
+                   "1: AdamW's state split over the ranks (ZeRO stage 1), each rank updating "
+                   "its part of every parameter and gathering the rest; 0: every rank holds all");
 }
 
 void apply_train_flags(const TrainFlags& f, TrainConfig& config) {
   cli::apply_driver_flags(f.driver, config.driver);
   if (f.driver.budget.fraction) config.budget_fraction = *f.driver.budget.fraction;
   config.baseline = f.baseline == "yes";
+  config.zero = f.zero == "1" ? 1 : 0;
 }
 
 bool bitwise_equal(const TrainResult& a, const TrainResult& b) {
@@ -390,6 +415,7 @@ void print_json(const Model& model, const TrainConfig& config, const Comparison&
   j["peak_allocated_bytes"] = r.peak_allocated;
   j["baseline_peak_bytes"] = or_null(config.baseline, c.baseline.peak_reserved);
   j["param_and_state_bytes"] = r.param_bytes;
+  j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   j["forward_activation_bytes"] = r.forward_activation_bytes;
   report::add_runtime_stats(j, r.stats, config.backend() == Backend::kCuda);
   j["first_step_segment_reserves"] = r.first_step_segment_reserves;
@@ -415,6 +441,7 @@ void print_json(const Model& model, const TrainConfig& config, const Comparison&
     j["rank"] = config.rank();
     j["ranks"] = config.ranks();
     j["micro_batches"] = config.micro_batches;
+    j["zero"] = config.zero;
   }
   if (!r.final_state.empty()) j["final_state_fnv1a"] = absl::StrFormat("%016x", fnv1a(r));
   std::cout << j.dump() << "\n";

@@ -97,6 +97,9 @@ struct TrainConfig {
   // two ranks of one micro-batch each get.
   int micro_batches = 1;
   Collectives* collectives = nullptr;
+  // 1: AdamW's state split over the ranks (Note [Optimizer state in shards] in
+  // common/param_shards.cc); 0: every rank holds all of it. The same bits either way.
+  int zero = 0;
   int ranks() const { return collectives != nullptr ? collectives->size() : 1; }
   int rank() const { return collectives != nullptr ? collectives->rank() : 0; }
   int shards() const { return micro_batches * ranks(); }
@@ -118,6 +121,7 @@ struct TrainResult {
   // stats.memory): after it, a training loop should be reusing what it reserved.
   std::size_t first_step_segment_reserves = 0, first_step_segment_releases = 0;
   std::size_t param_bytes = 0;               // parameters + optimizer state + buffers
+  std::size_t optimizer_state_bytes = 0;     // AdamW's moments this process holds
   std::size_t forward_activation_bytes = 0;  // most bytes of non-pinned tensors after a forward
   double items = 0;
   double wall_seconds = 0;
