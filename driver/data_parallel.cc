@@ -10,19 +10,85 @@
 
 #include "remat/errors.h"
 
+// Note [Ranks that agree]
+// A collective waits for every rank. A rank whose step failed before reaching one (out of
+// memory in its backward pass, say) must not leave the others waiting, and must not go on
+// to a different collective (its step driver's) while they wait in this one. So a step's
+// local work runs through RankStep::run, which keeps an error instead of throwing it, and
+// every exchange carries a flag of whether its rank has failed: a sum one more element, a
+// gather one more per rank. Every rank enters every exchange of the step whatever happened
+// to it; where a flag came back set, every rank calls agree_on_step, which sends the first
+// failing rank's error to all, and every rank throws it, as its type. The ranks' step
+// drivers then take the same path: they agree whether a step that ran out of memory is
+// run again under a plan (StepDriverOptions::collectives).
 namespace remat {
 
-Tensor all_reduce_sum(Runtime& rt, Collectives& collectives, const Tensor& t) {
+RankStep::RankStep(Runtime& rt, Collectives* collectives)
+    : rt_(rt),
+      collectives_(collectives != nullptr && collectives->size() > 1 &&
+                           rt.options().backend != Backend::kSimulated
+                       ? collectives
+                       : nullptr) {}
+
+void RankStep::run(const std::function<void()>& work) {
+  if (collectives_ == nullptr) {
+    work();
+    return;
+  }
+  if (failure_) return;
+  try {
+    work();
+  } catch (...) {
+    failure_ = std::current_exception();
+  }
+}
+
+void RankStep::agree_if(bool any_failed) {
+  if (any_failed) agree_on_step(*collectives_, failure_);
+}
+
+Tensor RankStep::all_reduce_sum(const Tensor& t) {
   const TensorSpec spec = t.spec();
-  if (rt.options().backend == Backend::kSimulated) return rt.constant(spec, nullptr);
   if (spec.dtype != DType::kF32)
     throw std::invalid_argument("all_reduce_sum: only float32 tensors are summed across ranks");
-  std::vector<float> host(static_cast<std::size_t>(spec.numel()));
-  rt.read(t, host.data());
-  if (absl::Status st = collectives.all_reduce_sum(host); !st.ok())
-    throw std::runtime_error(
-        absl::StrCat("rank ", collectives.rank(), " of ", collectives.size(), ": ", st.message()));
-  return rt.constant(spec, host.data());
+  if (rt_.options().backend == Backend::kSimulated) return rt_.constant(spec, nullptr);
+  const auto n = static_cast<std::size_t>(spec.numel());
+  std::vector<float> host(collectives_ != nullptr ? n + 1 : n, 0.0f);
+  run([&] { rt_.read(t, host.data()); });
+  if (collectives_ == nullptr) return rt_.constant(spec, host.data());
+  host[n] = failure_ ? 1.0f : 0.0f;
+  if (absl::Status st = collectives_->all_reduce_sum(host); !st.ok())
+    throw std::runtime_error(absl::StrCat("rank ", collectives_->rank(), " of ",
+                                          collectives_->size(), ": ", st.message()));
+  agree_if(host[n] > 0);
+  Tensor out;
+  run([&] { out = rt_.constant(spec, host.data()); });
+  return out;
+}
+
+std::vector<float> RankStep::all_gather(std::span<const float> mine) {
+  if (rt_.options().backend == Backend::kSimulated) return {};
+  if (collectives_ == nullptr) return {mine.begin(), mine.end()};
+  const std::size_t n = mine.size() + 1;
+  std::vector<float> own(mine.begin(), mine.end());
+  own.push_back(failure_ ? 1.0f : 0.0f);
+  std::vector<float> all(n * static_cast<std::size_t>(collectives_->size()));
+  if (absl::Status st = collectives_->all_gather(own, all); !st.ok())
+    throw std::runtime_error(absl::StrCat("rank ", collectives_->rank(), ": ", st.message()));
+  bool any = false;
+  std::vector<float> out;
+  for (int r = 0; r < collectives_->size(); ++r) {
+    const auto at = static_cast<std::size_t>(r) * n;
+    any |= all[at + n - 1] > 0;
+    out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
+               all.begin() + static_cast<std::ptrdiff_t>(at + n - 1));
+  }
+  agree_if(any);
+  return out;
+}
+
+void RankStep::agree() {
+  if (collectives_ != nullptr) agree_on_step(*collectives_, failure_);
 }
 
 }  // namespace remat
@@ -110,7 +176,7 @@ void agree_on_step(Collectives& collectives, std::exception_ptr failure) {
   std::string both = op + message;
   check(collectives.broadcast(std::as_writable_bytes(std::span(both.data(), both.size())), first),
         collectives);
-  if (failure) std::rethrow_exception(failure);
+  if (collectives.rank() == first) std::rethrow_exception(failure);
   throw_as(h, both.substr(0, op.size()), both.substr(op.size()), first);
 }
 

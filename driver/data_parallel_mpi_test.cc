@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "remat/data_parallel.h"
 #include "remat/errors.h"
@@ -42,19 +43,50 @@ TEST(DataParallelMpiTest, AnOutOfMemoryOnTheLastRankIsThrownOnEveryRank) {
   }
 }
 
-TEST(DataParallelMpiTest, TheLowestFailingRankIsNamed) {
-  const bool fails = world->rank() >= 1;
+// Ranks 1, 2, ... fail, rank 2 with a ThrashError: every rank throws rank 1's error, as its
+// type, so that every rank's driver takes the same path.
+TEST(DataParallelMpiTest, EveryRankThrowsTheLowestFailingRanksError) {
+  std::exception_ptr failure;
+  if (world->rank() == 1) failure = std::make_exception_ptr(std::runtime_error("kernel failed"));
+  if (world->rank() == 2) failure = std::make_exception_ptr(ThrashError("recomputation", 7, 5));
   try {
-    agree_on_step(*world, fails ? std::make_exception_ptr(std::runtime_error(
-                                      "kernel failed on " + std::to_string(world->rank())))
-                                : nullptr);
+    agree_on_step(*world, failure);
     ADD_FAILURE() << "rank " << world->rank() << " went on";
+  } catch (const ThrashError& e) {
+    ADD_FAILURE() << "rank " << world->rank() << " threw its own error: " << e.what();
   } catch (const std::runtime_error& e) {
-    const std::string want =
-        fails ? "kernel failed on " + std::to_string(world->rank()) : "rank 1: kernel failed on 1";
+    const std::string want = world->rank() == 1 ? "kernel failed" : "rank 1: kernel failed";
     EXPECT_EQ(std::string(e.what()), want);
   }
   EXPECT_NO_THROW(agree_on_step(*world, nullptr)) << "the ranks are still in step";
+}
+
+// RankStep: rank 1's backward pass fails; every rank still enters the sum, and every rank
+// throws rank 1's error from it. The ranks are in step afterwards.
+TEST(DataParallelMpiTest, ASumAfterOneRankFailedThrowsOnEveryRank) {
+  Runtime rt(RuntimeOptions{});
+  const std::vector<float> values(6, 1.0f);
+  Tensor g;
+  RankStep ranks(rt, world);
+  ranks.run([&] {
+    if (world->rank() == 1) throw std::runtime_error("out of luck");
+    g = rt.constant({{6}}, values.data());
+  });
+  try {
+    ranks.all_reduce_sum(world->rank() == 1 ? rt.constant({{6}}) : g);
+    ADD_FAILURE() << "rank " << world->rank() << " went on";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), world->rank() == 1 ? "out of luck" : "rank 1: out of luck");
+  }
+  RankStep next(rt, world);
+  const Tensor sum = next.all_reduce_sum(rt.constant({{6}}, values.data()));
+  std::vector<float> out(6);
+  rt.read(sum, out.data());
+  for (float x : out) EXPECT_EQ(x, static_cast<float>(world->size()));
+  const std::vector<float> all = next.all_gather(std::vector<float>{float(world->rank())});
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(world->size()));
+  for (int r = 0; r < world->size(); ++r) EXPECT_EQ(all[static_cast<std::size_t>(r)], float(r));
+  EXPECT_NO_THROW(next.agree());
 }
 
 }  // namespace

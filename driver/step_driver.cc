@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 #include "driver/shape_plans.h"
@@ -106,6 +107,7 @@ class StepDriver::Impl {
   StepOptions prepare(int step, const PlanCache::Key& key, bool record);
   // Runs the step; under `auto`, a first step DTR cannot fit is planned and run again.
   RecordedStep run_prepared(int step, const PlanCache::Key& key, StepOptions& options);
+  bool every_rank_agrees(bool yes);
   // `hinted`: plans the step just recorded for the steps of its shape to come.
   void plan_for_cache(const PlanCache::Key& key, const RecordedStep& recorded);
 
@@ -178,21 +180,36 @@ RecordedStep StepDriver::Impl::run_prepared(int step, const PlanCache::Key& key,
     runtime_.abort_step();
     // Note [Planning a step DTR cannot run] in shape_plans.cc. A step that wrote pinned
     // memory (an optimizer's update, batch norm's running statistics) cannot run again.
-    if (options_.policy != "auto" || runtime_.stats().updates != updates ||
-        options.hints != nullptr || !shape_plans_.may_plan_after_oom(key))
-      throw;
+    const bool may_plan = options_.policy == "auto" && runtime_.stats().updates == updates &&
+                          options.hints == nullptr && shape_plans_.may_plan_after_oom(key);
+    if (!every_rank_agrees(may_plan)) throw;
     failed = e;
   }
   const auto start = Clock::now();
   const StepOptions planned =
       shape_plans_.plan_after_oom(key, simulated_.record_unbudgeted(step), step);
   report_.planning_seconds += seconds_since(start);
-  if (planned.hints == nullptr) throw *failed;
+  if (!every_rank_agrees(planned.hints != nullptr)) {
+    if (planned.hints != nullptr) shape_plans_.planned_step_failed(key, "another rank has no plan");
+    throw *failed;
+  }
   options.hints = planned.hints;
   options.placement = planned.placement;
   report_.kind = StepKind::kPlanTrial;
   report_.planned_after_oom = true;
   return detail::run_program_step(runtime_, program_, *state_, step, options);
+}
+
+// Note [Ranks that agree] in remat/data_parallel.h: whether `yes` holds on every rank (that a
+// step that ran out of memory may be planned, that a plan was found), so that every rank
+// runs the step again or none does.
+bool StepDriver::Impl::every_rank_agrees(bool yes) {
+  Collectives* c = options_.collectives;
+  if (c == nullptr || c->size() == 1) return yes;
+  absl::StatusOr<std::int64_t> missing = c->all_max(yes ? 0 : 1);
+  if (!missing.ok())
+    throw std::runtime_error(absl::StrCat("rank ", c->rank(), ": ", missing.status().message()));
+  return *missing == 0;
 }
 
 void StepDriver::Impl::plan_for_cache(const PlanCache::Key& key, const RecordedStep& recorded) {

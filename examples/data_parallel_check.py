@@ -75,6 +75,9 @@ def main():
     ap.add_argument("mpirun")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--min-state-fall", type=float, default=0.35)
+    ap.add_argument("--short-last-rank", metavar="BYTES",
+                    help="also run with this budget on the last rank and room on the others: "
+                         "every rank must stop with the same status, the others naming it")
     a = ap.parse_args(argv)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -100,7 +103,28 @@ def main():
             if share < a.min_state_fall:
                 print(f"rank {rank}: that is under {a.min_state_fall}")
                 failed = True
+    if a.short_last_rank:
+        failed |= not check_short_rank(a, extra, env)
     sys.exit(1 if failed else 0)
+
+
+def check_short_rank(a, extra, env):
+    """One rank's budget too small for a step (Note [Ranks that agree]): every rank ends,
+    within ranks_json's timeout, with one status; the others' errors name the short rank."""
+    last = a.ranks - 1
+    budgets = ",".join(["1GB"] * last + [a.short_last_rank])
+    cmd = [a.trainer, "--json", "--rank-budgets", budgets] + extra
+    results = ranks_json(a.mpirun, a.ranks, cmd, env)
+    ok = len({r["status"] for r in results}) == 1
+    for r in results:
+        print(f"rank {r['rank']} with --rank-budgets {budgets}: {r['status']}: "
+              f"{r.get('error', '')[:160]}")
+        if r["rank"] != last and r["status"] != "ok" and f"rank {last}" not in r.get("error", ""):
+            print(f"rank {r['rank']}: its error does not name rank {last}")
+            ok = False
+    if not ok:
+        print("the ranks did not agree")
+    return ok
 
 
 if __name__ == "__main__":

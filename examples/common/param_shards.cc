@@ -48,35 +48,37 @@ Tensor ParamShards::whole(Runtime& rt) const {
   return ops::reshape(rt, flat, spec_.shape);
 }
 
-void ParamShards::update(Runtime& rt, Collectives* collectives, const Tensor& grad,
-                         const ops::AdamW& hp, int t) {
+void ParamShards::update(Runtime& rt, RankStep& ranks, const Tensor& grad, const ops::AdamW& hp,
+                         int t) {
   const std::int64_t n = spec_.numel(), parts = static_cast<std::int64_t>(chunks_.size());
   const std::int64_t at = chunk_begin(n, own_, static_cast<int>(parts));
   const std::int64_t len = chunks_[static_cast<std::size_t>(own_)].spec().numel();
-  const Tensor flat = ops::reshape(rt, grad, {n});
-  const Tensor part = parts == 1 ? flat : ops::narrow(rt, flat, at, {len});
-  ops::adamw(rt, chunks_[static_cast<std::size_t>(own_)], m_, v_, part, hp, t);
-  if (chunks_.size() > 1 && collectives != nullptr) gather(rt, *collectives);
+  ranks.run([&] {
+    const Tensor flat = ops::reshape(rt, grad, {n});
+    const Tensor part = parts == 1 ? flat : ops::narrow(rt, flat, at, {len});
+    ops::adamw(rt, chunks_[static_cast<std::size_t>(own_)], m_, v_, part, hp, t);
+  });
+  if (parts > 1) gather(rt, ranks);
 }
 
 // Every rank's updated chunk, in rank order, replacing the chunks this rank held (the old
-// constants go once nothing reads them). Chunks are gathered padded to the longest.
-void ParamShards::gather(Runtime& rt, Collectives& collectives) {
-  const Tensor& mine = chunks_[static_cast<std::size_t>(own_)];
+// constants go once nothing reads them). Chunks are gathered padded to the longest; one
+// rank alone has nothing to gather.
+void ParamShards::gather(Runtime& rt, RankStep& ranks) {
+  const bool runs = rt.options().backend != Backend::kSimulated;
+  if (runs && !ranks.exchanges()) return;
   std::int64_t longest = 0;
   for (const Tensor& c : chunks_) longest = std::max(longest, c.spec().numel());
   const auto stride = static_cast<std::size_t>(longest);
-  const bool runs = rt.options().backend != Backend::kSimulated;
-  std::vector<float> own(runs ? stride : 0, 0.0f), all(runs ? stride * chunks_.size() : 0);
-  if (runs) {
-    rt.read(mine, own.data());
-    if (absl::Status st = collectives.all_gather(own, all); !st.ok())
-      throw std::runtime_error(absl::StrCat("rank ", collectives.rank(), ": ", st.message()));
-  }
-  for (std::size_t r = 0; r < chunks_.size(); ++r) {
-    if (static_cast<int>(r) == own_) continue;
-    chunks_[r] = rt.constant(chunks_[r].spec(), runs ? all.data() + r * stride : nullptr);
-  }
+  std::vector<float> own(runs ? stride : 0, 0.0f);
+  if (runs) ranks.run([&] { rt.read(chunks_[static_cast<std::size_t>(own_)], own.data()); });
+  const std::vector<float> all = ranks.all_gather(own);
+  ranks.run([&] {
+    for (std::size_t r = 0; r < chunks_.size(); ++r) {
+      if (static_cast<int>(r) == own_) continue;
+      chunks_[r] = rt.constant(chunks_[r].spec(), runs ? all.data() + r * stride : nullptr);
+    }
+  });
 }
 
 std::size_t ParamShards::state_bytes() const { return m_.spec().bytes() + v_.spec().bytes(); }

@@ -4,7 +4,7 @@
 //   ParamShards p = ParamShards::make(rt, host_param, rank, ranks);   // in make_state
 //   Tensor w = p.whole(rt);              // each step: the parameter the forward pass reads
 //   ...                                  // backward; the gradient summed over the ranks
-//   p.update(rt, collectives, grad, adamw, step + 1);                 // then let go of w
+//   p.update(rt, ranks, grad, adamw, step + 1);   // RankStep ranks; let go of w first
 #ifndef REMAT_EXAMPLES_COMMON_PARAM_SHARDS_H_
 #define REMAT_EXAMPLES_COMMON_PARAM_SHARDS_H_
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "remat/collectives.h"
+#include "remat/data_parallel.h"
 #include "remat/runtime.h"
 #include "remat/tensor.h"
 
@@ -31,16 +31,17 @@ class ParamShards {
   // runtime may evict it and join the chunks again.
   Tensor whole(Runtime& rt) const;
   // AdamW on this rank's chunk with its part of `grad` (the whole gradient, summed over the
-  // ranks), then every rank's updated chunk from every rank (`collectives` null: one rank).
-  void update(Runtime& rt, Collectives* collectives, const Tensor& grad, const ops::AdamW& hp,
-              int t);
+  // ranks), then every rank's updated chunk from every rank.
+  // Errors are kept in `ranks` (remat/data_parallel.h), which every rank's gather goes
+  // through whatever failed on it.
+  void update(Runtime& rt, RankStep& ranks, const Tensor& grad, const ops::AdamW& hp, int t);
   // The bytes of AdamW state this rank holds for the parameter.
   std::size_t state_bytes() const;
   // The parameter's values, where kernels run.
   std::vector<float> read(Runtime& rt) const;
 
  private:
-  void gather(Runtime& rt, Collectives& collectives);
+  void gather(Runtime& rt, RankStep& ranks);
 
   TensorSpec spec_;
   std::vector<Tensor> chunks_;  // one per rank, or the whole parameter

@@ -76,46 +76,54 @@ class ModelProgram final : public TrainingProgram {
     for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = w.sharded[i].whole(rt);
     if (config_.shards() == 1) {
       std::vector<Tensor> grads = backward(rt, w, step, {}, &w.loss);
-      update(rt, w, grads, step);
+      RankStep alone(rt, nullptr);
+      update(rt, alone, w, grads, step);
       return;
     }
+    RankStep ranks(rt, config_.collectives);
     std::vector<Tensor> sum;
     float loss_sum = 0;
-    std::exception_ptr failure;
-    try {
-      for (int j = 0; j < config_.micro_batches; ++j) {
-        float loss = std::numeric_limits<float>::quiet_NaN();
-        const Shard shard{.index = config_.rank() * config_.micro_batches + j,
-                          .count = config_.shards()};
-        std::vector<Tensor> grads = backward(rt, w, step, shard, &loss);
-        loss_sum = j == 0 ? loss : loss_sum + loss;
-        for (std::size_t i = 0; j > 0 && i < grads.size(); ++i) {
-          if (grads[i].defined()) grads[i] = ops::add(rt, sum[i], grads[i]);
-          sum[i] = Tensor();  // gone before the next sum is made
-        }
-        sum = std::move(grads);
-      }
-    } catch (...) {
-      failure = std::current_exception();
-      sum.clear();
+    ranks.run([&] { sum = micro_batches(rt, w, step, loss_sum); });
+    ranks.agree();  // every rank has every gradient, or every rank throws
+    w.loss = mean_loss(rt, loss_sum);
+    const float scale = 1.0f / static_cast<float>(config_.shards());
+    for (Tensor& g : sum) {
+      if (!g.defined()) continue;
+      g = ranks.all_reduce_sum(g);
+      ranks.run([&] { g = ops::scale(rt, g, scale); });
     }
-    agree(rt, failure);
-    reduce_over_ranks(rt, sum, loss_sum, w.loss);
-    try {
-      update(rt, w, sum, step);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    agree(rt, failure);
+    update(rt, ranks, w, sum, step);
+    ranks.agree();
   }
 
-  // Note [Ranks that agree] in remat/data_parallel.h: every rank learns whether any failed
-  // before it waits on the others. Alone, or on the simulated backend, `failure` goes on.
-  void agree(Runtime& rt, std::exception_ptr failure) {
-    if (config_.ranks() > 1 && rt.options().backend != Backend::kSimulated)
-      agree_on_step(*config_.collectives, failure);
-    else if (failure)
-      std::rethrow_exception(failure);
+  // This rank's micro-batches, one after the other: their gradients summed in order, and
+  // their losses into `loss_sum`.
+  std::vector<Tensor> micro_batches(Runtime& rt, Weights& w, int step, float& loss_sum) {
+    std::vector<Tensor> sum;
+    for (int j = 0; j < config_.micro_batches; ++j) {
+      float loss = std::numeric_limits<float>::quiet_NaN();
+      const Shard shard{.index = config_.rank() * config_.micro_batches + j,
+                        .count = config_.shards()};
+      std::vector<Tensor> grads = backward(rt, w, step, shard, &loss);
+      loss_sum = j == 0 ? loss : loss_sum + loss;
+      for (std::size_t i = 0; j > 0 && i < grads.size(); ++i) {
+        if (grads[i].defined()) grads[i] = ops::add(rt, sum[i], grads[i]);
+        sum[i] = Tensor();  // gone before the next sum is made
+      }
+      sum = std::move(grads);
+    }
+    return sum;
+  }
+
+  // The mean of the shards' losses where kernels ran (the ranks' sums summed), else NaN.
+  float mean_loss(Runtime& rt, float loss_sum) {
+    if (rt.options().backend == Backend::kSimulated) return std::numeric_limits<float>::quiet_NaN();
+    float total = loss_sum;
+    if (config_.ranks() > 1) {
+      if (absl::Status st = config_.collectives->all_reduce_sum({&total, 1}); !st.ok())
+        throw std::runtime_error(std::string(st.message()));
+    }
+    return total / static_cast<float>(config_.shards());
   }
 
   // The forward and backward passes of `shard` (the whole batch where it is the only one):
@@ -149,32 +157,20 @@ class ModelProgram final : public TrainingProgram {
     return (index + 1) << 36;
   }
 
-  // The shard sums over the ranks, divided by the shard count: the gradients, and the loss
-  // (the mean of the shards' means) where kernels ran.
-  void reduce_over_ranks(Runtime& rt, std::vector<Tensor>& grads, float loss_sum, float& loss) {
-    const float scale = 1.0f / static_cast<float>(config_.shards());
-    for (Tensor& g : grads) {
-      if (!g.defined()) continue;
-      if (config_.ranks() > 1) g = all_reduce_sum(rt, *config_.collectives, g);
-      g = ops::scale(rt, g, scale);
-    }
-    if (rt.options().backend == Backend::kSimulated) return;
-    float total = loss_sum;
-    if (config_.ranks() > 1) {
-      if (absl::Status st = config_.collectives->all_reduce_sum({&total, 1}); !st.ok())
-        throw std::runtime_error(std::string(st.message()));
-    }
-    loss = total * scale;
-  }
-
-  void update(Runtime& rt, Weights& w, const std::vector<Tensor>& grads, int step) {
+  // AdamW on every parameter a gradient reached (with --zero 1, on this rank's chunks, then
+  // the chunks gathered).
+  void update(Runtime& rt, RankStep& ranks, Weights& w, const std::vector<Tensor>& grads,
+              int step) {
     for (std::size_t i = 0; i < w.params.size(); ++i) {
       if (!grads[i].defined()) continue;
-      if (i < w.sharded.size())
-        w.sharded[i].update(rt, config_.collectives, grads[i], config_.adamw, step + 1);
-      else
-        ops::adamw(rt, w.params[i].value, w.params[i].m, w.params[i].v, grads[i], config_.adamw,
-                   step + 1);
+      if (i < w.sharded.size()) {
+        w.sharded[i].update(rt, ranks, grads[i], config_.adamw, step + 1);
+      } else {
+        ranks.run([&] {
+          ops::adamw(rt, w.params[i].value, w.params[i].m, w.params[i].v, grads[i], config_.adamw,
+                     step + 1);
+        });
+      }
     }
   }
 
@@ -226,6 +222,22 @@ void run_steps(StepDriver& driver, Model& model, const TrainConfig& config, Trai
   }
 }
 
+// The driver and the program's state in it; with ranks, each learns whether every rank's
+// state fit before any step waits on the others (Note [Ranks that agree]).
+void make_driver(ModelProgram& program, const TrainConfig& config,
+                 std::optional<StepDriver>& driver) {
+  std::exception_ptr failure;
+  try {
+    driver.emplace(program, config.driver);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (config.ranks() > 1 && config.backend() != Backend::kSimulated)
+    agree_on_step(*config.collectives, failure);
+  else if (failure)
+    std::rethrow_exception(failure);
+}
+
 }  // namespace
 
 absl::Status Model::check_shards(int count) const {
@@ -261,7 +273,7 @@ TrainResult train(Model& model, const TrainConfig& config) {
   // Outside the try: an out-of-memory or thrashing run still reports what it did so far.
   std::optional<StepDriver> driver;
   try {
-    driver.emplace(program, config.driver);
+    make_driver(program, config, driver);
     result.param_bytes = driver->runtime().stats().pinned_bytes;
     const auto& w = static_cast<ModelProgram::Weights&>(driver->state());
     for (const ParamShards& p : w.sharded) result.optimizer_state_bytes += p.state_bytes();
@@ -344,6 +356,7 @@ struct TrainFlags {
   bool json = false;
   bool data_parallel = false;
   std::string zero = "0";
+  std::vector<std::string> rank_budgets;
 };
 
 void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
@@ -363,6 +376,9 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
             "shares of this process's part of every batch, run one after the other, their "
             "gradients summed in order (one process with 2 gets the bits 2 ranks get)",
             1);
+  flags.add_list("rank-budgets", &f.rank_budgets,
+                 "with --data-parallel: each rank's budget, in rank order (ranks whose devices "
+                 "have different room), instead of --budget");
   flags.add_choice("zero", &f.zero, {"0", "1"},
                    "1: AdamW's state split over the ranks (ZeRO stage 1), each rank updating "
                    "its part of every parameter and gathering the rest; 0: every rank holds all");
@@ -447,10 +463,12 @@ void print_json(const Model& model, const TrainConfig& config, const Comparison&
   std::cout << j.dump() << "\n";
 }
 
-// --data-parallel: this process as one rank of mpirun's (MPI), into `config`; then the
-// model's check of the shard count. Ranks plan inside the step, so that they follow the
-// same plan from the same step (with estimated costs, each makes the same one).
-absl::Status set_up_shards(const Model& model, bool data_parallel, TrainConfig& config,
+// --data-parallel: this process as one rank of mpirun's (MPI), into `config`, with its budget
+// from --rank-budgets where given; then the model's check of the shard count. Ranks plan inside the
+// step, so that they follow the same plan from the same step (with estimated costs, each makes the
+// same one).
+absl::Status set_up_shards(const Model& model, bool data_parallel,
+                           const std::vector<std::string>& rank_budgets, TrainConfig& config,
                            std::unique_ptr<Collectives>& collectives) {
   if (data_parallel) {
 #ifdef REMAT_EXAMPLES_HAVE_MPI
@@ -463,7 +481,20 @@ absl::Status set_up_shards(const Model& model, bool data_parallel, TrainConfig& 
         "configure again)");
 #endif
     config.collectives = collectives.get();
+    config.driver.collectives = collectives.get();
     config.driver.plan_in_background = false;
+  }
+  if (!rank_budgets.empty()) {
+    if (config.budget_fraction > 0)
+      return absl::InvalidArgumentError("--rank-budgets and --budget-fraction: give one");
+    if (rank_budgets.size() != static_cast<std::size_t>(config.ranks()))
+      return absl::InvalidArgumentError(absl::StrCat("--rank-budgets names ", rank_budgets.size(),
+                                                     " budgets for ", config.ranks(), " ranks"));
+    absl::StatusOr<std::uint64_t> b =
+        parse_byte_size(rank_budgets[static_cast<std::size_t>(config.rank())]);
+    if (!b.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--rank-budgets: ", b.status().message()));
+    config.driver.runtime.budget = static_cast<std::size_t>(*b);
   }
   return model.check_shards(config.shards());
 }
@@ -489,7 +520,9 @@ int run_main(int argc, char** argv, Model& model) {
     return cli::kExitError;
   }
   std::unique_ptr<Collectives> collectives;  // MPI_Finalize when it goes
-  if (absl::Status st = set_up_shards(model, tf.data_parallel, config, collectives); !st.ok()) {
+  if (absl::Status st =
+          set_up_shards(model, tf.data_parallel, tf.rank_budgets, config, collectives);
+      !st.ok()) {
     std::cerr << model.name() << ": " << st.message() << "\n";
     return cli::kExitError;
   }

@@ -56,6 +56,7 @@
 #include <string_view>
 #include <vector>
 
+#include "remat/collectives.h"
 #include "remat/plan_cache.h"
 #include "remat/runtime.h"
 
@@ -116,6 +117,10 @@ struct StepDriverOptions {
   // planning there stays in the step, so its reports are the same on every run.
   bool plan_in_background = true;
   std::shared_ptr<PlanCache> plan_cache = nullptr;  // `hinted`; null: one of the driver's own
+  // Data parallel: the ranks this driver's process is one of. A step that ran out of memory
+  // is run again under a plan only where every rank found one (Note [Ranks that agree] in
+  // remat/data_parallel.h); otherwise every rank throws. Null: this process alone.
+  Collectives* collectives = nullptr;
 };
 
 // What one StepDriver::run did.
