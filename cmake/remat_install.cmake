@@ -16,6 +16,8 @@
 #            this build found (remat::libtorch, by path); its Python module remat_torch is in
 #            lib/remat/python
 #   mpi      remat::collectives_mpi, the collectives over MPI (remat/mpi_collectives.h; MPI)
+#   nccl     remat::collectives_nccl, over NCCL on device memory (remat/nccl_collectives.h;
+#            CUDAToolkit, NCCL by path)
 # `cpack -G DEB` packages the same install tree for Debian (tests/consumer and
 # tests/consumer_core build against an installed copy in CI).
 include(GNUInstallDirs)
@@ -34,6 +36,7 @@ set(remat_component_planner remat_planner planner)
 set(remat_component_driver remat_driver driver)
 set(remat_component_torch remat_libtorch libtorch remat_torch torch)
 set(remat_component_mpi remat_collectives_mpi collectives_mpi)
+set(remat_component_nccl remat_collectives_nccl collectives_nccl)
 
 # Installs the targets of component `component` that this build has, as export set
 # remat-<component>-targets; appends the component to REMAT_INSTALLED_COMPONENTS.
@@ -66,7 +69,7 @@ function(remat_install_component component)
 endfunction()
 
 set(REMAT_INSTALLED_COMPONENTS)
-foreach(component core cuda ops planner driver torch mpi)
+foreach(component core cuda ops planner driver torch mpi nccl)
   remat_install_component(${component})
 endforeach()
 

@@ -152,6 +152,15 @@ else
   # On a GPU machine a sanitizer that cannot run is a failed check, not a skipped one.
   step sanitizers sh -c 'echo "compute-sanitizer not found (PATH: $PATH)"; exit 1'
 fi
+# NCCL across 2 ranks, one GPU each (remat/nccl_collectives.h): sums in rank order, bit for
+# bit. Needs 2 GPUs and mpirun; said so where either is missing.
+if [[ -x build/bin/nccl_collectives_test ]] && command -v mpirun >/dev/null 2>&1 &&
+   build/bin/nccl_collectives_test --probe >/dev/null; then
+  step nccl_2_ranks env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun -np 2 --oversubscribe build/bin/nccl_collectives_test
+else
+  echo "== nccl_2_ranks: skipped (needs build/bin/nccl_collectives_test, mpirun and 2 GPUs)"
+fi
 
 if ((quick == 0)); then
   gpt2=(--layers 12 --channels 768 --heads 12 --vocab 50257 --min-t 1024 --max-t 1024)

@@ -1,0 +1,135 @@
+// The device collectives over NCCL (remat/nccl_collectives.h). A sum in rank order (Note
+// [Sums in rank order] in mpi_collectives.cc) is an exchange of slices (grouped ncclSend and
+// ncclRecv: rank r gets every rank's r-th slice), a kernel adding them in rank order, and an
+// exchange of the summed slices; ncclAllReduce would add in an order of NCCL's choosing.
+#include "remat/nccl_collectives.h"
+
+#include <absl/strings/str_cat.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "collectives/rank_order_sum.h"
+
+namespace remat {
+namespace {
+
+absl::Status nccl_status(ncclResult_t rc, const char* call) {
+  if (rc == ncclSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(call, " failed: ", ncclGetErrorString(rc)));
+}
+
+absl::Status cuda_status(cudaError_t rc, const char* call) {
+  if (rc == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(call, " failed: ", cudaGetErrorString(rc)));
+}
+
+class Nccl final : public DeviceCollectives {
+ public:
+  Nccl(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  ~Nccl() override {
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    ncclCommDestroy(comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status all_reduce_sum(float* data, std::size_t n, void* stream) override;
+  absl::Status all_gather(const float* mine, std::size_t n, float* all, void* stream) override {
+    return nccl_status(ncclAllGather(mine, all, n, ncclFloat, comm_, as_stream(stream)),
+                       "ncclAllGather");
+  }
+
+ private:
+  static cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+  std::size_t begin(std::size_t n, int r) const {
+    return n * static_cast<std::size_t>(r) / static_cast<std::size_t>(size_);
+  }
+  absl::Status reserve_scratch(std::size_t floats);
+  // Rank r's slice of every rank's `data` into scratch_ (rank order), and back.
+  absl::Status exchange_slices(float* data, std::size_t n, cudaStream_t stream);
+  absl::Status gather_sums(float* data, std::size_t n, cudaStream_t stream);
+
+  ncclComm_t comm_;
+  int rank_, size_;
+  float* scratch_ = nullptr;  // outside any budget: NCCL's exchange buffer
+  std::size_t scratch_floats_ = 0;
+};
+
+absl::Status Nccl::reserve_scratch(std::size_t floats) {
+  if (floats <= scratch_floats_) return absl::OkStatus();
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  scratch_ = nullptr;
+  scratch_floats_ = 0;
+  void* p = nullptr;
+  if (absl::Status st = cuda_status(cudaMalloc(&p, floats * sizeof(float)), "cudaMalloc");
+      !st.ok())
+    return st;
+  scratch_ = static_cast<float*>(p);
+  scratch_floats_ = floats;
+  return absl::OkStatus();
+}
+
+absl::Status Nccl::exchange_slices(float* data, std::size_t n, cudaStream_t stream) {
+  const std::size_t mine = begin(n, rank_ + 1) - begin(n, rank_);
+  if (absl::Status st = nccl_status(ncclGroupStart(), "ncclGroupStart"); !st.ok()) return st;
+  for (int r = 0; r < size_; ++r) {
+    const std::size_t len = begin(n, r + 1) - begin(n, r);
+    ncclSend(data + begin(n, r), len, ncclFloat, r, comm_, stream);
+    ncclRecv(scratch_ + static_cast<std::size_t>(r) * mine, mine, ncclFloat, r, comm_, stream);
+  }
+  return nccl_status(ncclGroupEnd(), "ncclGroupEnd (exchanging slices)");
+}
+
+absl::Status Nccl::gather_sums(float* data, std::size_t n, cudaStream_t stream) {
+  const std::size_t at = begin(n, rank_), mine = begin(n, rank_ + 1) - at;
+  if (absl::Status st = nccl_status(ncclGroupStart(), "ncclGroupStart"); !st.ok()) return st;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    ncclSend(data + at, mine, ncclFloat, r, comm_, stream);
+    ncclRecv(data + begin(n, r), begin(n, r + 1) - begin(n, r), ncclFloat, r, comm_, stream);
+  }
+  return nccl_status(ncclGroupEnd(), "ncclGroupEnd (gathering sums)");
+}
+
+absl::Status Nccl::all_reduce_sum(float* data, std::size_t n, void* stream_ptr) {
+  if (size_ == 1 || n == 0) return absl::OkStatus();
+  const cudaStream_t stream = as_stream(stream_ptr);
+  const std::size_t at = begin(n, rank_), mine = begin(n, rank_ + 1) - at;
+  if (absl::Status st = reserve_scratch(mine * static_cast<std::size_t>(size_)); !st.ok())
+    return st;
+  if (absl::Status st = exchange_slices(data, n, stream); !st.ok()) return st;
+  if (absl::Status st = cuda_status(
+          detail::launch_rank_order_sum(scratch_, size_, mine, data + at, stream),
+          "rank_order_sum kernel launch");
+      !st.ok())
+    return st;
+  return gather_sums(data, n, stream);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceCollectives>> nccl_collectives(Collectives& bootstrap,
+                                                                     int device) {
+  if (absl::Status st = cuda_status(cudaSetDevice(device), "cudaSetDevice"); !st.ok()) return st;
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (bootstrap.rank() == 0) {
+    if (absl::Status st = nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"); !st.ok())
+      return st;
+  }
+  if (absl::Status st = bootstrap.broadcast(
+          std::as_writable_bytes(std::span(reinterpret_cast<char*>(&id), sizeof(id))), 0);
+      !st.ok())
+    return st;
+  ncclComm_t comm = nullptr;
+  if (absl::Status st = nccl_status(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()),
+                                    "ncclCommInitRank");
+      !st.ok())
+    return st;
+  return std::unique_ptr<DeviceCollectives>(
+      std::make_unique<Nccl>(comm, bootstrap.rank(), bootstrap.size()));
+}
+
+}  // namespace remat
