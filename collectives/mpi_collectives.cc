@@ -41,6 +41,9 @@ class Mpi final : public Collectives {
     MPI_Comm_size(comm_, &size_);
   }
   ~Mpi() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);  // the caller may have finalized the MPI it started
+    if (finalized) return;
     MPI_Comm_free(&comm_);
     if (finalize_) MPI_Finalize();
   }
@@ -126,6 +129,10 @@ absl::StatusOr<std::unique_ptr<Collectives>> mpi_collectives(int* argc, char*** 
                                      "MPI_Init_thread");
         !st.ok())
       return st;
+    if (provided < MPI_THREAD_FUNNELED)
+      return absl::FailedPreconditionError(
+          "MPI_Init_thread: this MPI gives no MPI_THREAD_FUNNELED (calls from the thread that "
+          "made the engine, beside others)");
   }
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

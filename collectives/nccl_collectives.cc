@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "collectives/rank_order_sum.h"
@@ -63,8 +64,7 @@ absl::Status Nccl::reserve_scratch(std::size_t floats) {
   scratch_ = nullptr;
   scratch_floats_ = 0;
   void* p = nullptr;
-  if (absl::Status st = cuda_status(cudaMalloc(&p, floats * sizeof(float)), "cudaMalloc");
-      !st.ok())
+  if (absl::Status st = cuda_status(cudaMalloc(&p, floats * sizeof(float)), "cudaMalloc"); !st.ok())
     return st;
   scratch_ = static_cast<float*>(p);
   scratch_floats_ = floats;
@@ -93,6 +93,9 @@ absl::Status Nccl::gather_sums(float* data, std::size_t n, cudaStream_t stream) 
   return nccl_status(ncclGroupEnd(), "ncclGroupEnd (gathering sums)");
 }
 
+// A rank whose scratch or kernel launch fails here returns before the exchanges its peers
+// wait in; the engine is not yet used by training (docs/data_parallel.md).
+
 absl::Status Nccl::all_reduce_sum(float* data, std::size_t n, void* stream_ptr) {
   if (size_ == 1 || n == 0) return absl::OkStatus();
   const cudaStream_t stream = as_stream(stream_ptr);
@@ -100,25 +103,34 @@ absl::Status Nccl::all_reduce_sum(float* data, std::size_t n, void* stream_ptr) 
   if (absl::Status st = reserve_scratch(mine * static_cast<std::size_t>(size_)); !st.ok())
     return st;
   if (absl::Status st = exchange_slices(data, n, stream); !st.ok()) return st;
-  if (absl::Status st = cuda_status(
-          detail::launch_rank_order_sum(scratch_, size_, mine, data + at, stream),
-          "rank_order_sum kernel launch");
+  if (absl::Status st =
+          cuda_status(detail::launch_rank_order_sum(scratch_, size_, mine, data + at, stream),
+                      "rank_order_sum kernel launch");
       !st.ok())
     return st;
   return gather_sums(data, n, stream);
 }
 
+// Every rank learns whether any failed before the next exchange: a rank that returned alone
+// would leave the others waiting in it.
+absl::Status agreed(Collectives& bootstrap, const absl::Status& local) {
+  absl::StatusOr<std::int64_t> any = bootstrap.all_max(local.ok() ? 0 : 1);
+  if (!any.ok()) return any.status();
+  if (!local.ok()) return local;
+  if (*any != 0) return absl::AbortedError("nccl_collectives: another rank failed to start");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceCollectives>> nccl_collectives(Collectives& bootstrap,
-                                                                     int device) {
-  if (absl::Status st = cuda_status(cudaSetDevice(device), "cudaSetDevice"); !st.ok()) return st;
+                                                                    int device) {
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
-  if (bootstrap.rank() == 0) {
-    if (absl::Status st = nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"); !st.ok())
-      return st;
-  }
+  absl::Status local = cuda_status(cudaSetDevice(device), "cudaSetDevice");
+  if (local.ok() && bootstrap.rank() == 0)
+    local = nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (absl::Status st = agreed(bootstrap, local); !st.ok()) return st;
   if (absl::Status st = bootstrap.broadcast(
           std::as_writable_bytes(std::span(reinterpret_cast<char*>(&id), sizeof(id))), 0);
       !st.ok())

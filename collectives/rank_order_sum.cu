@@ -5,8 +5,7 @@
 namespace remat::detail {
 namespace {
 
-__global__ void rank_order_sum_kernel(const float* slices, int ranks, std::size_t len,
-                                      float* out) {
+__global__ void rank_order_sum_kernel(const float* slices, int ranks, std::size_t len, float* out) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= len) return;
   float sum = slices[i];

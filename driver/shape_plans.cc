@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <system_error>
 #include <utility>
 
 #include "remat/step_planner.h"
@@ -192,10 +194,8 @@ StepOptions ShapePlans::before(const PlanCache::Key& key, int step) {
         return opt;
       }
       s.recording_step = step;
-      if (options_.background) {
-        if (!job_) start_planning(key, s);
-        return opt;  // DTR until the plan is made
-      }
+      // Beside the steps, DTR until the plan is made (or the thread is free).
+      if (options_.background && (job_ || start_planning(key, s))) return opt;
       plan_recording(key, s);
       if (!take_plan(s)) return opt;
       [[fallthrough]];
@@ -320,20 +320,24 @@ bool ShapePlans::take_plan(Shape& s) {
 // Note [Planning beside the steps] in shape_plans.h. The thread works on a shape of its own
 // (the recording, and what choose_plan fills in), so it shares nothing with this one but the
 // options and the screening, and the driver's steps never wait on it.
-void ShapePlans::start_planning(const PlanCache::Key& key, Shape& s) {
-  Shape work;
-  work.recording = std::move(s.recording);
-  work.recording_step = s.recording_step;
-  work.dtr_failed = s.dtr_failed;
-  s.recording.reset();
+bool ShapePlans::start_planning(const PlanCache::Key& key, Shape& s) {
+  auto work = std::make_shared<Shape>();
+  work->recording = std::move(s.recording);
+  work->recording_step = s.recording_step;
+  work->dtr_failed = s.dtr_failed;
+  try {
+    job_ = Job{.key = key, .planned = std::async(std::launch::async, [this, work] {
+                             choose_plan(*work);
+                             work->recording.reset();
+                             return std::move(*work);
+                           })};
+  } catch (const std::system_error&) {
+    s.recording = std::move(work->recording);  // no thread to be had: planned in the step
+    return false;
+  }
   std::erase(recorded_, key);
   s.state = State::kPlanning;
-  job_ = Job{.key = key,
-             .planned = std::async(std::launch::async, [this, work = std::move(work)]() mutable {
-               choose_plan(work);
-               work.recording.reset();
-               return std::move(work);
-             })};
+  return true;
 }
 
 void ShapePlans::collect_plan(bool wait) {
@@ -349,6 +353,9 @@ void ShapePlans::collect_plan(bool wait) {
   } catch (const std::exception& e) {
     s.state = State::kDynamic;
     s.why = absl::StrCat("planning failed: ", e.what());
+  } catch (...) {
+    s.state = State::kDynamic;
+    s.why = "planning failed";
   }
   job_.reset();
 }

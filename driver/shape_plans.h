@@ -200,8 +200,9 @@ class ShapePlans {
   void plan_recording(const PlanCache::Key& key, Shape& s);  // choose_plan, then drop it
   // Sends a shape's planned or failed state after its plan is made: whether it is on trial.
   bool take_plan(Shape& s);
-  // Note [Planning beside the steps]: moves the shape's recording to the planning thread.
-  void start_planning(const PlanCache::Key& key, Shape& s);
+  // Note [Planning beside the steps]: moves the shape's recording to the planning thread;
+  // false where no thread could be started (the recording stays).
+  bool start_planning(const PlanCache::Key& key, Shape& s);
   void collect_plan(bool wait);  // takes the thread's plan where it is made (or waits)
   bool stopping() const { return stopping_.load(std::memory_order_relaxed); }
 

@@ -186,8 +186,13 @@ RecordedStep StepDriver::Impl::run_prepared(int step, const PlanCache::Key& key,
     failed = e;
   }
   const auto start = Clock::now();
-  const StepOptions planned =
-      shape_plans_.plan_after_oom(key, simulated_.record_unbudgeted(step), step);
+  StepOptions planned;
+  try {
+    planned = shape_plans_.plan_after_oom(key, simulated_.record_unbudgeted(step), step);
+  } catch (...) {
+    every_rank_agrees(false);  // the others must not wait for this rank's answer
+    throw;
+  }
   report_.planning_seconds += seconds_since(start);
   if (!every_rank_agrees(planned.hints != nullptr)) {
     if (planned.hints != nullptr) shape_plans_.planned_step_failed(key, "another rank has no plan");

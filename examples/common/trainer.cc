@@ -73,8 +73,10 @@ class ModelProgram final : public TrainingProgram {
   // and backward passes of each micro-batch, the gradients summed in shard order, then AdamW.
   void run_step(Runtime& rt, State& state, int step) override {
     auto& w = static_cast<Weights&>(state);
-    for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = w.sharded[i].whole(rt);
+    // A step that failed may have left its joined chunks behind: a rerun makes them anew.
+    for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = Tensor();
     if (config_.shards() == 1) {
+      join_chunks(rt, w);
       std::vector<Tensor> grads = backward(rt, w, step, {}, &w.loss);
       RankStep alone(rt, nullptr);
       update(rt, alone, w, grads, step);
@@ -83,7 +85,10 @@ class ModelProgram final : public TrainingProgram {
     RankStep ranks(rt, config_.collectives);
     std::vector<Tensor> sum;
     float loss_sum = 0;
-    ranks.run([&] { sum = micro_batches(rt, w, step, loss_sum); });
+    ranks.run([&] {
+      join_chunks(rt, w);
+      sum = micro_batches(rt, w, step, loss_sum);
+    });
     ranks.agree();  // every rank has every gradient, or every rank throws
     w.loss = mean_loss(rt, loss_sum);
     const float scale = 1.0f / static_cast<float>(config_.shards());
@@ -94,6 +99,11 @@ class ModelProgram final : public TrainingProgram {
     }
     update(rt, ranks, w, sum, step);
     ranks.agree();
+  }
+
+  // --zero 1: the parameters the step reads, joined from their chunks.
+  static void join_chunks(Runtime& rt, Weights& w) {
+    for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = w.sharded[i].whole(rt);
   }
 
   // This rank's micro-batches, one after the other: their gradients summed in order, and
@@ -490,11 +500,13 @@ absl::Status set_up_shards(const Model& model, bool data_parallel,
     if (rank_budgets.size() != static_cast<std::size_t>(config.ranks()))
       return absl::InvalidArgumentError(absl::StrCat("--rank-budgets names ", rank_budgets.size(),
                                                      " budgets for ", config.ranks(), " ranks"));
-    absl::StatusOr<std::uint64_t> b =
-        parse_byte_size(rank_budgets[static_cast<std::size_t>(config.rank())]);
-    if (!b.ok())
-      return absl::InvalidArgumentError(absl::StrCat("--rank-budgets: ", b.status().message()));
-    config.driver.runtime.budget = static_cast<std::size_t>(*b);
+    // Every rank reads every entry, so that all refuse the same list.
+    for (std::size_t r = 0; r < rank_budgets.size(); ++r) {
+      absl::StatusOr<std::uint64_t> b = parse_byte_size(rank_budgets[r]);
+      if (!b.ok())
+        return absl::InvalidArgumentError(absl::StrCat("--rank-budgets: ", b.status().message()));
+      if (static_cast<int>(r) == config.rank()) config.driver.runtime.budget = *b;
+    }
   }
   return model.check_shards(config.shards());
 }
@@ -530,9 +542,17 @@ int run_main(int argc, char** argv, Model& model) {
     std::cerr << model.name() << ": --budget-fraction needs the baseline run (--baseline yes)\n";
     return cli::kExitError;
   }
-  if (config.backend() == Backend::kCuda && !cuda_device_available()) {
+  const bool no_device = config.backend() == Backend::kCuda && !cuda_device_available();
+  if (no_device) {
     std::cerr << model.name() << ": --backend cuda needs a CUDA device, and none is usable: "
               << cuda_unavailable_reason() << "\n";
+  }
+  // Ranks stop together: one that returned here would leave the others waiting for it.
+  absl::StatusOr<std::int64_t> any = config.collectives != nullptr
+                                         ? config.collectives->all_max(no_device ? 1 : 0)
+                                         : absl::StatusOr<std::int64_t>(no_device ? 1 : 0);
+  if (!any.ok() || *any != 0) {
+    if (!no_device) std::cerr << model.name() << ": another rank has no usable CUDA device\n";
     return cli::kExitError;
   }
   config.progress = !tf.json && isatty(STDERR_FILENO);

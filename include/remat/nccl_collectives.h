@@ -9,7 +9,8 @@
 //
 // Sums are in rank order, as the host collectives' are (Note [Sums in rank order] in
 // collectives/mpi_collectives.cc), so one process adding the ranks' buffers in order gets
-// the same bits. The calls enqueue work on the given stream and return.
+// the same bits. The calls enqueue work on the given stream and return; one engine serves
+// one stream at a time (its exchange buffer is shared).
 #ifndef REMAT_NCCL_COLLECTIVES_H_
 #define REMAT_NCCL_COLLECTIVES_H_
 
@@ -32,14 +33,13 @@ class DeviceCollectives {
   // rank order, on `stream` (a cudaStream_t; null: the default stream).
   virtual absl::Status all_reduce_sum(float* data, std::size_t n, void* stream) = 0;
   // Every rank's `n` floats at `mine` into `all` (size() * n), in rank order, on `stream`.
-  virtual absl::Status all_gather(const float* mine, std::size_t n, float* all,
-                                  void* stream) = 0;
+  virtual absl::Status all_gather(const float* mine, std::size_t n, float* all, void* stream) = 0;
 };
 
 // NCCL over the processes of `bootstrap` (rank 0's unique id goes to every rank through it),
 // this process on CUDA device `device`. Errors name the CUDA or NCCL call.
 absl::StatusOr<std::unique_ptr<DeviceCollectives>> nccl_collectives(Collectives& bootstrap,
-                                                                     int device);
+                                                                    int device);
 
 }  // namespace remat
 

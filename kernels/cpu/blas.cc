@@ -17,28 +17,35 @@ namespace {
 // and none starts until the fork is done. Fork handlers run in the reverse order of their
 // registration, so ours is registered after OpenBLAS's and runs before it. Writers are
 // preferred, so products that keep overlapping cannot hold a fork off for ever.
+void init_lock(pthread_rwlock_t* l) {
+  pthread_rwlockattr_t attr;
+  pthread_rwlockattr_init(&attr);
+  pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  pthread_rwlock_init(l, &attr);
+  pthread_rwlockattr_destroy(&attr);
+}
+
 pthread_rwlock_t* fork_lock() {
   static pthread_rwlock_t* lock = [] {
     static pthread_rwlock_t l;
-    pthread_rwlockattr_t attr;
-    pthread_rwlockattr_init(&attr);
-    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&l, &attr);
-    pthread_rwlockattr_destroy(&attr);
+    init_lock(&l);
     return &l;
   }();
   return lock;
 }
 
 void lock_for_fork() { pthread_rwlock_wrlock(fork_lock()); }
-void unlock_after_fork() { pthread_rwlock_unlock(fork_lock()); }
+void unlock_in_parent() { pthread_rwlock_unlock(fork_lock()); }
+// The child's one thread has another id than the one that took the lock, which glibc would
+// not take as the writer's unlock: the child starts from a fresh lock instead.
+void fresh_lock_in_child() { init_lock(fork_lock()); }
 
 // OpenBLAS registers its handler when it initializes, which asking for its thread count
 // makes sure of.
 void register_fork_handler_once() {
   static const bool registered =
       openblas_get_num_threads() > 0 &&
-      pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork) == 0;
+      pthread_atfork(lock_for_fork, unlock_in_parent, fresh_lock_in_child) == 0;
   (void)registered;
 }
 

@@ -1,6 +1,7 @@
-// Note [BLAS across fork]: products on one thread while another forks again and again. Every
-// product finishes, with the bits a product gives alone; without the fork handler, OpenBLAS's
-// threads stopped under a product in flight and it never returned.
+// Note [BLAS across fork]: products on one thread while another forks again and again, each
+// child running a product of its own. Every product finishes, with the bits a product gives
+// alone; without the fork handler, OpenBLAS's threads stopped under a product in flight and it
+// never returned.
 #include "kernels/cpu/blas.h"
 
 #include <gtest/gtest.h>
@@ -48,9 +49,18 @@ TEST(BlasTest, AForkBesideProductsInFlightLeavesThemToFinish) {
     }
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) _exit(0);
+    if (pid == 0) {
+      // The child runs a product too (a data loader's worker might): a lock left taken
+      // would stop it here, and alarm() ends it with SIGALRM.
+      alarm(20);
+      std::vector<float> c(n * n);
+      blas_sgemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      _exit(std::memcmp(c.data(), want.data(), c.size() * sizeof(float)) == 0 ? 0 : 3);
+    }
     int status = 0;
     waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "a forked child's product: status " << status;
     ++forks;
   }
   worker.join();
