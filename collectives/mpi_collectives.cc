@@ -80,10 +80,8 @@ class Mpi final : public Collectives {
   }
 
  private:
-  // Rank r's slice of n values: [begin(r), begin(r + 1)).
-  int begin(std::size_t n, int r) const {
-    return static_cast<int>(n * static_cast<std::size_t>(r) / static_cast<std::size_t>(size_));
-  }
+  // Rank r's slice of n values: [begin(r), begin(r + 1)) (MPI counts them in ints).
+  int begin(std::size_t n, int r) const { return static_cast<int>(slice_begin(n, r, size_)); }
 
   MPI_Comm comm_;
   bool finalize_;

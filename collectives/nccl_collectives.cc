@@ -44,9 +44,7 @@ class Nccl final : public DeviceCollectives {
 
  private:
   static cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-  std::size_t begin(std::size_t n, int r) const {
-    return n * static_cast<std::size_t>(r) / static_cast<std::size_t>(size_);
-  }
+  std::size_t begin(std::size_t n, int r) const { return slice_begin(n, r, size_); }
   absl::Status reserve_scratch(std::size_t floats);
   // Rank r's slice of every rank's `data` into scratch_ (rank order), and back.
   absl::Status exchange_slices(float* data, std::size_t n, cudaStream_t stream);

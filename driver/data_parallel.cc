@@ -22,78 +22,6 @@
 // drivers then take the same path: they agree whether a step that ran out of memory is
 // run again under a plan (StepDriverOptions::collectives).
 namespace remat {
-
-RankStep::RankStep(Runtime& rt, Collectives* collectives)
-    : rt_(rt),
-      collectives_(collectives != nullptr && collectives->size() > 1 &&
-                           rt.options().backend != Backend::kSimulated
-                       ? collectives
-                       : nullptr) {}
-
-void RankStep::run(const std::function<void()>& work) {
-  if (collectives_ == nullptr) {
-    work();
-    return;
-  }
-  if (failure_) return;
-  try {
-    work();
-  } catch (...) {
-    failure_ = std::current_exception();
-  }
-}
-
-void RankStep::agree_if(bool any_failed) {
-  if (any_failed) agree_on_step(*collectives_, failure_);
-}
-
-Tensor RankStep::all_reduce_sum(const Tensor& t) {
-  const TensorSpec spec = t.spec();
-  if (spec.dtype != DType::kF32)
-    throw std::invalid_argument("all_reduce_sum: only float32 tensors are summed across ranks");
-  if (rt_.options().backend == Backend::kSimulated) return rt_.constant(spec, nullptr);
-  const auto n = static_cast<std::size_t>(spec.numel());
-  std::vector<float> host(collectives_ != nullptr ? n + 1 : n, 0.0f);
-  run([&] { rt_.read(t, host.data()); });
-  if (collectives_ == nullptr) return rt_.constant(spec, host.data());
-  host[n] = failure_ ? 1.0f : 0.0f;
-  if (absl::Status st = collectives_->all_reduce_sum(host); !st.ok())
-    throw std::runtime_error(absl::StrCat("rank ", collectives_->rank(), " of ",
-                                          collectives_->size(), ": ", st.message()));
-  agree_if(host[n] > 0);
-  Tensor out;
-  run([&] { out = rt_.constant(spec, host.data()); });
-  return out;
-}
-
-std::vector<float> RankStep::all_gather(std::span<const float> mine) {
-  if (rt_.options().backend == Backend::kSimulated) return {};
-  if (collectives_ == nullptr) return {mine.begin(), mine.end()};
-  const std::size_t n = mine.size() + 1;
-  std::vector<float> own(mine.begin(), mine.end());
-  own.push_back(failure_ ? 1.0f : 0.0f);
-  std::vector<float> all(n * static_cast<std::size_t>(collectives_->size()));
-  if (absl::Status st = collectives_->all_gather(own, all); !st.ok())
-    throw std::runtime_error(absl::StrCat("rank ", collectives_->rank(), ": ", st.message()));
-  bool any = false;
-  std::vector<float> out;
-  for (int r = 0; r < collectives_->size(); ++r) {
-    const auto at = static_cast<std::size_t>(r) * n;
-    any |= all[at + n - 1] > 0;
-    out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
-               all.begin() + static_cast<std::ptrdiff_t>(at + n - 1));
-  }
-  agree_if(any);
-  return out;
-}
-
-void RankStep::agree() {
-  if (collectives_ != nullptr) agree_on_step(*collectives_, failure_);
-}
-
-}  // namespace remat
-
-namespace remat {
 namespace {
 
 // What the first failing rank sends the others (Note [Ranks that agree]).
@@ -159,6 +87,71 @@ void check(const absl::Status& st, const Collectives& c) {
 }
 
 }  // namespace
+
+RankStep::RankStep(Runtime& rt, Collectives* collectives)
+    : rt_(rt),
+      collectives_(collectives != nullptr && collectives->size() > 1 &&
+                           rt.options().backend != Backend::kSimulated
+                       ? collectives
+                       : nullptr) {}
+
+void RankStep::run(const std::function<void()>& work) {
+  if (collectives_ == nullptr) {
+    work();
+    return;
+  }
+  if (failure_) return;
+  try {
+    work();
+  } catch (...) {
+    failure_ = std::current_exception();
+  }
+}
+
+void RankStep::agree_if(bool any_failed) {
+  if (any_failed) agree_on_step(*collectives_, failure_);
+}
+
+Tensor RankStep::all_reduce_sum(const Tensor& t) {
+  const TensorSpec spec = t.spec();
+  if (spec.dtype != DType::kF32)
+    throw std::invalid_argument("all_reduce_sum: only float32 tensors are summed across ranks");
+  if (rt_.options().backend == Backend::kSimulated) return rt_.constant(spec, nullptr);
+  const auto n = static_cast<std::size_t>(spec.numel());
+  std::vector<float> host(collectives_ != nullptr ? n + 1 : n, 0.0f);
+  run([&] { rt_.read(t, host.data()); });
+  if (collectives_ == nullptr) return rt_.constant(spec, host.data());
+  host[n] = failure_ ? 1.0f : 0.0f;
+  check(collectives_->all_reduce_sum(host), *collectives_);
+  agree_if(host[n] > 0);
+  Tensor out;
+  run([&] { out = rt_.constant(spec, host.data()); });
+  return out;
+}
+
+std::vector<float> RankStep::all_gather(std::span<const float> mine) {
+  if (rt_.options().backend == Backend::kSimulated) return {};
+  if (collectives_ == nullptr) return {mine.begin(), mine.end()};
+  const std::size_t n = mine.size() + 1;
+  std::vector<float> own(mine.begin(), mine.end());
+  own.push_back(failure_ ? 1.0f : 0.0f);
+  std::vector<float> all(n * static_cast<std::size_t>(collectives_->size()));
+  check(collectives_->all_gather(own, all), *collectives_);
+  bool any = false;
+  std::vector<float> out;
+  for (int r = 0; r < collectives_->size(); ++r) {
+    const auto at = static_cast<std::size_t>(r) * n;
+    any |= all[at + n - 1] > 0;
+    out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
+               all.begin() + static_cast<std::ptrdiff_t>(at + n - 1));
+  }
+  agree_if(any);
+  return out;
+}
+
+void RankStep::agree() {
+  if (collectives_ != nullptr) agree_on_step(*collectives_, failure_);
+}
 
 void agree_on_step(Collectives& collectives, std::exception_ptr failure) {
   const int ranks = collectives.size();

@@ -156,7 +156,6 @@ class ShapePlans {
   // Waits for the plan being made on the planning thread, if any: its shape's next step is
   // its trial (Note [Planning beside the steps]).
   void finish_planning();
-  bool planning() const { return job_.has_value(); }  // a plan is being made beside the steps
 
   // A step of the shape that followed its plan failed (out of memory, thrash): the shape goes
   // back to DTR, and the step does not count as planned.

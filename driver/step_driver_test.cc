@@ -107,14 +107,10 @@ struct Trained {
   RuntimeStats stats;
 };
 
-Trained train(ResidualMlp& program, const StepDriverOptions& options, int steps) {
-  StepDriver driver(program, options);
-  Trained t;
-  for (int s = 0; s < steps; ++s) {
-    t.reports.push_back(driver.run(s));
-    t.reports.back().recorded.reset();
-  }
+// The driver's losses and parameters so far.
+Trained trained_state(StepDriver& driver) {
   auto& w = static_cast<ResidualMlp::Weights&>(driver.state());
+  Trained t;
   t.losses = w.losses;
   for (const Tensor& p : w.params) {
     t.params.emplace_back(static_cast<std::size_t>(p.spec().numel()));
@@ -124,8 +120,29 @@ Trained train(ResidualMlp& program, const StepDriverOptions& options, int steps)
   return t;
 }
 
+Trained train(ResidualMlp& program, const StepDriverOptions& options, int steps) {
+  StepDriver driver(program, options);
+  std::vector<StepReport> reports;
+  for (int s = 0; s < steps; ++s) {
+    reports.push_back(driver.run(s));
+    reports.back().recorded.reset();
+  }
+  Trained t = trained_state(driver);
+  t.reports = std::move(reports);
+  return t;
+}
+
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// `driver`'s losses and parameters are `want`'s, bit for bit.
+void expect_same_bits(StepDriver& driver, const Trained& want) {
+  const Trained got = trained_state(driver);
+  EXPECT_TRUE(bitwise_equal(got.losses, want.losses));
+  ASSERT_EQ(got.params.size(), want.params.size());
+  for (std::size_t i = 0; i < got.params.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(got.params[i], want.params[i])) << "parameter " << i;
 }
 
 // Planning in the step unless `background` (Note [Planning beside the steps]), so that
@@ -252,13 +269,7 @@ TEST(StepDriverTest, AutoPlansBesideTheStepsAndTriesThePlanOnceItIsMade) {
   EXPECT_EQ(planned.plan, planned_in_step.shapes()[0].plan) << "the same plan either way";
   EXPECT_EQ(driver.run(3).kind, StepKind::kPlanTrial);
   for (int s = 4; s < 6; ++s) driver.run(s);
-  auto& w = static_cast<ResidualMlp::Weights&>(driver.state());
-  EXPECT_TRUE(bitwise_equal(w.losses, in_step.losses));
-  for (std::size_t i = 0; i < w.params.size(); ++i) {
-    std::vector<float> p(static_cast<std::size_t>(w.params[i].spec().numel()));
-    driver.runtime().read(w.params[i], p.data());
-    EXPECT_TRUE(bitwise_equal(p, in_step.params[i])) << "parameter " << i;
-  }
+  expect_same_bits(driver, in_step);
   StepDriver stopped(program, options_at(budget, "auto", /*background=*/true));
   for (int s = 0; s < 3; ++s) stopped.run(s);
   EXPECT_EQ(stopped.shapes()[0].decision, ShapeDecision::kPlanning);
@@ -308,13 +319,7 @@ TEST(StepDriverTest, PlansWithHostMemoryTrainBitwise) {
     if (std::string(policy) == "auto") {
       EXPECT_GT(offload_plans, 0) << "no plan used host memory";
     }
-    auto& w = static_cast<ResidualMlp::Weights&>(driver.state());
-    EXPECT_TRUE(bitwise_equal(w.losses, base.losses));
-    for (std::size_t i = 0; i < w.params.size(); ++i) {
-      std::vector<float> p(static_cast<std::size_t>(w.params[i].spec().numel()));
-      driver.runtime().read(w.params[i], p.data());
-      EXPECT_TRUE(bitwise_equal(p, base.params[i])) << "parameter " << i;
-    }
+    expect_same_bits(driver, base);
     EXPECT_LE(driver.runtime().stats().memory.peak_reserved, peak / 2);
     EXPECT_GT(driver.runtime().stats().offloads, 0u);
   }

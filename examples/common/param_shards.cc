@@ -19,8 +19,10 @@
 namespace remat::examples {
 namespace {
 
-// Chunk r of n values in `parts`: [chunk_begin(r), chunk_begin(r + 1)), sizes within one.
-std::int64_t chunk_begin(std::int64_t n, int r, int parts) { return n * r / parts; }
+// Chunk r of n values in `parts`, as the collectives slice buffers.
+std::int64_t chunk_begin(std::int64_t n, int r, int parts) {
+  return static_cast<std::int64_t>(slice_begin(static_cast<std::size_t>(n), r, parts));
+}
 
 }  // namespace
 

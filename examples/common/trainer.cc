@@ -3,7 +3,6 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <unistd.h>
-#include "examples/common/param_shards.h"
 
 #include <chrono>
 #include <cmath>
@@ -16,6 +15,7 @@
 #include <optional>
 #include <utility>
 
+#include "examples/common/param_shards.h"
 #include "remat/byte_size.h"
 #include "remat/cuda_api.h"
 #include "remat/data_parallel.h"

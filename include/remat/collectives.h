@@ -46,6 +46,14 @@ class Collectives {
   virtual absl::StatusOr<std::int64_t> all_max(std::int64_t value) = 0;
 };
 
+// Where rank `rank`'s slice of `n` values split over `ranks` begins: the slice is
+// [slice_begin(n, rank, ranks), slice_begin(n, rank + 1, ranks)), the slices in rank order,
+// their sizes within one of each other. The engines' sums exchange such slices; a buffer
+// split over the ranks (optimizer state in shards) can be cut the same way.
+inline std::size_t slice_begin(std::size_t n, int rank, int ranks) {
+  return n * static_cast<std::size_t>(rank) / static_cast<std::size_t>(ranks);
+}
+
 // One process, rank 0 of 1: the collectives copy or do nothing.
 std::unique_ptr<Collectives> single_process_collectives();
 
