@@ -1,27 +1,60 @@
 #include "kernels/autograd.h"
 
+#include <span>
 #include <stdexcept>
+#include <vector>
 
 namespace remat::ad {
 
+// Note [Gradients ready early]
+// A data-parallel step sums each parameter's gradient over the ranks; started as soon as the
+// gradient is final, the sums run beside the rest of the backward pass. A leaf's gradient
+// is final once the backward pass has run every record that has the leaf as an input: the
+// records run in reverse forward order, so that is the first record made with it
+// (first_reader_). Records that name no inputs (record with `needs_grad`) may add to any
+// earlier var: they count as reading every var made before them.
 Var Tape::leaf(Tensor t) {
   const int node = static_cast<int>(grads_.size());
   grads_.emplace_back();
   is_leaf_.push_back(true);
+  first_reader_.push_back(-1);
   return Var{std::move(t), node};
+}
+
+void Tape::note_input(int node) {
+  if (node < 0) return;
+  std::ptrdiff_t& first = first_reader_[static_cast<std::size_t>(node)];
+  if (first < 0) first = static_cast<std::ptrdiff_t>(entries_.size());
 }
 
 Var Tape::record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn fn) {
   bool needed = false;
   for (const Var* v : inputs) needed |= v != nullptr && v->node >= 0;
-  return record(std::move(value), needed, std::move(fn));
+  if (!needed) return Var{std::move(value), -1};
+  for (const Var* v : inputs)
+    if (v != nullptr) note_input(v->node);
+  return add_entry(std::move(value), std::move(fn));
+}
+
+Var Tape::record(Tensor value, std::span<const Var> inputs, BackwardFn fn) {
+  bool needed = false;
+  for (const Var& v : inputs) needed |= v.node >= 0;
+  if (!needed) return Var{std::move(value), -1};
+  for (const Var& v : inputs) note_input(v.node);
+  return add_entry(std::move(value), std::move(fn));
 }
 
 Var Tape::record(Tensor value, bool needs_grad, BackwardFn fn) {
   if (!needs_grad) return Var{std::move(value), -1};
+  for (std::size_t node = 0; node < grads_.size(); ++node) note_input(static_cast<int>(node));
+  return add_entry(std::move(value), std::move(fn));
+}
+
+Var Tape::add_entry(Tensor value, BackwardFn fn) {
   const int node = static_cast<int>(grads_.size());
   grads_.emplace_back();
   is_leaf_.push_back(false);
+  first_reader_.push_back(-1);
   entries_.push_back(Entry{node, std::move(fn)});
   return Var{std::move(value), node};
 }
@@ -32,7 +65,9 @@ void Tape::accumulate(int node, const Tensor& g) {
   slot = slot.defined() ? ops::add(rt_, slot, g) : g;
 }
 
-void Tape::backward(const Var& loss) {
+void Tape::backward(const Var& loss) { backward(loss, nullptr); }
+
+void Tape::backward(const Var& loss, const LeafGradFn& on_leaf_grad) {
   if (loss.node < 0) throw std::invalid_argument("remat: backward of a var that needs no gradient");
   if (loss.spec().numel() != 1)
     throw std::invalid_argument("remat: backward needs a one-element loss");
@@ -40,14 +75,28 @@ void Tape::backward(const Var& loss) {
   grads_[static_cast<std::size_t>(loss.node)] = rt_.constant(TensorSpec{{1}, DType::kF32}, &one);
   // Reverse forward order is a topological order of the recorded graph. Each record is
   // dropped once it has run, releasing what it saved.
-  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
-    Tensor g = std::move(grads_[static_cast<std::size_t>(it->node)]);
-    grads_[static_cast<std::size_t>(it->node)] = Tensor();
-    BackwardFn fn = std::move(it->fn);
-    it->fn = nullptr;
+  std::vector<std::vector<int>> final_after(on_leaf_grad ? entries_.size() : 0);
+  for (std::size_t node = 0; on_leaf_grad && node < grads_.size(); ++node)
+    if (is_leaf_[node] && first_reader_[node] >= 0)
+      final_after[static_cast<std::size_t>(first_reader_[node])].push_back(static_cast<int>(node));
+  for (std::size_t e = entries_.size(); e-- > 0;) {
+    Entry& entry = entries_[e];
+    Tensor g = std::move(grads_[static_cast<std::size_t>(entry.node)]);
+    grads_[static_cast<std::size_t>(entry.node)] = Tensor();
+    BackwardFn fn = std::move(entry.fn);
+    entry.fn = nullptr;
     if (g.defined()) fn(*this, g);
+    if (on_leaf_grad) hand_over(final_after[e], on_leaf_grad);
   }
   entries_.clear();
+}
+
+void Tape::hand_over(std::span<const int> leaves, const LeafGradFn& on_leaf_grad) {
+  for (int node : leaves) {
+    Tensor g = std::move(grads_[static_cast<std::size_t>(node)]);
+    grads_[static_cast<std::size_t>(node)] = Tensor();
+    if (g.defined()) on_leaf_grad(node, std::move(g));
+  }
 }
 
 Tensor Tape::grad(const Var& leaf) const {
@@ -222,14 +271,12 @@ Var narrow(Tape& t, const Var& x, std::int64_t offset, std::vector<std::int64_t>
 
 Var concat(Tape& t, const std::vector<Var>& parts) {
   std::vector<Tensor> values;
-  bool needed = false;
   std::vector<std::pair<int, TensorSpec>> info;
   for (const Var& p : parts) {
     values.push_back(p.value);
-    needed |= p.node >= 0;
     info.emplace_back(p.node, p.spec());
   }
-  return t.record(ops::concat(t.rt(), values), needed, [info](Tape& tp, const Tensor& g) {
+  return t.record(ops::concat(t.rt(), values), parts, [info](Tape& tp, const Tensor& g) {
     std::int64_t offset = 0;
     for (const auto& [node, spec] : info) {
       if (node >= 0) tp.accumulate(node, ops::narrow(tp.rt(), g, offset, spec.shape));

@@ -16,7 +16,9 @@
 #ifndef REMAT_KERNELS_AUTOGRAD_H_
 #define REMAT_KERNELS_AUTOGRAD_H_
 
+#include <cstddef>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -40,12 +42,22 @@ class Tape {
 
   // Gradient of a one-element `loss`, seeded with 1. Leaves' gradients are then in grad().
   void backward(const Var& loss);
+  // The same, handing each leaf's gradient to `on_leaf_grad` (the leaf's node, its
+  // gradient) as soon as no record left to run can add to it, instead of keeping it for
+  // grad(): a data-parallel step starts summing gradients over the ranks while the backward
+  // pass goes on (Note [Gradients ready early] in autograd.cc). Leaves no gradient reached
+  // are never handed over.
+  using LeafGradFn = std::function<void(int node, Tensor grad)>;
+  void backward(const Var& loss, const LeafGradFn& on_leaf_grad);
   Tensor grad(const Var& leaf) const;
 
   // For the functions below: a new var made from `inputs`, with the closure that turns its
-  // gradient into theirs (calling accumulate). No record when no input needs a gradient.
+  // gradient into theirs (calling accumulate on those inputs only). No record when no input
+  // needs a gradient.
   using BackwardFn = std::function<void(Tape&, const Tensor& grad)>;
   Var record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn fn);
+  Var record(Tensor value, std::span<const Var> inputs, BackwardFn fn);
+  // A record whose closure may accumulate into any var made before it.
   Var record(Tensor value, bool needs_grad, BackwardFn fn);
   void accumulate(int node, const Tensor& g);
   void accumulate(const Var& v, const Tensor& g) { accumulate(v.node, g); }
@@ -55,10 +67,18 @@ class Tape {
     int node;
     BackwardFn fn;
   };
+  Var add_entry(Tensor value, BackwardFn fn);
+  // `node` is an input of the entry about to be recorded.
+  void note_input(int node);
+  void hand_over(std::span<const int> leaves, const LeafGradFn& on_leaf_grad);
+
   Runtime& rt_;
   std::vector<Tensor> grads_;   // per node
   std::vector<bool> is_leaf_;   // per node
   std::vector<Entry> entries_;  // in forward order
+  // Per node: the first entry that has it as an input (the last to add to its gradient in
+  // the backward pass), or -1 while none has.
+  std::vector<std::ptrdiff_t> first_reader_;
 };
 
 Var linear(Tape& t, const Var& x, const Var& w, const Var& b);
