@@ -121,17 +121,21 @@ absl::Status Mpi::all_reduce_sum(std::span<float> data) {
 absl::StatusOr<std::unique_ptr<Collectives>> mpi_collectives(int* argc, char*** argv) {
   int up = 0;
   MPI_Initialized(&up);
+  int provided = 0;
   if (!up) {
-    int provided = 0;
-    if (absl::Status st = mpi_status(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided),
+    // Serialized: a step's gradient buckets are summed on a thread of their own, beside the
+    // backward pass (Note [Buckets beside the backward pass] in driver/gradient_buckets.cc).
+    if (absl::Status st = mpi_status(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided),
                                      "MPI_Init_thread");
         !st.ok())
       return st;
-    if (provided < MPI_THREAD_FUNNELED)
-      return absl::FailedPreconditionError(
-          "MPI_Init_thread: this MPI gives no MPI_THREAD_FUNNELED (calls from the thread that "
-          "made the engine, beside others)");
+  } else {
+    MPI_Query_thread(&provided);
   }
+  if (provided < MPI_THREAD_SERIALIZED)
+    return absl::FailedPreconditionError(
+        "MPI gives no MPI_THREAD_SERIALIZED (calls from any one thread at a time), which the "
+        "collectives need: initialize it with MPI_Init_thread asking for it");
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   if (absl::Status st = mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup"); !st.ok())

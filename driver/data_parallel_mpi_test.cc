@@ -1,5 +1,7 @@
 // Note [Ranks that agree] across mpirun's processes (ctest runs it as 2 and 3 ranks): where
 // one rank fails, every rank throws, the others naming it; where none does, none throws.
+// GradientBuckets (Note [Buckets beside the backward pass]) over the ranks: sums in rank
+// order, and a rank that fails in its backward pass or cannot fit a bucket stops every rank.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -9,6 +11,7 @@
 #include "collectives/mpi_test_main.h"
 #include "remat/data_parallel.h"
 #include "remat/errors.h"
+#include "remat/gradient_buckets.h"
 
 namespace remat {
 namespace {
@@ -85,6 +88,101 @@ TEST(DataParallelMpiTest, ASumAfterOneRankFailedThrowsOnEveryRank) {
   ASSERT_EQ(all.size(), static_cast<std::size_t>(world().size()));
   for (int r = 0; r < world().size(); ++r) EXPECT_EQ(all[static_cast<std::size_t>(r)], float(r));
   EXPECT_NO_THROW(next.agree());
+}
+
+// A gradient's values on `rank`: different on every rank, so a sum out of rank order would
+// differ in its last bits.
+std::vector<float> gradient_on(int rank, std::size_t param, std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::size_t j = 0; j < v.size(); ++j)
+    v[j] = 1.0f / static_cast<float>(3 + rank * 7 + static_cast<int>(param + j) % 11) +
+           static_cast<float>(rank) * 1e4f;
+  return v;
+}
+
+const std::vector<TensorSpec>& bucket_specs() {
+  static const std::vector<TensorSpec> specs = {{{300}}, {{5000}}, {{17}}, {{2000}}, {{900}}};
+  return specs;
+}
+
+TEST(GradientBucketsMpiTest, SumsEveryBucketInRankOrder) {
+  Runtime rt(RuntimeOptions{});
+  RankStep ranks(rt, &world());
+  const std::vector<TensorSpec>& specs = bucket_specs();
+  const float scale = 1.0f / static_cast<float>(world().size());
+  GradientBuckets buckets(rt, ranks, specs, {.bucket_bytes = 4096, .scale = scale});
+  EXPECT_GE(buckets.buckets(), 3u);
+  ranks.run([&] {
+    for (std::size_t i : {4u, 2u, 3u, 0u, 1u}) {
+      const std::vector<float> v = gradient_on(world().rank(), i, specs[i].numel());
+      buckets.add(i, rt.constant(specs[i], v.data()));
+    }
+  });
+  const std::vector<Tensor> out = buckets.finish();
+  ranks.agree();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    std::vector<float> want = gradient_on(0, i, specs[i].numel());
+    for (int r = 1; r < world().size(); ++r) {
+      const std::vector<float> v = gradient_on(r, i, specs[i].numel());
+      for (std::size_t j = 0; j < want.size(); ++j) want[j] += v[j];
+    }
+    for (float& w : want) w *= scale;
+    std::vector<float> got(want.size());
+    rt.read(out[i], got.data());
+    EXPECT_EQ(got, want) << "gradient " << i;
+  }
+}
+
+// The last rank's backward pass fails after its first gradient: it never fills a bucket,
+// yet every rank makes every bucket's exchange and throws its error from finish().
+TEST(GradientBucketsMpiTest, ARankThatFailsInItsBackwardPassStopsEveryRank) {
+  Runtime rt(RuntimeOptions{});
+  RankStep ranks(rt, &world());
+  const std::vector<TensorSpec>& specs = bucket_specs();
+  const int last = world().size() - 1;
+  {
+    GradientBuckets buckets(rt, ranks, specs, {.bucket_bytes = 4096});
+    ranks.run([&] {
+      for (std::size_t i : {4u, 2u, 3u, 0u, 1u}) {
+        buckets.add(i, rt.constant(specs[i]));
+        if (world().rank() == last) throw std::runtime_error("backward failed");
+      }
+    });
+    try {
+      buckets.finish();
+      ADD_FAILURE() << "rank " << world().rank() << " went on";
+    } catch (const std::runtime_error& e) {
+      const std::string want = world().rank() == last
+                                   ? "backward failed"
+                                   : "rank " + std::to_string(last) + ": backward failed";
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
+  RankStep next(rt, &world());
+  EXPECT_NO_THROW(next.agree()) << "the ranks are still in step";
+}
+
+// Rank 0's budget has no room for the one bucket: every rank stops with its out-of-memory
+// error, naming the bucket and the rank.
+TEST(GradientBucketsMpiTest, ABucketThatDoesNotFitOnOneRankStopsEveryRank) {
+  RuntimeOptions options;
+  if (world().rank() == 0) options.budget = 64 << 10;
+  Runtime rt(options);
+  RankStep ranks(rt, &world());
+  const std::vector<TensorSpec> specs = {{{6000}}, {{6000}}};
+  const Tensor a = rt.constant(specs[0]), b = rt.constant(specs[1]);  // pinned: 48 KB
+  GradientBuckets buckets(rt, ranks, specs, {.bucket_bytes = 1 << 20});
+  ranks.run([&] {
+    buckets.add(0, a);
+    buckets.add(1, b);
+  });
+  try {
+    buckets.finish();
+    ADD_FAILURE() << "rank " << world().rank() << " went on";
+  } catch (const OutOfMemoryError& e) {
+    const std::string want = world().rank() == 0 ? "gradient bucket 0" : "on rank 0";
+    EXPECT_NE(e.info().op.find(want), std::string::npos) << e.info().op;
+  }
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 //   if (st.ok() && worst.ok() && *worst == 0) { /* every rank's step went through */ }
 //
 // Every rank must make the same calls in the same order with the same sizes, as with MPI;
-// a size that differs is an error where the engine can tell, a hang where it cannot.
+// a size that differs is an error where the engine can tell, a hang where it cannot. Calls
+// may come from any thread, one at a time (a step's gradient buckets are summed on a thread
+// of their own: remat/gradient_buckets.h).
 #ifndef REMAT_COLLECTIVES_H_
 #define REMAT_COLLECTIVES_H_
 

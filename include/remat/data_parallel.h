@@ -53,6 +53,10 @@ class RankStep {
   // made), agreeing first keeps every rank making the same exchanges.
   void agree();
   bool exchanges() const { return collectives_ != nullptr; }
+  // The collectives it exchanges over (null where it does not), and whether this rank has
+  // kept an error.
+  Collectives* collectives() const { return collectives_; }
+  bool failed() const { return failure_ != nullptr; }
 
  private:
   // Throws on every rank where `any_failed` (a rank's flag went through the exchange).

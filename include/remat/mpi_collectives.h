@@ -9,8 +9,8 @@
 //     absl::Status st = (*c)->all_reduce_sum(grad);
 //   }                                                 // MPI_Finalize, if it initialized MPI
 //
-// A program run without mpirun is one rank of one. Only the thread that made the engine may
-// call it (MPI_THREAD_FUNNELED).
+// A program run without mpirun is one rank of one. Any thread may call the engine, one at a
+// time (MPI_THREAD_SERIALIZED; a program that initializes MPI itself must ask for it).
 #ifndef REMAT_MPI_COLLECTIVES_H_
 #define REMAT_MPI_COLLECTIVES_H_
 

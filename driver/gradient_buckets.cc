@@ -1,0 +1,302 @@
+#include "remat/gradient_buckets.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include "remat/errors.h"
+
+// Note [Buckets beside the backward pass]
+// A data-parallel step sums every gradient over the ranks. Summed after the backward pass,
+// the exchange adds its whole time to the step; summed as the backward pass makes them
+// (Note [Gradients ready early] in kernels/autograd.cc), it runs beside the kernels still to
+// come. Gradients are grouped into buckets of about bucket_bytes, from the last parameter
+// to the first (the order a backward pass finishes them), so that each exchange is large
+// enough to be worth starting. A bucket whose gradients have all come is packed into memory
+// of its own, taken from the runtime's memory resource: it counts against the budget (the
+// runtime evicts to make room for it, and a step whose bucket cannot fit runs out of memory
+// naming the bucket), and the gradients it holds are dropped, so the bucket replaces them.
+// Its sum then runs on the exchange thread, the one thread that calls the collectives while
+// the backward pass goes on; the memory is given back only after the sum is done and the
+// summed gradients are made from it in finish().
+//
+// Ranks must make the same exchanges in the same order (remat/collectives.h), even where one
+// failed in its backward pass. So buckets start strictly in order, each after the one
+// before; the gradients a backward pass makes and their buckets are the same on every rank,
+// so every rank starts the same prefix of buckets until one fails. finish() starts the rest
+// on a rank that failed too, with zeros and its failed flag (each bucket's last element, as
+// RankStep's sums carry it), and where a flag came back set every rank throws the same
+// error (Note [Ranks that agree] in data_parallel.cc). On the CUDA backend a bucket is
+// packed into host memory (the exchange is the host collectives'), outside the device budget.
+namespace remat {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Runs jobs one after the other on a thread of its own, in the order they came.
+class ExchangeThread {
+ public:
+  ExchangeThread() : thread_([this] { loop(); }) {}
+  ~ExchangeThread() {  // runs what is queued first: every rank makes the same exchanges
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  void submit(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back(std::move(job));
+      ++submitted_;
+    }
+    changed_.notify_all();
+  }
+  // Waits until the first `count` jobs have run.
+  void wait_for(std::size_t count) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return done_ >= count; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+      ++done_;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> jobs_;
+  std::size_t submitted_ = 0, done_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: the members above exist before it starts
+};
+
+}  // namespace
+
+struct GradientBuckets::Impl {
+  struct Bucket {
+    std::vector<std::size_t> params;   // in the order the bucket holds them
+    std::vector<std::size_t> offsets;  // floats before each
+    std::size_t floats = 0;            // the values, without the flag after them
+    std::vector<Tensor> pending;       // per slot: gradients waiting for the bucket to fill
+    std::vector<bool> came;            // per slot
+    std::size_t arrived = 0;
+    void* memory = nullptr;  // from the runtime's memory resource (CPU, simulated)
+    std::vector<float> host;  // CUDA's staging, or a failed rank's zeros
+    absl::Status status;      // the exchange's, written on the exchange thread
+    double exchange_seconds = 0;
+    float* data() { return memory != nullptr ? static_cast<float*>(memory) : host.data(); }
+    std::size_t bytes() const { return (floats + 1) * sizeof(float); }
+  };
+
+  Impl(Runtime& r, RankStep& s, std::vector<TensorSpec> sp, GradientBucketOptions o)
+      : rt(r), ranks(s), specs(std::move(sp)), options(o) {}
+
+  void assign_buckets();
+  std::exception_ptr start(std::size_t b);
+  void pack(Bucket& k, std::size_t b);
+  void exchange(Bucket& k);
+  void unpack(Bucket& k, std::vector<Tensor>& out);
+  void give_back(Bucket& k);
+
+  Runtime& rt;
+  RankStep& ranks;
+  std::vector<TensorSpec> specs;
+  GradientBucketOptions options;
+  std::vector<Bucket> buckets;
+  std::vector<std::pair<std::size_t, std::size_t>> slot_of;  // per parameter: bucket, slot
+  std::size_t next = 0;                                      // the first bucket not started
+  GradientBucketStats stats;
+  std::unique_ptr<ExchangeThread> thread;  // where the ranks exchange
+};
+
+void GradientBuckets::Impl::assign_buckets() {
+  slot_of.resize(specs.size());
+  std::size_t bytes = 0;
+  for (std::size_t i = specs.size(); i-- > 0;) {
+    if (specs[i].dtype != DType::kF32)
+      throw std::invalid_argument(
+          absl::StrCat("gradient buckets: gradient ", i, " is not float32"));
+    if (buckets.empty() || bytes >= options.bucket_bytes) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    Bucket& k = buckets.back();
+    slot_of[i] = {buckets.size() - 1, k.params.size()};
+    k.params.push_back(i);
+    k.offsets.push_back(k.floats);
+    k.floats += static_cast<std::size_t>(specs[i].numel());
+    bytes += static_cast<std::size_t>(specs[i].bytes());
+  }
+  for (Bucket& k : buckets) {
+    k.pending.resize(k.params.size());
+    k.came.assign(k.params.size(), false);
+    stats.bytes += k.floats * sizeof(float);
+  }
+  stats.buckets = buckets.size();
+}
+
+// Packs bucket `b` and starts its sum; returns the error packing it threw (the bucket then
+// goes with zeros and this rank's failed flag).
+std::exception_ptr GradientBuckets::Impl::start(std::size_t b) {
+  Bucket& k = buckets[b];
+  std::exception_ptr failure;
+  if (!ranks.failed()) {
+    try {
+      pack(k, b);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  const bool failed = failure != nullptr || ranks.failed();
+  if (failed) {
+    give_back(k);
+    k.host.assign(k.floats + 1, 0.0f);
+    k.host[k.floats] = 1.0f;
+  }
+  for (Tensor& t : k.pending) t = Tensor();
+  if (thread != nullptr) {
+    thread->submit([this, &k] { exchange(k); });
+  } else if (!failed && rt.options().backend != Backend::kSimulated && options.scale != 1.0f) {
+    for (std::size_t j = 0; j < k.floats; ++j) k.data()[j] *= options.scale;
+  }
+  return failure;
+}
+
+void GradientBuckets::Impl::pack(Bucket& k, std::size_t b) {
+  const Backend backend = rt.options().backend;
+  if (backend == Backend::kCuda) {
+    k.host.assign(k.floats + 1, 0.0f);
+  } else {
+    try {
+      k.memory = rt.memory().allocate(k.bytes());
+    } catch (const OutOfMemoryError& e) {
+      OutOfMemoryInfo info = e.info();
+      info.op = absl::StrCat("gradient bucket ", b, " (", k.bytes(), " bytes)");
+      throw OutOfMemoryError(std::move(info));
+    }
+  }
+  for (std::size_t s = 0; s < k.params.size(); ++s) {
+    const auto n = static_cast<std::size_t>(specs[k.params[s]].numel());
+    if (backend == Backend::kSimulated) {
+      if (k.came[s]) rt.materialize(k.pending[s]);
+    } else if (k.came[s]) {
+      rt.read(k.pending[s], k.data() + k.offsets[s]);
+    } else {
+      std::memset(k.data() + k.offsets[s], 0, n * sizeof(float));
+    }
+    k.pending[s] = Tensor();  // the bucket holds it now
+  }
+  if (backend != Backend::kSimulated) k.data()[k.floats] = 0.0f;  // not failed
+}
+
+// On the exchange thread: the sum over the ranks, then the scale.
+void GradientBuckets::Impl::exchange(Bucket& k) {
+  const auto t0 = std::chrono::steady_clock::now();
+  k.status = ranks.collectives()->all_reduce_sum(std::span<float>(k.data(), k.floats + 1));
+  if (k.status.ok() && k.data()[k.floats] == 0.0f && options.scale != 1.0f)
+    for (std::size_t j = 0; j < k.floats; ++j) k.data()[j] *= options.scale;
+  k.exchange_seconds = seconds_since(t0);
+}
+
+void GradientBuckets::Impl::unpack(Bucket& k, std::vector<Tensor>& out) {
+  const bool runs = rt.options().backend != Backend::kSimulated;
+  for (std::size_t s = 0; s < k.params.size(); ++s) {
+    if (!k.came[s]) continue;
+    const TensorSpec& spec = specs[k.params[s]];
+    out[k.params[s]] = rt.constant(spec, runs ? k.data() + k.offsets[s] : nullptr);
+  }
+}
+
+void GradientBuckets::Impl::give_back(Bucket& k) {
+  if (k.memory != nullptr) rt.memory().deallocate(k.memory, k.bytes());
+  k.memory = nullptr;
+  k.host = {};
+}
+
+GradientBuckets::GradientBuckets(Runtime& rt, RankStep& ranks, std::vector<TensorSpec> specs,
+                                 GradientBucketOptions options)
+    : impl_(std::make_unique<Impl>(rt, ranks, std::move(specs), options)) {
+  impl_->assign_buckets();
+  if (ranks.collectives() != nullptr) impl_->thread = std::make_unique<ExchangeThread>();
+}
+
+GradientBuckets::~GradientBuckets() {
+  impl_->thread.reset();  // the sums in flight end before their memory goes
+  for (Impl::Bucket& k : impl_->buckets) impl_->give_back(k);
+}
+
+void GradientBuckets::add(std::size_t i, Tensor gradient) {
+  Impl& m = *impl_;
+  if (i >= m.specs.size())
+    throw std::invalid_argument(absl::StrCat("gradient buckets: no parameter ", i, " of ",
+                                             m.specs.size()));
+  if (gradient.spec() != m.specs[i])
+    throw std::invalid_argument(
+        absl::StrCat("gradient buckets: gradient ", i, " is not of its parameter's spec"));
+  const auto [b, s] = m.slot_of[i];
+  Impl::Bucket& k = m.buckets[b];
+  if (k.came[s])
+    throw std::invalid_argument(absl::StrCat("gradient buckets: gradient ", i, " given twice"));
+  k.pending[s] = std::move(gradient);
+  k.came[s] = true;
+  ++k.arrived;
+  while (m.next < m.buckets.size() && m.buckets[m.next].arrived == m.buckets[m.next].params.size())
+    if (std::exception_ptr failure = m.start(m.next++)) std::rethrow_exception(failure);
+}
+
+std::vector<Tensor> GradientBuckets::finish() {
+  Impl& m = *impl_;
+  while (m.next < m.buckets.size())
+    if (std::exception_ptr failure = m.start(m.next++))
+      m.ranks.run([&] { std::rethrow_exception(failure); });
+  std::vector<Tensor> out(m.specs.size());
+  bool any_failed = false;
+  for (std::size_t b = 0; b < m.buckets.size(); ++b) {
+    Impl::Bucket& k = m.buckets[b];
+    if (m.thread != nullptr) {
+      const auto t0 = std::chrono::steady_clock::now();
+      m.thread->wait_for(b + 1);
+      m.stats.wait_seconds += seconds_since(t0);
+      m.stats.exchange_seconds += k.exchange_seconds;
+      if (!k.status.ok())
+        throw std::runtime_error(absl::StrCat("rank ", m.ranks.collectives()->rank(), " of ",
+                                              m.ranks.collectives()->size(), ": ",
+                                              k.status.message()));
+      any_failed |= k.data()[k.floats] > 0.0f;
+    }
+    if (!any_failed) m.ranks.run([&] { m.unpack(k, out); });
+    m.give_back(k);
+  }
+  if (any_failed) m.ranks.agree();  // throws on every rank
+  return out;
+}
+
+std::size_t GradientBuckets::buckets() const { return impl_->buckets.size(); }
+GradientBucketStats GradientBuckets::stats() const { return impl_->stats; }
+
+}  // namespace remat
