@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "remat/byte_size.h"
 #include "remat/cuda_api.h"
 #include "remat/data_parallel.h"
+#include "remat/gradient_buckets.h"
 #ifdef REMAT_EXAMPLES_HAVE_MPI
 #include "remat/mpi_collectives.h"
 #endif
@@ -42,8 +44,10 @@ class ModelProgram final : public TrainingProgram {
     std::vector<Param> params;         // with --zero 1, values only during a step, m and v unused
     std::vector<ParamShards> sharded;  // --zero 1
     std::vector<Tensor> buffers;
+    std::vector<TensorSpec> specs;     // the parameters' (their gradients')
     float loss = std::numeric_limits<float>::quiet_NaN();  // of the last step, where it ran
     std::size_t forward_bytes = 0;  // most non-pinned bytes after a forward pass
+    GradientBucketStats buckets;    // summed over the steps that ran
   };
 
   ModelProgram(Model& model, const TrainConfig& config) : model_(model), config_(config) {}
@@ -53,6 +57,7 @@ class ModelProgram final : public TrainingProgram {
     const bool runs = rt.options().backend != Backend::kSimulated;
     auto w = std::make_unique<Weights>();
     for (const HostTensor& h : model_.init_params(config_.seed())) {
+      w->specs.push_back(h.spec);
       if (config_.zero == 1) {
         w->params.emplace_back();
         w->sharded.push_back(ParamShards::make(rt, h.spec, runs ? h.data.data() : nullptr,
@@ -70,35 +75,40 @@ class ModelProgram final : public TrainingProgram {
   }
 
   // Forward, backward, AdamW; with shards (TrainConfig::micro_batches, ranks), the forward
-  // and backward passes of each micro-batch, the gradients summed in shard order, then AdamW.
+  // and backward passes of each micro-batch, the gradients summed in shard order (over the
+  // ranks in buckets, beside the last micro-batch's backward pass), then AdamW.
   void run_step(Runtime& rt, State& state, int step) override {
     auto& w = static_cast<Weights&>(state);
     // A step that failed may have left its joined chunks behind: a rerun makes them anew.
     for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = Tensor();
     if (config_.shards() == 1) {
       join_chunks(rt, w);
-      std::vector<Tensor> grads = backward(rt, w, step, {}, &w.loss);
+      std::vector<Tensor> grads(w.specs.size());
+      backward(rt, w, step, {}, &w.loss, [&](std::size_t i, Tensor g) { grads[i] = std::move(g); });
       RankStep alone(rt, nullptr);
       update(rt, alone, w, grads, step);
       return;
     }
     RankStep ranks(rt, config_.collectives);
-    std::vector<Tensor> sum;
+    GradientBuckets buckets(
+        rt, ranks, w.specs,
+        {.bucket_bytes = config_.bucket_bytes,
+         .scale = 1.0f / static_cast<float>(config_.shards())});
     float loss_sum = 0;
     ranks.run([&] {
       join_chunks(rt, w);
-      sum = micro_batches(rt, w, step, loss_sum);
+      micro_batches(rt, w, step, loss_sum, buckets);
     });
+    std::vector<Tensor> sum = buckets.finish();
     ranks.agree();  // every rank has every gradient, or every rank throws
     w.loss = mean_loss(rt, loss_sum);
-    const float scale = 1.0f / static_cast<float>(config_.shards());
-    for (Tensor& g : sum) {
-      if (!g.defined()) continue;
-      g = ranks.all_reduce_sum(g);
-      ranks.run([&] { g = ops::scale(rt, g, scale); });
-    }
     update(rt, ranks, w, sum, step);
     ranks.agree();
+    const GradientBucketStats s = buckets.stats();
+    w.buckets = {.buckets = s.buckets,
+                 .bytes = s.bytes,
+                 .exchange_seconds = w.buckets.exchange_seconds + s.exchange_seconds,
+                 .wait_seconds = w.buckets.wait_seconds + s.wait_seconds};
   }
 
   // --zero 1: the parameters the step reads, joined from their chunks.
@@ -106,23 +116,27 @@ class ModelProgram final : public TrainingProgram {
     for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = w.sharded[i].whole(rt);
   }
 
-  // This rank's micro-batches, one after the other: their gradients summed in order, and
-  // their losses into `loss_sum`.
-  std::vector<Tensor> micro_batches(Runtime& rt, Weights& w, int step, float& loss_sum) {
-    std::vector<Tensor> sum;
+  // This rank's micro-batches, one after the other: their gradients summed in order, the
+  // last micro-batch's sums into `buckets` as its backward pass makes them; their losses
+  // into `loss_sum`.
+  void micro_batches(Runtime& rt, Weights& w, int step, float& loss_sum,
+                     GradientBuckets& buckets) {
+    std::vector<Tensor> sum(w.specs.size());
     for (int j = 0; j < config_.micro_batches; ++j) {
       float loss = std::numeric_limits<float>::quiet_NaN();
       const Shard shard{.index = config_.rank() * config_.micro_batches + j,
                         .count = config_.shards()};
-      std::vector<Tensor> grads = backward(rt, w, step, shard, &loss);
-      loss_sum = j == 0 ? loss : loss_sum + loss;
-      for (std::size_t i = 0; j > 0 && i < grads.size(); ++i) {
-        if (grads[i].defined()) grads[i] = ops::add(rt, sum[i], grads[i]);
+      const bool last = j + 1 == config_.micro_batches;
+      backward(rt, w, step, shard, &loss, [&](std::size_t i, Tensor g) {
+        if (sum[i].defined()) g = ops::add(rt, sum[i], g);
         sum[i] = Tensor();  // gone before the next sum is made
-      }
-      sum = std::move(grads);
+        if (last)
+          buckets.add(i, std::move(g));
+        else
+          sum[i] = std::move(g);
+      });
+      loss_sum = j == 0 ? loss : loss_sum + loss;
     }
-    return sum;
   }
 
   // The mean of the shards' losses where kernels ran (the ranks' sums summed), else NaN.
@@ -137,26 +151,33 @@ class ModelProgram final : public TrainingProgram {
   }
 
   // The forward and backward passes of `shard` (the whole batch where it is the only one):
-  // the parameters' gradients (undefined where none reached one); the loss into `loss`.
-  std::vector<Tensor> backward(Runtime& rt, Weights& w, int step, Shard shard, float* loss) {
+  // each parameter's gradient to `on_grad` (its index, the gradient) as soon as it is final
+  // (Note [Gradients ready early] in kernels/autograd.cc; never where none reached it); the
+  // loss into `loss`.
+  void backward(Runtime& rt, Weights& w, int step, Shard shard, float* loss,
+                const std::function<void(std::size_t, Tensor)>& on_grad) {
     if (shard.count > 1) rt.set_rng_counter(shard_rng_counter(step, shard));
     ad::Tape tape(rt);
     std::vector<ad::Var> vars;
-    for (const Param& p : w.params) vars.push_back(tape.leaf(p.value));
+    std::vector<std::size_t> param_of_node;
+    for (const Param& p : w.params) {
+      vars.push_back(tape.leaf(p.value));
+      param_of_node.resize(static_cast<std::size_t>(vars.back().node) + 1);
+      param_of_node.back() = vars.size() - 1;
+    }
     ad::Var l = shard.count == 1
                     ? model_.loss(tape, vars, w.buffers, step, config_.seed())
                     : model_.shard_loss(tape, vars, w.buffers, step, config_.seed(), shard);
     const RuntimeStats s = rt.stats();
     w.forward_bytes = std::max(w.forward_bytes, s.resident_bytes - s.pinned_bytes);
     rt.mark_backward();
-    tape.backward(l);
+    tape.backward(l, [&](int node, Tensor g) {
+      on_grad(param_of_node[static_cast<std::size_t>(node)], std::move(g));
+    });
     read_back(rt, l.value, loss);
     l = ad::Var();
-    std::vector<Tensor> grads;
-    for (const ad::Var& v : vars) grads.push_back(tape.grad(v));
     // The joined chunks go before an update writes a chunk: held, they would be frozen.
     for (std::size_t i = 0; i < w.sharded.size(); ++i) w.params[i].value = Tensor();
-    return grads;
   }
 
   // Where a shard's random numbers start (Runtime::set_rng_counter): 2^36 counters for each
@@ -304,8 +325,9 @@ TrainResult train(Model& model, const TrainConfig& config) {
     result.stats = driver->runtime().stats();
     result.totals = driver->totals();
     result.shape_plans = driver->shapes();
-    result.forward_activation_bytes =
-        static_cast<ModelProgram::Weights&>(driver->state()).forward_bytes;
+    const auto& w = static_cast<ModelProgram::Weights&>(driver->state());
+    result.forward_activation_bytes = w.forward_bytes;
+    result.buckets = w.buckets;
   }
   result.peak_reserved = result.stats.memory.peak_reserved;
   result.peak_allocated = result.stats.memory.peak_allocated;
@@ -389,6 +411,15 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
   flags.add_list("rank-budgets", &f.rank_budgets,
                  "with --data-parallel: each rank's budget, in rank order (ranks whose devices "
                  "have different room), instead of --budget");
+  flags.add_custom("bucket-bytes", "BYTES", "1MiB",
+                   "with shards: a bucket of gradients closes at this size (with a unit: 256KiB, "
+                   "4MB), and its sum over the ranks starts beside the rest of the backward pass",
+                   [&config](absl::string_view text) {
+                     absl::StatusOr<std::uint64_t> b = parse_byte_size(std::string(text));
+                     if (!b.ok()) return b.status();
+                     config.bucket_bytes = static_cast<std::size_t>(*b);
+                     return absl::OkStatus();
+                   });
   flags.add_choice("zero", &f.zero, {"0", "1"},
                    "1: AdamW's state split over the ranks (ZeRO stage 1), each rank updating "
                    "its part of every parameter and gathering the rest; 0: every rank holds all");
@@ -468,6 +499,12 @@ void print_json(const Model& model, const TrainConfig& config, const Comparison&
     j["ranks"] = config.ranks();
     j["micro_batches"] = config.micro_batches;
     j["zero"] = config.zero;
+    j["gradient_buckets"] = r.buckets.buckets;
+    j["gradient_bucket_bytes"] = r.buckets.bytes;
+    // Seconds the exchange thread spent summing buckets, and what the steps waited for them
+    // after their backward passes: the rest ran beside the backward passes.
+    j["exchange_seconds"] = r.buckets.exchange_seconds;
+    j["exchange_wait_seconds"] = r.buckets.wait_seconds;
   }
   if (!r.final_state.empty()) j["final_state_fnv1a"] = absl::StrFormat("%016x", fnv1a(r));
   std::cout << j.dump() << "\n";

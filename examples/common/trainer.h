@@ -24,6 +24,7 @@
 #include "kernels/autograd.h"
 #include "kernels/ops.h"
 #include "remat/collectives.h"
+#include "remat/gradient_buckets.h"
 #include "remat/plan_cache.h"
 #include "remat/runtime.h"
 #include "remat/step_driver.h"
@@ -100,6 +101,9 @@ struct TrainConfig {
   // 1: AdamW's state split over the ranks (Note [Optimizer state in shards] in
   // common/param_shards.cc); 0: every rank holds all of it. The same bits either way.
   int zero = 0;
+  // Data parallel: a bucket of gradients closes at this many bytes, and its sum over the
+  // ranks starts beside the rest of the backward pass (remat/gradient_buckets.h).
+  std::size_t bucket_bytes = std::size_t{1} << 20;
   int ranks() const { return collectives != nullptr ? collectives->size() : 1; }
   int rank() const { return collectives != nullptr ? collectives->rank() : 0; }
   int shards() const { return micro_batches * ranks(); }
@@ -123,6 +127,7 @@ struct TrainResult {
   std::size_t param_bytes = 0;               // parameters + optimizer state + buffers
   std::size_t optimizer_state_bytes = 0;     // AdamW's moments this process holds
   std::size_t forward_activation_bytes = 0;  // most bytes of non-pinned tensors after a forward
+  GradientBucketStats buckets;  // data parallel: the last step's buckets, the steps' seconds
   double items = 0;
   double wall_seconds = 0;
   std::vector<double> step_seconds;           // wall time of each step that completed
