@@ -17,7 +17,7 @@
 #            lib/remat/python
 #   mpi      remat::collectives_mpi, the collectives over MPI (remat/mpi_collectives.h; MPI)
 #   nccl     remat::collectives_nccl, over NCCL on device memory (remat/nccl_collectives.h;
-#            CUDAToolkit, NCCL by path)
+#            CUDAToolkit; libnccl opened at run time)
 # `cpack -G DEB` packages the same install tree for Debian (tests/consumer and
 # tests/consumer_core build against an installed copy in CI).
 include(GNUInstallDirs)

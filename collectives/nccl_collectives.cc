@@ -2,6 +2,7 @@
 // [Sums in rank order] in mpi_collectives.cc) is an exchange of slices (grouped ncclSend and
 // ncclRecv: rank r gets every rank's r-th slice), a kernel adding them in rank order, and an
 // exchange of the summed slices; ncclAllReduce would add in an order of NCCL's choosing.
+// NCCL is opened at run time (Note [NCCL opened, not linked] in nccl_library.cc).
 #include "remat/nccl_collectives.h"
 
 #include <absl/strings/str_cat.h>
@@ -11,14 +12,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "collectives/nccl_library.h"
 #include "collectives/rank_order_sum.h"
 
 namespace remat {
 namespace {
 
-absl::Status nccl_status(ncclResult_t rc, const char* call) {
+absl::Status nccl_status(const detail::NcclLibrary& nccl, ncclResult_t rc, const char* call) {
   if (rc == ncclSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(call, " failed: ", ncclGetErrorString(rc)));
+  return absl::InternalError(absl::StrCat(call, " failed: ", nccl.get_error_string(rc)));
 }
 
 absl::Status cuda_status(cudaError_t rc, const char* call) {
@@ -28,17 +30,18 @@ absl::Status cuda_status(cudaError_t rc, const char* call) {
 
 class Nccl final : public DeviceCollectives {
  public:
-  Nccl(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  Nccl(const detail::NcclLibrary& nccl, ncclComm_t comm, int rank, int size)
+      : nccl_(nccl), comm_(comm), rank_(rank), size_(size) {}
   ~Nccl() override {
     if (scratch_ != nullptr) cudaFree(scratch_);
-    ncclCommDestroy(comm_);
+    nccl_.comm_destroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  absl::Status all_reduce_sum(float* data, std::size_t n, void* stream) override;
+  absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream) override;
   absl::Status all_gather(const float* mine, std::size_t n, float* all, void* stream) override {
-    return nccl_status(ncclAllGather(mine, all, n, ncclFloat, comm_, as_stream(stream)),
+    return nccl_status(nccl_, nccl_.all_gather(mine, all, n, ncclFloat, comm_, as_stream(stream)),
                        "ncclAllGather");
   }
 
@@ -50,6 +53,7 @@ class Nccl final : public DeviceCollectives {
   absl::Status exchange_slices(float* data, std::size_t n, cudaStream_t stream);
   absl::Status gather_sums(float* data, std::size_t n, cudaStream_t stream);
 
+  const detail::NcclLibrary& nccl_;
   ncclComm_t comm_;
   int rank_, size_;
   float* scratch_ = nullptr;  // outside any budget: NCCL's exchange buffer
@@ -71,39 +75,44 @@ absl::Status Nccl::reserve_scratch(std::size_t floats) {
 
 absl::Status Nccl::exchange_slices(float* data, std::size_t n, cudaStream_t stream) {
   const std::size_t mine = begin(n, rank_ + 1) - begin(n, rank_);
-  if (absl::Status st = nccl_status(ncclGroupStart(), "ncclGroupStart"); !st.ok()) return st;
+  if (absl::Status st = nccl_status(nccl_, nccl_.group_start(), "ncclGroupStart"); !st.ok())
+    return st;
   for (int r = 0; r < size_; ++r) {
     const std::size_t len = begin(n, r + 1) - begin(n, r);
-    ncclSend(data + begin(n, r), len, ncclFloat, r, comm_, stream);
-    ncclRecv(scratch_ + static_cast<std::size_t>(r) * mine, mine, ncclFloat, r, comm_, stream);
+    nccl_.send(data + begin(n, r), len, ncclFloat, r, comm_, stream);
+    nccl_.recv(scratch_ + static_cast<std::size_t>(r) * mine, mine, ncclFloat, r, comm_, stream);
   }
-  return nccl_status(ncclGroupEnd(), "ncclGroupEnd (exchanging slices)");
+  return nccl_status(nccl_, nccl_.group_end(), "ncclGroupEnd (exchanging slices)");
 }
 
 absl::Status Nccl::gather_sums(float* data, std::size_t n, cudaStream_t stream) {
   const std::size_t at = begin(n, rank_), mine = begin(n, rank_ + 1) - at;
-  if (absl::Status st = nccl_status(ncclGroupStart(), "ncclGroupStart"); !st.ok()) return st;
+  if (absl::Status st = nccl_status(nccl_, nccl_.group_start(), "ncclGroupStart"); !st.ok())
+    return st;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    ncclSend(data + at, mine, ncclFloat, r, comm_, stream);
-    ncclRecv(data + begin(n, r), begin(n, r + 1) - begin(n, r), ncclFloat, r, comm_, stream);
+    nccl_.send(data + at, mine, ncclFloat, r, comm_, stream);
+    nccl_.recv(data + begin(n, r), begin(n, r + 1) - begin(n, r), ncclFloat, r, comm_, stream);
   }
-  return nccl_status(ncclGroupEnd(), "ncclGroupEnd (gathering sums)");
+  return nccl_status(nccl_, nccl_.group_end(), "ncclGroupEnd (gathering sums)");
 }
 
 // A rank whose scratch or kernel launch fails here returns before the exchanges its peers
 // wait in; the engine is not yet used by training (docs/data_parallel.md).
 
-absl::Status Nccl::all_reduce_sum(float* data, std::size_t n, void* stream_ptr) {
-  if (size_ == 1 || n == 0) return absl::OkStatus();
+absl::Status Nccl::all_reduce_sum(float* data, std::size_t n, float scale, void* stream_ptr) {
   const cudaStream_t stream = as_stream(stream_ptr);
+  if (n == 0 || (size_ == 1 && scale == 1.0f)) return absl::OkStatus();
+  if (size_ == 1)
+    return cuda_status(detail::launch_rank_order_sum(data, 1, n, scale, data, stream),
+                       "rank_order_sum kernel launch");
   const std::size_t at = begin(n, rank_), mine = begin(n, rank_ + 1) - at;
   if (absl::Status st = reserve_scratch(mine * static_cast<std::size_t>(size_)); !st.ok())
     return st;
   if (absl::Status st = exchange_slices(data, n, stream); !st.ok()) return st;
-  if (absl::Status st =
-          cuda_status(detail::launch_rank_order_sum(scratch_, size_, mine, data + at, stream),
-                      "rank_order_sum kernel launch");
+  if (absl::Status st = cuda_status(
+          detail::launch_rank_order_sum(scratch_, size_, mine, scale, data + at, stream),
+          "rank_order_sum kernel launch");
       !st.ok())
     return st;
   return gather_sums(data, n, stream);
@@ -125,21 +134,24 @@ absl::StatusOr<std::unique_ptr<DeviceCollectives>> nccl_collectives(Collectives&
                                                                     int device) {
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
-  absl::Status local = cuda_status(cudaSetDevice(device), "cudaSetDevice");
+  absl::StatusOr<const detail::NcclLibrary*> nccl = detail::nccl_library();
+  absl::Status local = nccl.status();
+  if (local.ok()) local = cuda_status(cudaSetDevice(device), "cudaSetDevice");
   if (local.ok() && bootstrap.rank() == 0)
-    local = nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    local = nccl_status(**nccl, (*nccl)->get_unique_id(&id), "ncclGetUniqueId");
   if (absl::Status st = agreed(bootstrap, local); !st.ok()) return st;
   if (absl::Status st = bootstrap.broadcast(
           std::as_writable_bytes(std::span(reinterpret_cast<char*>(&id), sizeof(id))), 0);
       !st.ok())
     return st;
   ncclComm_t comm = nullptr;
-  if (absl::Status st = nccl_status(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()),
-                                    "ncclCommInitRank");
+  if (absl::Status st = nccl_status(
+          **nccl, (*nccl)->comm_init_rank(&comm, bootstrap.size(), id, bootstrap.rank()),
+          "ncclCommInitRank");
       !st.ok())
     return st;
   return std::unique_ptr<DeviceCollectives>(
-      std::make_unique<Nccl>(comm, bootstrap.rank(), bootstrap.size()));
+      std::make_unique<Nccl>(**nccl, comm, bootstrap.rank(), bootstrap.size()));
 }
 
 }  // namespace remat

@@ -48,17 +48,21 @@ struct DeviceBuffer {
 };
 
 TEST(NcclCollectivesTest, SumsEveryElementInRankOrderOnEveryRank) {
-  for (std::size_t n : {1u, 7u, 100003u}) {
-    DeviceBuffer d(n);
-    d.fill(inputs(host->rank(), n));
-    ASSERT_TRUE(gpus->all_reduce_sum(d.data(), n, nullptr).ok());
-    std::vector<float> want = inputs(0, n);
-    for (int r = 1; r < host->size(); ++r) {
-      const std::vector<float> x = inputs(r, n);
-      for (std::size_t i = 0; i < n; ++i) want[i] += x[i];
+  for (const float scale : {1.0f, 0.5f}) {
+    for (std::size_t n : {1u, 7u, 100003u}) {
+      DeviceBuffer d(n);
+      d.fill(inputs(host->rank(), n));
+      ASSERT_TRUE(gpus->all_reduce_sum(d.data(), n, scale, nullptr).ok());
+      std::vector<float> want = inputs(0, n);
+      for (int r = 1; r < host->size(); ++r) {
+        const std::vector<float> x = inputs(r, n);
+        for (std::size_t i = 0; i < n; ++i) want[i] += x[i];
+      }
+      for (float& w : want) w *= scale;
+      const std::vector<float> got = d.value();
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+          << "n = " << n << ", scale " << scale;
     }
-    const std::vector<float> got = d.value();
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << "n = " << n;
   }
 }
 

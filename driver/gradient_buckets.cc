@@ -3,17 +3,12 @@
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <exception>
-#include <functional>
-#include <mutex>
 #include <span>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 
+#include "driver/gradient_buckets_impl.h"
 #include "remat/errors.h"
 
 // Note [Buckets beside the backward pass]
@@ -36,8 +31,10 @@
 // so every rank starts the same prefix of buckets until one fails. finish() starts the rest
 // on a rank that failed too, with zeros and its failed flag (each bucket's last element, as
 // RankStep's sums carry it), and where a flag came back set every rank throws the same
-// error (Note [Ranks that agree] in data_parallel.cc). On the CUDA backend a bucket is
-// packed into host memory (the exchange is the host collectives'), outside the device budget.
+// error (Note [Ranks that agree] in data_parallel.cc). On the CUDA backend with device
+// collectives, the same happens on the device, ordered by streams rather than a thread (Note
+// [Buckets on the device] in device_buckets.cc); without them a bucket is packed into host
+// memory, outside the device's budget, and summed as on the CPU.
 namespace remat {
 namespace {
 
@@ -45,94 +42,46 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Runs jobs one after the other on a thread of its own, in the order they came.
-class ExchangeThread {
- public:
-  ExchangeThread() : thread_([this] { loop(); }) {}
-  ~ExchangeThread() {  // runs what is queued first: every rank makes the same exchanges
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    changed_.notify_all();
-    thread_.join();
-  }
-  void submit(std::function<void()> job) {
-    {
-      std::lock_guard lock(mutex_);
-      jobs_.push_back(std::move(job));
-      ++submitted_;
-    }
-    changed_.notify_all();
-  }
-  // Waits until the first `count` jobs have run.
-  void wait_for(std::size_t count) {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return done_ >= count; });
-  }
-
- private:
-  void loop() {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      changed_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      std::function<void()> job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      job();
-      lock.lock();
-      ++done_;
-      changed_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<std::function<void()>> jobs_;
-  std::size_t submitted_ = 0, done_ = 0;
-  bool stop_ = false;
-  std::thread thread_;  // last: the members above exist before it starts
-};
-
 }  // namespace
 
-struct GradientBuckets::Impl {
-  struct Bucket {
-    std::vector<std::size_t> params;   // in the order the bucket holds them
-    std::vector<std::size_t> offsets;  // floats before each
-    std::size_t floats = 0;            // the values, without the flag after them
-    std::vector<Tensor> pending;       // per slot: gradients waiting for the bucket to fill
-    std::vector<bool> came;            // per slot
-    std::size_t arrived = 0;
-    void* memory = nullptr;  // from the runtime's memory resource (CPU, simulated)
-    std::vector<float> host;  // CUDA's staging, or a failed rank's zeros
-    absl::Status status;      // the exchange's, written on the exchange thread
-    double exchange_seconds = 0;
-    float* data() { return memory != nullptr ? static_cast<float*>(memory) : host.data(); }
-    std::size_t bytes() const { return (floats + 1) * sizeof(float); }
-  };
+ExchangeThread::ExchangeThread() : thread_([this] { loop(); }) {}
 
-  Impl(Runtime& r, RankStep& s, std::vector<TensorSpec> sp, GradientBucketOptions o)
-      : rt(r), ranks(s), specs(std::move(sp)), options(o) {}
+ExchangeThread::~ExchangeThread() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
 
-  void assign_buckets();
-  std::exception_ptr start(std::size_t b);
-  void pack(Bucket& k, std::size_t b);
-  void exchange(Bucket& k);
-  void unpack(Bucket& k, std::vector<Tensor>& out);
-  void give_back(Bucket& k);
+void ExchangeThread::submit(std::function<void()> job) {
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(std::move(job));
+  }
+  changed_.notify_all();
+}
 
-  Runtime& rt;
-  RankStep& ranks;
-  std::vector<TensorSpec> specs;
-  GradientBucketOptions options;
-  std::vector<Bucket> buckets;
-  std::vector<std::pair<std::size_t, std::size_t>> slot_of;  // per parameter: bucket, slot
-  std::size_t next = 0;                                      // the first bucket not started
-  GradientBucketStats stats;
-  std::unique_ptr<ExchangeThread> thread;  // where the ranks exchange
-};
+void ExchangeThread::wait_for(std::size_t count) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return done_ >= count; });
+}
+
+void ExchangeThread::loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;
+    std::function<void()> job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    job();
+    lock.lock();
+    ++done_;
+    changed_.notify_all();
+  }
+}
 
 void GradientBuckets::Impl::assign_buckets() {
   slot_of.resize(specs.size());
@@ -172,34 +121,37 @@ std::exception_ptr GradientBuckets::Impl::start(std::size_t b) {
       failure = std::current_exception();
     }
   }
-  const bool failed = failure != nullptr || ranks.failed();
-  if (failed) {
-    give_back(k);
-    k.host.assign(k.floats + 1, 0.0f);
-    k.host[k.floats] = 1.0f;
-  }
   for (Tensor& t : k.pending) t = Tensor();
-  if (thread != nullptr) {
+  if (failure != nullptr || ranks.failed()) send_failed(k);
+  if (on_device()) {
+    exchange_on_device(k);
+  } else if (thread != nullptr) {
     thread->submit([this, &k] { exchange(k); });
-  } else if (!failed && rt.options().backend != Backend::kSimulated && options.scale != 1.0f) {
+  } else if (failure == nullptr && rt.options().backend != Backend::kSimulated &&
+             options.scale != 1.0f) {
     for (std::size_t j = 0; j < k.floats; ++j) k.data()[j] *= options.scale;
   }
   return failure;
 }
 
+void GradientBuckets::Impl::take_memory(Bucket& k, std::size_t b) {
+  try {
+    k.memory = rt.memory().allocate(k.bytes());
+  } catch (const OutOfMemoryError& e) {
+    OutOfMemoryInfo info = e.info();
+    info.op = absl::StrCat("gradient bucket ", b, " (", k.bytes(), " bytes)");
+    throw OutOfMemoryError(std::move(info));
+  }
+}
+
 void GradientBuckets::Impl::pack(Bucket& k, std::size_t b) {
   const Backend backend = rt.options().backend;
-  if (backend == Backend::kCuda) {
+  if (backend == Backend::kCuda && !on_device()) {
     k.host.assign(k.floats + 1, 0.0f);
   } else {
-    try {
-      k.memory = rt.memory().allocate(k.bytes());
-    } catch (const OutOfMemoryError& e) {
-      OutOfMemoryInfo info = e.info();
-      info.op = absl::StrCat("gradient bucket ", b, " (", k.bytes(), " bytes)");
-      throw OutOfMemoryError(std::move(info));
-    }
+    take_memory(k, b);
   }
+  if (on_device()) return pack_on_device(k);
   for (std::size_t s = 0; s < k.params.size(); ++s) {
     const auto n = static_cast<std::size_t>(specs[k.params[s]].numel());
     if (backend == Backend::kSimulated) {
@@ -214,6 +166,14 @@ void GradientBuckets::Impl::pack(Bucket& k, std::size_t b) {
   if (backend != Backend::kSimulated) k.data()[k.floats] = 0.0f;  // not failed
 }
 
+// A rank that failed still makes the bucket's exchange: zeros, its flag set.
+void GradientBuckets::Impl::send_failed(Bucket& k) {
+  give_back(k);
+  if (on_device()) return send_failed_on_device(k);
+  k.host.assign(k.floats + 1, 0.0f);
+  k.host[k.floats] = 1.0f;
+}
+
 // On the exchange thread: the sum over the ranks, then the scale.
 void GradientBuckets::Impl::exchange(Bucket& k) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -223,7 +183,22 @@ void GradientBuckets::Impl::exchange(Bucket& k) {
   k.exchange_seconds = seconds_since(t0);
 }
 
+// Waits for bucket `b`'s sum; returns whether any rank's flag came back set.
+bool GradientBuckets::Impl::wait(Bucket& k, std::size_t b) {
+  if (on_device()) return wait_on_device(k);
+  if (thread == nullptr) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  thread->wait_for(b + 1);
+  stats.wait_seconds += seconds_since(t0);
+  stats.exchange_seconds += k.exchange_seconds;
+  if (!k.status.ok())
+    throw std::runtime_error(absl::StrCat("rank ", ranks.collectives()->rank(), " of ",
+                                          ranks.collectives()->size(), ": ", k.status.message()));
+  return k.data()[k.floats] > 0.0f;
+}
+
 void GradientBuckets::Impl::unpack(Bucket& k, std::vector<Tensor>& out) {
+  if (on_device()) return unpack_on_device(k, out);
   const bool runs = rt.options().backend != Backend::kSimulated;
   for (std::size_t s = 0; s < k.params.size(); ++s) {
     if (!k.came[s]) continue;
@@ -233,6 +208,7 @@ void GradientBuckets::Impl::unpack(Bucket& k, std::vector<Tensor>& out) {
 }
 
 void GradientBuckets::Impl::give_back(Bucket& k) {
+  if (on_device()) give_back_on_device(k);
   if (k.memory != nullptr) rt.memory().deallocate(k.memory, k.bytes());
   k.memory = nullptr;
   k.host = {};
@@ -242,19 +218,23 @@ GradientBuckets::GradientBuckets(Runtime& rt, RankStep& ranks, std::vector<Tenso
                                  GradientBucketOptions options)
     : impl_(std::make_unique<Impl>(rt, ranks, std::move(specs), options)) {
   impl_->assign_buckets();
-  if (ranks.collectives() != nullptr) impl_->thread = std::make_unique<ExchangeThread>();
+  if (options.device != nullptr && rt.options().backend == Backend::kCuda)
+    impl_->open_device();
+  else if (ranks.collectives() != nullptr)
+    impl_->thread = std::make_unique<ExchangeThread>();
 }
 
 GradientBuckets::~GradientBuckets() {
   impl_->thread.reset();  // the sums in flight end before their memory goes
+  if (impl_->on_device()) impl_->close_device();
   for (Impl::Bucket& k : impl_->buckets) impl_->give_back(k);
 }
 
 void GradientBuckets::add(std::size_t i, Tensor gradient) {
   Impl& m = *impl_;
   if (i >= m.specs.size())
-    throw std::invalid_argument(absl::StrCat("gradient buckets: no parameter ", i, " of ",
-                                             m.specs.size()));
+    throw std::invalid_argument(
+        absl::StrCat("gradient buckets: no parameter ", i, " of ", m.specs.size()));
   if (gradient.spec() != m.specs[i])
     throw std::invalid_argument(
         absl::StrCat("gradient buckets: gradient ", i, " is not of its parameter's spec"));
@@ -278,17 +258,7 @@ std::vector<Tensor> GradientBuckets::finish() {
   bool any_failed = false;
   for (std::size_t b = 0; b < m.buckets.size(); ++b) {
     Impl::Bucket& k = m.buckets[b];
-    if (m.thread != nullptr) {
-      const auto t0 = std::chrono::steady_clock::now();
-      m.thread->wait_for(b + 1);
-      m.stats.wait_seconds += seconds_since(t0);
-      m.stats.exchange_seconds += k.exchange_seconds;
-      if (!k.status.ok())
-        throw std::runtime_error(absl::StrCat("rank ", m.ranks.collectives()->rank(), " of ",
-                                              m.ranks.collectives()->size(), ": ",
-                                              k.status.message()));
-      any_failed |= k.data()[k.floats] > 0.0f;
-    }
+    any_failed |= m.wait(k, b);
     if (!any_failed) m.ranks.run([&] { m.unpack(k, out); });
     m.give_back(k);
   }

@@ -87,7 +87,8 @@ TEST(GradientBucketsTest, ReturnsEveryGradientScaledWhateverTheBucketsAndTheOrde
     std::shuffle(order.begin(), order.end(), rng);
     const int missing = trial % 4 == 0 ? order.back() : -1;
     for (int i : order)
-      if (i != missing) buckets.add(static_cast<std::size_t>(i), rt.constant(specs[i], values[i].data()));
+      if (i != missing)
+        buckets.add(static_cast<std::size_t>(i), rt.constant(specs[i], values[i].data()));
     const std::vector<Tensor> out = buckets.finish();
     ASSERT_EQ(out.size(), specs.size());
     for (int i = 0; i < n; ++i) {
@@ -100,12 +101,14 @@ TEST(GradientBucketsTest, ReturnsEveryGradientScaledWhateverTheBucketsAndTheOrde
         ASSERT_EQ(got[j], values[i][j] * options.scale) << "trial " << trial << " grad " << i;
     }
     EXPECT_GE(buckets.buckets(), 1u);
-    EXPECT_EQ(rt.memory().stats().allocated, [&] {
-      std::size_t bytes = 0;  // what is left: the summed gradients alone
-      for (const Tensor& t : out)
-        if (t.defined()) bytes += rt.memory().rounded_size(t.spec().bytes());
-      return bytes;
-    }()) << "trial " << trial;
+    EXPECT_EQ(rt.memory().stats().allocated,
+              [&] {
+                std::size_t bytes = 0;  // what is left: the summed gradients alone
+                for (const Tensor& t : out)
+                  if (t.defined()) bytes += rt.memory().rounded_size(t.spec().bytes());
+                return bytes;
+              }())
+        << "trial " << trial;
   }
 }
 
@@ -136,9 +139,9 @@ TEST(GradientBucketsTest, ABucketThatDoesNotFitIsAnOutOfMemoryErrorNamingIt) {
   options.budget = 64 << 10;
   Runtime rt(options);
   RankStep ranks(rt, nullptr);
-  const std::vector<TensorSpec> specs = {{{6000}}, {{6000}}};  // 24 KB each
+  const std::vector<TensorSpec> specs = {{{6000}}, {{6000}}};            // 24 KB each
   GradientBuckets buckets(rt, ranks, specs, {.bucket_bytes = 1 << 20});  // one bucket
-  const Tensor a = rt.constant(specs[0]), b = rt.constant(specs[1]);  // held: pinned
+  const Tensor a = rt.constant(specs[0]), b = rt.constant(specs[1]);     // held: pinned
   buckets.add(0, a);
   try {
     buckets.add(1, b);  // 48 KB of bucket beside 48 KB pinned

@@ -158,6 +158,11 @@ if [[ -x build/bin/nccl_collectives_test ]] && command -v mpirun >/dev/null 2>&1
    build/bin/nccl_collectives_test --probe >/dev/null; then
   step nccl_2_ranks env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     mpirun -np 2 --oversubscribe build/bin/nccl_collectives_test
+  # The trainer's gradient buckets summed by NCCL on device memory (Note [Buckets on the
+  # device]) against one process's two micro-batches, bit for bit, within each rank's budget.
+  step nccl_gpt_train_2_ranks env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    python3 examples/data_parallel_check.py build/bin/gpt_train "$(command -v mpirun)" \
+    --ranks 2 -- --backend cuda --steps 4 --batch 6 --bucket-bytes 256KiB
 else
   echo "== nccl_2_ranks: skipped (needs build/bin/nccl_collectives_test, mpirun and 2 GPUs)"
 fi

@@ -24,6 +24,9 @@
 #ifdef REMAT_EXAMPLES_HAVE_MPI
 #include "remat/mpi_collectives.h"
 #endif
+#ifdef REMAT_EXAMPLES_HAVE_NCCL
+#include "remat/nccl_collectives.h"
+#endif
 #include "remat/errors.h"
 #include "remat/step_planner.h"
 #include "remat/system_cuda.h"
@@ -44,7 +47,7 @@ class ModelProgram final : public TrainingProgram {
     std::vector<Param> params;         // with --zero 1, values only during a step, m and v unused
     std::vector<ParamShards> sharded;  // --zero 1
     std::vector<Tensor> buffers;
-    std::vector<TensorSpec> specs;     // the parameters' (their gradients')
+    std::vector<TensorSpec> specs;                         // the parameters' (their gradients')
     float loss = std::numeric_limits<float>::quiet_NaN();  // of the last step, where it ran
     std::size_t forward_bytes = 0;  // most non-pinned bytes after a forward pass
     GradientBucketStats buckets;    // summed over the steps that ran
@@ -90,10 +93,10 @@ class ModelProgram final : public TrainingProgram {
       return;
     }
     RankStep ranks(rt, config_.collectives);
-    GradientBuckets buckets(
-        rt, ranks, w.specs,
-        {.bucket_bytes = config_.bucket_bytes,
-         .scale = 1.0f / static_cast<float>(config_.shards())});
+    GradientBuckets buckets(rt, ranks, w.specs,
+                            {.bucket_bytes = config_.bucket_bytes,
+                             .scale = 1.0f / static_cast<float>(config_.shards()),
+                             .device = config_.device_collectives});
     float loss_sum = 0;
     ranks.run([&] {
       join_chunks(rt, w);
@@ -119,8 +122,7 @@ class ModelProgram final : public TrainingProgram {
   // This rank's micro-batches, one after the other: their gradients summed in order, the
   // last micro-batch's sums into `buckets` as its backward pass makes them; their losses
   // into `loss_sum`.
-  void micro_batches(Runtime& rt, Weights& w, int step, float& loss_sum,
-                     GradientBuckets& buckets) {
+  void micro_batches(Runtime& rt, Weights& w, int step, float& loss_sum, GradientBuckets& buckets) {
     std::vector<Tensor> sum(w.specs.size());
     for (int j = 0; j < config_.micro_batches; ++j) {
       float loss = std::numeric_limits<float>::quiet_NaN();
@@ -510,26 +512,56 @@ void print_json(const Model& model, const TrainConfig& config, const Comparison&
   std::cout << j.dump() << "\n";
 }
 
+// The collectives of this process's rank: over MPI, and over NCCL for CUDA tensors.
+struct RankEngines {
+  std::unique_ptr<Collectives> host;  // MPI_Finalize when it goes
+  std::unique_ptr<DeviceCollectives> device;
+};
+
+// --data-parallel on the CUDA backend, where this build has NCCL: rank r on device
+// (--cuda-device + r) % devices, its gradient buckets summed by NCCL (Note [Buckets on the
+// device] in driver/device_buckets.cc). Where no device is usable, nothing: run_main says so.
+absl::Status set_up_nccl(TrainConfig& config, RankEngines& engines) {
+#ifdef REMAT_EXAMPLES_HAVE_NCCL
+  std::shared_ptr<CudaApi> api = cuda_runtime_api();
+  int devices = 0;
+  if (config.backend() != Backend::kCuda || config.ranks() < 2 || api == nullptr ||
+      !api->device_count(&devices).ok() || devices == 0)
+    return absl::OkStatus();
+  int& device = config.driver.runtime.cuda.device;
+  device = (device + config.rank()) % devices;
+  absl::StatusOr<std::unique_ptr<DeviceCollectives>> d = nccl_collectives(*engines.host, device);
+  if (!d.ok()) return d.status();
+  engines.device = *std::move(d);
+  config.device_collectives = engines.device.get();
+#else
+  (void)config;
+  (void)engines;
+#endif
+  return absl::OkStatus();
+}
+
 // --data-parallel: this process as one rank of mpirun's (MPI), into `config`, with its budget
 // from --rank-budgets where given; then the model's check of the shard count. Ranks plan inside the
 // step, so that they follow the same plan from the same step (with estimated costs, each makes the
 // same one).
 absl::Status set_up_shards(const Model& model, bool data_parallel,
                            const std::vector<std::string>& rank_budgets, TrainConfig& config,
-                           std::unique_ptr<Collectives>& collectives) {
+                           RankEngines& engines) {
   if (data_parallel) {
 #ifdef REMAT_EXAMPLES_HAVE_MPI
     absl::StatusOr<std::unique_ptr<Collectives>> c = mpi_collectives(nullptr, nullptr);
     if (!c.ok()) return c.status();
-    collectives = *std::move(c);
+    engines.host = *std::move(c);
 #else
     return absl::FailedPreconditionError(
         "--data-parallel needs MPI, and this build has none (tools/setup.sh installs OpenMPI; "
         "configure again)");
 #endif
-    config.collectives = collectives.get();
-    config.driver.collectives = collectives.get();
+    config.collectives = engines.host.get();
+    config.driver.collectives = engines.host.get();
     config.driver.plan_in_background = false;
+    if (absl::Status st = set_up_nccl(config, engines); !st.ok()) return st;
   }
   if (!rank_budgets.empty()) {
     if (config.budget_fraction > 0)
@@ -568,9 +600,8 @@ int run_main(int argc, char** argv, Model& model) {
     std::cerr << model.name() << ": " << st.message() << "\n";
     return cli::kExitError;
   }
-  std::unique_ptr<Collectives> collectives;  // MPI_Finalize when it goes
-  if (absl::Status st =
-          set_up_shards(model, tf.data_parallel, tf.rank_budgets, config, collectives);
+  RankEngines engines;
+  if (absl::Status st = set_up_shards(model, tf.data_parallel, tf.rank_budgets, config, engines);
       !st.ok()) {
     std::cerr << model.name() << ": " << st.message() << "\n";
     return cli::kExitError;

@@ -104,6 +104,9 @@ struct TrainConfig {
   // Data parallel: a bucket of gradients closes at this many bytes, and its sum over the
   // ranks starts beside the rest of the backward pass (remat/gradient_buckets.h).
   std::size_t bucket_bytes = std::size_t{1} << 20;
+  // On the CUDA backend: the buckets' sums over NCCL, on device memory (null: through host
+  // memory and `collectives`).
+  DeviceCollectives* device_collectives = nullptr;
   int ranks() const { return collectives != nullptr ? collectives->size() : 1; }
   int rank() const { return collectives != nullptr ? collectives->rank() : 0; }
   int shards() const { return micro_batches * ranks(); }

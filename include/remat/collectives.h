@@ -48,6 +48,21 @@ class Collectives {
   virtual absl::StatusOr<std::int64_t> all_max(std::int64_t value) = 0;
 };
 
+// Collectives over device memory (an engine: remat/nccl_collectives.h). The calls enqueue
+// work on the given stream and return.
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sums the `n` floats at `data` (device memory) over the ranks, in place, each element in
+  // rank order, then multiplies each sum by `scale` (1: the sum itself; 1 / ranks: the
+  // mean), on `stream` (a cudaStream_t; null: the default stream).
+  virtual absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream) = 0;
+  // Every rank's `n` floats at `mine` into `all` (size() * n), in rank order, on `stream`.
+  virtual absl::Status all_gather(const float* mine, std::size_t n, float* all, void* stream) = 0;
+};
+
 // Where rank `rank`'s slice of `n` values split over `ranks` begins: the slice is
 // [slice_begin(n, rank, ranks), slice_begin(n, rank + 1, ranks)), the slices in rank order,
 // their sizes within one of each other. The engines' sums exchange such slices; a buffer

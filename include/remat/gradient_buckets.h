@@ -15,7 +15,10 @@
 //
 // A bucket's memory comes from the runtime's memory resource, within its budget: a bucket
 // is packed there when its last gradient comes (the gradients are then dropped), and the
-// memory is given back once its sum is done and the summed gradients are made from it.
+// memory is given back once its sum is done and the summed gradients are made from it. On
+// the CUDA backend with device collectives the bucket is device memory, packed and read on
+// the runtime's stream and summed on a stream of the buckets' own, ordered by events; with
+// none, it is packed into host memory.
 #ifndef REMAT_GRADIENT_BUCKETS_H_
 #define REMAT_GRADIENT_BUCKETS_H_
 
@@ -34,10 +37,15 @@ struct GradientBucketOptions {
   std::size_t bucket_bytes = std::size_t{1} << 20;
   // Each sum is multiplied by it (1 / shards: the mean over the shards of the batch).
   float scale = 1.0f;
+  // On the CUDA backend: the collectives over device memory (NCCL) the buckets are summed
+  // with, on a stream of their own, each bucket in device memory within the budget. Null:
+  // buckets go through host memory and the RankStep's collectives.
+  DeviceCollectives* device = nullptr;
 };
 
 // What a step's buckets did: how many, their bytes, the seconds the exchange thread spent in
-// sums, and the seconds finish() waited for them (what the backward pass did not hide).
+// sums (on CUDA: between events on the exchange stream), and the seconds finish() waited for
+// them (what the backward pass did not hide).
 struct GradientBucketStats {
   std::size_t buckets = 0;
   std::size_t bytes = 0;

@@ -5,12 +5,13 @@
 //
 //   auto host = remat::mpi_collectives(&argc, &argv);                     // mpirun's ranks
 //   auto gpus = remat::nccl_collectives(**host, (*host)->rank() % devices); // NCCL over them
-//   absl::Status st = (*gpus)->all_reduce_sum(grad, n, stream);           // on `stream`
+//   absl::Status st = (*gpus)->all_reduce_sum(grad, n, 1.0f, stream);     // on `stream`
 //
 // Sums are in rank order, as the host collectives' are (Note [Sums in rank order] in
 // collectives/mpi_collectives.cc), so one process adding the ranks' buffers in order gets
-// the same bits. The calls enqueue work on the given stream and return; one engine serves
-// one stream at a time (its exchange buffer is shared).
+// the same bits (DeviceCollectives, in remat/collectives.h). The calls enqueue work on the
+// given stream and return; one engine serves one stream at a time (its exchange buffer is
+// shared).
 #ifndef REMAT_NCCL_COLLECTIVES_H_
 #define REMAT_NCCL_COLLECTIVES_H_
 
@@ -23,18 +24,6 @@
 #include "remat/collectives.h"
 
 namespace remat {
-
-class DeviceCollectives {
- public:
-  virtual ~DeviceCollectives() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-  // Sums the `n` floats at `data` (device memory) over the ranks, in place, each element in
-  // rank order, on `stream` (a cudaStream_t; null: the default stream).
-  virtual absl::Status all_reduce_sum(float* data, std::size_t n, void* stream) = 0;
-  // Every rank's `n` floats at `mine` into `all` (size() * n), in rank order, on `stream`.
-  virtual absl::Status all_gather(const float* mine, std::size_t n, float* all, void* stream) = 0;
-};
 
 // NCCL over the processes of `bootstrap` (rank 0's unique id goes to every rank through it),
 // this process on CUDA device `device`. Errors name the CUDA or NCCL call.
