@@ -26,8 +26,8 @@ absl::StatusOr<NcclLibrary> open_nccl() {
   for (const char* name : {REMAT_NCCL_PATH, "libnccl.so.2"}) {
     if ((h = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
     const char* why = dlerror();
-    error += std::string(error.empty() ? "" : "; ") + name + ": " +
-             (why != nullptr ? why : "not found");
+    error +=
+        std::string(error.empty() ? "" : "; ") + name + ": " + (why != nullptr ? why : "not found");
   }
   if (h == nullptr) return absl::FailedPreconditionError("NCCL cannot be opened: " + error);
   NcclLibrary n;

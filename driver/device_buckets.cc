@@ -68,8 +68,7 @@ void GradientBuckets::Impl::open_device() {
   check(api->stream_create(&stream), "cudaStreamCreate");
   zero_floats = std::size_t{1} << 16;
   void* p = nullptr;
-  check(api->malloc_host(&p, (zero_floats + 2 * buckets.size()) * sizeof(float)),
-        "cudaMallocHost");
+  check(api->malloc_host(&p, (zero_floats + 2 * buckets.size()) * sizeof(float)), "cudaMallocHost");
   pinned = static_cast<float*>(p);
   std::memset(pinned, 0, (zero_floats + 2 * buckets.size()) * sizeof(float));
   for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -108,14 +107,13 @@ void GradientBuckets::Impl::pack_on_device(Bucket& k) {
       continue;
     }
     const void* src = rt.data(k.pending[s]);  // no runtime call before the copy below
-    check(api->memcpy_async(dst, src, n * sizeof(float), CudaCopy::kDeviceToDevice,
-                            runtime_stream),
+    check(api->memcpy_async(dst, src, n * sizeof(float), CudaCopy::kDeviceToDevice, runtime_stream),
           "cudaMemcpyAsync");
     k.pending[s] = Tensor();  // the bucket holds it now
   }
   *k.flag_in = 0.0f;
-  check(api->memcpy_async(k.data() + k.floats, k.flag_in, sizeof(float),
-                          CudaCopy::kHostToDevice, runtime_stream),
+  check(api->memcpy_async(k.data() + k.floats, k.flag_in, sizeof(float), CudaCopy::kHostToDevice,
+                          runtime_stream),
         "cudaMemcpyAsync");
 }
 
@@ -124,8 +122,8 @@ void GradientBuckets::Impl::send_failed_on_device(Bucket& k) {
   check(api->malloc(&k.unbudgeted, k.bytes()), "cudaMalloc");
   copy_zeros(k.data(), k.floats, stream);
   *k.flag_in = 1.0f;
-  check(api->memcpy_async(k.data() + k.floats, k.flag_in, sizeof(float),
-                          CudaCopy::kHostToDevice, stream),
+  check(api->memcpy_async(k.data() + k.floats, k.flag_in, sizeof(float), CudaCopy::kHostToDevice,
+                          stream),
         "cudaMemcpyAsync");
 }
 
@@ -138,8 +136,8 @@ void GradientBuckets::Impl::exchange_on_device(Bucket& k) {
   check(api->stream_wait_event(stream, k.packed), "cudaStreamWaitEvent");
   check(api->event_record(k.begun, stream), "cudaEventRecord");
   k.status = options.device->all_reduce_sum(k.data(), k.floats + 1, options.scale, stream);
-  check(api->memcpy_async(k.flag_out, k.data() + k.floats, sizeof(float),
-                          CudaCopy::kDeviceToHost, stream),
+  check(api->memcpy_async(k.flag_out, k.data() + k.floats, sizeof(float), CudaCopy::kDeviceToHost,
+                          stream),
         "cudaMemcpyAsync");
   check(api->event_record(k.summed, stream), "cudaEventRecord");
 }
@@ -170,8 +168,8 @@ void GradientBuckets::Impl::unpack_on_device(Bucket& k, std::vector<Tensor>& out
     // ordered before any kernel that reads it, on the same stream.
     void* dst = const_cast<void*>(rt.data(g));
     DeviceScope scope(*api, device);
-    check(api->memcpy_async(dst, k.data() + k.offsets[s], spec.bytes(),
-                            CudaCopy::kDeviceToDevice, rt.stream()),
+    check(api->memcpy_async(dst, k.data() + k.offsets[s], spec.bytes(), CudaCopy::kDeviceToDevice,
+                            rt.stream()),
           "cudaMemcpyAsync");
     out[k.params[s]] = std::move(g);
   }

@@ -141,8 +141,8 @@ TEST(DeviceBucketsTest, SumsOnTheirOwnStreamWithTheBitsOfTheHostAndNoRaces) {
   for (std::size_t i = 0; i < p.specs.size(); ++i) {
     const std::vector<float> got = read_all(rt, out[i]);
     for (std::size_t j = 0; j < got.size(); ++j) {
-      const float sum = (want[i][j] + SimulatedTwoRanks::other(at[i].first + j, at[i].second)) *
-                        kScale;
+      const float sum =
+          (want[i][j] + SimulatedTwoRanks::other(at[i].first + j, at[i].second)) * kScale;
       ASSERT_EQ(got[j], sum) << "gradient " << i << " element " << j;
     }
   }
@@ -156,7 +156,7 @@ TEST(DeviceBucketsTest, ABucketThatDoesNotFitIsAnOutOfMemoryErrorNamingIt) {
   Runtime rt(on_sim(sim, (std::size_t{64} << 10) + (std::size_t{200} << 10)));
   SimulatedTwoRanks nccl(sim.get());
   RankStep ranks(rt, nullptr);
-  const std::vector<TensorSpec> specs = {{{20000}}, {{20000}}};  // 80 KB each
+  const std::vector<TensorSpec> specs = {{{20000}}, {{20000}}};       // 80 KB each
   const Tensor a = rt.constant(specs[0]), b = rt.constant(specs[1]);  // pinned
   GradientBuckets buckets(rt, ranks, specs, {.bucket_bytes = 1 << 20, .device = &nccl});
   buckets.add(0, a);

@@ -48,10 +48,10 @@ struct GradientBuckets::Impl {
     std::vector<Tensor> pending;       // per slot: gradients waiting for the bucket to fill
     std::vector<bool> came;            // per slot
     std::size_t arrived = 0;
-    void* memory = nullptr;     // from the runtime's memory resource (CPU, simulated, CUDA)
+    void* memory = nullptr;      // from the runtime's memory resource (CPU, simulated, CUDA)
     void* unbudgeted = nullptr;  // CUDA: a failed rank's device memory, outside the budget
-    std::vector<float> host;    // CUDA without device collectives, or a failed rank's zeros
-    absl::Status status;        // the exchange's (on the host: written on the exchange thread)
+    std::vector<float> host;     // CUDA without device collectives, or a failed rank's zeros
+    absl::Status status;         // the exchange's (on the host: written on the exchange thread)
     double exchange_seconds = 0;
     // CUDA with device collectives: the flag sent and the one summed (pinned host memory),
     // and the events that order the bucket's packing, its sum and its reading (Note

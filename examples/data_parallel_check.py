@@ -7,7 +7,8 @@ Runs TRAINER --micro-batches N in one process, then mpirun -np N TRAINER --data-
 with --zero 0 and --zero 1 (each rank's output in a file of its own: long JSON lines from
 several ranks interleave on one pipe), unconstrained and at --budget-fraction 0.5. Every
 rank must end with the losses and the final parameters' hash of the one process, bit for
-bit, and within its budget; with --zero 1 a rank's pinned bytes must fall by at least
+bit, and within its budget, the ranks evicting and recomputing alike; with --zero 1 a
+rank's pinned bytes must fall by at least
 --min-state-fall of the optimizer state it holds with --zero 0. Exits 1 naming what
 differs. ctest runs it (examples/CMakeLists.txt).
 """
@@ -89,11 +90,13 @@ def main():
             sys.exit(f"data_parallel_check: the one process did not fit: {one.get('error')}")
         pinned = {}
         for zero in ("0", "1"):
-            for r in ranks_json(a.mpirun, a.ranks, cmd + ["--zero", zero], env):
+            results = ranks_json(a.mpirun, a.ranks, cmd + ["--zero", zero], env)
+            for r in results:
                 what = (f"rank {r.get('rank')} of {r.get('ranks')} --zero {zero} "
                         f"{' '.join(budget) or 'unconstrained'}")
                 failed |= not check_rank(r, one, what)
                 pinned[(zero, r.get("rank"))] = r
+            failed |= not check_same_decisions(results, f"--zero {zero} {' '.join(budget)}")
         for rank in range(a.ranks):
             z0, z1 = pinned[("0", rank)], pinned[("1", rank)]
             fall = z0["param_and_state_bytes"] - z1["param_and_state_bytes"]
@@ -106,6 +109,16 @@ def main():
     if a.short_last_rank:
         failed |= not check_short_rank(a, extra, env)
     sys.exit(1 if failed else 0)
+
+
+def check_same_decisions(results, what):
+    """Every rank evicted and recomputed the same (Note [Ranks that agree]): none waits on
+    another's recomputation."""
+    decisions = {(r["evictions"], r["recomputations"], r["peak_reserved_bytes"]) for r in results}
+    if len(decisions) == 1:
+        return True
+    print(f"{what}: the ranks' evictions, recomputations and peaks differ: {sorted(decisions)}")
+    return False
 
 
 def check_short_rank(a, extra, env):

@@ -64,8 +64,10 @@ void ParamShards::update(Runtime& rt, RankStep& ranks, const Tensor& grad, const
 }
 
 // Every rank's updated chunk, in rank order, replacing the chunks this rank held (the old
-// constants go once nothing reads them). Chunks are gathered padded to the longest; one
-// rank alone has nothing to gather.
+// constants go once nothing reads them), its own too: every rank then makes and frees the
+// same sizes in the same order, so that the ranks' memory is laid out alike and their
+// eviction decisions agree (Note [Ranks that agree] in driver/data_parallel.cc). Chunks are
+// gathered padded to the longest; one rank alone has nothing to gather.
 void ParamShards::gather(Runtime& rt, RankStep& ranks) {
   const bool runs = rt.options().backend != Backend::kSimulated;
   if (runs && !ranks.exchanges()) return;
@@ -76,10 +78,8 @@ void ParamShards::gather(Runtime& rt, RankStep& ranks) {
   if (runs) ranks.run([&] { rt.read(chunks_[static_cast<std::size_t>(own_)], own.data()); });
   const std::vector<float> all = ranks.all_gather(own);
   ranks.run([&] {
-    for (std::size_t r = 0; r < chunks_.size(); ++r) {
-      if (static_cast<int>(r) == own_) continue;
+    for (std::size_t r = 0; r < chunks_.size(); ++r)
       chunks_[r] = rt.constant(chunks_[r].spec(), runs ? all.data() + r * stride : nullptr);
-    }
   });
 }
 

@@ -1,8 +1,8 @@
 // cuBLAS on the host: the calls kernels/cuda/cuda_blas.cu makes, with GEMM by OpenBLAS.
-#include <cblas.h>
 
 #include <cstdint>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cuda/host/include/cublas_v2.h"
 
 const char* cublasGetStatusName(cublasStatus_t status) {
@@ -54,8 +54,10 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
   if (handle == nullptr || m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  cblas_sgemm(CblasColMajor, transa == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
-              transb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans, m, n, k, *alpha, a, lda, b, ldb,
-              *beta, c, ldc);
+  // Column-major C = op(A) op(B) is row-major C = op(B) op(A) on the same memory, which is
+  // what cblas does with CblasColMajor; through blas_sgemm, a fork() on another thread
+  // waits for the product (Note [BLAS across fork] in kernels/cpu/blas.cc).
+  remat::kernels::cpu::blas_sgemm(transb == CUBLAS_OP_T, transa == CUBLAS_OP_T, n, m, k, *alpha, b,
+                                  ldb, a, lda, *beta, c, ldc);
   return CUBLAS_STATUS_SUCCESS;
 }
