@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 
 #include "collectives/nccl_library.h"
 #include "collectives/rank_order_sum.h"
@@ -39,7 +40,13 @@ class Nccl final : public DeviceCollectives {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream) override;
+  absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream,
+                              std::span<float> scratch) override;
+  // Rank r's slice of every rank's buffer, in rank order.
+  std::size_t sum_scratch_floats(std::size_t n) const override {
+    return size_ == 1 ? 0
+                      : (begin(n, rank_ + 1) - begin(n, rank_)) * static_cast<std::size_t>(size_);
+  }
   absl::Status all_gather(const float* mine, std::size_t n, float* all, void* stream) override {
     return nccl_status(nccl_, nccl_.all_gather(mine, all, n, ncclFloat, comm_, as_stream(stream)),
                        "ncclAllGather");
@@ -49,14 +56,14 @@ class Nccl final : public DeviceCollectives {
   static cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
   std::size_t begin(std::size_t n, int r) const { return slice_begin(n, r, size_); }
   absl::Status reserve_scratch(std::size_t floats);
-  // Rank r's slice of every rank's `data` into scratch_ (rank order), and back.
-  absl::Status exchange_slices(float* data, std::size_t n, cudaStream_t stream);
+  // Rank r's slice of every rank's `data` into `scratch` (rank order), and back.
+  absl::Status exchange_slices(float* data, std::size_t n, float* scratch, cudaStream_t stream);
   absl::Status gather_sums(float* data, std::size_t n, cudaStream_t stream);
 
   const detail::NcclLibrary& nccl_;
   ncclComm_t comm_;
   int rank_, size_;
-  float* scratch_ = nullptr;  // outside any budget: NCCL's exchange buffer
+  float* scratch_ = nullptr;  // outside any budget: where callers pass no scratch
   std::size_t scratch_floats_ = 0;
 };
 
@@ -73,14 +80,15 @@ absl::Status Nccl::reserve_scratch(std::size_t floats) {
   return absl::OkStatus();
 }
 
-absl::Status Nccl::exchange_slices(float* data, std::size_t n, cudaStream_t stream) {
+absl::Status Nccl::exchange_slices(float* data, std::size_t n, float* scratch,
+                                   cudaStream_t stream) {
   const std::size_t mine = begin(n, rank_ + 1) - begin(n, rank_);
   if (absl::Status st = nccl_status(nccl_, nccl_.group_start(), "ncclGroupStart"); !st.ok())
     return st;
   for (int r = 0; r < size_; ++r) {
     const std::size_t len = begin(n, r + 1) - begin(n, r);
     nccl_.send(data + begin(n, r), len, ncclFloat, r, comm_, stream);
-    nccl_.recv(scratch_ + static_cast<std::size_t>(r) * mine, mine, ncclFloat, r, comm_, stream);
+    nccl_.recv(scratch + static_cast<std::size_t>(r) * mine, mine, ncclFloat, r, comm_, stream);
   }
   return nccl_status(nccl_, nccl_.group_end(), "ncclGroupEnd (exchanging slices)");
 }
@@ -97,25 +105,29 @@ absl::Status Nccl::gather_sums(float* data, std::size_t n, cudaStream_t stream) 
   return nccl_status(nccl_, nccl_.group_end(), "ncclGroupEnd (gathering sums)");
 }
 
-// A rank whose scratch or kernel launch fails here returns before the exchanges its peers
-// wait in; the engine is not yet used by training (docs/data_parallel.md).
-
-absl::Status Nccl::all_reduce_sum(float* data, std::size_t n, float scale, void* stream_ptr) {
+// A rank whose kernel launch fails still makes the gather its peers wait in, and returns the
+// launch's error after it. Scratch the caller passes (a gradient bucket's, within its
+// budget) cannot fail; the engine's own scratch can, and returns at once: a caller with
+// several ranks passes scratch.
+absl::Status Nccl::all_reduce_sum(float* data, std::size_t n, float scale, void* stream_ptr,
+                                  std::span<float> scratch) {
   const cudaStream_t stream = as_stream(stream_ptr);
   if (n == 0 || (size_ == 1 && scale == 1.0f)) return absl::OkStatus();
   if (size_ == 1)
     return cuda_status(detail::launch_rank_order_sum(data, 1, n, scale, data, stream),
                        "rank_order_sum kernel launch");
   const std::size_t at = begin(n, rank_), mine = begin(n, rank_ + 1) - at;
-  if (absl::Status st = reserve_scratch(mine * static_cast<std::size_t>(size_)); !st.ok())
-    return st;
-  if (absl::Status st = exchange_slices(data, n, stream); !st.ok()) return st;
-  if (absl::Status st = cuda_status(
-          detail::launch_rank_order_sum(scratch_, size_, mine, scale, data + at, stream),
-          "rank_order_sum kernel launch");
-      !st.ok())
-    return st;
-  return gather_sums(data, n, stream);
+  float* work = scratch.data();
+  if (scratch.size() < sum_scratch_floats(n)) {
+    if (absl::Status st = reserve_scratch(sum_scratch_floats(n)); !st.ok()) return st;
+    work = scratch_;
+  }
+  if (absl::Status st = exchange_slices(data, n, work, stream); !st.ok()) return st;
+  const absl::Status launched =
+      cuda_status(detail::launch_rank_order_sum(work, size_, mine, scale, data + at, stream),
+                  "rank_order_sum kernel launch");
+  const absl::Status gathered = gather_sums(data, n, stream);
+  return launched.ok() ? gathered : launched;
 }
 
 // Every rank learns whether any failed before the next exchange: a rank that returned alone

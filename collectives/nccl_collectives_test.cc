@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,21 +48,26 @@ struct DeviceBuffer {
   void* p = nullptr;
 };
 
+// With the engine's own scratch and with the caller's (a gradient bucket's, in its budget).
 TEST(NcclCollectivesTest, SumsEveryElementInRankOrderOnEveryRank) {
-  for (const float scale : {1.0f, 0.5f}) {
-    for (std::size_t n : {1u, 7u, 100003u}) {
-      DeviceBuffer d(n);
-      d.fill(inputs(host->rank(), n));
-      ASSERT_TRUE(gpus->all_reduce_sum(d.data(), n, scale, nullptr).ok());
-      std::vector<float> want = inputs(0, n);
-      for (int r = 1; r < host->size(); ++r) {
-        const std::vector<float> x = inputs(r, n);
-        for (std::size_t i = 0; i < n; ++i) want[i] += x[i];
+  for (const bool given_scratch : {false, true}) {
+    for (const float scale : {1.0f, 0.5f}) {
+      for (std::size_t n : {1u, 7u, 100003u}) {
+        DeviceBuffer d(n), scratch(gpus->sum_scratch_floats(n));
+        d.fill(inputs(host->rank(), n));
+        const std::span<float> s =
+            given_scratch ? std::span<float>(scratch.data(), scratch.n) : std::span<float>();
+        ASSERT_TRUE(gpus->all_reduce_sum(d.data(), n, scale, nullptr, s).ok());
+        std::vector<float> want = inputs(0, n);
+        for (int r = 1; r < host->size(); ++r) {
+          const std::vector<float> x = inputs(r, n);
+          for (std::size_t i = 0; i < n; ++i) want[i] += x[i];
+        }
+        for (float& w : want) w *= scale;
+        const std::vector<float> got = d.value();
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+            << "n = " << n << ", scale " << scale << (given_scratch ? ", scratch given" : "");
       }
-      for (float& w : want) w *= scale;
-      const std::vector<float> got = d.value();
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
-          << "n = " << n << ", scale " << scale;
     }
   }
 }

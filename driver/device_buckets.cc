@@ -17,8 +17,9 @@
 //     valid in that stream's order) into the bucket, and the flag from the host; the
 //     gradients are then dropped, their memory reused in that same stream's order;
 //   - event `packed` on the runtime's stream; the exchange stream waits for it, records
-//     `begun`, enqueues the sum (which multiplies by the scale), copies the summed flag to
-//     the host, and records `summed`;
+//     `begun`, enqueues the sum (which multiplies by the scale, and works in scratch the
+//     engine asks for, after the flag in the bucket's memory: within the budget too),
+//     copies the summed flag to the host, and records `summed`;
 //   - finish() waits for `summed` on the host (the wait the backward pass did not hide),
 //     reads the flag, makes the runtime's stream wait for `summed`, and copies each summed
 //     gradient into a new constant on the runtime's stream;
@@ -74,6 +75,7 @@ void GradientBuckets::Impl::open_device() {
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     buckets[b].flag_in = pinned + zero_floats + 2 * b;
     buckets[b].flag_out = buckets[b].flag_in + 1;
+    buckets[b].scratch = options.device->sum_scratch_floats(buckets[b].floats + 1);
   }
 }
 
@@ -135,7 +137,8 @@ void GradientBuckets::Impl::exchange_on_device(Bucket& k) {
   check(api->event_record(k.packed, rt.stream()), "cudaEventRecord");
   check(api->stream_wait_event(stream, k.packed), "cudaStreamWaitEvent");
   check(api->event_record(k.begun, stream), "cudaEventRecord");
-  k.status = options.device->all_reduce_sum(k.data(), k.floats + 1, options.scale, stream);
+  k.status = options.device->all_reduce_sum(k.data(), k.floats + 1, options.scale, stream,
+                                            {k.data() + k.floats + 1, k.scratch});
   check(api->memcpy_async(k.flag_out, k.data() + k.floats, sizeof(float), CudaCopy::kDeviceToHost,
                           stream),
         "cudaMemcpyAsync");
@@ -150,9 +153,6 @@ bool GradientBuckets::Impl::wait_on_device(Bucket& k) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   float ms = 0;
   if (api->event_elapsed_ms(&ms, k.begun, k.summed).ok()) stats.exchange_seconds += ms / 1e3;
-  if (!k.status.ok())
-    throw std::runtime_error(absl::StrCat("rank ", options.device->rank(), " of ",
-                                          options.device->size(), ": ", k.status.message()));
   check(api->stream_wait_event(rt.stream(), k.summed), "cudaStreamWaitEvent");
   return *k.flag_out > 0.0f;
 }

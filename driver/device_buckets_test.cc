@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,8 @@ namespace remat {
 namespace {
 
 // Rank 0 of two on the simulated device; rank 1's buffer holds other(i, n) (zero in the
-// last element, the failed flag). The sum runs as a kernel of the given stream.
+// last element, the failed flag). The sum runs as a kernel of the given stream, in the
+// scratch the buckets give it (inside the bucket's budgeted memory).
 class SimulatedTwoRanks final : public DeviceCollectives {
  public:
   explicit SimulatedTwoRanks(SimulatedCuda* sim) : sim_(sim) {}
@@ -30,13 +32,18 @@ class SimulatedTwoRanks final : public DeviceCollectives {
   static float other(std::size_t i, std::size_t n) {
     return i + 1 == n ? 0.0f : 0.125f * static_cast<float>(i % 7) - 0.3f;
   }
-  absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream) override {
-    const DeviceRange range{data, n * sizeof(float)};
+  // Rank 1's buffer arrives in the scratch, as NCCL's slices do.
+  std::size_t sum_scratch_floats(std::size_t n) const override { return n; }
+  absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream,
+                              std::span<float> scratch) override {
+    if (scratch.size() < n) return absl::InvalidArgumentError("no scratch given");
+    const DeviceRange ranges[] = {{data, n * sizeof(float)}, {scratch.data(), n * sizeof(float)}};
     ++sums;
-    const CudaResult r = sim_->launch(static_cast<CudaStream>(stream), 20000, {&range, 1},
-                                      {&range, 1}, [data, n, scale] {
+    const CudaResult r = sim_->launch(static_cast<CudaStream>(stream), 20000, {ranges, 1}, ranges,
+                                      [data, s = scratch.data(), n, scale] {
+                                        for (std::size_t i = 0; i < n; ++i) s[i] = other(i, n);
                                         for (std::size_t i = 0; i < n; ++i)
-                                          data[i] = (data[i] + other(i, n)) * scale;
+                                          data[i] = (data[i] + s[i]) * scale;
                                       });
     return r.ok() ? absl::OkStatus() : absl::InternalError(r.message);
   }

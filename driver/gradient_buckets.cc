@@ -183,18 +183,28 @@ void GradientBuckets::Impl::exchange(Bucket& k) {
   k.exchange_seconds = seconds_since(t0);
 }
 
-// Waits for bucket `b`'s sum; returns whether any rank's flag came back set.
+// Waits for bucket `b`'s sum; returns whether any rank's flag came back set. An exchange
+// that failed here is kept in `ranks` as this rank's error (the step's next agreement throws
+// it on every rank), so that this rank still makes the exchanges its peers wait in.
 bool GradientBuckets::Impl::wait(Bucket& k, std::size_t b) {
-  if (on_device()) return wait_on_device(k);
-  if (thread == nullptr) return false;
-  const auto t0 = std::chrono::steady_clock::now();
-  thread->wait_for(b + 1);
-  stats.wait_seconds += seconds_since(t0);
-  stats.exchange_seconds += k.exchange_seconds;
-  if (!k.status.ok())
-    throw std::runtime_error(absl::StrCat("rank ", ranks.collectives()->rank(), " of ",
-                                          ranks.collectives()->size(), ": ", k.status.message()));
-  return k.data()[k.floats] > 0.0f;
+  bool flagged = false;
+  if (on_device()) {
+    flagged = wait_on_device(k);
+  } else if (thread != nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
+    thread->wait_for(b + 1);
+    stats.wait_seconds += seconds_since(t0);
+    stats.exchange_seconds += k.exchange_seconds;
+    flagged = k.status.ok() && k.data()[k.floats] > 0.0f;
+  }
+  if (!k.status.ok()) {
+    const int rank = on_device() ? options.device->rank() : ranks.collectives()->rank();
+    const int size = on_device() ? options.device->size() : ranks.collectives()->size();
+    ranks.run([&] {
+      throw std::runtime_error(absl::StrCat("rank ", rank, " of ", size, ": ", k.status.message()));
+    });
+  }
+  return flagged;
 }
 
 void GradientBuckets::Impl::unpack(Bucket& k, std::vector<Tensor>& out) {

@@ -45,6 +45,7 @@ struct GradientBuckets::Impl {
     std::vector<std::size_t> params;   // in the order the bucket holds them
     std::vector<std::size_t> offsets;  // floats before each
     std::size_t floats = 0;            // the values, without the flag after them
+    std::size_t scratch = 0;           // device collectives' scratch after the flag (floats)
     std::vector<Tensor> pending;       // per slot: gradients waiting for the bucket to fill
     std::vector<bool> came;            // per slot
     std::size_t arrived = 0;
@@ -64,7 +65,7 @@ struct GradientBuckets::Impl {
       if (unbudgeted != nullptr) return static_cast<float*>(unbudgeted);
       return host.data();
     }
-    std::size_t bytes() const { return (floats + 1) * sizeof(float); }
+    std::size_t bytes() const { return (floats + 1 + scratch) * sizeof(float); }
   };
 
   Impl(Runtime& r, RankStep& s, std::vector<TensorSpec> sp, GradientBucketOptions o)

@@ -125,6 +125,7 @@ class OnePeer final : public Collectives {
   int size() const override { return 2; }
   std::string engine() const override { return "one peer"; }
   absl::Status all_reduce_sum(std::span<float> data) override {
+    if (fail_sums) return absl::UnavailableError("the network went away");
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     for (std::size_t i = 0; i + 1 < data.size(); ++i) data[i] += peer(i);  // the flag: 0
     ++sums;
@@ -136,6 +137,7 @@ class OnePeer final : public Collectives {
   absl::Status broadcast(std::span<std::byte>, int) override { return absl::OkStatus(); }
   absl::StatusOr<std::int64_t> all_max(std::int64_t value) override { return value; }
   std::atomic<int> sums = 0;
+  bool fail_sums = false;
 };
 
 TEST(GradientBucketsTest, SumsOnTheExchangeThreadBesideTheWork) {
@@ -177,6 +179,28 @@ TEST(GradientBucketsTest, SumsOnTheExchangeThreadBesideTheWork) {
         ASSERT_EQ(got[j], (values[i][j] + OnePeer::peer(offset[i] + j)) * 0.5f)
             << "trial " << trial << " gradient " << i << " element " << j;
     }
+  }
+}
+
+// An exchange that fails on this rank is kept as its error, and finish() returns, so that
+// the rank still makes the agreement its peers wait in; agree() then throws it.
+TEST(GradientBucketsTest, AnExchangeThatFailsHereIsThrownAtTheNextAgreement) {
+  Runtime rt(RuntimeOptions{});
+  OnePeer peer;
+  peer.fail_sums = true;
+  RankStep ranks(rt, &peer);
+  const std::vector<TensorSpec> specs = {{{100}}, {{200}}};
+  GradientBuckets buckets(rt, ranks, specs, {.bucket_bytes = 1});
+  ranks.run([&] {
+    for (std::size_t i : {1u, 0u}) buckets.add(i, rt.constant(specs[i]));
+  });
+  EXPECT_NO_THROW(buckets.finish());
+  EXPECT_TRUE(ranks.failed());
+  try {
+    ranks.agree();
+    ADD_FAILURE() << "agree() went on";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the network went away"), std::string::npos) << e.what();
   }
 }
 

@@ -57,8 +57,12 @@ class DeviceCollectives {
   virtual int size() const = 0;
   // Sums the `n` floats at `data` (device memory) over the ranks, in place, each element in
   // rank order, then multiplies each sum by `scale` (1: the sum itself; 1 / ranks: the
-  // mean), on `stream` (a cudaStream_t; null: the default stream).
-  virtual absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream) = 0;
+  // mean), on `stream` (a cudaStream_t; null: the default stream). The engine works in
+  // `scratch` (device memory, free until the sum ends on `stream`) where it holds
+  // sum_scratch_floats(n); with less, in memory of its own, outside any budget.
+  virtual absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream,
+                                      std::span<float> scratch) = 0;
+  virtual std::size_t sum_scratch_floats(std::size_t n) const = 0;
   // Every rank's `n` floats at `mine` into `all` (size() * n), in rank order, on `stream`.
   virtual absl::Status all_gather(const float* mine, std::size_t n, float* all, void* stream) = 0;
 };

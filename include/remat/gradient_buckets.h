@@ -74,7 +74,9 @@ class GradientBuckets {
   // that have not started (with this rank's failed flag; the gradients that never came
   // count as zeros), waits for every sum, and returns the gradients summed over the ranks
   // and scaled, undefined for those that never came. Where any rank's flag came back set,
-  // every rank throws the first failing rank's error (RankStep::agree).
+  // every rank throws the first failing rank's error (RankStep::agree). An exchange that
+  // failed on this rank is kept in the RankStep, which the step's next agree() throws on
+  // every rank.
   std::vector<Tensor> finish();
 
   std::size_t buckets() const;

@@ -5,7 +5,7 @@
 //
 //   auto host = remat::mpi_collectives(&argc, &argv);                     // mpirun's ranks
 //   auto gpus = remat::nccl_collectives(**host, (*host)->rank() % devices); // NCCL over them
-//   absl::Status st = (*gpus)->all_reduce_sum(grad, n, 1.0f, stream);     // on `stream`
+//   absl::Status st = (*gpus)->all_reduce_sum(grad, n, 1.0f, stream, {}); // on `stream`
 //
 // Sums are in rank order, as the host collectives' are (Note [Sums in rank order] in
 // collectives/mpi_collectives.cc), so one process adding the ranks' buffers in order gets
