@@ -384,8 +384,9 @@ void write_all(int fd, const std::vector<int>& words) {
 }
 
 // Reads the child's reply until it closes the pipe or the deadline passes, when the child
-// is killed (*killed). Reaps the child either way.
-std::vector<int> collect_reply(int fd, pid_t pid, double seconds, bool* killed) {
+// is killed (*killed). Reaps the child either way; *signal is the signal that ended it
+// otherwise (0: it exited).
+std::vector<int> collect_reply(int fd, pid_t pid, double seconds, bool* killed, int* signal) {
   std::vector<char> buf;
   Deadline hard(seconds);
   *killed = false;
@@ -407,6 +408,7 @@ std::vector<int> collect_reply(int fd, pid_t pid, double seconds, bool* killed) 
   close(fd);
   int wstatus = 0;
   waitpid(pid, &wstatus, 0);
+  *signal = !*killed && WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
   std::vector<int> out(buf.size() / sizeof(int));
   if (!out.empty()) std::memcpy(out.data(), buf.data(), out.size() * sizeof(int));
   return out;
@@ -414,6 +416,7 @@ std::vector<int> collect_reply(int fd, pid_t pid, double seconds, bool* killed) 
 
 struct SolveResult {
   bool killed = false;
+  int signal = 0;          // the signal the solving child died of (CBC crashed), or 0
   std::vector<int> reply;  // as run_cbc returns it
 };
 
@@ -440,13 +443,17 @@ absl::StatusOr<SolveResult> solve_with_cbc(const CheckmateModel& cm, const PlanO
   }
   close(fds[1]);
   SolveResult result;
-  result.reply = collect_reply(fds[0], pid, std::max(left, 0.1) + 0.3, &result.killed);
+  result.reply =
+      collect_reply(fds[0], pid, std::max(left, 0.1) + 0.3, &result.killed, &result.signal);
   return result;
 }
 
 void decode_schedule(const SolveResult& r, const PlanOptions& opt, RawPlan* plan) {
   const std::vector<int>& out = r.reply;
-  if (r.killed || out.size() < 2) {
+  if (r.signal != 0) {
+    plan->note = absl::StrCat("checkmate: CBC crashed solving the MILP (signal ", r.signal, ", ",
+                              strsignal(r.signal), ")");
+  } else if (r.killed || out.size() < 2) {
     plan->note = absl::StrCat("checkmate: no solution within the time limit of ",
                               opt.time_limit_seconds, " s (the root LP did not finish)");
   } else if (out[0] == 0) {
