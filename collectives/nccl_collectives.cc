@@ -42,10 +42,11 @@ class Nccl final : public DeviceCollectives {
 
   absl::Status all_reduce_sum(float* data, std::size_t n, float scale, void* stream,
                               std::span<float> scratch) override;
-  // Rank r's slice of every rank's buffer, in rank order.
+  // Rank r's slice of every rank's buffer, in rank order: asked for as the longest slice on
+  // every rank, so that ranks lay their memory out alike (Note [Ranks that agree]).
   std::size_t sum_scratch_floats(std::size_t n) const override {
-    return size_ == 1 ? 0
-                      : (begin(n, rank_ + 1) - begin(n, rank_)) * static_cast<std::size_t>(size_);
+    const auto ranks = static_cast<std::size_t>(size_);
+    return size_ == 1 ? 0 : (n + ranks - 1) / ranks * ranks;
   }
   absl::Status all_gather(const float* mine, std::size_t n, float* all, void* stream) override {
     return nccl_status(nccl_, nccl_.all_gather(mine, all, n, ncclFloat, comm_, as_stream(stream)),

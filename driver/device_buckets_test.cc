@@ -158,6 +158,63 @@ TEST(DeviceBucketsTest, SumsOnTheirOwnStreamWithTheBitsOfTheHostAndNoRaces) {
   EXPECT_GT(s.exchange_seconds, 0.0) << "the exchange stream's events measured the sums";
 }
 
+// A loop that keeps one DeviceExchange: its second step creates no stream, event or pinned
+// memory, and frees no pinned memory (which would wait for the whole device).
+TEST(DeviceBucketsTest, StepsSharingAnExchangeMakeItsStreamAndBuffersOnce) {
+  const Program p;
+  auto sim = std::make_shared<SimulatedCuda>();
+  RuntimeOptions o = on_sim(sim, std::size_t{64} << 20);
+  o.cuda.launch = host_kernels_on(sim);
+  Runtime rt(o);
+  SimulatedTwoRanks nccl(sim.get());
+  std::shared_ptr<DeviceExchange> exchange = make_device_exchange();
+  auto step = [&] {
+    RankStep ranks(rt, nullptr);
+    GradientBuckets buckets(rt, ranks, p.specs,
+                            {.bucket_bytes = 200, .device = &nccl, .exchange = exchange});
+    backward(rt, p, [&](std::size_t i, Tensor g) { buckets.add(i, std::move(g)); });
+    return buckets.finish();
+  };
+  step();
+  const auto count = [&] {
+    return std::vector<std::size_t>{
+        sim->calls(SimulatedCall::kStreamCreate), sim->calls(SimulatedCall::kEventCreate),
+        sim->calls(SimulatedCall::kMallocHost), sim->calls(SimulatedCall::kFreeHost),
+        sim->calls(SimulatedCall::kStreamDestroy)};
+  };
+  const std::vector<std::size_t> after_one = count();
+  EXPECT_GE(after_one[0], 1u);
+  step();
+  EXPECT_EQ(count(), after_one);
+  EXPECT_TRUE(sim->races().empty());
+}
+
+// The step driver reruns a step on the simulated backend to record, screen and place it: its
+// buckets must ask the budget for what the device's do, the scratch included.
+TEST(DeviceBucketsTest, TheSimulatedBackendAsksForWhatTheDeviceDoes) {
+  auto run = [](bool on_device) {
+    auto sim = std::make_shared<SimulatedCuda>();
+    RuntimeOptions o = on_sim(sim, std::size_t{64} << 20);
+    if (!on_device) o = RuntimeOptions{.backend = Backend::kSimulated, .budget = o.budget};
+    Runtime rt(o);
+    SimulatedTwoRanks nccl(sim.get());
+    RankStep ranks(rt, nullptr);
+    const std::vector<TensorSpec> specs = {{{3000}}, {{500}}, {{70000}}, {{20}}};
+    std::vector<Tensor> grads;
+    for (const TensorSpec& s : specs) grads.push_back(rt.constant(s));
+    const MemoryStats before = rt.memory().stats();
+    GradientBuckets buckets(rt, ranks, specs,
+                            {.bucket_bytes = 8000, .scale = 0.25f, .device = &nccl});
+    for (std::size_t i : {3u, 2u, 1u, 0u}) buckets.add(i, std::move(grads[i]));
+    const std::vector<Tensor> out = buckets.finish();
+    const MemoryStats after = rt.memory().stats();
+    return std::vector<std::size_t>{after.allocations - before.allocations,
+                                    after.peak_allocated - before.allocated,
+                                    after.requested - before.requested};
+  };
+  EXPECT_EQ(run(false), run(true));
+}
+
 TEST(DeviceBucketsTest, ABucketThatDoesNotFitIsAnOutOfMemoryErrorNamingIt) {
   auto sim = std::make_shared<SimulatedCuda>();
   Runtime rt(on_sim(sim, (std::size_t{64} << 10) + (std::size_t{200} << 10)));
@@ -171,7 +228,8 @@ TEST(DeviceBucketsTest, ABucketThatDoesNotFitIsAnOutOfMemoryErrorNamingIt) {
     buckets.add(1, b);
     ADD_FAILURE() << "the bucket fit";
   } catch (const OutOfMemoryError& e) {
-    EXPECT_NE(e.info().op.find("gradient bucket 0"), std::string::npos) << e.info().op;
+    // The buckets' scratch or the bucket itself, whichever the budget refused first.
+    EXPECT_NE(e.info().op.find("gradient bucket"), std::string::npos) << e.info().op;
   }
   EXPECT_EQ(nccl.sums, 1) << "the bucket was still exchanged, as a failed rank's";
 }

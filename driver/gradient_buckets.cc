@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <span>
@@ -105,12 +106,20 @@ void GradientBuckets::Impl::assign_buckets() {
     k.pending.resize(k.params.size());
     k.came.assign(k.params.size(), false);
     stats.bytes += k.floats * sizeof(float);
+    // On every backend: a rerun on the simulated one asks for what the real step does.
+    if (options.device != nullptr)
+      scratch_floats = std::max(scratch_floats, options.device->sum_scratch_floats(k.floats + 1));
   }
   stats.buckets = buckets.size();
 }
 
-// Packs bucket `b` and starts its sum; returns the error packing it threw (the bucket then
-// goes with zeros and this rank's failed flag).
+bool GradientBuckets::Impl::in_runtime_memory() const {
+  return !options.on_host && (rt.options().backend != Backend::kCuda || on_device());
+}
+
+// Packs bucket `b` and starts its sum; returns the error packing or starting it threw (a
+// bucket that failed to pack goes with zeros and this rank's failed flag). Whatever threw,
+// the bucket's exchange is made where the engine can still be reached: the ranks wait in it.
 std::exception_ptr GradientBuckets::Impl::start(std::size_t b) {
   Bucket& k = buckets[b];
   std::exception_ptr failure;
@@ -122,36 +131,42 @@ std::exception_ptr GradientBuckets::Impl::start(std::size_t b) {
     }
   }
   for (Tensor& t : k.pending) t = Tensor();
-  if (failure != nullptr || ranks.failed()) send_failed(k);
-  if (on_device()) {
-    exchange_on_device(k);
-  } else if (thread != nullptr) {
-    thread->submit([this, &k] { exchange(k); });
-  } else if (failure == nullptr && rt.options().backend != Backend::kSimulated &&
-             options.scale != 1.0f) {
-    for (std::size_t j = 0; j < k.floats; ++j) k.data()[j] *= options.scale;
+  try {
+    if (failure != nullptr || ranks.failed()) send_failed(k);
+    if (on_device()) {
+      exchange_on_device(k);
+    } else if (thread != nullptr) {
+      thread->submit([this, &k] { exchange(k); });
+    } else if (failure == nullptr && rt.options().backend != Backend::kSimulated &&
+               options.scale != 1.0f) {
+      for (std::size_t j = 0; j < k.floats; ++j) k.data()[j] *= options.scale;
+    }
+  } catch (...) {
+    if (failure == nullptr) failure = std::current_exception();
   }
   return failure;
 }
 
-void GradientBuckets::Impl::take_memory(Bucket& k, std::size_t b) {
+void* GradientBuckets::Impl::take_memory(std::size_t bytes, const std::string& what) {
   try {
-    k.memory = rt.memory().allocate(k.bytes());
+    return rt.memory().allocate(bytes);
   } catch (const OutOfMemoryError& e) {
     OutOfMemoryInfo info = e.info();
-    info.op = absl::StrCat("gradient bucket ", b, " (", k.bytes(), " bytes)");
+    info.op = absl::StrCat(what, " (", bytes, " bytes)");
     throw OutOfMemoryError(std::move(info));
   }
 }
 
 void GradientBuckets::Impl::pack(Bucket& k, std::size_t b) {
-  const Backend backend = rt.options().backend;
-  if (backend == Backend::kCuda && !on_device()) {
+  if (!in_runtime_memory()) {
     k.host.assign(k.floats + 1, 0.0f);
   } else {
-    take_memory(k, b);
+    if (scratch_floats > 0 && scratch == nullptr)
+      scratch = take_memory(scratch_floats * sizeof(float), "gradient buckets' scratch");
+    k.memory = take_memory(k.bytes(), absl::StrCat("gradient bucket ", b));
   }
   if (on_device()) return pack_on_device(k);
+  const Backend backend = rt.options().backend;
   for (std::size_t s = 0; s < k.params.size(); ++s) {
     const auto n = static_cast<std::size_t>(specs[k.params[s]].numel());
     if (backend == Backend::kSimulated) {
@@ -217,18 +232,25 @@ void GradientBuckets::Impl::unpack(Bucket& k, std::vector<Tensor>& out) {
   }
 }
 
+// The bucket's memory, in the runtime's stream order on CUDA: after the unpacking copies,
+// which came after the sum (Note [Buckets on the device]).
 void GradientBuckets::Impl::give_back(Bucket& k) {
-  if (on_device()) give_back_on_device(k);
   if (k.memory != nullptr) rt.memory().deallocate(k.memory, k.bytes());
   k.memory = nullptr;
+  k.stand_in = nullptr;
   k.host = {};
+}
+
+void GradientBuckets::Impl::give_back_scratch() {
+  if (scratch != nullptr) rt.memory().deallocate(scratch, scratch_floats * sizeof(float));
+  scratch = nullptr;
 }
 
 GradientBuckets::GradientBuckets(Runtime& rt, RankStep& ranks, std::vector<TensorSpec> specs,
                                  GradientBucketOptions options)
-    : impl_(std::make_unique<Impl>(rt, ranks, std::move(specs), options)) {
+    : impl_(std::make_unique<Impl>(rt, ranks, std::move(specs), std::move(options))) {
   impl_->assign_buckets();
-  if (options.device != nullptr && rt.options().backend == Backend::kCuda)
+  if (impl_->options.device != nullptr && rt.options().backend == Backend::kCuda)
     impl_->open_device();
   else if (ranks.collectives() != nullptr)
     impl_->thread = std::make_unique<ExchangeThread>();
@@ -238,6 +260,7 @@ GradientBuckets::~GradientBuckets() {
   impl_->thread.reset();  // the sums in flight end before their memory goes
   if (impl_->on_device()) impl_->close_device();
   for (Impl::Bucket& k : impl_->buckets) impl_->give_back(k);
+  impl_->give_back_scratch();
 }
 
 void GradientBuckets::add(std::size_t i, Tensor gradient) {
@@ -268,10 +291,16 @@ std::vector<Tensor> GradientBuckets::finish() {
   bool any_failed = false;
   for (std::size_t b = 0; b < m.buckets.size(); ++b) {
     Impl::Bucket& k = m.buckets[b];
-    any_failed |= m.wait(k, b);
+    try {
+      any_failed |= m.wait(k, b);
+    } catch (...) {  // the device: kept, so that this rank still waits for every bucket
+      const std::exception_ptr failure = std::current_exception();
+      m.ranks.run([&] { std::rethrow_exception(failure); });
+    }
     if (!any_failed) m.ranks.run([&] { m.unpack(k, out); });
     m.give_back(k);
   }
+  m.give_back_scratch();
   if (any_failed) m.ranks.agree();  // throws on every rank
   return out;
 }

@@ -1,5 +1,6 @@
 #include "kernels/autograd.h"
 
+#include <algorithm>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -89,6 +90,8 @@ void Tape::backward(const Var& loss, const LeafGradFn& on_leaf_grad) {
     if (on_leaf_grad) hand_over(final_after[e], on_leaf_grad);
   }
   entries_.clear();
+  // The records are gone: a tape used again reads its vars anew.
+  std::fill(first_reader_.begin(), first_reader_.end(), -1);
 }
 
 void Tape::hand_over(std::span<const int> leaves, const LeafGradFn& on_leaf_grad) {

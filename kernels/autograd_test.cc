@@ -134,5 +134,25 @@ TEST(TapeTest, ALeafIsHandedOverAfterItsFirstReaderRuns) {
   EXPECT_EQ(handed, (std::vector<int>{w1.node, w0.node}));
 }
 
+// A tape used for a second forward and backward pass hands its leaves over after their first
+// readers in the second pass, not the first's.
+TEST(TapeTest, ATapeUsedAgainHandsOverByItsNewRecords) {
+  Runtime rt(RuntimeOptions{.backend = Backend::kCpu});
+  Tape tape(rt);
+  const std::vector<float> ones(kWidth * kWidth, 1.0f);
+  Var w0 = tape.leaf(rt.constant(TensorSpec{{kWidth, kWidth}, DType::kF32}, ones.data()));
+  Var w1 = tape.leaf(rt.constant(TensorSpec{{kWidth, kWidth}, DType::kF32}, ones.data()));
+  Var x = tape.input(rt.constant(TensorSpec{{2, kWidth}, DType::kF32}, ones.data()));
+  auto pass = [&](const Var& first, const Var& second) {
+    Var h = linear(tape, linear(tape, x, first, Var{}), second, Var{});
+    Var loss = narrow(tape, reshape(tape, h, {2 * kWidth}), 0, {1});
+    std::vector<int> handed;
+    tape.backward(loss, [&](int node, Tensor) { handed.push_back(node); });
+    return handed;
+  };
+  EXPECT_EQ(pass(w0, w1), (std::vector<int>{w1.node, w0.node}));
+  EXPECT_EQ(pass(w1, w0), (std::vector<int>{w0.node, w1.node}));
+}
+
 }  // namespace
 }  // namespace remat::ad

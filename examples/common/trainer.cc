@@ -53,7 +53,10 @@ class ModelProgram final : public TrainingProgram {
     GradientBucketStats buckets;    // summed over the steps that ran
   };
 
-  ModelProgram(Model& model, const TrainConfig& config) : model_(model), config_(config) {}
+  ModelProgram(Model& model, const TrainConfig& config)
+      : model_(model),
+        config_(config),
+        exchange_(config.device_collectives != nullptr ? make_device_exchange() : nullptr) {}
 
   // The parameters with their AdamW state (zero), pinned; values only where kernels run.
   std::unique_ptr<State> make_state(Runtime& rt) override {
@@ -93,10 +96,13 @@ class ModelProgram final : public TrainingProgram {
       return;
     }
     RankStep ranks(rt, config_.collectives);
-    GradientBuckets buckets(rt, ranks, w.specs,
-                            {.bucket_bytes = config_.bucket_bytes,
-                             .scale = 1.0f / static_cast<float>(config_.shards()),
-                             .device = config_.device_collectives});
+    GradientBuckets buckets(
+        rt, ranks, w.specs,
+        {.bucket_bytes = config_.bucket_bytes,
+         .scale = 1.0f / static_cast<float>(config_.shards()),
+         .device = config_.device_collectives,
+         .exchange = exchange_,
+         .on_host = config_.backend() == Backend::kCuda && config_.device_collectives == nullptr});
     float loss_sum = 0;
     ranks.run([&] {
       join_chunks(rt, w);
@@ -139,6 +145,9 @@ class ModelProgram final : public TrainingProgram {
       });
       loss_sum = j == 0 ? loss : loss_sum + loss;
     }
+    // A parameter an earlier micro-batch reached and the last did not: its sum so far.
+    for (std::size_t i = 0; i < sum.size(); ++i)
+      if (sum[i].defined()) buckets.add(i, std::move(sum[i]));
   }
 
   // The mean of the shards' losses where kernels ran (the ranks' sums summed), else NaN.
@@ -215,6 +224,7 @@ class ModelProgram final : public TrainingProgram {
  private:
   Model& model_;
   const TrainConfig& config_;
+  std::shared_ptr<DeviceExchange> exchange_;  // NCCL's buckets' stream and buffers, kept
 };
 
 // The steps of `config` on `driver`, into `result`.
@@ -523,11 +533,14 @@ struct RankEngines {
 // device] in driver/device_buckets.cc). Where no device is usable, nothing: run_main says so.
 absl::Status set_up_nccl(TrainConfig& config, RankEngines& engines) {
 #ifdef REMAT_EXAMPLES_HAVE_NCCL
+  if (config.backend() != Backend::kCuda || config.ranks() < 2) return absl::OkStatus();
   std::shared_ptr<CudaApi> api = cuda_runtime_api();
   int devices = 0;
-  if (config.backend() != Backend::kCuda || config.ranks() < 2 || api == nullptr ||
-      !api->device_count(&devices).ok() || devices == 0)
-    return absl::OkStatus();
+  const bool usable = api != nullptr && api->device_count(&devices).ok() && devices > 0;
+  // Every rank takes NCCL or none does: one that went on alone would wait in its start.
+  absl::StatusOr<std::int64_t> any_unusable = engines.host->all_max(usable ? 0 : 1);
+  if (!any_unusable.ok()) return any_unusable.status();
+  if (*any_unusable != 0) return absl::OkStatus();
   int& device = config.driver.runtime.cuda.device;
   device = (device + config.rank()) % devices;
   absl::StatusOr<std::unique_ptr<DeviceCollectives>> d = nccl_collectives(*engines.host, device);

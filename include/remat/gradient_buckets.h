@@ -31,6 +31,14 @@
 
 namespace remat {
 
+// What buckets on the device keep from one step to the next: the exchange stream, its
+// events, pinned host memory for flags and zeros, and the device memory a failed rank sends
+// from (outside the budget, so that a rank out of memory asks for none). A training loop
+// makes one and passes it to every step's buckets, so that no step creates or frees them
+// (freeing pinned memory waits for the whole device). Note [Buckets on the device].
+class DeviceExchange;
+std::shared_ptr<DeviceExchange> make_device_exchange();
+
 struct GradientBucketOptions {
   // A bucket closes once its gradients reach this many bytes (a gradient larger than it is
   // a bucket of its own).
@@ -38,9 +46,18 @@ struct GradientBucketOptions {
   // Each sum is multiplied by it (1 / shards: the mean over the shards of the batch).
   float scale = 1.0f;
   // On the CUDA backend: the collectives over device memory (NCCL) the buckets are summed
-  // with, on a stream of their own, each bucket in device memory within the budget. Null:
-  // buckets go through host memory and the RankStep's collectives.
+  // with, on a stream of their own, each bucket in device memory within the budget, and
+  // the scratch the sums work in too. Null: buckets go through host memory and the
+  // RankStep's collectives.
   DeviceCollectives* device = nullptr;
+  // With `device`: what the buckets keep from one step to the next (make_device_exchange).
+  // Null: each step's buckets make their own, and free it at the step's end.
+  std::shared_ptr<DeviceExchange> exchange = nullptr;
+  // Buckets in host memory, outside the budget, as on the CUDA backend without `device`
+  // (there always). A step rerun on the simulated backend (the step driver's recordings
+  // and screenings) is given the options of the real one, so that both make the same
+  // requests of the budget.
+  bool on_host = false;
 };
 
 // What a step's buckets did: how many, their bytes, the seconds the exchange thread spent in
