@@ -117,41 +117,39 @@ TEST(TapeTest, EarlyLeafGradientsHaveTheBitsOfAPlainBackwardPass) {
   EXPECT_GT(handed_before_the_end, 50);
 }
 
-TEST(TapeTest, ALeafIsHandedOverAfterItsFirstReaderRuns) {
-  Runtime rt(RuntimeOptions{.backend = Backend::kCpu});
-  Tape tape(rt);
-  const std::vector<float> ones(kWidth * kWidth, 1.0f);
-  Var w0 = tape.leaf(rt.constant(TensorSpec{{kWidth, kWidth}, DType::kF32}, ones.data()));
-  Var w1 = tape.leaf(rt.constant(TensorSpec{{kWidth, kWidth}, DType::kF32}, ones.data()));
-  Var x = tape.input(rt.constant(TensorSpec{{2, kWidth}, DType::kF32}, ones.data()));
-  // w0 is read first and last: its gradient is final only at the end; w1's in the middle.
-  Var h = linear(tape, x, w0, Var{});
-  h = linear(tape, h, w1, Var{});
-  h = linear(tape, h, w0, Var{});
-  Var loss = narrow(tape, reshape(tape, h, {2 * kWidth}), 0, {1});
-  std::vector<int> handed;
-  tape.backward(loss, [&](int node, Tensor) { handed.push_back(node); });
-  EXPECT_EQ(handed, (std::vector<int>{w1.node, w0.node}));
-}
-
-// A tape used for a second forward and backward pass hands its leaves over after their first
-// readers in the second pass, not the first's.
-TEST(TapeTest, ATapeUsedAgainHandsOverByItsNewRecords) {
-  Runtime rt(RuntimeOptions{.backend = Backend::kCpu});
-  Tape tape(rt);
-  const std::vector<float> ones(kWidth * kWidth, 1.0f);
-  Var w0 = tape.leaf(rt.constant(TensorSpec{{kWidth, kWidth}, DType::kF32}, ones.data()));
-  Var w1 = tape.leaf(rt.constant(TensorSpec{{kWidth, kWidth}, DType::kF32}, ones.data()));
-  Var x = tape.input(rt.constant(TensorSpec{{2, kWidth}, DType::kF32}, ones.data()));
-  auto pass = [&](const Var& first, const Var& second) {
-    Var h = linear(tape, linear(tape, x, first, Var{}), second, Var{});
+// Two (kWidth, kWidth) leaves of ones and an input, on a tape of their own.
+class TwoLeavesTest : public ::testing::Test {
+ protected:
+  Var leaf() {
+    return tape.leaf(rt.constant(TensorSpec{{kWidth, kWidth}, DType::kF32}, ones.data()));
+  }
+  // The leaves' nodes in the order the backward pass of `h`'s first element hands them over.
+  std::vector<int> handed_over(const Var& h) {
     Var loss = narrow(tape, reshape(tape, h, {2 * kWidth}), 0, {1});
     std::vector<int> handed;
     tape.backward(loss, [&](int node, Tensor) { handed.push_back(node); });
     return handed;
-  };
-  EXPECT_EQ(pass(w0, w1), (std::vector<int>{w1.node, w0.node}));
-  EXPECT_EQ(pass(w1, w0), (std::vector<int>{w0.node, w1.node}));
+  }
+  Runtime rt{RuntimeOptions{.backend = Backend::kCpu}};
+  Tape tape{rt};
+  const std::vector<float> ones = std::vector<float>(kWidth * kWidth, 1.0f);
+  Var w0 = leaf(), w1 = leaf();
+  Var x = tape.input(rt.constant(TensorSpec{{2, kWidth}, DType::kF32}, ones.data()));
+};
+
+TEST_F(TwoLeavesTest, ALeafIsHandedOverAfterItsFirstReaderRuns) {
+  // w0 is read first and last: its gradient is final only at the end; w1's in the middle.
+  Var h = linear(tape, linear(tape, linear(tape, x, w0, Var{}), w1, Var{}), w0, Var{});
+  EXPECT_EQ(handed_over(h), (std::vector<int>{w1.node, w0.node}));
+}
+
+// A tape used for a second forward and backward pass hands its leaves over after their first
+// readers in the second pass, not the first's.
+TEST_F(TwoLeavesTest, ATapeUsedAgainHandsOverByItsNewRecords) {
+  EXPECT_EQ(handed_over(linear(tape, linear(tape, x, w0, Var{}), w1, Var{})),
+            (std::vector<int>{w1.node, w0.node}));
+  EXPECT_EQ(handed_over(linear(tape, linear(tape, x, w1, Var{}), w0, Var{})),
+            (std::vector<int>{w0.node, w1.node}));
 }
 
 }  // namespace
