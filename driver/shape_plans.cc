@@ -48,7 +48,33 @@ StepPlan plan_recorded_step(const RecordedStep& step, std::size_t budget,
   return plan;
 }
 
-ShapePlans::Shape& ShapePlans::shape(const PlanCache::Key& key) { return shapes_[key]; }
+// Note [Shapes forgotten]
+// A model whose shapes never repeat (treelstm's trees) adds a shape a step; kept forever,
+// their states and reports would grow with the run. Past max_shapes the shape seen longest
+// ago is forgotten, unless it is being planned or tried (its plan is on its way or under
+// test): a shape seen again after that starts anew, as any new shape does. Recordings are
+// bounded apart (max_recordings), and a forgotten shape's goes with it.
+ShapePlans::Shape& ShapePlans::shape(const PlanCache::Key& key) {
+  auto [it, added] = shapes_.try_emplace(key);
+  it->second.last_seen = ++seen_;
+  if (added && shapes_.size() > options_.max_shapes) forget_a_shape(key);
+  return it->second;
+}
+
+void ShapePlans::forget_a_shape(const PlanCache::Key& keep) {
+  auto oldest = shapes_.end();
+  for (auto it = shapes_.begin(); it != shapes_.end(); ++it) {
+    const State state = it->second.state;
+    if (it->first == keep || state == State::kPlanning || state == State::kTrial ||
+        (job_ && job_->key == it->first))
+      continue;
+    if (oldest == shapes_.end() || it->second.last_seen < oldest->second.last_seen) oldest = it;
+  }
+  if (oldest == shapes_.end()) return;
+  std::erase(recorded_, oldest->first);
+  shapes_.erase(oldest);
+  ++forgotten_;
+}
 
 // Plans and screens the plan at `fraction`, keeping it in q.best where it is the cheapest so
 // far; returns its arena's excess over the room the budget leaves it (negative: it fits), or

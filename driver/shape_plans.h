@@ -59,6 +59,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <future>
@@ -134,6 +135,7 @@ class ShapePlans {
     std::vector<double> fractions = {0.9, 1.0, 1.1, 1.25, 1.5};
     Screen screen;                   // null: the 0.9 plan goes to its trial unscreened
     std::size_t max_recordings = 8;  // shapes not planned yet whose recording is kept
+    std::size_t max_shapes = 1024;   // shapes kept (Note [Shapes forgotten])
     HostForPlans host;               // host memory the plans may use (planner offload)
     bool background = false;         // Note [Planning beside the steps]
   };
@@ -164,6 +166,7 @@ class ShapePlans {
   bool in_trial(const PlanCache::Key& key) const;
   std::size_t plans_made() const { return plans_made_; }
   std::size_t planned_steps() const { return planned_steps_; }  // trials and kept plans
+  std::size_t forgotten() const { return forgotten_; }          // shapes past max_shapes
   // One entry per shape seen: its state, the plan, its planning seconds, the costs compared
   // and how many steps reused the plan.
   std::vector<ShapeReport> report() const;
@@ -183,6 +186,7 @@ class ShapePlans {
     int reused = 0;  // steps on the kept plan after its trial
     std::string why;
     std::vector<ScreenedPlan> screened;  // Note [Screening plans]
+    std::uint64_t last_seen = 0;         // when shape() last gave it (Note [Shapes forgotten])
   };
   // Plans the recorded shape `s` and screens the candidates: s.plan is the winner, or empty.
   void choose_plan(Shape& s);
@@ -195,7 +199,8 @@ class ShapePlans {
   std::optional<double> screen_plan(Search& q, StepPlan plan, double fraction);
   void screen_fractions(Search& q);  // the fixed fractions, then Note [Plans that fit ...]
   Shape& shape(const PlanCache::Key& key);
-  StepOptions planned_step(const Shape& s);  // the options of a step that follows s.plan
+  void forget_a_shape(const PlanCache::Key& keep);  // Note [Shapes forgotten]
+  StepOptions planned_step(const Shape& s);         // the options of a step that follows s.plan
   void plan_recording(const PlanCache::Key& key, Shape& s);  // choose_plan, then drop it
   // Sends a shape's planned or failed state after its plan is made: whether it is on trial.
   bool take_plan(Shape& s);
@@ -208,8 +213,9 @@ class ShapePlans {
   Options options_;
   std::map<PlanCache::Key, Shape> shapes_;
   std::deque<PlanCache::Key> recorded_;  // shapes holding a recording, oldest first
-  std::size_t plans_made_ = 0, planned_steps_ = 0;
-  struct Job {  // a shape being planned on the planning thread
+  std::size_t plans_made_ = 0, planned_steps_ = 0, forgotten_ = 0;
+  std::uint64_t seen_ = 0;  // shape() calls
+  struct Job {              // a shape being planned on the planning thread
     PlanCache::Key key;
     std::future<Shape> planned;  // the shape's plan and screened candidates
   };

@@ -131,6 +131,7 @@ detail::ShapePlans::Options StepDriver::Impl::shape_plan_options() {
   o.host = host_for_plans();
   o.fractions = options_.plan_fractions;
   o.max_recordings = options_.max_recordings;
+  o.max_shapes = options_.max_shapes;
   o.background = options_.plan_in_background && options_.runtime.backend != Backend::kSimulated;
   if (options_.screen) {
     o.screen = [this](int step, detail::StepPlan* plan, bool after_dtr) {
@@ -260,6 +261,7 @@ const StepReport& StepDriver::Impl::run(int step, bool record) {
     report_.planning_seconds += seconds_since(planning);
     totals_.plans_made = shape_plans_.plans_made();
     totals_.planned_steps = shape_plans_.planned_steps();
+    totals_.forgotten_shapes = shape_plans_.forgotten();
   } else if (report_.kind == StepKind::kPlanned) {
     ++totals_.planned_steps;
     ++(report_.exact_plan ? totals_.exact_plan_steps : totals_.reused_plan_steps);

@@ -422,6 +422,24 @@ TEST(StepDriverTest, AFailedPlannedStepSendsItsShapeBackToDtr) {
   }
 }
 
+// Note [Shapes forgotten]: shapes past max_shapes are forgotten, the one seen longest ago
+// first, and the run keeps its bits; a shape that comes again starts anew.
+TEST(StepDriverTest, ShapesPastTheLimitAreForgottenAndTheBitsStay) {
+  ResidualMlp program({256, 320, 384, 448, 512, 576});
+  const std::size_t peak = measure_unconstrained_peak(program, {}, 6);
+  const Trained want = train(program, options_at(SIZE_MAX, "dtr"), 12);
+  StepDriverOptions o = options_at(peak * 7 / 10, "auto");
+  o.max_shapes = 3;
+  StepDriver driver(program, o);
+  for (int s = 0; s < 12; ++s) {
+    driver.run(s);
+    EXPECT_LE(driver.shapes().size(), 3u) << "after step " << s;
+  }
+  EXPECT_EQ(driver.totals().forgotten_shapes, 9u);  // 12 shapes seen anew, 3 kept
+  for (const ShapeReport& r : driver.shapes()) EXPECT_EQ(r.steps, 1) << "seen anew each time";
+  expect_same_bits(driver, want);
+}
+
 TEST(StepDriverTest, RejectsAnUnknownPolicy) {
   ResidualMlp program({8});
   EXPECT_THROW(StepDriver(program, options_at(SIZE_MAX, "clairvoyant")), std::invalid_argument);

@@ -498,6 +498,7 @@ void print_json(const Model& model, const TrainConfig& config, const Comparison&
   if (policy == "auto" || policy == "hinted") j["plans_made"] = r.totals.plans_made;
   if (policy == "auto") {
     j["planned_steps"] = r.totals.planned_steps;
+    j["forgotten_shapes"] = r.totals.forgotten_shapes;  // past --max-shapes
     j["shape_plans"] = report::shape_reports_json(r.shape_plans);
   }
   if (policy == "hinted") {

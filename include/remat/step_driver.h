@@ -111,6 +111,11 @@ struct StepDriverOptions {
   // [Placed allocations] in step_placement.cc), rather than by best fit.
   bool placement = true;
   std::size_t max_recordings = 8;  // `auto`: shapes whose recording waits for a third step
+  // `auto`: shapes remembered (their state, plan and report). Past it, the one seen longest
+  // ago that is not being planned or tried is forgotten (and is new if it comes again), so
+  // that a model whose shapes never repeat keeps no more (ShapeReport is per shape kept;
+  // DriverTotals::forgotten_shapes counts the others).
+  std::size_t max_shapes = 1024;
   // `auto`: plan on a thread of its own while the steps go on under DTR, rather than inside
   // the step that is to try the plan (Note [Planning beside the steps] in
   // driver/shape_plans.h). Ignored on the simulated backend, whose steps take no real time:
@@ -193,6 +198,7 @@ struct DriverTotals {
   std::size_t exact_plan_steps = 0;   // `hinted`: on a plan made at their shape
   std::size_t reused_plan_steps = 0;  // `hinted`: on a plan made at another shape
   std::string first_plan_source{};    // `hinted`: what made the first plan
+  std::size_t forgotten_shapes = 0;   // `auto`: past StepDriverOptions::max_shapes
 };
 
 class StepDriver {

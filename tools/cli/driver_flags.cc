@@ -31,6 +31,9 @@ void add_driver_flags(FlagSet& flags, StepDriverOptions& options, DriverFlags& f
                    "policy auto: serve a plan's steps at offsets planned from a simulated "
                    "trace of the plan, in the holes beside the parameters and one arena, "
                    "instead of by best fit");
+  flags.add("max-shapes", &f.max_shapes,
+            "policy auto: shapes remembered; past it the one seen longest ago (not being "
+            "planned or tried) is forgotten, for models whose shapes never repeat");
   flags.add_choice("plan-in-background", &f.plan_in_background, {"yes", "no"},
                    "policy auto: plan repeated shapes on a thread of their own while the steps "
                    "go on under DTR, instead of inside the step that tries the plan (the "
@@ -55,6 +58,7 @@ void apply_driver_flags(const DriverFlags& f, StepDriverOptions& options) {
     rt.roofline = f.roofline == "gpu" ? Roofline::gpu() : Roofline::cpu();
   options.placement = f.placement == "yes";
   options.plan_in_background = f.plan_in_background == "yes";
+  options.max_shapes = static_cast<std::size_t>(f.max_shapes);
 }
 
 std::string_view backend_name(Backend backend) {

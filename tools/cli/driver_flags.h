@@ -11,6 +11,7 @@
 #ifndef REMAT_TOOLS_CLI_DRIVER_FLAGS_H_
 #define REMAT_TOOLS_CLI_DRIVER_FLAGS_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,7 @@ namespace remat::cli {
 struct DriverFlags {
   std::string backend = "cpu", costs = "estimated", compaction = "yes", placement = "yes";
   std::string plan_in_background = "yes";
+  std::uint64_t max_shapes = StepDriverOptions{}.max_shapes;
   std::string roofline = "backend";
   std::uint64_t host_memory = 0;
   BudgetFlags budget;
