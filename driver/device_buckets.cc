@@ -11,6 +11,7 @@
 #include "driver/gradient_buckets_impl.h"
 #include "remat/errors.h"
 #include "remat/system_cuda.h"
+#include "runtime/core/wall_clock.h"
 
 // Note [Buckets on the device]
 // With device collectives on the CUDA backend, a bucket is device memory from the runtime's
@@ -206,8 +207,7 @@ bool GradientBuckets::Impl::wait_on_device(Bucket& k) {
   DeviceScope scope(*x.api, x.device);
   const auto t0 = std::chrono::steady_clock::now();
   x.check(x.api->event_synchronize(k.summed), "cudaEventSynchronize");
-  stats.wait_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.wait_seconds += detail::seconds_since(t0);
   float ms = 0;
   if (x.api->event_elapsed_ms(&ms, k.begun, k.summed).ok()) stats.exchange_seconds += ms / 1e3;
   x.check(x.api->stream_wait_event(rt.stream(), k.summed), "cudaStreamWaitEvent");

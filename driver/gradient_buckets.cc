@@ -11,6 +11,7 @@
 
 #include "driver/gradient_buckets_impl.h"
 #include "remat/errors.h"
+#include "runtime/core/wall_clock.h"
 
 // Note [Buckets beside the backward pass]
 // A data-parallel step sums every gradient over the ranks. Summed after the backward pass,
@@ -37,13 +38,8 @@
 // [Buckets on the device] in device_buckets.cc); without them a bucket is packed into host
 // memory, outside the device's budget, and summed as on the CPU.
 namespace remat {
-namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
+using detail::seconds_since;
 
 ExchangeThread::ExchangeThread() : thread_([this] { loop(); }) {}
 
@@ -137,9 +133,8 @@ std::exception_ptr GradientBuckets::Impl::start(std::size_t b) {
       exchange_on_device(k);
     } else if (thread != nullptr) {
       thread->submit([this, &k] { exchange(k); });
-    } else if (failure == nullptr && rt.options().backend != Backend::kSimulated &&
-               options.scale != 1.0f) {
-      for (std::size_t j = 0; j < k.floats; ++j) k.data()[j] *= options.scale;
+    } else if (failure == nullptr && rt.options().backend != Backend::kSimulated) {
+      scale(k);  // one rank: its sum is its own
     }
   } catch (...) {
     if (failure == nullptr) failure = std::current_exception();
@@ -193,9 +188,14 @@ void GradientBuckets::Impl::send_failed(Bucket& k) {
 void GradientBuckets::Impl::exchange(Bucket& k) {
   const auto t0 = std::chrono::steady_clock::now();
   k.status = ranks.collectives()->all_reduce_sum(std::span<float>(k.data(), k.floats + 1));
-  if (k.status.ok() && k.data()[k.floats] == 0.0f && options.scale != 1.0f)
-    for (std::size_t j = 0; j < k.floats; ++j) k.data()[j] *= options.scale;
+  if (k.status.ok() && k.data()[k.floats] == 0.0f) scale(k);
   k.exchange_seconds = seconds_since(t0);
+}
+
+// The sum's values times options.scale, on the host (the device's sum scales its own).
+void GradientBuckets::Impl::scale(Bucket& k) const {
+  if (options.scale == 1.0f) return;
+  for (std::size_t j = 0; j < k.floats; ++j) k.data()[j] *= options.scale;
 }
 
 // Waits for bucket `b`'s sum; returns whether any rank's flag came back set. An exchange

@@ -103,6 +103,7 @@ struct GradientBuckets::Impl {
   void pack(Bucket& k, std::size_t b);
   void send_failed(Bucket& k);
   void exchange(Bucket& k);  // on the exchange thread
+  void scale(Bucket& k) const;
   bool wait(Bucket& k, std::size_t b);
   void unpack(Bucket& k, std::vector<Tensor>& out);
   void give_back(Bucket& k);

@@ -13,15 +13,13 @@
 #include "driver/shape_plans.h"
 #include "driver/simulated_steps.h"
 #include "remat/errors.h"
+#include "runtime/core/wall_clock.h"
 
 namespace remat {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using Clock = detail::SteadyClock;
+using detail::seconds_since;
 
 // The driver's runtime: policy `auto` is `hinted` whose steps get hints only once a plan is
 // kept. Any other name goes to the runtime, whose constructor rejects one it does not know.

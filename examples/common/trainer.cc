@@ -423,15 +423,9 @@ void add_train_flags(cli::FlagSet& flags, TrainConfig& config, TrainFlags& f) {
   flags.add_list("rank-budgets", &f.rank_budgets,
                  "with --data-parallel: each rank's budget, in rank order (ranks whose devices "
                  "have different room), instead of --budget");
-  flags.add_custom("bucket-bytes", "BYTES", "1MiB",
-                   "with shards: a bucket of gradients closes at this size (with a unit: 256KiB, "
-                   "4MB), and its sum over the ranks starts beside the rest of the backward pass",
-                   [&config](absl::string_view text) {
-                     absl::StatusOr<std::uint64_t> b = parse_byte_size(std::string(text));
-                     if (!b.ok()) return b.status();
-                     config.bucket_bytes = static_cast<std::size_t>(*b);
-                     return absl::OkStatus();
-                   });
+  flags.add_bytes("bucket-bytes", &config.bucket_bytes, "1MiB",
+                  "with shards: a bucket of gradients closes at this size (with a unit: 256KiB, "
+                  "4MB), and its sum over the ranks starts beside the rest of the backward pass");
   flags.add_choice("zero", &f.zero, {"0", "1"},
                    "1: AdamW's state split over the ranks (ZeRO stage 1), each rank updating "
                    "its part of every parameter and gathering the rest; 0: every rank holds all");

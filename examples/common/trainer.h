@@ -103,7 +103,7 @@ struct TrainConfig {
   int zero = 0;
   // Data parallel: a bucket of gradients closes at this many bytes, and its sum over the
   // ranks starts beside the rest of the backward pass (remat/gradient_buckets.h).
-  std::size_t bucket_bytes = std::size_t{1} << 20;
+  std::uint64_t bucket_bytes = std::uint64_t{1} << 20;
   // On the CUDA backend: the buckets' sums over NCCL, on device memory (null: through host
   // memory and `collectives`).
   DeviceCollectives* device_collectives = nullptr;

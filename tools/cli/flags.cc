@@ -12,6 +12,8 @@
 #include <sstream>
 #include <utility>
 
+#include "remat/byte_size.h"
+
 #ifndef REMAT_VERSION
 #define REMAT_VERSION "unknown"
 #endif
@@ -168,11 +170,18 @@ void FlagSet::add_host_memory(HostLink* link, std::uint64_t* bytes, const std::s
               *link = *l;
               return absl::OkStatus();
             }});
-  add_flag({"host-memory", "BYTES", "", "host memory for " + what + ", in bytes or with a unit",
-            false, [bytes](absl::string_view text) {
-              absl::StatusOr<std::uint64_t> b = parse_bytes(text);
+  add_bytes("host-memory", bytes, "", "host memory for " + what + ", in bytes or with a unit",
+            "budget");
+}
+
+void FlagSet::add_bytes(const std::string& name, std::uint64_t* v, const std::string& default_text,
+                        const std::string& help, std::string_view what) {
+  add_flag({name, "BYTES", default_text, help, false,
+            [v, what = std::string(what)](absl::string_view text) {
+              absl::StatusOr<std::uint64_t> b =
+                  parse_byte_size(std::string_view(text.data(), text.size()), what);
               if (!b.ok()) return b.status();
-              *bytes = *b;
+              *v = *b;
               return absl::OkStatus();
             }});
 }

@@ -22,6 +22,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "remat/host_link.h"
@@ -56,6 +57,10 @@ class FlagSet {
                   const std::string& help);
   // A comma-separated list (empty items dropped; an empty list is an error).
   void add_list(const std::string& name, std::vector<std::string>* v, const std::string& help);
+  // Bytes, or a number with a unit (remat/byte_size.h: 512MiB, 1.5GiB, 2GB); `default_text`
+  // is what --help shows as the default, `what` what an error calls the value.
+  void add_bytes(const std::string& name, std::uint64_t* v, const std::string& default_text,
+                 const std::string& help, std::string_view what = "byte size");
   // A flag read by `set`, which names what is wrong with a value.
   void add_custom(const std::string& name, const std::string& value_name,
                   const std::string& default_text, const std::string& help,
