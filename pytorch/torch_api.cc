@@ -19,21 +19,15 @@ std::unique_lock<std::recursive_mutex> locked() {
 c10::Device device() { return detail::device(); }
 
 // Note [Moving modules in place]
-// Module::to (and Python's `param.data = t`) replace a tensor's contents through set_data,
-// which refuses data of another TensorImpl kind unless both are "dense" backends, a list
-// PrivateUse1 is not on (Python's Module.to checks first and makes new parameters instead).
-// A C++ module holds its parameters in members (Linear::weight) as well as in its list, so
-// the same TensorImpl must change: the shallow copy set_data makes (storage, layout, keys),
-// without the check, and a stale gradient accumulator dropped, as set_data does when the
-// device changes.
+// A C++ module holds its parameters in members (Linear::weight) as well as in its list, so a
+// move must change the same TensorImpl: `set_data`, which the device allows (Note [Moves keep
+// identity], pytorch/shallow_copy.cc), as `Module::to` does. `move_module` also moves the
+// gradients, which `Module::to` leaves where they are.
 namespace {
 
 void move_in_place(at::Tensor& t, c10::Device to) {
   if (!t.defined() || t.device() == to) return;
-  at::Tensor moved = t.to(to);
-  if (auto* meta = torch::autograd::impl::get_autograd_meta(t); meta != nullptr)
-    meta->grad_accumulator_.reset();
-  t.unsafeGetTensorImpl()->shallow_copy_from(moved.getIntrusivePtr());
+  t.set_data(t.to(to));
 }
 
 }  // namespace
