@@ -1,7 +1,9 @@
 #include "pytorch/detail/backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -254,10 +256,24 @@ TensorSpec storage_spec(std::size_t nbytes) {
   return TensorSpec{{static_cast<std::int64_t>(std::max<std::size_t>(nbytes, 1))}, DType::kU8};
 }
 
+// Note [Stand-in addresses]
+// Programs and libraries tell storages apart by address: `data_ptr()`, `untyped_storage()
+// .data_ptr()` (safetensors and transformers find tied weights that way before saving), and
+// torch's Python storages refuse every method (`copy_`, `cpu()`, so deepcopy and torch.save)
+// where the address is null and the size is not. So each storage gets an address of its own,
+// as a device allocation has: a range of its size in an address space no process maps
+// (from 2^60 up, never reused), which nothing on the host can read by mistake: its bytes
+// are reached only through the runtime.
+void* stand_in_address(std::size_t nbytes) {
+  static std::atomic<std::uintptr_t> next{std::uintptr_t{1} << 60};
+  const std::uintptr_t span = (std::max<std::size_t>(nbytes, 1) + 511) / 512 * 512;
+  return reinterpret_cast<void*>(next.fetch_add(span));
+}
+
 c10::DataPtr make_data_ptr(Tensor t, std::size_t nbytes, bool pinned) {
   auto* storage = new RematStorage{std::move(t), nbytes, pinned};
   Backend::get().storage_made(storage);
-  return c10::DataPtr(nullptr, storage, &delete_remat_storage, device());
+  return c10::DataPtr(stand_in_address(nbytes), storage, &delete_remat_storage, device());
 }
 
 c10::Storage make_storage(Tensor t, std::size_t nbytes, bool pinned) {

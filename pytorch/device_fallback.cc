@@ -402,6 +402,7 @@ void device_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   backend.note_call(in_backward, outside);
   if (op.schema().name() == "aten::_to_copy" && run_to_copy(op, *stack)) return;
   if (op.schema().name() == "aten::set_") return run_set(op, *stack);
+  if (op.schema().name() == "aten::is_set_to") return run_is_set_to(op, *stack);
   if (op.hasTag(at::Tag::inplace_view) || op.schema().name() == "aten::resize_")
     return run_inplace_view(op, *stack);
   run_call(op, *stack, outside, backend.runtime());

@@ -117,6 +117,19 @@ void run_set(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
   stack.push_back(self);
 }
 
+void run_is_set_to(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
+  // A question about identity, not bytes: run on copies it would always say no.
+  const std::size_t n = op.schema().arguments().size();
+  const at::Tensor self = stack[stack.size() - n].toTensor();
+  const at::Tensor other = stack[stack.size() - n + 1].toTensor();
+  const bool same =
+      self.storage().unsafeGetStorageImpl() == other.storage().unsafeGetStorageImpl() &&
+      self.storage_offset() == other.storage_offset() && self.sizes() == other.sizes() &&
+      self.strides() == other.strides();
+  torch::jit::drop(stack, n);
+  stack.emplace_back(same);
+}
+
 namespace {
 
 // The device's allocator (UntypedStorage(n, device="remat"), storage copies): a new storage,

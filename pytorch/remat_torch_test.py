@@ -11,6 +11,7 @@ import sys
 import types
 import unittest
 
+import numpy
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -129,12 +130,46 @@ class Ops(unittest.TestCase):
         self.assertIn("resize_", str(caught.exception))
         with self.assertRaises(TypeError):
             d.numpy()
-        # Python's storage methods cannot see a device storage's bytes: an error, not a crash.
-        with self.assertRaises(RuntimeError):
-            copy.deepcopy(d)
-        with self.assertRaises(RuntimeError):
-            torch.save(d, io.BytesIO())
         self.assertTrue(same(d.cpu(), d.clone().cpu()))  # the runtime is still usable
+
+    def test_storages_have_addresses_of_their_own(self):
+        # Note [Stand-in addresses]: storages told apart by address, as on the CPU.
+        x = torch.randn(6, 4)
+        d, e = x.to(DEV), x.to(DEV)
+        v = d[2:]
+        self.assertNotEqual(d.data_ptr(), e.data_ptr())
+        self.assertEqual(v.data_ptr(), d.data_ptr() + 2 * 4 * x.element_size())
+        self.assertEqual(v.untyped_storage().data_ptr(), d.untyped_storage().data_ptr())
+        self.assertNotEqual(d.untyped_storage().data_ptr(), e.untyped_storage().data_ptr())
+        self.assertTrue(d.is_set_to(d))
+        self.assertFalse(d.is_set_to(e))
+        self.assertFalse(v.is_set_to(d))
+        # Nothing on the host reads the stand-ins: consumers of the bytes refuse the device.
+        with self.assertRaises(TypeError):
+            numpy.asarray(d)
+        with self.assertRaises(ValueError):
+            torch.from_dlpack(d)
+
+    def test_deepcopy_save_and_load(self):
+        x = torch.randn(6, 4)
+        d = x.to(DEV)
+        c = copy.deepcopy(d)
+        self.assertEqual(c.device, DEV)
+        self.assertNotEqual(c.data_ptr(), d.data_ptr())
+        c.mul_(2)  # a copy: the original keeps its bytes
+        self.assertTrue(same(d.cpu(), x))
+        self.assertTrue(same(c.cpu(), x * 2))
+        buffer = io.BytesIO()
+        torch.save({"d": d, "view": d[1:3]}, buffer)
+        for location in (None, "cpu"):
+            buffer.seek(0)
+            loaded = torch.load(buffer, map_location=location)
+            self.assertEqual(loaded["d"].device.type, "cpu" if location else "remat")
+            self.assertTrue(same(loaded["d"].cpu(), x))
+            self.assertTrue(same(loaded["view"].cpu(), x[1:3]))
+            # One storage saved once: the view still shares it after loading.
+            self.assertEqual(loaded["view"].untyped_storage().data_ptr(),
+                             loaded["d"].untyped_storage().data_ptr())
 
 
     def test_out_of_memory_is_an_error_naming_the_operator(self):

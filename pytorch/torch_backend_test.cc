@@ -135,4 +135,36 @@ TEST(TorchBackend, MomentumWaitsOnTheHostAndTrainsBitwise) {
   remat::torch_backend::set_host_memory(0);
 }
 
+// Note [Moves keep identity]: Module::to moves a LibTorch module in place, as it does to
+// CUDA: the members (Linear::weight) and the parameter list keep naming one tensor, and the
+// optimizer made before the move trains the moved parameters, bitwise against the CPU.
+TEST(TorchBackend, ModuleToMovesParametersInPlace) {
+  auto train_moved_by_to = [](const torch::Device& device) {
+    torch::manual_seed(5);
+    torch::nn::Linear first(16, 64), second(64, 4);
+    torch::optim::SGD sgd({first->weight, first->bias, second->weight, second->bias}, 0.05);
+    first->to(device);
+    second->to(device);
+    EXPECT_EQ(first->weight.device(), device);
+    EXPECT_TRUE(first->weight.is_same(first->parameters()[0]));
+    EXPECT_TRUE(sgd.param_groups()[0].params()[0].is_same(first->weight));
+    torch::manual_seed(6);
+    std::vector<torch::Tensor> losses;
+    for (int step = 0; step < 3; ++step) {
+      torch::Tensor x = torch::randn({32, 16}).to(device);
+      sgd.zero_grad();
+      torch::Tensor loss = second->forward(torch::tanh(first->forward(x))).square().mean();
+      loss.backward();
+      sgd.step();
+      losses.push_back(loss.detach().to(torch::kCPU));
+    }
+    losses.push_back(first->weight.detach().to(torch::kCPU));
+    return losses;
+  };
+  const std::vector<torch::Tensor> cpu = train_moved_by_to(torch::kCPU);
+  const std::vector<torch::Tensor> dev = train_moved_by_to(remat::torch_backend::device());
+  ASSERT_EQ(cpu.size(), dev.size());
+  for (std::size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(torch::equal(cpu[i], dev[i])) << i;
+}
+
 }  // namespace

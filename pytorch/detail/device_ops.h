@@ -15,6 +15,8 @@ void device_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 void run_inplace_view(const c10::OperatorHandle& op, torch::jit::Stack& stack);
 // `set_`: a device tensor given another storage (storage copies, deepcopy).
 void run_set(const c10::OperatorHandle& op, torch::jit::Stack& stack);
+// `is_set_to`: the same storage, offset, sizes and strides.
+void run_is_set_to(const c10::OperatorHandle& op, torch::jit::Stack& stack);
 // `_to_copy`: to the device from the CPU (a constant), to the CPU from the device (a read).
 // Returns false where both ends are the device (an ordinary op).
 bool run_to_copy(const c10::OperatorHandle& op, torch::jit::Stack& stack);

@@ -268,6 +268,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   std::vector<Id> pinned_targets(const OpDef& op, const std::vector<Id>& args,
                                  std::span<const int> mutated) const;
   std::vector<Id> freeze_dependents(const std::vector<Id>& roots);  // the storages frozen
+  void release_inputs_if_frozen(Id op);
   // Before a new op that accumulates into the constants `targets` runs at `position`.
   void prepare_accumulation(const std::vector<Id>& targets, int position);
   void* allocate_unplaced(std::size_t bytes);

@@ -557,6 +557,28 @@ TEST(RuntimeTest, UpdateFreezesHeldDependentsOfTheOldValue) {
   EXPECT_EQ(rt.stats().pinned_bytes, pinned - 64);
 }
 
+// Note [Frozen outputs free their inputs]: an optimizer stepped inside the backward pass
+// freezes the gradient flowing down at each update. Once the next one is frozen too, the one
+// before is needed by nobody and goes, instead of staying pinned under it.
+TEST(RuntimeTest, AFrozenTensorsInputsGoOnceItIsFrozen) {
+  Runtime rt(logical(SIZE_MAX));
+  auto w1 = rt.constant(vec(16), iota(16).data());
+  auto w2 = rt.constant(vec(16), iota(16, 2.0f).data());
+  auto x = rt.constant(vec(16), iota(16, 0.5f).data());
+  auto g2 = rt.call1(testing::combine(), {x, w2});
+  rt.update(add_into_first(), {w2, x}, {0});  // freezes g2
+  auto g1 = rt.call1(testing::combine(), {g2, w1});
+  const auto g1_before = read(rt, g1);
+  g2.reset();  // g1's lineage still reads it
+  const auto pinned = rt.stats().pinned_bytes;
+  const auto live = rt.stats().live_tensors;
+  rt.update(add_into_first(), {w1, x}, {0});  // freezes g1: g2 is needed by nobody
+  EXPECT_EQ(rt.stats().frozen, 2u);
+  EXPECT_EQ(rt.stats().pinned_bytes, pinned) << "g1 frozen, g2 gone";
+  EXPECT_EQ(rt.stats().live_tensors, live - 1);
+  EXPECT_EQ(read(rt, g1), g1_before);
+}
+
 TEST(RuntimeTest, UpdateRejectsTensorsThatAreNotConstants) {
   Runtime rt(logical(SIZE_MAX));
   auto w = rt.constant(vec(4), iota(4).data());

@@ -73,7 +73,43 @@ std::vector<Id> RuntimeImpl::freeze_dependents(const std::vector<Id>& roots) {
     recompute_storage(s);
     freeze(s);
   }
+  for (Id s : frontier)
+    if (storages[s].producer != kNone) release_inputs_if_frozen(storages[s].producer);
   return frontier;
+}
+
+// Note [Frozen outputs free their inputs]
+// A frozen storage never recomputes, so once every storage its producer makes is frozen, the
+// producer never runs again and its inputs are needed by nobody through it. Kept, they
+// would stay for as long as the frozen outputs do: an optimizer stepped inside the backward
+// pass (register_post_accumulate_grad_hook) freezes the gradient flowing down at every
+// parameter's update, and each frozen gradient would hold the one before it, pinned, down to
+// the end of the pass. Released, the chain ends at the newest frozen gradient, as without the
+// updates. The op's record stays (the frozen storages name their producer).
+void RuntimeImpl::release_inputs_if_frozen(Id op_id) {
+  OpRec& op = ops[op_id];
+  if (op.inputs.empty() || op.deferred) return;
+  bool makes_any = false;
+  for (Id s : op.out_storages) {
+    if (s == kNone) continue;
+    if (!storages[s].pinned) return;
+    makes_any = true;
+  }
+  if (!makes_any) return;  // a view: its outputs are its inputs' storages
+  for (Id in : op.inputs) {
+    auto& consumers = storages[tensors[in].storage].consumers;
+    auto it = std::find(consumers.begin(), consumers.end(), op_id);
+    if (it != consumers.end()) {
+      *it = consumers.back();
+      consumers.pop_back();
+    }
+  }
+  std::vector<Id> inputs = std::move(op.inputs);
+  op.inputs.clear();
+  op.in_storages.clear();
+  op.accumulates.clear();
+  pending_tensors_.insert(pending_tensors_.end(), inputs.begin(), inputs.end());
+  drain_tensor_refs();
 }
 
 // The storages an update writes: each mutated argument must be a constant.

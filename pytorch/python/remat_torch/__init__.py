@@ -34,6 +34,8 @@ def _register():
     module.manual_seed_all = lambda seed: None
     module.get_rng_state = lambda device=None: torch.get_rng_state()
     module.set_rng_state = lambda state, device=None: torch.set_rng_state(state)
+    # One device: selecting it changes nothing (torch.load's map_location enters it).
+    module.device = lambda device=None: contextlib.nullcontext()
     torch._register_device_module(_NAME, module)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                          for_storage=True)
