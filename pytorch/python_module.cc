@@ -2,6 +2,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "remat/graph.h"
+#include "remat/planner.h"
 #include "remat/torch.h"
 
 namespace py = pybind11;
@@ -80,6 +87,31 @@ py::dict plan_dict() {
   return d;
 }
 
+// One of remat's planners on a remat-graph-v1 text (the partitioner of torch.compile:
+// remat_torch/partitioner.py). A budget of None: the planner's own default.
+py::dict plan_graph(const std::string& graph_json, const std::string& planner,
+                    std::optional<std::int64_t> budget, double time_limit) {
+  absl::StatusOr<remat::Graph> graph = remat::parse_graph(graph_json);
+  if (!graph.ok()) throw std::invalid_argument(std::string(graph.status().message()));
+  remat::PlanOptions options;
+  options.budget_bytes = budget;
+  options.time_limit_seconds = time_limit;
+  absl::StatusOr<remat::Plan> plan;
+  {
+    py::gil_scoped_release unlocked;  // planners may run for seconds
+    plan = remat::run_planner(planner, *graph, options);
+  }
+  if (!plan.ok()) throw std::invalid_argument(std::string(plan.status().message()));
+  py::dict d;
+  d["feasible"] = plan->feasible;
+  d["reason"] = plan->reason;
+  d["order"] = plan->schedule.order;
+  d["peak_bytes"] = plan->sim.peak_bytes;
+  d["overhead"] = plan->sim.overhead;
+  d["solve_seconds"] = plan->solve_seconds;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -95,5 +127,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("plan_report", &plan_dict);
   m.def("reset_peaks", &remat::torch_backend::reset_peaks);
   m.def("evict_all", &remat::torch_backend::evict_all);
+  m.def("plan_graph", &plan_graph, py::arg("graph_json"), py::arg("planner"), py::arg("budget"),
+        py::arg("time_limit"));
+  m.def("planners", &remat::planner_names);
+  py::class_<remat::torch_backend::CpuMemoryMeter>(m, "_CpuMemoryMeter")
+      .def(py::init<>())
+      .def("live_bytes", &remat::torch_backend::CpuMemoryMeter::live_bytes)
+      .def("peak_bytes", &remat::torch_backend::CpuMemoryMeter::peak_bytes);
   py::class_<remat::torch_backend::StepScope>(m, "_StepScope").def(py::init<>());
 }

@@ -26,6 +26,7 @@
 #include <c10/core/Device.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -107,6 +108,20 @@ class StepScope {
   ~StepScope();
   StepScope(const StepScope&) = delete;
   StepScope& operator=(const StepScope&) = delete;
+};
+
+// Counts the CPU tensor bytes c10's allocator hands out while it lives, on any thread, and
+// their frees: what is live now and the peak since it began (Note [Measuring a step's CPU
+// memory]). One at a time. A compiled step's peak, which the profiler sees only as the net
+// of each compiled call.
+class CpuMemoryMeter {
+ public:
+  CpuMemoryMeter();
+  ~CpuMemoryMeter();
+  CpuMemoryMeter(const CpuMemoryMeter&) = delete;
+  CpuMemoryMeter& operator=(const CpuMemoryMeter&) = delete;
+  std::int64_t live_bytes() const;
+  std::int64_t peak_bytes() const;
 };
 
 }  // namespace remat::torch_backend

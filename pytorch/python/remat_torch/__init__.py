@@ -127,6 +127,36 @@ def evict_all():
     return _C.evict_all()
 
 
+class cpu_memory:
+    """Counts the CPU tensor bytes allocated inside the block, on any thread, and their
+    frees: `peak_bytes` above what was live when it began, `live_bytes` now (Note [Measuring
+    a step's CPU memory]). A compiled step's peak, which the profiler sees only as the net
+    of each compiled call:
+
+        with remat_torch.cpu_memory() as meter:
+            loss_fn(compiled(x), y).backward()
+        print(meter.peak_bytes)
+    """
+
+    def __enter__(self):
+        self._meter = _C._CpuMemoryMeter()
+        return self
+
+    def __exit__(self, *exc):
+        self.peak_bytes = self._meter.peak_bytes()
+        self.live_bytes = self._meter.live_bytes()
+        del self._meter
+        return False
+
+
+def __getattr__(name):
+    # torch.compile's partitioner loads Inductor: only when asked for.
+    if name in ("compile", "RematPartitioner", "partition_reports", "BudgetTooSmall"):
+        from . import partitioner
+        return getattr(partitioner, name)
+    raise AttributeError(f"module 'remat_torch' has no attribute {name!r}")
+
+
 @contextlib.contextmanager
 def step():
     """Marks a training step (the runtime numbers its ops and can plan repeated steps)."""
