@@ -137,7 +137,7 @@ def joint_graph_to_remat(joint, node_info, num_fwd_outputs, name, cost_model=Non
     alive as long as they do. A multi-output operator is a group of its getitem nodes. A sink
     reads every gradient, which the step keeps to its end."""
     model = dict(DEFAULT_COST_MODEL, **(cost_model or {}))
-    nodes, fx_of, id_of, held = [], [], {}, 0
+    nodes, fx_of, id_of, groups, held = [], [], {}, {}, 0
 
     def add(fx_node, kind, phase, nbytes, cost, inputs, group=None, recomputable=True):
         entry = {"id": len(nodes), "name": fx_node.name if fx_node else "sink",
@@ -171,7 +171,7 @@ def joint_graph_to_remat(joint, node_info, num_fwd_outputs, name, cost_model=Non
                 continue
             if n.target is operator.getitem and isinstance(n.args[0], fx.Node):
                 op = n.args[0]
-                group = op.meta.setdefault("remat_group", len(nodes))
+                group = groups.setdefault(op, len(groups))
                 members = max(1, sum(1 for u in op.users if u.target is operator.getitem))
                 id_of[n] = add(n, "compute", phase, _nbytes(n), _cost(op, model) / members,
                                inputs_of(op), group=group,
