@@ -39,7 +39,9 @@ def compiled_step(model, budget, planner="best"):
 
 
 def measured_step(model, step, x, y):
-    """Runs one step; returns (loss, gradients, the step's peak bytes with its inputs)."""
+    """Runs one step; returns (loss, gradients, the step's peak bytes with its inputs). A
+    compiled step runs once first: compiling allocates too."""
+    step(x, y).backward()
     model.zero_grad(set_to_none=True)
     with remat_torch.cpu_memory() as meter:
         loss = step(x, y)
@@ -109,6 +111,17 @@ class Partitioner(unittest.TestCase):
         self.assertEqual(meter.peak_bytes, (1 << 20) + (1 << 19))
         self.assertEqual(meter.live_bytes, (1 << 19) + (1 << 18))
         del b, c
+
+    def test_meters_nest(self):
+        with remat_torch.cpu_memory() as outer:
+            a = torch.empty(1 << 20, dtype=torch.uint8)
+            with remat_torch.cpu_memory() as inner:
+                b = torch.empty(1 << 18, dtype=torch.uint8)
+                del b
+            del a
+        self.assertEqual(inner.peak_bytes, 1 << 18)
+        self.assertEqual(outer.peak_bytes, (1 << 20) + (1 << 18))
+        self.assertEqual(outer.live_bytes, 0)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 // The meter sits in front of c10's CPU allocator and counts every allocation made while it
 // is on, on any thread, and every free of those, wherever it happens: live bytes and their
 // peak since the meter was started. Allocations made before it started are not counted,
-// nor their frees. Off, requests pass through untouched.
+// nor their frees. Meters nest, each with its own start. Off, requests pass through.
 #include <ATen/core/Tensor.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -16,20 +16,29 @@
 #include <cstddef>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "remat/torch.h"
 
 namespace remat::torch_backend {
+
+struct MeterState {
+  std::int64_t base = 0;  // live bytes when the meter began
+  std::int64_t peak = 0;  // the most above `base` since
+};
+
 namespace {
 
-std::atomic<bool> metering{false};
+// Live bytes counted since the first meter began; each meter keeps its own base and peak,
+// so that meters nest (a step measured while its first call compiles, and the compiler
+// measures kernels).
+std::atomic<int> meters_on{0};
 std::atomic<std::int64_t> live{0};
-std::atomic<std::int64_t> peak{0};
 
-void raise_peak(std::int64_t now) {
-  std::int64_t seen = peak.load();
-  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
-  }
+std::mutex counted_mutex;  // guards `active` and `counted()`
+std::vector<MeterState*>& active() {
+  static auto* meters = new std::vector<MeterState*>();
+  return *meters;
 }
 
 // What the meter counted, by address. c10's allocator hands out simple DataPtrs (the
@@ -39,7 +48,6 @@ struct Counted {
   std::size_t bytes = 0;
   c10::DeleterFnPtr base_deleter = nullptr;
 };
-std::mutex counted_mutex;
 std::unordered_map<void*, Counted>& counted() {
   static auto* map = new std::unordered_map<void*, Counted>();
   return *map;
@@ -71,16 +79,18 @@ class MeterAllocator final : public c10::Allocator {
     void* data = inner.get();
     // Only simple pointers can be counted by address; others pass through (a remat
     // kernel's outputs, which the bridge serves).
-    if (!metering.load(std::memory_order_relaxed) || data == nullptr ||
+    if (meters_on.load(std::memory_order_relaxed) == 0 || data == nullptr ||
         inner.get_context() != data || inner.get_deleter() == nullptr)
       return inner;
     const c10::Device device = inner.device();
     {
       std::lock_guard<std::mutex> lock(counted_mutex);
       counted()[data] = Counted{n, inner.get_deleter()};
+      const std::int64_t now =
+          live.fetch_add(static_cast<std::int64_t>(n)) + static_cast<std::int64_t>(n);
+      for (MeterState* m : active()) m->peak = std::max(m->peak, now - m->base);
     }
     (void)inner.release_context();  // freed by free_counted, through the base's deleter
-    raise_peak(live.fetch_add(static_cast<std::int64_t>(n)) + static_cast<std::int64_t>(n));
     return c10::DataPtr(data, data, &free_counted, device);
   }
   c10::DeleterFnPtr raw_deleter() const override {
@@ -104,17 +114,26 @@ void install_meter() {
 
 }  // namespace
 
-CpuMemoryMeter::CpuMemoryMeter() {
+CpuMemoryMeter::CpuMemoryMeter() : state_(new MeterState) {
   install_meter();
-  live.store(0);
-  peak.store(0);
-  metering.store(true);
+  std::lock_guard<std::mutex> lock(counted_mutex);
+  state_->base = live.load();
+  active().push_back(state_.get());
+  meters_on.fetch_add(1);
 }
 
-CpuMemoryMeter::~CpuMemoryMeter() { metering.store(false); }
+CpuMemoryMeter::~CpuMemoryMeter() {
+  std::lock_guard<std::mutex> lock(counted_mutex);
+  auto& meters = active();
+  meters.erase(std::find(meters.begin(), meters.end(), state_.get()));
+  meters_on.fetch_sub(1);
+}
 
-std::int64_t CpuMemoryMeter::live_bytes() const { return live.load(); }
+std::int64_t CpuMemoryMeter::live_bytes() const { return live.load() - state_->base; }
 
-std::int64_t CpuMemoryMeter::peak_bytes() const { return std::max<std::int64_t>(peak.load(), 0); }
+std::int64_t CpuMemoryMeter::peak_bytes() const {
+  std::lock_guard<std::mutex> lock(counted_mutex);
+  return state_->peak;
+}
 
 }  // namespace remat::torch_backend

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -110,9 +111,11 @@ class StepScope {
   StepScope& operator=(const StepScope&) = delete;
 };
 
+struct MeterState;
+
 // Counts the CPU tensor bytes c10's allocator hands out while it lives, on any thread, and
 // their frees: what is live now and the peak since it began (Note [Measuring a step's CPU
-// memory]). One at a time. A compiled step's peak, which the profiler sees only as the net
+// memory]). Meters nest. A compiled step's peak, which the profiler sees only as the net
 // of each compiled call.
 class CpuMemoryMeter {
  public:
@@ -122,6 +125,9 @@ class CpuMemoryMeter {
   CpuMemoryMeter& operator=(const CpuMemoryMeter&) = delete;
   std::int64_t live_bytes() const;
   std::int64_t peak_bytes() const;
+
+ private:
+  std::unique_ptr<MeterState> state_;
 };
 
 }  // namespace remat::torch_backend

@@ -225,6 +225,80 @@ def _fused_away(gm, keep):
     return fused
 
 
+# Note [Kernel workspace in the peak model]
+# An extern kernel (a matmul, attention, a convolution) takes memory beyond its outputs
+# while it runs, which no fake tensor shows: the CPU's fused attention keeps per-thread
+# buffers, its backward pass more. The model measures it: each such operator runs once per
+# signature on made-up CPU tensors of the graph's shapes, under a meter, and the peak above
+# its outputs is its workspace, counted at its step. The random-number generator is put
+# back after, so that compiling draws nothing the program would see.
+_WORKSPACE = {}
+
+
+def _made_up(value, generator):
+    if not isinstance(value, torch.Tensor):
+        return value
+    t = torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype)
+    if t.is_floating_point():
+        t.uniform_(-1.0, 1.0, generator=generator)
+    else:
+        t.zero_()
+    return t
+
+
+def _measurable(value):
+    if isinstance(value, (list, tuple)):
+        return all(_measurable(v) for v in value)
+    if not isinstance(value, torch.Tensor):
+        return not isinstance(value, torch.SymInt)
+    return (value.device.type == "cpu" and value.layout == torch.strided and all(
+        isinstance(d, int) for d in (*value.shape, *value.stride())))
+
+
+def _signature(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_signature(v) for v in value)
+    return repr(value)
+
+
+def _workspace(node):
+    target = node.target
+    if (node.op != "call_function" or not isinstance(target, torch._ops.OpOverload)
+            or _pointwise(node) or _is_view(node) or target._schema.is_mutable):
+        return 0
+    args = fx.node.map_arg(node.args, _value_of)
+    kwargs = fx.node.map_arg(node.kwargs, _value_of)
+    if not (_measurable(args) and _measurable(list(kwargs.values()))):
+        return 0
+    key = (str(target), _signature(args), _signature(tuple(sorted(kwargs.items()))))
+    if key not in _WORKSPACE:
+        _WORKSPACE[key] = _measure_workspace(target, args, kwargs)
+    return _WORKSPACE[key]
+
+
+def _measure_workspace(target, args, kwargs):
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from . import cpu_memory
+    with unset_fake_temporarily(), torch.random.fork_rng(devices=[]), torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        real = lambda v: _made_up(v, generator)
+        args = torch.utils._pytree.tree_map(real, args)
+        kwargs = torch.utils._pytree.tree_map(real, kwargs)
+        try:
+            with cpu_memory() as meter:
+                out = target(*args, **kwargs)
+                made = sum(t.untyped_storage().nbytes()
+                           for t in torch.utils._pytree.tree_leaves(out)
+                           if isinstance(t, torch.Tensor))
+                del out
+        except Exception:  # an operator that will not run on made-up values
+            return 0
+    return max(0, meter.peak_bytes - made)
+
+
 def _live_peak(gm, preloaded, keep):
     """Peak bytes of running `gm`'s nodes in order: each value from its node to its last
     use (a view keeps its base; a fused node's inputs are read where its users run),
@@ -256,6 +330,7 @@ def _live_peak(gm, preloaded, keep):
                 live += _nbytes(n)
             else:  # written into the buffer of an input that dies here
                 reused.add(donor)
+            peak = max(peak, live + _workspace(n))
         peak = max(peak, live)
         for dead in frees.get(i, []):
             if dead in fused or dead in base or dead in reused:
