@@ -113,6 +113,9 @@ class OffloadPass {
     const int v = w->order[static_cast<size_t>(r)];
     int earlier = r - 1;
     while (earlier >= 0 && w->order[static_cast<size_t>(earlier)] != v) --earlier;
+    // A replacement earlier in this round may have pruned the instance before it (an
+    // instance nothing read any more): this step is then v's first, nothing to replace.
+    if (earlier < 0) return false;
     for (const Offload& o : w->offloads)
       if (o.step == earlier || o.step == r) return false;  // one offload an instance
     std::vector<char> kept(w->order.size(), 1);
