@@ -1,5 +1,4 @@
 // The public functions of remat/torch.h, over the process's one Backend.
-#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 #include <mutex>

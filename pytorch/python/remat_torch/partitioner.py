@@ -24,9 +24,9 @@ set; PyTorch's own extraction builds the two graphs from it. Then the truth is c
 peak of the two graphs as they will run (`modelled_peak`: each value alive from its node to
 its last use, saved values until the backward's last use, gradients to the end) must be
 within the budget; where the planner's schedule and the extracted graphs differ (the
-extraction recomputes each value once, in its own order), the planner is asked again with
-less, and the largest plan that fits is kept. A budget no plan fits raises at compile time
-with the least peak found.
+extraction recomputes each value once, in its own order; Inductor fuses), the planner's
+budget is bisected for the largest plan that fits. A budget no plan fits raises at compile
+time with the least peak found.
 """
 import hashlib
 import json
@@ -66,13 +66,11 @@ class PartitionReport:
     planner: str
     held_bytes: int = 0            # the graph's inputs: parameters and the batch
     modelled_peak: int = 0         # the extracted graphs' peak, held bytes included
-    unconstrained_peak: int = 0    # the same for PyTorch's own default partition
     saved_bytes: int = 0
     saved: list = field(default_factory=list)
     recomputed: int = 0            # forward nodes the backward graph computes again
     planner_budget: int = 0        # what the planner was given for the last plan kept
     tries: int = 0                 # plans made and measured
-    note: str = ""
 
 
 _REPORTS = []
@@ -428,40 +426,38 @@ class RematPartitioner(CustomPartitionerFn):
         # measured: the order that runs.
         return fw, torch_partitioners.reordering_to_mimic_autograd_engine(bw)
 
-    def _plan(self, graph, budget, planner=None):
-        result = _C.plan_graph(json.dumps(graph), planner or self.planner, budget,
-                               self.time_limit)
-        if not result["feasible"]:
-            return None
-        return saved_from_schedule(graph, result["order"])
-
     def _search(self, graph, held, extract, report):
         """The plan with the largest planner budget whose extracted graphs fit the budget
         (Note [A byte budget inside torch.compile]): bisection between the least the
         planner can meet and the graph's peak without recomputation. Else BudgetTooSmall,
         with the least extracted peak of the plans tried and of the least-memory plans."""
         target = self.budget - self.held_bytes
+        text = json.dumps(graph)  # every plan reads the same graph
         least = math.inf
 
         def evaluate(planner_budget, planner=None):
             nonlocal least
-            saved = self._plan(graph, planner_budget, planner)
-            if saved is None:
+            plan = _C.plan_graph(text, planner or self.planner, planner_budget,
+                                 self.time_limit)
+            if not plan["feasible"]:
                 return None
+            saved = saved_from_schedule(graph, plan["order"])
             fw, bw = extract(saved)
             peak = modelled_peak(fw, bw, held)
             least = min(least, peak)
             report.tries += 1
-            return peak, fw, bw, saved, planner_budget
+            return peak, fw, bw, saved, planner_budget, plan["peak_bytes"]
 
         def keep(found):
             report.modelled_peak, report.planner_budget = found[0], found[4]
             return found[1:4]
 
-        top = evaluate(None, "noremat")
-        if top is not None and top[0] <= target:
+        top = evaluate(None, "noremat")  # no recomputation, no budget: always a plan
+        if top is None:
+            raise RuntimeError(f"remat_torch.compile: no plan of {report.graph} without a budget")
+        if top[0] <= target:
             return keep(top)
-        lo, hi, best = 0, _C.plan_graph(json.dumps(graph), "noremat", None, 1.0)["peak_bytes"], None
+        lo, hi, best = 0, top[5], None  # hi: the graph's own peak without recomputation
         while report.tries < self.tries and hi - lo > max(hi // 200, 1):
             middle = (lo + hi) // 2
             found = evaluate(middle)
