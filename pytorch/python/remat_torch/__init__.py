@@ -151,7 +151,8 @@ class cpu_memory:
 
 def __getattr__(name):
     # torch.compile's partitioner loads Inductor: only when asked for.
-    if name in ("compile", "RematPartitioner", "partition_reports", "BudgetTooSmall"):
+    if name in ("compile", "RematPartitioner", "partition_reports", "BudgetTooSmall",
+                "Replan"):
         from . import partitioner
         return getattr(partitioner, name)
     raise AttributeError(f"module 'remat_torch' has no attribute {name!r}")

@@ -28,10 +28,12 @@ extraction recomputes each value once, in its own order; Inductor fuses), the pl
 budget is bisected for the largest plan that fits. A budget no plan fits raises at compile
 time with the least peak found.
 """
+import functools
 import hashlib
 import json
 import math
 import operator
+import pathlib
 from dataclasses import dataclass, field
 
 import torch
@@ -40,6 +42,8 @@ from torch._functorch import partitioners as torch_partitioners
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from . import _C
+from .kernel_peak import KernelPeakCheck, probe_step_peak
+from .peak_model import _is_view, _nbytes, _value_of, held_through_backward, modelled_peak
 from .plan_order import backward_boundary, backward_in_plan_order
 
 VERSION = "remat-partitioner-1"
@@ -47,6 +51,18 @@ VERSION = "remat-partitioner-1"
 # Seconds are not the unit: only ratios between costs matter to the planners. A CPU core
 # of this project's machines does about 50 FLOP and moves about 10 bytes a nanosecond.
 DEFAULT_COST_MODEL = {"flops_per_ns": 50.0, "bytes_per_ns": 10.0, "op_ns": 200.0}
+
+
+class Replan(RuntimeError):
+    """A plan whose kernels take more than the budget (Note [The kernels' peak checked]):
+    compiling again plans with their peak known. `remat_torch.compile` does so itself; a
+    partitioner handed to torch.compile by hand raises it where the backward compiles."""
+
+    def __init__(self, graph, peak, budget):
+        super().__init__(
+            f"remat_torch: the kernels Inductor made for graph {graph}'s plan take {peak} "
+            f"bytes at their peak, above the budget of {budget}; compile again to plan with "
+            "that known")
 
 
 class BudgetTooSmall(RuntimeError):
@@ -72,34 +88,23 @@ class PartitionReport:
     recomputed: int = 0            # forward nodes the backward graph computes again
     planner_budget: int = 0        # what the planner was given for the last plan kept
     tries: int = 0                 # plans made and measured
+    kernel_peak: int = 0           # the peak of Inductor's kernels for the plan kept, if seen
+    graph_key: str = ""            # the joint graph's identity across compilations
 
 
 _REPORTS = []
+
+# What every partitioner of this process knows, whatever its budget: a plan made for a
+# graph at a planner budget, a plan's measured kernel peak, the most a graph's kernels took
+# over the model. Reused, they keep the candidates of a graph the same at every budget.
+_PLANS = {}     # (graph key, planner, planner budget, time limit) -> the planner's plan
+_MEASURED = {}  # plan key -> the step's peak its kernels take, the graph's inputs included
+_RATIO = {}     # graph key -> the most a plan's kernels took over its model
 
 
 def partition_reports():
     """The report of every graph a RematPartitioner split, oldest first."""
     return list(_REPORTS)
-
-
-def _nbytes(node):
-    try:
-        return int(torch_partitioners._size_of(node))
-    except Exception:  # values without a size (None, opaque objects)
-        return 0
-
-
-def _is_view(node):
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    schema = target._schema
-    return (len(schema.returns) == 1 and schema.returns[0].alias_info is not None
-            and not schema.returns[0].alias_info.is_write)
-
-
-def _value_of(arg):
-    return arg.meta.get("val") if isinstance(arg, fx.Node) else arg
 
 
 def _flops(node):
@@ -205,203 +210,6 @@ def saved_from_schedule(graph, order):
     return saved
 
 
-def _pointwise(node):
-    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-            and torch.Tag.pointwise in node.target.tags)
-
-
-def _fused_away(gm, keep):
-    """The nodes Inductor leaves unmaterialized: a pointwise node whose every user is
-    pointwise is computed inside its users' kernel (Note [Fusion in the peak model])."""
-    output = gm.graph.find_nodes(op="output")[0]
-    fused = set()
-    for n in reversed(gm.graph.nodes):
-        if (_pointwise(n) and n not in keep and n.users and output not in n.users
-                and all(_pointwise(u) for u in n.users)):
-            fused.add(n)
-    return fused
-
-
-# Note [Kernel workspace in the peak model]
-# An extern kernel (a matmul, attention, a convolution) takes memory beyond its outputs
-# while it runs, which no fake tensor shows: the CPU's fused attention keeps per-thread
-# buffers, its backward pass more. The model measures it: each such operator runs once per
-# signature on made-up CPU tensors of the graph's shapes, under a meter, and the peak above
-# its outputs is its workspace, counted at its step. The random-number generator is put
-# back after, so that compiling draws nothing the program would see.
-_WORKSPACE = {}
-
-
-def _made_up(value, generator):
-    if not isinstance(value, torch.Tensor):
-        return value
-    t = torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype)
-    if t.is_floating_point():
-        t.uniform_(-1.0, 1.0, generator=generator)
-    else:
-        t.zero_()
-    return t
-
-
-def _measurable(value):
-    if isinstance(value, (list, tuple)):
-        return all(_measurable(v) for v in value)
-    if not isinstance(value, torch.Tensor):
-        return not isinstance(value, torch.SymInt)
-    return (value.device.type == "cpu" and value.layout == torch.strided and all(
-        isinstance(d, int) for d in (*value.shape, *value.stride())))
-
-
-def _signature(value):
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype)
-    if isinstance(value, (list, tuple)):
-        return tuple(_signature(v) for v in value)
-    return repr(value)
-
-
-def _workspace(node):
-    target = node.target
-    if (node.op != "call_function" or not isinstance(target, torch._ops.OpOverload)
-            or _pointwise(node) or _is_view(node) or target._schema.is_mutable):
-        return 0
-    args = fx.node.map_arg(node.args, _value_of)
-    kwargs = fx.node.map_arg(node.kwargs, _value_of)
-    if not (_measurable(args) and _measurable(list(kwargs.values()))):
-        return 0
-    key = (str(target), _signature(args), _signature(tuple(sorted(kwargs.items()))))
-    if key not in _WORKSPACE:
-        _WORKSPACE[key] = _measure_workspace(target, args, kwargs)
-    return _WORKSPACE[key]
-
-
-def _measure_workspace(target, args, kwargs):
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    from . import cpu_memory
-    with unset_fake_temporarily(), torch.random.fork_rng(devices=[]), torch.no_grad():
-        generator = torch.Generator().manual_seed(0)
-        real = lambda v: _made_up(v, generator)
-        args = torch.utils._pytree.tree_map(real, args)
-        kwargs = torch.utils._pytree.tree_map(real, kwargs)
-        try:
-            with cpu_memory() as meter:
-                out = target(*args, **kwargs)
-                made = sum(t.untyped_storage().nbytes()
-                           for t in torch.utils._pytree.tree_leaves(out)
-                           if isinstance(t, torch.Tensor))
-                del out
-        except Exception:  # an operator that will not run on made-up values
-            return 0
-    return max(0, meter.peak_bytes - made)
-
-
-def _buffers(gm):
-    """Which buffer each node's value lives in: a view in its base's, a getitem of a view
-    operator (split) in the operator's input's, a getitem of any other multi-output
-    operator in a buffer of its own, made when the operator runs (Note [Multi-output
-    operators in the peak model])."""
-    base, made_by = {}, {}
-    for n in gm.graph.nodes:
-        if n.op != "call_function" or not n.all_input_nodes:
-            continue
-        first = n.all_input_nodes[0]
-        if _is_view(n):
-            base[n] = base.get(first, first)
-        elif n.target is operator.getitem:
-            if first in base or _is_view(first):
-                base[n] = base.get(first, first)
-            else:
-                made_by[n] = first
-    return base, made_by
-
-
-# Note [Multi-output operators in the peak model]
-# A convolution's backward returns the input's gradient and the weight's in one call, but in
-# two buffers: the input's gradient dies when the layer below has read it, the weight's is an
-# output of the step. Counted as one value, which lives as long as its longest-lived part,
-# every layer's input gradient lived to the end of the backward (60 MB too many on resnet18
-# at batch 32). Each getitem of such an operator is a buffer of its own, made when the
-# operator runs and freed after its own last reader; the outputs no getitem reads are made
-# too, and freed as the call returns.
-def _live_peak(gm, preloaded, keep):
-    """Peak bytes of running `gm`'s nodes in order: each buffer from its node to its last
-    use (a view keeps its base; a fused node's inputs are read where its users run),
-    `preloaded` placeholders counted from the start, values in `keep` to the end."""
-    order = list(gm.graph.nodes)
-    index = {n: i for i, n in enumerate(order)}
-    fused = _fused_away(gm, keep)
-    base, made_by = _buffers(gm)
-    outputs_of = {}
-    for g, op in made_by.items():
-        outputs_of.setdefault(op, []).append(g)
-    read_at = {}
-    for n in reversed(order):  # where a node's value is really read: its kernel's position
-        read_at[n] = (max((read_at[u] for u in n.users), default=index[n]) if n in fused
-                      else index[n])
-    last = {g: index[op] for g, op in made_by.items()}  # an unread output dies at once
-    for n in order:
-        for a in n.all_input_nodes:
-            if a in outputs_of:
-                continue  # the getitems read the operator; its outputs are theirs
-            root = base.get(a, a)
-            last[root] = max(last.get(root, 0), read_at[n])
-    live = sum(_nbytes(p) for p in preloaded)
-    peak, frees, reused = live, {}, set()
-    for n, i in last.items():
-        frees.setdefault(i, []).append(n)
-    for i, n in enumerate(order):
-        if n in outputs_of:  # every output is made; those nothing reads die at once
-            peak = max(peak, live + _nbytes(n) + _workspace(n))
-            live += sum(_nbytes(g) for g in outputs_of[n])
-        elif (n.op == "call_function" and n not in base and n not in fused
-              and n not in made_by):
-            donor = _donor(n, i, last, base, fused, keep) if _pointwise(n) else None
-            if donor is None:
-                live += _nbytes(n)
-            else:  # written into the buffer of an input that dies here
-                reused.add(donor)
-            peak = max(peak, live + _workspace(n))
-        peak = max(peak, live)
-        for dead in frees.get(i, []):
-            if dead in fused or dead in base or dead in reused or dead in outputs_of:
-                continue
-            if dead not in keep and (dead.op != "placeholder" or dead in preloaded):
-                live -= _nbytes(dead)
-    return peak
-
-
-def _donor(node, i, last, base, fused, keep):
-    """An input of pointwise `node` whose buffer Inductor writes the result into: one of
-    the same size whose last read is this kernel, made by the graph, not kept."""
-    for a in node.all_input_nodes:
-        if (a.op == "call_function" and a not in base and a not in fused and a not in keep
-                and last.get(a) == i and _nbytes(a) == _nbytes(node)):
-            return a
-    return None
-
-
-def modelled_peak(fw, bw, held):
-    """The step's peak as the two graphs run: the forward, then the backward with what the
-    forward saved. Inputs count as held (saved or not); the forward's other outputs stay
-    until the backward ends."""
-    inputs = {p.name for p in fw.graph.find_nodes(op="placeholder")}
-    kept = {a for a in fw.graph.find_nodes(op="output")[0].args[0] if isinstance(a, fx.Node)}
-    fw_peak = _live_peak(fw, [], kept)
-    saved = [p for p in bw.graph.find_nodes(op="placeholder")
-             if not str(p.target).startswith("tangents") and p.name not in inputs]
-    saved_names = {p.name for p in saved}
-    # The outputs' gradients, which autograd makes and holds while the backward runs.
-    tangents = [p for p in bw.graph.find_nodes(op="placeholder")
-                if str(p.target).startswith("tangents")]
-    bw_out = bw.graph.find_nodes(op="output")[0]
-    grads = {a for a in bw_out.args[0] if isinstance(a, fx.Node)}
-    bw_peak = _live_peak(bw, saved + tangents, grads | set(tangents))
-    model_outputs = sum(_nbytes(a) for a in kept
-                        if a.op != "placeholder" and a.name not in saved_names)
-    return held + max(fw_peak, model_outputs + bw_peak)
-
-
 # Note [Layout optimization copies the weights]
 # With `layout_optimization` (on by default), Inductor converts a convolution's operands to
 # channels-last inside the compiled forward: each weight becomes a copy, and the copies are
@@ -424,22 +232,45 @@ def _refuse_layout_optimization(gm):
             "options={'layout_optimization': False} (remat_torch.compile does)")
 
 
+@dataclass
+class _Candidate:
+    """A plan's two graphs and what the search knows of their peak."""
+    peak: int                  # the kernels' peak if measured, else the model's, scaled
+    modelled: int
+    fw: fx.GraphModule
+    bw: fx.GraphModule
+    saved: set
+    planner_budget: int
+    planner_peak: int
+    key: str
+    measured: bool
+
+
 class RematPartitioner(CustomPartitionerFn):
     """Inductor's `custom_partitioner_fn`: splits each joint graph with one of remat's
     planners under `budget` bytes of the step's peak (Note [A byte budget inside
     torch.compile]). `held_bytes`: what the program holds beside the graph's own inputs
-    (an optimizer's state), taken off the budget."""
+    (an optimizer's state), taken off the budget. Its `kernel_check` is the scheduler pass
+    that checks the kernels of each plan (Note [The kernels' peak checked])."""
 
     def __init__(self, budget, planner="best", held_bytes=0, time_limit=2.0,
-                 cost_model=None, tries=12):
+                 cost_model=None, tries=10):
         self.budget, self.planner, self.held_bytes = int(budget), planner, int(held_bytes)
         self.time_limit, self.cost_model, self.tries = time_limit, cost_model, tries
+        self.kernel_check = KernelPeakCheck(self)
+        self._handed = {}    # plan key -> what judging its kernels needs
+
+    def __reduce__(self):  # Inductor pickles its options into cache keys: the settings
+        return (RematPartitioner, (self.budget, self.planner, self.held_bytes,
+                                   self.time_limit, self.cost_model, self.tries))
 
     def uuid(self):
         key = repr((VERSION, self.budget, self.planner, self.held_bytes, self.time_limit,
                     sorted((self.cost_model or {}).items()), self.tries))
-        with open(__file__, "rb") as source:
-            return hashlib.sha256(key.encode() + source.read()).hexdigest()
+        digest = hashlib.sha256(key.encode())
+        for source in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+            digest.update(source.read_bytes())
+        return digest.hexdigest()
 
     def __call__(self, gm, joint_inputs, **kwargs):
         _refuse_layout_optimization(gm)
@@ -465,83 +296,166 @@ class RematPartitioner(CustomPartitionerFn):
         extract = lambda saved, order: self._extract(
             gm, info, num_fwd_outputs, [fx_of[v] for v in sorted(saved)],
             lambda bw: backward_in_plan_order(bw, gm, graph, fx_of, order))
-        best = self._search(graph, held, extract, report)
-        fw, bw, saved = best
-        report.saved = [fx_of[v].name for v in sorted(saved)]
-        report.saved_bytes = sum(graph["nodes"][v]["bytes"] for v in saved)
-        fw_names = {n.name for n in fw.graph.nodes if n.op == "call_function"}
-        report.recomputed = sum(1 for n in bw.graph.nodes
+        kept, too_small = self._search(graph, held, extract, report)
+        self._hand_over(kept, report, held, too_small)
+        report.saved = [fx_of[v].name for v in sorted(kept.saved)]
+        report.saved_bytes = sum(graph["nodes"][v]["bytes"] for v in kept.saved)
+        fw_names = {n.name for n in kept.fw.graph.nodes if n.op == "call_function"}
+        report.recomputed = sum(1 for n in kept.bw.graph.nodes
                                 if n.op == "call_function" and n.name in fw_names)
         _REPORTS.append(report)
-        return fw, bw
+        return kept.fw, kept.bw
 
     def _extract(self, gm, info, num_fwd_outputs, saved_nodes, reorder):
-        sym = [n for n in saved_nodes if torch_partitioners.is_sym_node(n)]
-        tensors = [n for n in saved_nodes if not torch_partitioners.is_sym_node(n)]
-        fw, bw = torch_partitioners._extract_fwd_bwd_modules(
-            gm, tensors, saved_sym_nodes=sym, num_fwd_outputs=num_fwd_outputs,
-            static_lifetime_input_nodes=info.static_lifetime_input_nodes)
-        # The extraction recomputes each value once, where the joint graph had it: the
-        # backward is rebuilt in the plan's order (Note [The backward in the plan's order]).
-        return fw, reorder(bw)
+        """The forward and backward graphs of a saved set, the backward rebuilt in the
+        plan's order (Note [The backward in the plan's order]). A saved value the rebuilt
+        backward makes again before anything reads it is not saved: passed in, nothing
+        would free it until the backward returns."""
+        for _ in range(2):
+            sym = [n for n in saved_nodes if torch_partitioners.is_sym_node(n)]
+            tensors = [n for n in saved_nodes if not torch_partitioners.is_sym_node(n)]
+            fw, bw = torch_partitioners._extract_fwd_bwd_modules(
+                gm, tensors, saved_sym_nodes=sym, num_fwd_outputs=num_fwd_outputs,
+                static_lifetime_input_nodes=info.static_lifetime_input_nodes)
+            bw = reorder(bw)
+            unread = {p.name for p in bw.graph.find_nodes(op="placeholder") if not p.users}
+            if not unread.intersection(n.name for n in tensors):
+                break
+            saved_nodes = [n for n in saved_nodes if n.name not in unread]
+        return fw, bw
+
+    def _hand_over(self, kept, report, held, too_small):
+        """Marks the plan's graphs so that the kernel check finds what to judge them by."""
+        report.modelled_peak, report.planner_budget = kept.modelled, kept.planner_budget
+        kept.fw.meta["remat_plan"] = kept.bw.meta["remat_plan"] = kept.key
+        self._handed[kept.key] = dict(
+            graph=report.graph_key, report=report, held=held, modelled=kept.modelled,
+            outside=held_through_backward(kept.fw, kept.bw), too_small=too_small,
+            forward=None)
+
+    def kernels_measured(self, plan_key, is_backward, peak):
+        """The kernel check's report of one of a plan's graphs (Note [The kernels' peak
+        checked]): the forward's peak is kept until the backward's arrives; then the step's
+        peak is known, remembered for the search, and judged against the budget."""
+        plan = self._handed.get(plan_key)
+        if plan is None:
+            return
+        if not is_backward:
+            plan["forward"] = peak
+            return
+        if plan["forward"] is None:
+            return  # the forward came from a cache: its kernels were not seen
+        step = max(plan["held"] + max(plan["forward"], plan["outside"] + peak),
+                   plan["modelled"])
+        _MEASURED[plan_key] = step
+        graph = plan["graph"]
+        _RATIO[graph] = max(_RATIO.get(graph, 1.0), step / max(plan["modelled"], 1))
+        report = plan["report"]
+        report.kernel_peak = step + self.held_bytes
+        if step + self.held_bytes <= self.budget:
+            return
+        if plan["too_small"]:
+            raise BudgetTooSmall(self.budget, step + self.held_bytes, report.graph)
+        raise Replan(report.graph, step + self.held_bytes, self.budget)
 
     def _search(self, graph, held, extract, report):
-        """The plan with the largest planner budget whose extracted graphs fit the budget
-        (Note [A byte budget inside torch.compile]): bisection between the least the
-        planner can meet and the graph's peak without recomputation. Else BudgetTooSmall,
-        with the least extracted peak of the plans tried and of the least-memory plans."""
+        """(The plan with the largest peak within the budget, False), from candidates that
+        do not depend on the budget, so that a larger budget never gets a plan of smaller
+        peak (Note [A byte budget inside torch.compile]): the plan without recomputation,
+        the least-memory plans of chen and twremat, and the planner's at `tries` budgets
+        evenly between theirs. A plan's peak is its kernels' where measured, else its
+        model's scaled by the most the kernels of the graph's plans took over their model.
+        Where none fits: BudgetTooSmall if the least of them was measured, else (that plan,
+        True), for its kernels to be measured."""
         target = self.budget - self.held_bytes
         text = json.dumps(graph)  # every plan reads the same graph
-        least = math.inf
+        nameless = json.dumps(dict(graph, name=""))  # the name counts the graphs split
+        report.graph_key = hashlib.sha256(nameless.encode()).hexdigest()
+        ratio = _RATIO.get(report.graph_key, 1.0)
 
-        def evaluate(planner_budget, planner=None):
-            nonlocal least
-            plan = _C.plan_graph(text, planner or self.planner, planner_budget,
-                                 self.time_limit)
+        def evaluate(planner, planner_budget=None, probe=True):
+            memo = (report.graph_key, planner, planner_budget, self.time_limit)
+            if memo not in _PLANS:  # planners with a time limit differ from run to run
+                _PLANS[memo] = _C.plan_graph(text, planner, planner_budget, self.time_limit)
+            plan = _PLANS[memo]
             if not plan["feasible"]:
                 return None
             saved = saved_from_schedule(graph, plan["order"])
             fw, bw = extract(saved, plan["order"])
-            peak = modelled_peak(fw, bw, held)
-            least = min(least, peak)
+            modelled = modelled_peak(fw, bw, held)
+            key = hashlib.sha256((report.graph_key + fw.code + bw.code).encode()).hexdigest()
+            if probe and key not in _MEASURED:
+                kernels = probe_step_peak(fw, bw, held)
+                if kernels is not None:
+                    _MEASURED[key] = max(kernels, modelled)
+            measured = key in _MEASURED
+            peak = _MEASURED[key] if measured else math.ceil(modelled * ratio)
             report.tries += 1
-            return peak, fw, bw, saved, planner_budget, plan["peak_bytes"]
+            return _Candidate(peak, modelled, fw, bw, saved, planner_budget or 0,
+                              plan["peak_bytes"], key, measured)
 
-        def keep(found):
-            report.modelled_peak, report.planner_budget = found[0], found[4]
-            return found[1:4]
-
-        top = evaluate(None, "noremat")  # no recomputation, no budget: always a plan
+        # No recomputation, no budget: always a plan; the kernel check judges it if it fits.
+        top = evaluate("noremat", probe=False)
         if top is None:
             raise RuntimeError(f"remat_torch.compile: no plan of {report.graph} without a budget")
-        if top[0] <= target:
-            return keep(top)
-        lo, hi, best = 0, top[5], None  # hi: the graph's own peak without recomputation
-        while report.tries < self.tries and hi - lo > max(hi // 200, 1):
-            middle = (lo + hi) // 2
-            found = evaluate(middle)
-            if found is None or found[0] <= target:
-                lo = middle  # the planner cannot meet it, or it fits: more is worth a try
-                if found is not None:
-                    best = found
-            else:
-                hi = middle
-        if best is not None:
-            return keep(best)
-        for planner in ("chen", "twremat"):  # the least memory they know how to reach
-            found = evaluate(None, planner)
-            if found is not None and found[0] <= target:
-                return keep(found)
-        least = int(least) + self.held_bytes if least != math.inf else None
-        raise BudgetTooSmall(self.budget, least, report.graph)
+        if top.peak <= target:
+            return top, False
+        found = [c for c in (evaluate("chen"), evaluate("twremat")) if c is not None]
+        lo = min((c.planner_peak for c in found), default=0)
+        hi = top.planner_peak
+        for k in range(1, self.tries):
+            found.append(evaluate(self.planner, lo + (hi - lo) * k // self.tries))
+        found = [c for c in found if c is not None]
+        fitting = [c for c in found if c.peak <= target]
+        if fitting:
+            return max(fitting, key=lambda c: (c.peak, c.planner_budget)), False
+        least = min(found + [top], key=lambda c: c.peak)
+        if least.measured:
+            raise BudgetTooSmall(self.budget, least.peak + self.held_bytes, report.graph)
+        return least, True
+
+
+def _cause(error, kind):
+    """The exception of type `kind` inside `error` (Dynamo wraps a backend's errors)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = getattr(error, "inner_exception", None) or error.__cause__
+    return None
+
+
+def _replanning(call, attempts):
+    """`call` compiling its backward with its forward, so that a plan is judged before
+    anything runs, and compiling again while a plan's kernels take more than the budget."""
+    @functools.wraps(call)
+    def run(*args, **kwargs):
+        for attempt in range(1, attempts + 1):
+            try:
+                with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+                    return call(*args, **kwargs)
+            except Exception as error:  # noqa: PERF203 (a retry loop)
+                if attempt == attempts or _cause(error, Replan) is None:
+                    raise
+    return run
 
 
 def compile(model, budget, planner="best", held_bytes=0, time_limit=2.0, cost_model=None,
-            **torch_compile_kwargs):
+            attempts=8, **torch_compile_kwargs):
     """torch.compile(model) with Inductor, each graph partitioned by RematPartitioner under
-    `budget` bytes of the step's peak."""
+    `budget` bytes of the step's peak, its kernels checked, and compiled again (up to
+    `attempts` times) where they take more (Note [The kernels' peak checked])."""
     options = dict(torch_compile_kwargs.pop("options", None) or {})
     options.setdefault("layout_optimization", False)  # Note [Layout optimization copies the weights]
-    options["custom_partitioner_fn"] = RematPartitioner(budget, planner, held_bytes,
-                                                        time_limit, cost_model)
-    return torch.compile(model, options=options, **torch_compile_kwargs)
+    options.setdefault("allow_buffer_reuse", False)  # Note [The kernels' peak checked]
+    partitioner = RematPartitioner(budget, planner, held_bytes, time_limit, cost_model)
+    options["custom_partitioner_fn"] = partitioner
+    if options.get("_post_fusion_custom_pass") is not None:
+        raise ValueError("remat_torch.compile: its kernel check is the post-fusion pass")
+    options["_post_fusion_custom_pass"] = partitioner.kernel_check
+    compiled = torch.compile(model, options=options, **torch_compile_kwargs)
+    if isinstance(compiled, torch.nn.Module):
+        compiled.forward = _replanning(compiled.forward, attempts)
+        return compiled
+    return _replanning(compiled, attempts)

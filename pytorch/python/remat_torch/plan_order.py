@@ -17,7 +17,6 @@ does not list, made where it is first needed.
 """
 import operator
 
-import torch
 import torch.fx as fx
 
 
@@ -32,7 +31,7 @@ def backward_boundary(graph, order):
 def _derived(node):
     """A node the planner sees through: a view (its base's id) or a multi-output operator
     (its getitems' group)."""
-    from .partitioner import _is_view
+    from .peak_model import _is_view
     return node.op == "call_function" and (
         _is_view(node) or isinstance(node.meta.get("val"), (tuple, list)))
 
