@@ -5,9 +5,11 @@
     loss = loss_fn(step(x), y); loss.backward()
     print(remat_torch.partition_reports()[-1])                # the plan behind each graph
 
-    # or with torch.compile's own options:
+    # or with torch.compile's own options (the backward then compiles lazily: a plan whose
+    # kernels exceed the budget raises Replan at the first backward instead of replanning):
     part = remat_torch.RematPartitioner(budget=48 << 20, planner="best")
-    torch.compile(model, options={"custom_partitioner_fn": part})
+    torch.compile(model, options={"custom_partitioner_fn": part, "layout_optimization": False,
+                                  "_post_fusion_custom_pass": part.kernel_check})
 
 Note [A byte budget inside torch.compile]
 AOTAutograd traces the forward and backward as one joint graph and a partitioner splits it:
@@ -18,15 +20,16 @@ step's peak: the graph's inputs (parameters, the batch: held by the program rega
 values the forward keeps, and everything the backward makes, its gradients kept to the end.
 The joint graph becomes a remat graph (`joint_graph_to_remat`: bytes from the fake tensors,
 views free, costs from a FLOP and byte model, random and mutating operators never
-recomputed); one of remat's planners schedules it under the budget less the inputs; the
-schedule's forward values that the backward reads without recomputing them are the saved
-set; PyTorch's own extraction builds the two graphs from it. Then the truth is checked: the
-peak of the two graphs as they will run (`modelled_peak`: each value alive from its node to
-its last use, saved values until the backward's last use, gradients to the end) must be
-within the budget; where the planner's schedule and the extracted graphs differ (the
-extraction recomputes each value once, in its own order; Inductor fuses), the planner's
-budget is bisected for the largest plan that fits. A budget no plan fits raises at compile
-time with the least peak found.
+recomputed). The candidates are the plan without recomputation, chen's and twremat's, and
+the planner's at budgets evenly between, none depending on the budget asked; in each, the
+forward values the backward reads without recomputing them are the saved set, PyTorch's
+extraction builds the two graphs from it, and the backward is rebuilt in the plan's order
+(Note [The backward in the plan's order]). Each candidate's peak is the larger of the fx
+model's (`peak_model.py`) and that of the kernels Inductor makes of it (Note [The kernels'
+peak checked]); the largest within the budget is kept, so that more budget never means a
+smaller plan. A budget none fits raises at compile time with the least peak found. The
+kept plan's kernels are checked again when they compile, and `compile` compiles again where
+they exceed the budget.
 """
 import functools
 import hashlib
