@@ -46,7 +46,8 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from . import _C
 from .kernel_peak import KernelPeakCheck, probe_step_peak
-from .peak_model import _is_view, _nbytes, _value_of, held_through_backward, modelled_peak
+from .peak_model import (_is_view, _nbytes, _step_parts, _value_of, held_through_backward,
+                         modelled_peak)
 from .plan_order import backward_boundary, backward_in_plan_order
 
 VERSION = "remat-partitioner-1"
@@ -299,10 +300,12 @@ class RematPartitioner(CustomPartitionerFn):
         extract = lambda saved, order: self._extract(
             gm, info, num_fwd_outputs, [fx_of[v] for v in sorted(saved)],
             lambda bw: backward_in_plan_order(bw, gm, graph, fx_of, order))
-        kept, too_small = self._search(graph, held, extract, report)
+        theirs = lambda: _pytorch_partition(gm, joint_inputs, num_fwd_outputs, static)
+        kept, too_small = self._search(graph, held, extract, theirs, report)
         self._hand_over(kept, report, held, too_small)
-        report.saved = [fx_of[v].name for v in sorted(kept.saved)]
-        report.saved_bytes = sum(graph["nodes"][v]["bytes"] for v in kept.saved)
+        _, saved, _, _ = _step_parts(kept.fw, kept.bw)
+        report.saved = [p.name for p in saved]
+        report.saved_bytes = sum(_nbytes(p) for p in saved)
         fw_names = {n.name for n in kept.fw.graph.nodes if n.op == "call_function"}
         report.recomputed = sum(1 for n in kept.bw.graph.nodes
                                 if n.op == "call_function" and n.name in fw_names)
@@ -361,7 +364,7 @@ class RematPartitioner(CustomPartitionerFn):
             raise BudgetTooSmall(self.budget, step + self.held_bytes, report.graph)
         raise Replan(report.graph, step + self.held_bytes, self.budget)
 
-    def _search(self, graph, held, extract, report):
+    def _search(self, graph, held, extract, theirs, report):
         """(The plan with the largest peak within the budget, False), from candidates that
         do not depend on the budget, so that a larger budget never gets a plan of smaller
         peak (Note [A byte budget inside torch.compile]): the plan without recomputation,
@@ -384,7 +387,10 @@ class RematPartitioner(CustomPartitionerFn):
             if not plan["feasible"]:
                 return None
             saved = saved_from_schedule(graph, plan["order"])
-            fw, bw = extract(saved, plan["order"])
+            return judge(*extract(saved, plan["order"]), saved, planner_budget,
+                         plan["peak_bytes"], probe)
+
+        def judge(fw, bw, saved, planner_budget, planner_peak, probe=True):
             modelled = modelled_peak(fw, bw, held)
             key = hashlib.sha256((report.graph_key + fw.code + bw.code).encode()).hexdigest()
             if probe and key not in _MEASURED:
@@ -395,7 +401,7 @@ class RematPartitioner(CustomPartitionerFn):
             peak = _MEASURED[key] if measured else math.ceil(modelled * ratio)
             report.tries += 1
             return _Candidate(peak, modelled, fw, bw, saved, planner_budget or 0,
-                              plan["peak_bytes"], key, measured)
+                              planner_peak, key, measured)
 
         # No recomputation, no budget: always a plan; the kernel check judges it if it fits.
         top = evaluate("noremat", probe=False)
@@ -404,6 +410,9 @@ class RematPartitioner(CustomPartitionerFn):
         if top.peak <= target:
             return top, False
         found = [c for c in (evaluate("chen"), evaluate("twremat")) if c is not None]
+        pytorch_plan = theirs()  # the compiler's own choice, where it is within the budget
+        if pytorch_plan is not None:
+            found.append(judge(*pytorch_plan, set(), 0, 0))
         lo = min((c.planner_peak for c in found), default=0)
         hi = top.planner_peak
         for k in range(1, self.tries):
@@ -416,6 +425,21 @@ class RematPartitioner(CustomPartitionerFn):
         if least.measured:
             raise BudgetTooSmall(self.budget, least.peak + self.held_bytes, report.graph)
         return least, True
+
+
+def _pytorch_partition(gm, joint_inputs, num_fwd_outputs, static):
+    """(fw, bw) as PyTorch's own partitioner splits the graph by default (min-cut, all
+    activations allowed), or None where it cannot: a candidate beside remat's plans, so that
+    at the peak PyTorch's plan reaches remat has that plan to choose."""
+    import copy
+    copied = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    try:
+        with torch._functorch.config.patch(activation_memory_budget=1.0):
+            return torch_partitioners.min_cut_rematerialization_partition(
+                copied, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                static_lifetime_input_indices=static)
+    except Exception:  # noqa: BLE001 (PyTorch's partitioner declining a graph)
+        return None
 
 
 def _cause(error, kind):

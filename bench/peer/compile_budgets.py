@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""torch.compile's activation_memory_budget against remat's partitioner at the same peak.
+
+    PYTHONPATH=build/python python3 bench/peer/compile_budgets.py [--model gpt|resnet18]
+        [--fractions 1.0,0.7,0.5,0.3,0.1,0.0] [--steps 5] [--threads 2] [--json]
+
+For each fraction, the model's training step (forward and backward, the loss in the graph)
+compiled by Inductor with PyTorch's own partitioner at that `activation_memory_budget`: its
+measured peak (the CPU allocator's live bytes, the graph's inputs included) and median step
+time. Then `remat_torch.compile` with that measured peak as its budget in bytes: its measured
+peak and median step time, the two steps run interleaved. gpt: bench/peer/gpt_torch.py's
+model (4 layers, 128 channels, 4 heads, vocabulary 256, T 256, batch 8, dropout 0.1, scaled
+dot product attention, the head tied to the embedding). resnet18: torchvision's, 10 classes,
+batch 16 at 64x64. Dropout draws through eager's generator (`fallback_random`) in both.
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+import types
+
+import torch
+import torch.nn.functional as F
+
+import remat_torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+
+def make_model(name):
+    torch.manual_seed(1)
+    if name == "gpt":
+        import gpt_torch
+        a = types.SimpleNamespace(layers=4, channels=128, heads=4, vocab=256, t=256,
+                                  dropout=0.1, checkpoint="none", attention="sdpa")
+        return gpt_torch.Gpt(a), (torch.randint(0, 256, (8, 256)),
+                                  torch.randint(0, 256, (8, 256)))
+    import torchvision
+
+    class Resnet18(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torchvision.models.resnet18(num_classes=10)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.net(x), y)
+    return Resnet18(), (torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,)))
+
+
+def held_bytes(model, inputs):
+    tensors = [*model.parameters(), *model.buffers(), *inputs]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def one_step(model, step, inputs):
+    """(seconds, peak bytes above what was live) of one forward and backward."""
+    model.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    with remat_torch.cpu_memory() as meter:
+        step(*inputs).backward()
+    return time.perf_counter() - start, meter.peak_bytes
+
+
+def compiled(model, fraction=None, budget=None):
+    torch._dynamo.reset()
+    if budget is not None:
+        return remat_torch.compile(model, budget=budget)
+    torch._functorch.config.activation_memory_budget = fraction
+    return torch.compile(model)
+
+
+def measure_pair(model, inputs, fraction, steps):
+    held = held_bytes(model, inputs)
+    theirs = compiled(model, fraction=fraction)
+    one_step(model, theirs, inputs)  # compiles
+    _, their_peak = one_step(model, theirs, inputs)
+    budget = held + their_peak
+    try:
+        ours = compiled(model, budget=budget)
+        one_step(model, ours, inputs)
+    except Exception as error:  # a budget below what any plan needs
+        return dict(fraction=fraction, torch_peak=budget, remat=str(error).splitlines()[-1])
+    times = {"torch": [], "remat": []}
+    peaks = {"torch": 0, "remat": 0}
+    for _ in range(steps):  # interleaved: the machine's noise falls on both
+        for name, step in (("torch", theirs), ("remat", ours)):
+            seconds, peak = one_step(model, step, inputs)
+            times[name].append(seconds)
+            peaks[name] = max(peaks[name], held + peak)
+    return dict(fraction=fraction, torch_peak=peaks["torch"],
+                torch_s=statistics.median(times["torch"]), remat_budget=budget,
+                remat_peak=peaks["remat"], remat_s=statistics.median(times["remat"]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=["gpt", "resnet18"], default="gpt")
+    ap.add_argument("--fractions", default="1.0,0.7,0.5,0.3,0.1,0.0")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch._inductor.config.fallback_random = True
+    model, inputs = make_model(a.model)
+    rows = [measure_pair(model, inputs, float(f), a.steps) for f in a.fractions.split(",")]
+    if a.json:
+        print(json.dumps(dict(model=a.model, rows=rows), indent=1))
+        return
+    print("| activation_memory_budget | torch peak | torch s | remat peak | remat s |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        if "remat" in r:
+            print(f"| {r['fraction']} | {r['torch_peak']:,} | | {r['remat']} | |")
+        else:
+            print(f"| {r['fraction']} | {r['torch_peak']:,} | {r['torch_s']:.3f} | "
+                  f"{r['remat_peak']:,} | {r['remat_s']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
