@@ -24,9 +24,8 @@ import types
 import torch
 import torch.nn.functional as F
 
-import remat_torch
-
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+remat_torch = None  # imported once the flags are read: --help needs no build
 
 
 def make_model(name):
@@ -102,6 +101,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    global remat_torch
+    try:
+        import remat_torch
+    except ImportError:
+        sys.exit("compile_budgets.py: remat_torch not found; build the project and run with "
+                 "PYTHONPATH=build/python")
     torch.set_num_threads(a.threads)
     torch._inductor.config.fallback_random = True
     model, inputs = make_model(a.model)
