@@ -349,10 +349,11 @@ class RematPartitioner(CustomPartitionerFn):
         if not is_backward:
             plan["forward"] = peak
             return
-        if plan["forward"] is None:
-            return  # the forward came from a cache: its kernels were not seen
-        step = max(plan["held"] + max(plan["forward"], plan["outside"] + peak),
-                   plan["modelled"])
+        if plan["forward"] is None:  # the forward came from a cache: its kernels unseen
+            step = _MEASURED.get(plan_key, plan["modelled"])  # the probe's, if it ran
+        else:
+            step = max(plan["held"] + max(plan["forward"], plan["outside"] + peak),
+                       plan["modelled"])
         _MEASURED[plan_key] = step
         graph = plan["graph"]
         _RATIO[graph] = max(_RATIO.get(graph, 1.0), step / max(plan["modelled"], 1))
@@ -379,7 +380,7 @@ class RematPartitioner(CustomPartitionerFn):
         report.graph_key = hashlib.sha256(nameless.encode()).hexdigest()
         ratio = _RATIO.get(report.graph_key, 1.0)
 
-        def evaluate(planner, planner_budget=None, probe=True):
+        def evaluate(planner, planner_budget=None):
             memo = (report.graph_key, planner, planner_budget, self.time_limit)
             if memo not in _PLANS:  # planners with a time limit differ from run to run
                 _PLANS[memo] = _C.plan_graph(text, planner, planner_budget, self.time_limit)
@@ -388,12 +389,12 @@ class RematPartitioner(CustomPartitionerFn):
                 return None
             saved = saved_from_schedule(graph, plan["order"])
             return judge(*extract(saved, plan["order"]), saved, planner_budget,
-                         plan["peak_bytes"], probe)
+                         plan["peak_bytes"])
 
-        def judge(fw, bw, saved, planner_budget, planner_peak, probe=True):
+        def judge(fw, bw, saved, planner_budget, planner_peak):
             modelled = modelled_peak(fw, bw, held)
             key = hashlib.sha256((report.graph_key + fw.code + bw.code).encode()).hexdigest()
-            if probe and key not in _MEASURED:
+            if key not in _MEASURED:
                 kernels = probe_step_peak(fw, bw, held)
                 if kernels is not None:
                     _MEASURED[key] = max(kernels, modelled)
@@ -403,8 +404,7 @@ class RematPartitioner(CustomPartitionerFn):
             return _Candidate(peak, modelled, fw, bw, saved, planner_budget or 0,
                               planner_peak, key, measured)
 
-        # No recomputation, no budget: always a plan; the kernel check judges it if it fits.
-        top = evaluate("noremat", probe=False)
+        top = evaluate("noremat")  # no recomputation, no budget: always a plan
         if top is None:
             raise RuntimeError(f"remat_torch.compile: no plan of {report.graph} without a budget")
         if top.peak <= target:
