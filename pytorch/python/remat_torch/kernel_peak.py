@@ -116,6 +116,17 @@ class KernelPeakCheck(CustomSchedulerPass):
         return nodes
 
 
+def _cause(error, kind):
+    """The exception of type `kind` inside `error` (Dynamo wraps a backend's errors)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = getattr(error, "inner_exception", None) or error.__cause__
+    return None
+
+
 class _Probed(Exception):
     def __init__(self, peak):
         super().__init__(peak)
@@ -150,9 +161,8 @@ def probe_kernel_peak(gm, is_backward):
             compile_fx_inner(copy.deepcopy(gm), inputs, is_backward=is_backward)
         except Exception as raised:  # noqa: BLE001 (the probe's own stop, wrapped or not)
             error = raised
-    while error is not None and not isinstance(error, _Probed):
-        error = getattr(error, "inner_exception", None) or error.__cause__
-    return None if error is None else error.peak
+    probed = _cause(error, _Probed)
+    return None if probed is None else probed.peak
 
 
 def probe_step_peak(fw, bw, held):

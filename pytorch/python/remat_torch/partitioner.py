@@ -45,7 +45,7 @@ from torch._functorch import partitioners as torch_partitioners
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from . import _C
-from .kernel_peak import KernelPeakCheck, probe_step_peak
+from .kernel_peak import KernelPeakCheck, _cause, probe_step_peak
 from .peak_model import (_is_view, _nbytes, _step_parts, _value_of, held_through_backward,
                          modelled_peak)
 from .plan_order import backward_boundary, backward_in_plan_order
@@ -349,6 +349,7 @@ class RematPartitioner(CustomPartitionerFn):
         if not is_backward:
             plan["forward"] = peak
             return
+        del self._handed[plan_key]  # judged once: its graphs need not be kept
         if plan["forward"] is None:  # the forward came from a cache: its kernels unseen
             step = _MEASURED.get(plan_key, plan["modelled"])  # the probe's, if it ran
         else:
@@ -440,17 +441,6 @@ def _pytorch_partition(gm, joint_inputs, num_fwd_outputs, static):
                 static_lifetime_input_indices=static)
     except Exception:  # noqa: BLE001 (PyTorch's partitioner declining a graph)
         return None
-
-
-def _cause(error, kind):
-    """The exception of type `kind` inside `error` (Dynamo wraps a backend's errors)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, kind):
-            return error
-        seen.add(id(error))
-        error = getattr(error, "inner_exception", None) or error.__cause__
-    return None
 
 
 def _replanning(call, attempts):
