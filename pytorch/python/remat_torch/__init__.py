@@ -151,6 +151,9 @@ class cpu_memory:
 
 def __getattr__(name):
     # torch.compile's partitioner loads Inductor: only when asked for.
+    if name == "TorchTooOld":
+        from .torch_hooks import TorchTooOld
+        return TorchTooOld
     if name in ("compile", "RematPartitioner", "partition_reports", "BudgetTooSmall",
                 "Replan"):
         from . import partitioner

@@ -20,16 +20,18 @@ step's peak: the graph's inputs (parameters, the batch: held by the program rega
 values the forward keeps, and everything the backward makes, its gradients kept to the end.
 The joint graph becomes a remat graph (`joint_graph_to_remat`: bytes from the fake tensors,
 views free, costs from a FLOP and byte model, random and mutating operators never
-recomputed). The candidates are the plan without recomputation, chen's and twremat's, and
-the planner's at budgets evenly between, none depending on the budget asked; in each, the
-forward values the backward reads without recomputing them are the saved set, PyTorch's
-extraction builds the two graphs from it, and the backward is rebuilt in the plan's order
-(Note [The backward in the plan's order]). Each candidate's peak is the larger of the fx
-model's (`peak_model.py`) and that of the kernels Inductor makes of it (Note [The kernels'
-peak checked]); the largest within the budget is kept, so that more budget never means a
-smaller plan. A budget none fits raises at compile time with the least peak found. The
-kept plan's kernels are checked again when they compile, and `compile` compiles again where
-they exceed the budget.
+recomputed). The candidates are the plan without recomputation, chen's and twremat's, the
+planner's at budgets evenly between, and PyTorch's own min-cut plans at a grid of its knob,
+none depending on the budget asked; in remat's, the forward values the backward reads
+without recomputing them are the saved set, PyTorch's extraction builds the two graphs from
+it, and the backward is rebuilt in the plan's order (Note [The backward in the plan's
+order]). Each candidate's peak is the larger of the fx model's (`peak_model.py`) and
+that of the kernels Inductor makes of it (Note [The kernels' peak checked]): on resnet18
+each is below the allocator's measured peak for some plan, their larger one for none. The
+largest within the budget is kept, so that more budget never means a smaller plan. A
+budget none fits raises at compile time with the least peak found. The kept plan's
+kernels are checked again when they compile, and `compile` compiles again where they
+exceed the budget.
 """
 import functools
 import hashlib
@@ -41,14 +43,19 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
-from torch._functorch import partitioners as torch_partitioners
-from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
-from . import _C
-from .kernel_peak import KernelPeakCheck, _cause, probe_step_peak
-from .peak_model import (_is_view, _nbytes, _step_parts, _value_of, held_through_backward,
-                         modelled_peak)
-from .plan_order import backward_boundary, backward_in_plan_order
+from .torch_hooks import require_compile_hooks
+
+require_compile_hooks()  # a torch without them fails here, naming what it lacks
+
+from torch._functorch import partitioners as torch_partitioners  # noqa: E402
+from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: E402
+
+from . import _C  # noqa: E402
+from .kernel_peak import KernelPeakCheck, _cause, probe_step_peak  # noqa: E402
+from .peak_model import (_is_view, _nbytes, _step_parts, _value_of,  # noqa: E402
+                         held_through_backward, modelled_peak)
+from .plan_order import backward_boundary, backward_in_plan_order  # noqa: E402
 
 VERSION = "remat-partitioner-1"
 
@@ -300,7 +307,7 @@ class RematPartitioner(CustomPartitionerFn):
         extract = lambda saved, order: self._extract(
             gm, info, num_fwd_outputs, [fx_of[v] for v in sorted(saved)],
             lambda bw: backward_in_plan_order(bw, gm, graph, fx_of, order))
-        theirs = lambda: _pytorch_partition(gm, joint_inputs, num_fwd_outputs, static)
+        theirs = lambda: _pytorch_partitions(gm, joint_inputs, num_fwd_outputs, static)
         kept, too_small = self._search(graph, held, extract, theirs, report)
         self._hand_over(kept, report, held, too_small)
         _, saved, _, _ = _step_parts(kept.fw, kept.bw)
@@ -370,8 +377,9 @@ class RematPartitioner(CustomPartitionerFn):
         """(The plan with the largest peak within the budget, False), from candidates that
         do not depend on the budget, so that a larger budget never gets a plan of smaller
         peak (Note [A byte budget inside torch.compile]): the plan without recomputation,
-        the least-memory plans of chen and twremat, and the planner's at `tries` budgets
-        evenly between theirs. A plan's peak is its kernels' where measured, else its
+        the least-memory plans of chen and twremat, the planner's at `tries` budgets
+        evenly between theirs, and PyTorch's at PYTORCH_BUDGETS. A plan's peak is the
+        larger of its kernels' and its model's where its kernels were measured, else its
         model's scaled by the most the kernels of the graph's plans took over their model.
         Where none fits: BudgetTooSmall if the least of them was measured, else (that plan,
         True), for its kernels to be measured."""
@@ -411,13 +419,12 @@ class RematPartitioner(CustomPartitionerFn):
         if top.peak <= target:
             return top, False
         found = [c for c in (evaluate("chen"), evaluate("twremat")) if c is not None]
-        pytorch_plan = theirs()  # the compiler's own choice, where it is within the budget
-        if pytorch_plan is not None:
-            found.append(judge(*pytorch_plan, set(), 0, 0))
         lo = min((c.planner_peak for c in found), default=0)
         hi = top.planner_peak
         for k in range(1, self.tries):
             found.append(evaluate(self.planner, lo + (hi - lo) * k // self.tries))
+        for pytorch_plan in theirs():  # the compiler's own choices, at its knob's settings
+            found.append(judge(*pytorch_plan, set(), 0, 0))
         found = [c for c in found if c is not None]
         fitting = [c for c in found if c.peak <= target]
         if fitting:
@@ -428,19 +435,38 @@ class RematPartitioner(CustomPartitionerFn):
         return least, True
 
 
-def _pytorch_partition(gm, joint_inputs, num_fwd_outputs, static):
-    """(fw, bw) as PyTorch's own partitioner splits the graph by default (min-cut, all
-    activations allowed), or None where it cannot: a candidate beside remat's plans, so that
-    at the peak PyTorch's plan reaches remat has that plan to choose."""
+# PyTorch's min-cut plans at these `activation_memory_budget` settings are candidates: at
+# the peak one of them reaches, remat has that plan to choose.
+PYTORCH_BUDGETS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+
+
+def _pytorch_partitions(gm, joint_inputs, num_fwd_outputs, static):
+    """[(fw, bw)] as PyTorch's own partitioner splits the graph at each of PYTORCH_BUDGETS,
+    the same plan once, none where it declines the graph."""
     import copy
-    copied = fx.GraphModule(gm, copy.deepcopy(gm.graph))
-    try:
-        with torch._functorch.config.patch(activation_memory_budget=1.0):
-            return torch_partitioners.min_cut_rematerialization_partition(
-                copied, joint_inputs, num_fwd_outputs=num_fwd_outputs,
-                static_lifetime_input_indices=static)
-    except Exception:  # noqa: BLE001 (PyTorch's partitioner declining a graph)
-        return None
+    plans, seen = [], set()
+    for fraction in PYTORCH_BUDGETS:
+        copied = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        try:
+            with torch._functorch.config.patch(activation_memory_budget=fraction):
+                fw, bw = torch_partitioners.min_cut_rematerialization_partition(
+                    copied, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                    static_lifetime_input_indices=static)
+        except Exception:  # noqa: BLE001 (PyTorch's partitioner declining a graph)
+            return plans
+        if (fw.code, bw.code) not in seen and not _draws_again(bw):
+            seen.add((fw.code, bw.code))
+            plans.append((fw, bw))
+    return plans
+
+
+def _draws_again(bw):
+    """Whether a backward graph calls a random operator: PyTorch's partitioner recomputes
+    one below some settings of its knob unless its state is functionalized, and the
+    recomputation draws other numbers than the forward did."""
+    return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+               and torch.Tag.nondeterministic_seeded in n.target.tags
+               for n in bw.graph.nodes)
 
 
 def _replanning(call, attempts):
