@@ -162,6 +162,108 @@ class CompiledModels(BudgetSweep, unittest.TestCase):
                    monotone=False)
 
 
+class BrokenMlp(nn.Module):
+    """Two halves with a graph break between them, as a print or a data-dependent branch
+    makes one: Dynamo compiles two graphs, each with its own backward."""
+
+    def __init__(self, width=256, depth=3):
+        super().__init__()
+        self.first = nn.Sequential(*(m for _ in range(depth)
+                                     for m in (nn.Linear(width, width), nn.GELU())))
+        self.second = nn.Sequential(*(m for _ in range(depth)
+                                      for m in (nn.Linear(width, width), nn.GELU())))
+
+    def forward(self, x, y):
+        h = self.first(x)
+        torch._dynamo.graph_break()
+        return F.mse_loss(self.second(h), y)
+
+
+class GraphBreaks(unittest.TestCase):
+    def test_each_graph_fits_beside_the_ones_before_it(self):
+        torch.manual_seed(0)
+        model, inputs = BrokenMlp(), (torch.randn(512, 256), torch.randn(512, 256))
+        _, _, eager_peak = measured_step(model, model, *inputs)
+        torch._dynamo.reset()
+        plain = torch.compile(model, options={"layout_optimization": False})
+        plain_loss, plain_grads, _ = measured_step(model, plain, *inputs)
+        fitted = []
+        for fraction in (1.0, 0.8, 0.7, 0.6, 0.5):
+            budget = int(eager_peak * fraction)
+            with self.subTest(budget=budget):
+                before = len(remat_torch.partition_reports())
+                try:
+                    loss, grads, peak = measured_step(model, compiled_step(model, budget),
+                                                      *inputs)
+                except Exception as error:  # noqa: BLE001 (Dynamo wraps the partitioner's)
+                    least = error
+                    while least is not None and not isinstance(least, remat_torch.BudgetTooSmall):
+                        least = getattr(least, "inner_exception", None) or least.__cause__
+                    self.assertIsNotNone(least, str(error))
+                    continue
+                self.assertGreaterEqual(len(remat_torch.partition_reports()) - before, 2)
+                self.assertLessEqual(peak, budget)
+                torch.testing.assert_close(loss, plain_loss)
+                for a, b in zip(grads, plain_grads, strict=True):
+                    torch.testing.assert_close(a, b)
+                fitted.append((budget, peak))
+        print(f"\nBrokenMlp: eager peak {eager_peak}, (budget, measured peak) {fitted}")
+        self.assertGreaterEqual(len([b for b, _ in fitted if b < eager_peak]), 2, fitted)
+
+    def test_the_split_in_the_order_of_the_step(self):
+        from remat_torch.step_shares import GraphShare, ShareTooSmall, StepShares
+        shares = StepShares(available=100)
+        self.assertEqual(shares.limits(5), (100, float("inf")))
+        shares.record(5, GraphShare(kept=60, inputs=20, peak=90, grads=5), "graph0")
+        self.assertEqual(shares.limits(9), (40, float("inf")))  # what the first one holds
+        self.assertEqual(shares.position(9), 1)
+        self.assertEqual(shares.limits(5), (100, float("inf")))  # compiled again: its place
+        with self.assertRaises(ShareTooSmall) as caught:  # fits if the first saves 10 less
+            shares.too_small(9, least=50, name="graph1")
+        self.assertEqual(caught.exception.caps, {0: {"kept": 50}})
+        self.assertEqual(shares.too_small(9, least=200, name="graph1"), 120)  # never fits
+        with self.assertRaises(ShareTooSmall) as caught:  # its gradients beside the first
+            shares.record(9, GraphShare(kept=30, inputs=10, peak=40, grads=15), "graph1")
+        self.assertEqual(caught.exception.caps, {0: {"peak": 85}})
+        capped = StepShares(available=100, caps=caught.exception.caps)
+        self.assertEqual(capped.limits(5), (85, float("inf")))
+
+
+class MlpLoss(nn.Module):
+    def __init__(self, width=512):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(128, width), nn.GELU(), nn.Linear(width, width),
+                                 nn.GELU(), nn.Linear(width, 1))
+
+    def forward(self, x, y):
+        return F.mse_loss(self.net(x), y)
+
+
+class Sizes(unittest.TestCase):
+    """Note [One plan per size] (remat_torch/partitioner.py)."""
+
+    def test_each_size_compiles_a_plan_within_the_budget(self):
+        torch.manual_seed(0)
+        model = MlpLoss()
+        batch = lambda n: (torch.randn(n, 128), torch.randn(n, 1))
+        _, _, largest = measured_step(model, model, *batch(1024))
+        budget = int(largest * 0.97)  # above the least plan at 1024 (0.915 of it)
+        step = compiled_step(model, budget)
+        before = len(remat_torch.partition_reports())
+        for n in (256, 1024, 512):
+            with self.subTest(batch=n):
+                _, _, peak = measured_step(model, step, *batch(n))
+                self.assertLessEqual(peak, budget)
+        self.assertEqual(len(remat_torch.partition_reports()) - before, 3)  # one per size
+
+    def test_symbolic_sizes_are_refused(self):
+        torch._dynamo.reset()
+        step = remat_torch.compile(MlpLoss(), budget=1 << 30, dynamic=True)
+        with self.assertRaises(Exception) as caught:
+            step(torch.randn(64, 128), torch.randn(64, 1)).backward()
+        self.assertIn("symbolic sizes", str(caught.exception))
+
+
 class Partitioner(unittest.TestCase):
     def test_a_plan_over_the_budget_compiles_again_and_other_errors_do_not(self):
         from remat_torch import partitioner

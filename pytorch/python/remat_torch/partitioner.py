@@ -56,6 +56,7 @@ from .kernel_peak import KernelPeakCheck, _cause, probe_step_peak  # noqa: E402
 from .peak_model import (_is_view, _nbytes, _step_parts, _value_of,  # noqa: E402
                          held_through_backward, modelled_peak)
 from .plan_order import backward_boundary, backward_in_plan_order  # noqa: E402
+from .step_shares import GraphShare, ShareTooSmall, StepShares, current_frame  # noqa: E402
 
 VERSION = "remat-partitioner-1"
 
@@ -77,10 +78,18 @@ class Replan(RuntimeError):
 
 
 class BudgetTooSmall(RuntimeError):
-    """A budget below the least peak any plan of the graph was found to need."""
+    """A budget below the least peak any plan of the graph was found to need (`least`), or
+    (`least` None) too small for a step Dynamo broke into graphs to be split over them."""
 
     def __init__(self, budget, least, graph):
         self.budget, self.least = budget, least
+        if least is None:
+            super().__init__(
+                f"remat_torch.compile: a budget of {budget} bytes is too small for the step "
+                f"Dynamo broke into graphs: no plan of graph {graph} fits beside what the "
+                "other graphs hold (Note [A step's budget over its graphs]); the least "
+                f"feasible budget is above {budget}")
+            return
         super().__init__(
             f"remat_torch.compile: a budget of {budget} bytes is below the least peak of "
             f"{least} bytes that any plan found for graph {graph} needs (its inputs, the "
@@ -243,6 +252,25 @@ def _refuse_layout_optimization(gm):
             "options={'layout_optimization': False} (remat_torch.compile does)")
 
 
+# Note [One plan per size]
+# A plan's peak is a sum of tensor sizes; with symbolic sizes (`dynamic=True`) it would be
+# judged at the size of the example that compiled it and could exceed the budget at a
+# larger one. `compile` passes dynamic=False unless told otherwise, so that each size
+# Dynamo meets compiles a plan of its own, each judged at that size (Dynamo's recompile
+# limit, 8 by default, bounds how many: past it the call runs eagerly, outside any
+# budget); a partitioner given a graph with symbolic sizes refuses it.
+def _refuse_symbolic_sizes(gm):
+    for p in gm.graph.find_nodes(op="placeholder"):
+        value = p.meta.get("val")
+        if isinstance(value, torch.Tensor) and any(
+                not isinstance(d, int) for d in (*value.shape, value.storage_offset())):
+            raise ValueError(
+                f"remat_torch.RematPartitioner: graph input {p.name} has symbolic sizes "
+                f"{tuple(value.shape)}: a plan judged at one size could exceed the budget "
+                "at another; compile with dynamic=False (remat_torch.compile's default), "
+                "which gives each size its own plan")
+
+
 @dataclass
 class _Candidate:
     """A plan's two graphs and what the search knows of their peak."""
@@ -255,6 +283,7 @@ class _Candidate:
     planner_peak: int
     key: str
     measured: bool
+    kept: int                  # its inputs and what it saves: held while later graphs run
 
 
 class RematPartitioner(CustomPartitionerFn):
@@ -262,22 +291,27 @@ class RematPartitioner(CustomPartitionerFn):
     planners under `budget` bytes of the step's peak (Note [A byte budget inside
     torch.compile]). `held_bytes`: what the program holds beside the graph's own inputs
     (an optimizer's state), taken off the budget. Its `kernel_check` is the scheduler pass
-    that checks the kernels of each plan (Note [The kernels' peak checked])."""
+    that checks the kernels of each plan (Note [The kernels' peak checked]). `caps`: what
+    the graphs of a step broken by Dynamo keep to (Note [A step's budget over its
+    graphs]), as ShareTooSmall carries them."""
 
     def __init__(self, budget, planner="best", held_bytes=0, time_limit=2.0,
-                 cost_model=None, tries=10):
+                 cost_model=None, tries=10, caps=None):
         self.budget, self.planner, self.held_bytes = int(budget), planner, int(held_bytes)
         self.time_limit, self.cost_model, self.tries = time_limit, cost_model, tries
+        self.caps = dict(caps or {})
+        self.shares = StepShares(self.budget - self.held_bytes, self.caps)
         self.kernel_check = KernelPeakCheck(self)
         self._handed = {}    # plan key -> what judging its kernels needs
 
     def __reduce__(self):  # Inductor pickles its options into cache keys: the settings
         return (RematPartitioner, (self.budget, self.planner, self.held_bytes,
-                                   self.time_limit, self.cost_model, self.tries))
+                                   self.time_limit, self.cost_model, self.tries, self.caps))
 
     def uuid(self):
         key = repr((VERSION, self.budget, self.planner, self.held_bytes, self.time_limit,
-                    sorted((self.cost_model or {}).items()), self.tries))
+                    sorted((self.cost_model or {}).items()), self.tries,
+                    sorted((k, sorted(v.items())) for k, v in self.caps.items())))
         digest = hashlib.sha256(key.encode())
         for source in sorted(pathlib.Path(__file__).parent.glob("*.py")):
             digest.update(source.read_bytes())
@@ -285,6 +319,7 @@ class RematPartitioner(CustomPartitionerFn):
 
     def __call__(self, gm, joint_inputs, **kwargs):
         _refuse_layout_optimization(gm)
+        _refuse_symbolic_sizes(gm)  # Note [One plan per size]
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         static = kwargs.get("static_lifetime_input_indices") or []
         gm.graph.eliminate_dead_code()
@@ -308,11 +343,15 @@ class RematPartitioner(CustomPartitionerFn):
             gm, info, num_fwd_outputs, [fx_of[v] for v in sorted(saved)],
             lambda bw: backward_in_plan_order(bw, gm, graph, fx_of, order))
         theirs = lambda: _pytorch_partitions(gm, joint_inputs, num_fwd_outputs, static)
-        kept, too_small = self._search(graph, held, extract, theirs, report)
-        self._hand_over(kept, report, held, too_small)
-        _, saved, _, _ = _step_parts(kept.fw, kept.bw)
+        frame = current_frame()
+        kept, too_small = self._search(graph, held, extract, theirs, report, frame)
+        self._hand_over(kept, report, held, too_small, self.shares.limits(frame)[0])
+        _, saved, _, grads = _step_parts(kept.fw, kept.bw)
         report.saved = [p.name for p in saved]
         report.saved_bytes = sum(_nbytes(p) for p in saved)
+        self.shares.record(frame, GraphShare(
+            kept=held + report.saved_bytes, inputs=held, peak=kept.peak,
+            grads=sum(_nbytes(g) for g in grads)), name)
         fw_names = {n.name for n in kept.fw.graph.nodes if n.op == "call_function"}
         report.recomputed = sum(1 for n in kept.bw.graph.nodes
                                 if n.op == "call_function" and n.name in fw_names)
@@ -337,14 +376,14 @@ class RematPartitioner(CustomPartitionerFn):
             saved_nodes = [n for n in saved_nodes if n.name not in unread]
         return fw, bw
 
-    def _hand_over(self, kept, report, held, too_small):
+    def _hand_over(self, kept, report, held, too_small, limit):
         """Marks the plan's graphs so that the kernel check finds what to judge them by."""
         report.modelled_peak, report.planner_budget = kept.modelled, kept.planner_budget
         kept.fw.meta["remat_plan"] = kept.bw.meta["remat_plan"] = kept.key
         self._handed[kept.key] = dict(
             graph=report.graph_key, report=report, held=held, modelled=kept.modelled,
             outside=held_through_backward(kept.fw, kept.bw), too_small=too_small,
-            forward=None)
+            forward=None, limit=limit)
 
     def kernels_measured(self, plan_key, is_backward, peak):
         """The kernel check's report of one of a plan's graphs (Note [The kernels' peak
@@ -367,13 +406,13 @@ class RematPartitioner(CustomPartitionerFn):
         _RATIO[graph] = max(_RATIO.get(graph, 1.0), step / max(plan["modelled"], 1))
         report = plan["report"]
         report.kernel_peak = step + self.held_bytes
-        if step + self.held_bytes <= self.budget:
+        if step <= plan["limit"]:  # the budget, less what earlier graphs of the step hold
             return
         if plan["too_small"]:
             raise BudgetTooSmall(self.budget, step + self.held_bytes, report.graph)
-        raise Replan(report.graph, step + self.held_bytes, self.budget)
+        raise Replan(report.graph, step + self.held_bytes, plan["limit"] + self.held_bytes)
 
-    def _search(self, graph, held, extract, theirs, report):
+    def _search(self, graph, held, extract, theirs, report, frame):
         """(The plan with the largest peak within the budget, False), from candidates that
         do not depend on the budget, so that a larger budget never gets a plan of smaller
         peak (Note [A byte budget inside torch.compile]): the plan without recomputation,
@@ -383,7 +422,7 @@ class RematPartitioner(CustomPartitionerFn):
         model's scaled by the most the kernels of the graph's plans took over their model.
         Where none fits: BudgetTooSmall if the least of them was measured, else (that plan,
         True), for its kernels to be measured."""
-        target = self.budget - self.held_bytes
+        target, most_kept = self.shares.limits(frame)
         text = json.dumps(graph)  # every plan reads the same graph
         nameless = json.dumps(dict(graph, name=""))  # the name counts the graphs split
         report.graph_key = hashlib.sha256(nameless.encode()).hexdigest()
@@ -410,13 +449,14 @@ class RematPartitioner(CustomPartitionerFn):
             measured = key in _MEASURED
             peak = _MEASURED[key] if measured else math.ceil(modelled * ratio)
             report.tries += 1
+            kept = held + sum(_nbytes(p) for p in _step_parts(fw, bw)[1])
             return _Candidate(peak, modelled, fw, bw, saved, planner_budget or 0,
-                              planner_peak, key, measured)
+                              planner_peak, key, measured, kept)
 
         top = evaluate("noremat")  # no recomputation, no budget: always a plan
         if top is None:
             raise RuntimeError(f"remat_torch.compile: no plan of {report.graph} without a budget")
-        if top.peak <= target:
+        if top.peak <= target and top.kept <= most_kept:
             return top, False
         found = [c for c in (evaluate("chen"), evaluate("twremat")) if c is not None]
         lo = min((c.planner_peak for c in found), default=0)
@@ -426,13 +466,16 @@ class RematPartitioner(CustomPartitionerFn):
         for pytorch_plan in theirs():  # the compiler's own choices, at its knob's settings
             found.append(judge(*pytorch_plan, set(), 0, 0))
         found = [c for c in found if c is not None]
-        fitting = [c for c in found if c.peak <= target]
+        fitting = [c for c in found if c.peak <= target and c.kept <= most_kept]
         if fitting:
             return max(fitting, key=lambda c: (c.peak, c.planner_budget)), False
         least = min(found + [top], key=lambda c: c.peak)
-        if least.measured:
-            raise BudgetTooSmall(self.budget, least.peak + self.held_bytes, report.graph)
-        return least, True
+        if not least.measured:
+            return least, True
+        self.shares.too_small(frame, least.peak, report.graph)  # or ShareTooSmall
+        alone = self.shares.position(frame) == 0 and not self.caps
+        raise BudgetTooSmall(self.budget, least.peak + self.held_bytes if alone else None,
+                             report.graph)
 
 
 # PyTorch's min-cut plans at these `activation_memory_budget` settings are candidates: at
@@ -469,18 +512,29 @@ def _draws_again(bw):
                for n in bw.graph.nodes)
 
 
-def _replanning(call, attempts):
+def _replanning(call, attempts, rebuild=None):
     """`call` compiling its backward with its forward, so that a plan is judged before
-    anything runs, and compiling again while a plan's kernels take more than the budget."""
+    anything runs, every graph through the partitioner (AOTAutograd's cache would hand
+    back a graph's two halves unseen, and the graphs after it would not know what it
+    holds: Note [A step's budget over its graphs]), and compiling again while a plan's kernels take more than the budget
+    (Replan), or, with `rebuild(caps)` making the compiled call anew, while a graph of the
+    step does not fit beside the ones before it (ShareTooSmall)."""
+    current = [call]
+
     @functools.wraps(call)
     def run(*args, **kwargs):
         for attempt in range(1, attempts + 1):
             try:
-                with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
-                    return call(*args, **kwargs)
+                with torch._functorch.config.patch(force_non_lazy_backward_lowering=True,
+                                                   enable_autograd_cache=False):
+                    return current[0](*args, **kwargs)
             except Exception as error:  # noqa: PERF203 (a retry loop)
-                if attempt == attempts or _cause(error, Replan) is None:
+                share = _cause(error, ShareTooSmall)
+                if attempt == attempts or (_cause(error, Replan) is None
+                                           and (share is None or rebuild is None)):
                     raise
+                if share is not None:  # the graphs compiled already must be made again
+                    current[0] = rebuild(share.caps)
     return run
 
 
@@ -488,17 +542,29 @@ def compile(model, budget, planner="best", held_bytes=0, time_limit=2.0, cost_mo
             attempts=8, **torch_compile_kwargs):
     """torch.compile(model) with Inductor, each graph partitioned by RematPartitioner under
     `budget` bytes of the step's peak, its kernels checked, and compiled again (up to
-    `attempts` times) where they take more (Note [The kernels' peak checked])."""
+    `attempts` times) where they take more (Note [The kernels' peak checked]) or where the
+    graphs of a step broken by Dynamo must split it otherwise (Note [A step's budget over
+    its graphs])."""
     options = dict(torch_compile_kwargs.pop("options", None) or {})
+    torch_compile_kwargs.setdefault("dynamic", False)  # Note [One plan per size]
     options.setdefault("layout_optimization", False)  # Note [Layout optimization copies the weights]
     options.setdefault("allow_buffer_reuse", False)  # Note [The kernels' peak checked]
-    partitioner = RematPartitioner(budget, planner, held_bytes, time_limit, cost_model)
-    options["custom_partitioner_fn"] = partitioner
     if options.get("_post_fusion_custom_pass") is not None:
         raise ValueError("remat_torch.compile: its kernel check is the post-fusion pass")
-    options["_post_fusion_custom_pass"] = partitioner.kernel_check
-    compiled = torch.compile(model, options=options, **torch_compile_kwargs)
+
+    def build(caps):
+        partitioner = RematPartitioner(budget, planner, held_bytes, time_limit, cost_model,
+                                       caps=caps)
+        return torch.compile(model, **torch_compile_kwargs, options=dict(
+            options, custom_partitioner_fn=partitioner,
+            _post_fusion_custom_pass=partitioner.kernel_check))
+
+    def entry(compiled):  # what calling the compiled model runs
+        return compiled.forward if isinstance(compiled, torch.nn.Module) else compiled
+
+    compiled = build(None)
+    run = _replanning(entry(compiled), attempts, lambda caps: entry(build(caps)))
     if isinstance(compiled, torch.nn.Module):
-        compiled.forward = _replanning(compiled.forward, attempts)
+        compiled.forward = run
         return compiled
-    return _replanning(compiled, attempts)
+    return run
