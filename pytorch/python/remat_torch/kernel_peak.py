@@ -28,6 +28,7 @@ size wants it, past the free the timeline assumes (29 KB on the GPT of the tests
 (`probe_kernel_peak`): Inductor lowers and schedules a copy of each candidate's graphs
 and stops after fusion, a few seconds a plan, remembered for the process.
 """
+import torch
 from torch._inductor.custom_graph_pass import CustomSchedulerPass
 
 from .peak_model import _workspace
@@ -83,10 +84,24 @@ def _in_peak_order(nodes):
 
 
 def _kernel_workspace(node):
+    """Bytes an extern kernel takes for its call beyond the buffers the scheduler shows:
+    its measured workspace, and the outputs of a multi-output operator that nothing reads
+    (the call makes them; no buffer stands for them)."""
     from torch._inductor.scheduler import ExternKernelSchedulerNode
     if not isinstance(node, ExternKernelSchedulerNode) or node.node is None:
         return 0
-    return max((_workspace(origin) for origin in node.node.origins), default=0)
+    return max((_workspace(origin) + _unread_outputs(origin) for origin in node.node.origins),
+               default=0)
+
+
+def _unread_outputs(origin):
+    import operator
+    values = origin.meta.get("val")
+    if not isinstance(values, (tuple, list)):
+        return 0
+    read = {u.args[1] for u in origin.users if u.target is operator.getitem}
+    return sum(v.numel() * v.element_size() for i, v in enumerate(values)
+               if i not in read and isinstance(v, torch.Tensor))
 
 
 def _unread_inputs():

@@ -399,8 +399,7 @@ class RematPartitioner(CustomPartitionerFn):
         if plan["forward"] is None:  # the forward came from a cache: its kernels unseen
             step = _MEASURED.get(plan_key, plan["modelled"])  # the probe's, if it ran
         else:
-            step = max(plan["held"] + max(plan["forward"], plan["outside"] + peak),
-                       plan["modelled"])
+            step = plan["held"] + max(plan["forward"], plan["outside"] + peak)
         _MEASURED[plan_key] = step
         graph = plan["graph"]
         _RATIO[graph] = max(_RATIO.get(graph, 1.0), step / max(plan["modelled"], 1))
@@ -445,7 +444,7 @@ class RematPartitioner(CustomPartitionerFn):
             if key not in _MEASURED:
                 kernels = probe_step_peak(fw, bw, held)
                 if kernels is not None:
-                    _MEASURED[key] = max(kernels, modelled)
+                    _MEASURED[key] = kernels
             measured = key in _MEASURED
             peak = _MEASURED[key] if measured else math.ceil(modelled * ratio)
             report.tries += 1
