@@ -13,14 +13,13 @@ reader, the backward's saved inputs freed after their last reader, less the buff
 fused kernel makes and alone reads, which its code never allocates), adds each extern
 kernel's measured workspace at its step, and hands the peak to the partitioner that made
 the plan, with the bytes of any input no kernel reads (the compiled call holds those until
-it returns). A kernel that writes its result into a dying input of its size (Inductor
-decides that when it writes the kernel, after this pass) counts as two buffers, and a
-fused kernel with a reduction keeps every buffer, so the sum errs above the allocator's
-peak, except where something no scheduler buffer shows allocates: a resnet18 plan that
-makes a convolution's backward again late measured 2.5 MB above its kernels' sum, and
-as much as the fx model said. The partitioner takes the larger of the two, keeps the plan
-if that is within the budget, and otherwise raises: `remat_torch.compile` then compiles
-again, its search knowing that plan's real peak.
+it returns), and at each extern call of a multi-output operator the outputs nothing reads
+(the call makes them; no scheduler buffer stands for them). A kernel that writes its
+result into a dying input of its size (Inductor decides that when it writes the kernel,
+after this pass) counts as two buffers, and a fused kernel with a reduction keeps every
+buffer, so the sum errs above the allocator's peak where it is not exact. The partitioner
+keeps the plan if the step's peak is within the budget, and otherwise raises:
+`remat_torch.compile` then compiles again, its search knowing that plan's real peak.
 
 Inductor's buffer reuse (`allow_buffer_reuse`) keeps a dead buffer until a new one of its
 size wants it, past the free the timeline assumes (29 KB on the GPT of the tests);
