@@ -198,5 +198,12 @@ if ((quick == 0)); then
       --factors 2 --steps 6 --limit 1.3 -- --backend cuda "${gpt2[@]}" --plan-time-limit 5
   fi
 fi
+# remat's partitioner inside torch.compile against activation_memory_budget on the GPU
+# (docs/compile.md): three settings of the GPT, last, as it compiles for minutes.
+if [[ -f build/python/remat_torch/_C.so ]]; then
+  step compile_budgets_gpt_cuda env PYTHONPATH=build/python python3 \
+    bench/peer/compile_budgets.py --device cuda --model gpt --fractions 1.0,0.5,0.0 \
+    --steps 3 --json
+fi
 write_report "$gpu_json"
 exit $failed

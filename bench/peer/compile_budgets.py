@@ -3,12 +3,12 @@
 
     PYTHONPATH=build/python python3 bench/peer/compile_budgets.py [--model gpt|resnet18]
         [--fractions 1.0,0.7,0.5,0.3,0.1,0.0] [--steps 5] [--threads 2] [--json]
-        [--sweep 6] [--svg PATH]
+        [--sweep 6] [--svg PATH] [--device cpu|cuda]
 
 For each fraction, the model's training step (forward and backward, the loss in the graph)
 compiled by Inductor with PyTorch's own partitioner at that `activation_memory_budget`: its
-measured peak (the CPU allocator's live bytes, the graph's inputs included) and median step
-time. Then `remat_torch.compile` with that measured peak as its budget in bytes: its measured
+measured peak (the CPU allocator's live bytes, or on --device cuda the CUDA caching
+allocator's `max_memory_allocated`, the graph's inputs included) and median step time. Then `remat_torch.compile` with that measured peak as its budget in bytes: its measured
 peak and median step time, the two steps run interleaved. gpt: bench/peer/gpt_torch.py's
 model (4 layers, 128 channels, 4 heads, vocabulary 256, T 256, batch 8, dropout 0.1, scaled
 dot product attention, the head tied to the embedding). resnet18: torchvision's, 10 classes,
@@ -61,6 +61,14 @@ def held_bytes(model, inputs):
 def one_step(model, step, inputs):
     """(seconds, peak bytes above what was live) of one forward and backward."""
     model.zero_grad(set_to_none=True)
+    if inputs[0].is_cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        live = torch.cuda.memory_allocated()
+        start = time.perf_counter()
+        step(*inputs).backward()
+        torch.cuda.synchronize()
+        return time.perf_counter() - start, torch.cuda.max_memory_allocated() - live
     start = time.perf_counter()
     with remat_torch.cpu_memory() as meter:
         step(*inputs).backward()
@@ -170,6 +178,7 @@ def main():
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--sweep", type=int, default=0, help="remat budgets swept (0: none)")
     ap.add_argument("--svg", help="write the sweep's plot here")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args()
     global remat_torch
     try:
@@ -180,12 +189,14 @@ def main():
     torch.set_num_threads(a.threads)
     torch._inductor.config.fallback_random = True
     model, inputs = make_model(a.model)
+    model, inputs = model.to(a.device), tuple(t.to(a.device) for t in inputs)
     rows = [measure_pair(model, inputs, float(f), a.steps) for f in a.fractions.split(",")]
     swept = sweep(model, inputs, rows, a.sweep) if a.sweep else []
     if a.svg:
         pathlib.Path(a.svg).write_text(svg(a.model, rows, swept))
     if a.json:
-        print(json.dumps(dict(model=a.model, rows=rows, sweep=swept), indent=1))
+        print(json.dumps(dict(model=a.model, device=a.device, rows=rows, sweep=swept),
+                         indent=1))
         return
     print("| activation_memory_budget | torch peak | torch s | remat peak | remat s |")
     print("| --- | --- | --- | --- | --- |")

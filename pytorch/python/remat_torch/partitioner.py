@@ -469,10 +469,15 @@ class RematPartitioner(CustomPartitionerFn):
         least = min(found + [top], key=lambda c: c.peak)
         if not least.measured:
             return least, True
-        self.shares.too_small(frame, least.peak, report.graph)  # or ShareTooSmall
+        self._none_fits(least, frame, report.graph)
+
+    def _none_fits(self, least, frame, graph):
+        """Raises ShareTooSmall where the graphs before this one can make room for its
+        least plan, else BudgetTooSmall (its least, or None in a step split over graphs)."""
+        self.shares.too_small(frame, least.peak, graph)
         alone = self.shares.position(frame) == 0 and not self.caps
         raise BudgetTooSmall(self.budget, least.peak + self.held_bytes if alone else None,
-                             report.graph)
+                             graph)
 
 
 # PyTorch's min-cut plans at these `activation_memory_budget` settings are candidates: at

@@ -69,7 +69,7 @@ def _made_up(value, generator):
         t.uniform_(-1.0, 1.0, generator=generator)
     else:
         t.zero_()
-    return t
+    return t.to(value.device)  # the kernel of the value's device, and its workspace
 
 
 def _measurable(value):
@@ -113,8 +113,10 @@ def _measure_workspace(target, args, kwargs):
         real = lambda v: _made_up(v, generator)
         args = torch.utils._pytree.tree_map(real, args)
         kwargs = torch.utils._pytree.tree_map(real, kwargs)
+        cuda = any(isinstance(t, torch.Tensor) and t.is_cuda
+                   for t in torch.utils._pytree.tree_leaves((args, kwargs)))
         try:
-            with cpu_memory() as meter:
+            with (_CudaMeter() if cuda else cpu_memory()) as meter:
                 out = target(*args, **kwargs)
                 made = sum(t.untyped_storage().nbytes()
                            for t in torch.utils._pytree.tree_leaves(out)
@@ -123,6 +125,21 @@ def _measure_workspace(target, args, kwargs):
         except Exception:  # an operator that will not run on made-up values
             return 0
     return max(0, meter.peak_bytes - made)
+
+
+class _CudaMeter:
+    """The CUDA caching allocator's peak bytes above what was allocated on entry."""
+
+    def __enter__(self):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        self._live = torch.cuda.memory_allocated()
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.synchronize()
+        self.peak_bytes = torch.cuda.max_memory_allocated() - self._live
+        return False
 
 
 def _buffers(gm):
