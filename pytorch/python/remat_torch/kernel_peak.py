@@ -13,8 +13,9 @@ reader, the backward's saved inputs freed after their last reader, less the buff
 fused kernel makes and alone reads, which its code never allocates), adds each extern
 kernel's measured workspace at its step, and hands the peak to the partitioner that made
 the plan, with the bytes of any input no kernel reads (the compiled call holds those until
-it returns), and at each extern call of a multi-output operator the outputs nothing reads
-(the call makes them; no scheduler buffer stands for them). A kernel that writes its
+it returns), at each extern call of a multi-output operator the outputs nothing reads
+(the call makes them; no scheduler buffer stands for them), and from an extern call whose
+outputs nothing reads at all to the graph's end, what it made (the code holds it there). A kernel that writes its
 result into a dying input of its size (Inductor decides that when it writes the kernel,
 after this pass) counts as two buffers, and a fused kernel with a reduction keeps every
 buffer, so the sum errs above the allocator's peak where it is not exact. The partitioner
@@ -27,6 +28,8 @@ size wants it, past the free the timeline assumes (29 KB on the GPT of the tests
 (`probe_kernel_peak`): Inductor lowers and schedules a copy of each candidate's graphs
 and stops after fusion, a few seconds a plan, remembered for the process.
 """
+import operator
+
 import torch
 from torch._inductor.custom_graph_pass import CustomSchedulerPass
 
@@ -93,8 +96,21 @@ def _kernel_workspace(node):
                default=0)
 
 
+def _dead_call(node):
+    """Bytes of an extern call none of whose outputs anything reads (a random operator fx
+    would not remove): the generated code keeps its result until the graph returns."""
+    from torch._inductor.scheduler import ExternKernelSchedulerNode
+    if (not isinstance(node, ExternKernelSchedulerNode) or node.node is None
+            or any(not user.is_weak for buf in node.get_outputs() for user in buf.users)):
+        return 0
+    made = lambda value: sum(v.numel() * v.element_size()
+                             for v in torch.utils._pytree.tree_leaves(value)
+                             if isinstance(v, torch.Tensor))
+    return max((made(o.meta.get("val")) for o in node.node.origins
+                if isinstance(o.target, torch._ops.OpOverload)), default=0)
+
+
 def _unread_outputs(origin):
-    import operator
     values = origin.meta.get("val")
     if not isinstance(values, (tuple, list)):
         return 0
@@ -127,7 +143,10 @@ def kernel_peak(nodes):
     workspace, the graph's non-freeable inputs (parameters, tangents) not counted)."""
     nodes = _in_peak_order(nodes)
     live = _memory_timeline(nodes)
-    peak = max((b + _kernel_workspace(n) for n, b in zip(nodes, live)), default=0)
+    held, peak = 0, 0
+    for node, bytes_live in zip(nodes, live):
+        peak = max(peak, held + bytes_live + _kernel_workspace(node))
+        held += _dead_call(node)
     return nodes, peak + _unread_inputs()
 
 

@@ -139,7 +139,10 @@ def backward_in_plan_order(bw, joint, graph, fx_of, order):
             rebuild.graph.node_copy(node, rebuild.instance)
         elif node.op != "placeholder" and node not in rebuild.newest:
             rebuild.instance(node)
-    rebuild.graph.eliminate_dead_code()
+    # A call whose outputs nothing reads goes, a random one too: fx keeps those (they may
+    # draw), Inductor then runs them and holds their outputs to the end of the graph.
+    rebuild.graph.eliminate_dead_code(
+        is_impure_node=lambda n: n.is_impure(impure_random=False))
     module = fx.GraphModule(bw, rebuild.graph)
     module.meta.update(getattr(bw, "meta", {}))
     return module
