@@ -188,7 +188,7 @@ class GraphBreaks(unittest.TestCase):
         plain = torch.compile(model, options={"layout_optimization": False})
         plain_loss, plain_grads, _ = measured_step(model, plain, *inputs)
         fitted = []
-        for fraction in (1.0, 0.8, 0.7, 0.6, 0.5):
+        for fraction in (0.8, 0.7, 0.6):  # two fit, one is refused (docs/compile.md)
             budget = int(eager_peak * fraction)
             with self.subTest(budget=budget):
                 before = len(remat_torch.partition_reports())
