@@ -15,12 +15,13 @@ kernel's measured workspace at its step, and hands the peak to the partitioner t
 the plan, with the bytes of any input no kernel reads (the compiled call holds those until
 it returns), at each extern call of a multi-output operator the outputs nothing reads
 (the call makes them; no scheduler buffer stands for them), and from an extern call whose
-outputs nothing reads at all to the graph's end, what it made (the code holds it there). A kernel that writes its
-result into a dying input of its size (Inductor decides that when it writes the kernel,
-after this pass) counts as two buffers, and a fused kernel with a reduction keeps every
-buffer, so the sum errs above the allocator's peak where it is not exact. The partitioner
-keeps the plan if the step's peak is within the budget, and otherwise raises:
-`remat_torch.compile` then compiles again, its search knowing that plan's real peak.
+outputs nothing reads at all to the graph's end, what it made (the code holds it there).
+A kernel that writes its result into a dying input of its size (Inductor decides that
+when it writes the kernel, after this pass) counts as two buffers, and a fused kernel
+with a reduction keeps every buffer, so the sum errs above the allocator's peak where it
+is not exact. The partitioner keeps the plan if the step's peak is within the budget, and
+otherwise raises: `remat_torch.compile` then compiles again, its search knowing that
+plan's real peak.
 
 Inductor's buffer reuse (`allow_buffer_reuse`) keeps a dead buffer until a new one of its
 size wants it, past the free the timeline assumes (29 KB on the GPT of the tests);
@@ -33,7 +34,7 @@ import operator
 import torch
 from torch._inductor.custom_graph_pass import CustomSchedulerPass
 
-from .peak_model import _workspace
+from .peak_model import _nbytes, _workspace
 
 
 def _memory_timeline(nodes):
@@ -103,10 +104,7 @@ def _dead_call(node):
     if (not isinstance(node, ExternKernelSchedulerNode) or node.node is None
             or any(not user.is_weak for buf in node.get_outputs() for user in buf.users)):
         return 0
-    made = lambda value: sum(v.numel() * v.element_size()
-                             for v in torch.utils._pytree.tree_leaves(value)
-                             if isinstance(v, torch.Tensor))
-    return max((made(o.meta.get("val")) for o in node.node.origins
+    return max((_nbytes(o) for o in node.node.origins
                 if isinstance(o.target, torch._ops.OpOverload)), default=0)
 
 

@@ -27,10 +27,10 @@ without recomputing them are the saved set, PyTorch's extraction builds the two 
 it, and the backward is rebuilt in the plan's order (Note [The backward in the plan's
 order]). Each candidate's peak is that of the kernels Inductor makes of it (Note [The
 kernels' peak checked]; the fx model's, `peak_model.py`, scaled, where Inductor cannot
-say). The largest within the budget is kept, so that more budget never means a smaller plan. A
-budget none fits raises at compile time with the least peak found. The kept plan's
-kernels are checked again when they compile, and `compile` compiles again where they
-exceed the budget.
+say). The largest within the budget is kept, so that more budget never means a smaller
+plan. A budget none fits raises at compile time with the least peak found. The kept
+plan's kernels are checked again when they compile, and `compile` compiles again where
+they exceed the budget.
 """
 import functools
 import hashlib
@@ -347,9 +347,9 @@ class RematPartitioner(CustomPartitionerFn):
         self._hand_over(kept, report, held, too_small, self.shares.limits(frame)[0])
         _, saved, _, grads = _step_parts(kept.fw, kept.bw)
         report.saved = [p.name for p in saved]
-        report.saved_bytes = sum(_nbytes(p) for p in saved)
+        report.saved_bytes = kept.kept - held
         self.shares.record(frame, GraphShare(
-            kept=held + report.saved_bytes, inputs=held, peak=kept.peak,
+            kept=kept.kept, inputs=held, peak=kept.peak,
             grads=sum(_nbytes(g) for g in grads)), name)
         fw_names = {n.name for n in kept.fw.graph.nodes if n.op == "call_function"}
         report.recomputed = sum(1 for n in kept.bw.graph.nodes
@@ -416,7 +416,8 @@ class RematPartitioner(CustomPartitionerFn):
         peak (Note [A byte budget inside torch.compile]): the plan without recomputation,
         the least-memory plans of chen and twremat, the planner's at `tries` budgets
         evenly between theirs, and PyTorch's at PYTORCH_BUDGETS. A plan's peak is its
-        kernels' where measured, else its model's scaled by the most the kernels of the graph's plans took over their model.
+        kernels' where measured, else its model's scaled by the most the kernels of the
+        graph's plans took over their model.
         Where none fits: BudgetTooSmall if the least of them was measured, else (that plan,
         True), for its kernels to be measured."""
         target, most_kept = self.shares.limits(frame)
@@ -518,9 +519,10 @@ def _replanning(call, attempts, rebuild=None):
     """`call` compiling its backward with its forward, so that a plan is judged before
     anything runs, every graph through the partitioner (AOTAutograd's cache would hand
     back a graph's two halves unseen, and the graphs after it would not know what it
-    holds: Note [A step's budget over its graphs]), and compiling again while a plan's kernels take more than the budget
-    (Replan), or, with `rebuild(caps)` making the compiled call anew, while a graph of the
-    step does not fit beside the ones before it (ShareTooSmall)."""
+    holds: Note [A step's budget over its graphs]), and compiling again while a plan's
+    kernels take more than the budget (Replan), or, with `rebuild(caps)` making the
+    compiled call anew, while a graph of the step does not fit beside the ones before it
+    (ShareTooSmall)."""
     current = [call]
 
     @functools.wraps(call)
