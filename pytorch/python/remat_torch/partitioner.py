@@ -27,10 +27,10 @@ without recomputing them are the saved set, PyTorch's extraction builds the two 
 it, and the backward is rebuilt in the plan's order (Note [The backward in the plan's
 order]). Each candidate's peak is the larger of the fx model's (`peak_model.py`) and
 that of the kernels Inductor makes of it (Note [The kernels' peak checked]): each has
-been below the measured peak on a plan where the other was not. The largest within the budget is kept, so that more budget never means a smaller
-plan. A budget none fits raises at compile time with the least peak found. The kept
-plan's kernels are checked again when they compile, and `compile` compiles again where
-they exceed the budget.
+been below the measured peak on a plan where the other was not. The largest within the
+budget is kept, so that more budget never means a smaller plan. A budget none fits raises
+at compile time with the least peak found. The kept plan's kernels are checked again when
+they compile, and `compile` compiles again where they exceed the budget.
 """
 import functools
 import hashlib
