@@ -25,10 +25,11 @@ planner's at budgets evenly between, and PyTorch's own min-cut plans at a grid o
 none depending on the budget asked; in remat's, the forward values the backward reads
 without recomputing them are the saved set, PyTorch's extraction builds the two graphs from
 it, and the backward is rebuilt in the plan's order (Note [The backward in the plan's
-order]). Each candidate's peak is the larger of the fx model's (`peak_model.py`) and
-that of the kernels Inductor makes of it (Note [The kernels' peak checked]): each has
-been below the measured peak on a plan where the other was not. The largest within the
-budget is kept, so that more budget never means a smaller plan. A budget none fits raises
+order]). Each candidate's peak is that of the kernels Inductor makes of it (Note [The
+kernels' peak checked]), exact where it was compared with the allocator; the fx model
+(`peak_model.py`), which counts buffers that fusion removes, stands in only where
+Inductor cannot lower a candidate, scaled by the most the kernels of the graph's other
+plans took over it. The largest within the budget is kept, so that more budget never means a smaller plan. A budget none fits raises
 at compile time with the least peak found. The kept plan's kernels are checked again when
 they compile, and `compile` compiles again where they exceed the budget.
 """
@@ -398,8 +399,7 @@ class RematPartitioner(CustomPartitionerFn):
         if plan["forward"] is None:  # the forward came from a cache: its kernels unseen
             step = _MEASURED.get(plan_key, plan["modelled"])  # the probe's, if it ran
         else:
-            step = max(plan["held"] + max(plan["forward"], plan["outside"] + peak),
-                       plan["modelled"])
+            step = plan["held"] + max(plan["forward"], plan["outside"] + peak)
         _MEASURED[plan_key] = step
         graph = plan["graph"]
         _RATIO[graph] = max(_RATIO.get(graph, 1.0), step / max(plan["modelled"], 1))
@@ -416,9 +416,9 @@ class RematPartitioner(CustomPartitionerFn):
         do not depend on the budget, so that a larger budget never gets a plan of smaller
         peak (Note [A byte budget inside torch.compile]): the plan without recomputation,
         the least-memory plans of chen and twremat, the planner's at `tries` budgets
-        evenly between theirs, and PyTorch's at PYTORCH_BUDGETS. A plan's peak is the
-        larger of its kernels' and its model's where its kernels were measured, else its
-        model's scaled by the most the kernels of the graph's plans took over their model.
+        evenly between theirs, and PyTorch's at PYTORCH_BUDGETS. A plan's peak is its
+        kernels' where Inductor lowered them, else its model's scaled by the most the
+        kernels of the graph's plans took over their model.
         Where none fits: BudgetTooSmall if the least of them was measured, else (that plan,
         True), for its kernels to be measured."""
         target, most_kept = self.shares.limits(frame)
@@ -444,7 +444,7 @@ class RematPartitioner(CustomPartitionerFn):
             if key not in _MEASURED:
                 kernels = probe_step_peak(fw, bw, held)
                 if kernels is not None:
-                    _MEASURED[key] = max(kernels, modelled)
+                    _MEASURED[key] = kernels
             measured = key in _MEASURED
             peak = _MEASURED[key] if measured else math.ceil(modelled * ratio)
             report.tries += 1
