@@ -11,11 +11,13 @@ import torch
 REQUIRED = {
     "torch._inductor.config": (
         "custom_partitioner_fn", "_post_fusion_custom_pass", "layout_optimization",
-        "allow_buffer_reuse", "reorder_for_peak_memory", "fallback_random"),
+        "allow_buffer_reuse", "reorder_for_peak_memory", "fallback_random", "cpu_backend"),
     "torch._inductor.custom_graph_pass": ("CustomPartitionerFn", "CustomSchedulerPass"),
     "torch._inductor.memory": (
-        "prepare_planning_info", "estimate_peak_memory", "compute_size_for_scheduler_buffer",
-        "reorder_for_peak_memory"),
+        "prepare_planning_info", "compute_memory_timeline",
+        "compute_size_for_scheduler_buffer", "reorder_for_peak_memory"),
+    "torch._inductor.scheduler": (
+        "SchedulerNode", "ExternKernelSchedulerNode", "NopKernelSchedulerNode"),
     "torch._functorch.config": ("force_non_lazy_backward_lowering", "activation_memory_budget"),
     "torch._functorch.partitioners": (
         "_extract_fwd_bwd_modules", "_extract_fwd_bwd_outputs", "classify_nodes",
