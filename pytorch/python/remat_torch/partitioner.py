@@ -27,11 +27,12 @@ without recomputing them are the saved set, PyTorch's extraction builds the two 
 it, and the backward is rebuilt in the plan's order (Note [The backward in the plan's
 order]). Each candidate's peak is that of the kernels Inductor makes of it (Note [The
 kernels' peak checked]), exact where it was compared with the allocator; the fx model
-(`peak_model.py`), which counts buffers that fusion removes, stands in only where
-Inductor cannot lower a candidate, scaled by the most the kernels of the graph's other
-plans took over it. The largest within the budget is kept, so that more budget never means a smaller plan. A budget none fits raises
-at compile time with the least peak found. The kept plan's kernels are checked again when
-they compile, and `compile` compiles again where they exceed the budget.
+(`peak_model.py`), which counts buffers that fusion removes, stands in only where Inductor
+cannot lower a candidate, scaled by the most the kernels of the graph's other plans took
+over it. The largest within the budget is kept, so that more budget never means a smaller
+plan. A budget none fits raises at compile time with the least peak found. The kept plan's
+kernels are checked again when they compile, and `compile` compiles again where they
+exceed the budget.
 """
 import functools
 import hashlib
@@ -108,7 +109,7 @@ class PartitionReport:
     recomputed: int = 0            # forward nodes the backward graph computes again
     planner_budget: int = 0        # what the planner was given for the last plan kept
     tries: int = 0                 # plans made and measured
-    kernel_peak: int = 0           # the peak of Inductor's kernels for the plan kept, if seen
+    kernel_peak: int = 0           # the kept plan's kernels' peak (0: Inductor did not lower it)
     graph_key: str = ""            # the joint graph's identity across compilations
 
 
@@ -377,8 +378,11 @@ class RematPartitioner(CustomPartitionerFn):
         return fw, bw
 
     def _hand_over(self, kept, report, held, too_small, limit):
-        """Marks the plan's graphs so that the kernel check finds what to judge them by."""
+        """Marks the plan's graphs so that the kernel check finds what to judge them by.
+        The report has the probe's kernel peak until the check's own arrives (a graph
+        Inductor serves from its cache is not checked again)."""
         report.modelled_peak, report.planner_budget = kept.modelled, kept.planner_budget
+        report.kernel_peak = kept.peak + self.held_bytes if kept.measured else 0
         kept.fw.meta["remat_plan"] = kept.bw.meta["remat_plan"] = kept.key
         self._handed[kept.key] = dict(
             graph=report.graph_key, report=report, held=held, modelled=kept.modelled,
