@@ -42,8 +42,9 @@ def memory_timeline(nodes):
         made[life.start_step] += life.size_alloc
         if life.end_step != -1:
             freed[life.end_step + 1] += life.size_free
-    sizes = memory.compute_size_for_scheduler_buffer(scheduler.name_to_buf)
-    never_made = [sum(sizes.get(name, (0, 0))[0] for name in names)
+    # prepare_planning_info sized every scheduler buffer (its `mpi_buffer`)
+    never_made = [sum(scheduler.name_to_buf[name].mpi_buffer.size_alloc for name in names
+                      if name in scheduler.name_to_buf)
                   for names in _never_allocated(nodes)]
     made_by, freed_before = _running_sums(made), _running_sums(freed)
     live = []

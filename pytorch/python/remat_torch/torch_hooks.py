@@ -14,8 +14,7 @@ REQUIRED = {
         "allow_buffer_reuse", "reorder_for_peak_memory", "fallback_random", "cpu_backend"),
     "torch._inductor.custom_graph_pass": ("CustomPartitionerFn", "CustomSchedulerPass"),
     "torch._inductor.memory": (
-        "prepare_planning_info", "compute_memory_timeline",
-        "compute_size_for_scheduler_buffer", "reorder_for_peak_memory"),
+        "prepare_planning_info", "compute_memory_timeline", "reorder_for_peak_memory"),
     "torch._inductor.scheduler": (
         "SchedulerNode", "ExternKernelSchedulerNode", "NopKernelSchedulerNode"),
     "torch._functorch.config": ("force_non_lazy_backward_lowering", "activation_memory_budget"),
