@@ -21,15 +21,20 @@ CPU. The partitioner keeps the plan if the step's peak is within the budget, and
 otherwise raises: `remat_torch.compile` then compiles again, its search knowing that
 plan's real peak.
 
-Inductor's buffer reuse (`allow_buffer_reuse`) keeps a dead buffer until a new one of its
-size wants it, past the free the timeline assumes (29 KB on the GPT of the tests);
-`remat_torch.compile` turns it off. The search asks the same question before compiling
-(`probe_kernel_peak`): Inductor lowers and schedules a copy of each candidate's graphs
-and stops after fusion, a few seconds a plan, remembered for the process.
+Inductor's buffer reuse (`allow_buffer_reuse`, on by default) keeps a dead buffer until
+a new one of its size takes it, past the free the timeline assumes (Note [A reused
+buffer is held until it is reused]); which buffers it reused is known only once its
+wrapper has planned them, after the kernels are written, so the check judges the graph
+there. The search asks the same question before compiling (`probe_kernel_peak`):
+Inductor lowers, schedules and writes a copy of each candidate's graphs and stops once it
+has planned the reuse (the kernels' code is written, not compiled), told which of the
+backward's inputs AOTAutograd will donate (Note [The backward's donated inputs]); a few
+seconds a plan, remembered for the process.
 """
 import operator
 
 import torch
+import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomSchedulerPass
 
 from .kernel_timeline import input_bytes, memory_timeline
@@ -127,16 +132,47 @@ def _unread_inputs():
     return total
 
 
-def kernel_peak(nodes):
-    """(nodes in the order they will run, the peak bytes they take: buffers and
-    workspace, the graph's non-freeable inputs (parameters, tangents) not counted)."""
-    nodes = _in_peak_order(nodes)
-    live = memory_timeline(nodes)
-    held, peak = 0, 0
-    for node, bytes_live in zip(nodes, live):
-        peak = max(peak, held + bytes_live + _kernel_workspace(node))
-        held += _dead_call(node)
-    return nodes, peak + _unread_inputs()
+class _KernelBytes:
+    """What a graph's kernels take, read after fusion; the buffers Inductor's wrapper
+    reuses are known only once it plans them (`peak`)."""
+
+    def __init__(self, nodes):
+        self.nodes = _in_peak_order(nodes)
+        self.timeline = memory_timeline(self.nodes)
+        self.workspace = [_kernel_workspace(node) for node in self.nodes]
+        self.dead = [_dead_call(node) for node in self.nodes]
+        self.unread = _unread_inputs()
+
+    def peak(self, reuses=()):
+        """The peak bytes the kernels take, buffers and workspace, with the buffers in
+        `reuses` held until reused; the graph's non-freeable inputs (parameters,
+        tangents) not counted."""
+        held, peak = 0, 0
+        for live, workspace, dead in zip(self.timeline.with_reuse(reuses), self.workspace,
+                                         self.dead):
+            peak = max(peak, held + live + workspace)
+            held += dead
+        return peak + self.unread
+
+
+def _when_planned(report):
+    """Calls `report` with the pairs of buffers Inductor's wrapper reused (freed, reused
+    as) once it has planned them, before it writes the code (Note [A reused buffer is
+    held until it is reused])."""
+    from torch._inductor.codegen.wrapper import FreeIfNotReusedLine, ReuseLine
+    from torch._inductor.virtualized import V
+    wrapper = V.graph.wrapper_code
+    plan = wrapper.run_wrapper_ir_passes
+
+    def planned(*args, **kwargs):
+        plan(*args, **kwargs)
+        lines = wrapper.lines
+        freed = {line.node.get_name() for line in lines
+                 if isinstance(line, FreeIfNotReusedLine) and line.is_reused}
+        report([(line.node.get_name(), line.reused_as.get_name()) for line in lines
+                if isinstance(line, ReuseLine) and line.node.get_name() in freed])
+
+    wrapper.run_wrapper_ir_passes = planned
 
 
 class KernelPeakCheck(CustomSchedulerPass):
@@ -157,9 +193,10 @@ class KernelPeakCheck(CustomSchedulerPass):
         plan = getattr(V.graph.module, "meta", {}).get("remat_plan")
         if plan is None:
             return nodes  # not a graph of one of this partitioner's plans
-        nodes, peak = kernel_peak(nodes)
-        self.partitioner.kernels_measured(plan, V.graph.is_backward, peak)
-        return nodes
+        kernels, is_backward = _KernelBytes(nodes), V.graph.is_backward
+        _when_planned(lambda reuses: self.partitioner.kernels_measured(
+            plan, is_backward, kernels.peak(reuses)))
+        return kernels.nodes
 
 
 def _cause(error, kind):
@@ -189,20 +226,29 @@ class _Probe(CustomSchedulerPass):
         return f"remat-probe-{id(self.token)}"  # never served from a cache
 
     def __call__(self, nodes):
-        _, peak = kernel_peak(nodes)
-        raise _Probed(peak)
+        kernels = _KernelBytes(nodes)
+
+        def stop(reuses):
+            raise _Probed(kernels.peak(reuses))
+
+        _when_planned(stop)
+        return kernels.nodes
 
 
-def probe_kernel_peak(gm, is_backward):
+def probe_kernel_peak(gm, is_backward, donated=None):
     """The kernels' peak of `gm` as Inductor would make them, without making them: Inductor
-    lowers and schedules a copy of the graph and stops after fusion. None where it cannot."""
+    lowers, schedules and writes a copy of the graph, and stops once it has planned its
+    buffers' reuse. `donated`: the backward's inputs AOTAutograd lets Inductor write into.
+    None where Inductor cannot say."""
     import copy
+    from unittest import mock
 
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
     inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
     error = None
-    with config.patch(_post_fusion_custom_pass=_Probe(), fx_graph_cache=False):
+    with (config.patch(_post_fusion_custom_pass=_Probe(), fx_graph_cache=False),
+          mock.patch("torch._inductor.graph.get_donated_idxs", lambda: donated)):
         try:
             compile_fx_inner(copy.deepcopy(gm), inputs, is_backward=is_backward)
         except Exception as raised:  # noqa: BLE001 (the probe's own stop, wrapped or not)
@@ -211,12 +257,43 @@ def probe_kernel_peak(gm, is_backward):
     return None if probed is None else probed.peak
 
 
+# Note [The backward's donated inputs]
+# AOTAutograd donates to the backward each saved tensor that shares no storage with the
+# forward's inputs, its outputs to the user or the backward's outputs, and tells Inductor
+# through the compile's tracing context, which a probe does not run in. Inductor may
+# write a result into a donated input where it dies (GPT's logits: 256 KiB a step), so a
+# probe told nothing judged the backward that much above what it measured.
+def donated_inputs(fw, bw):
+    """The indices of `bw`'s inputs AOTAutograd will donate, as it finds them; None where
+    it donates none."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd.graph_compile import collect_fw_donated_buffer_idxs
+    if not functorch_config.donated_buffer:
+        return None
+    fw_outputs = next(reversed(fw.graph.find_nodes(op="output"))).args[0]
+    bw_inputs = bw.graph.find_nodes(op="placeholder")
+    bw_outputs = next(reversed(bw.graph.find_nodes(op="output"))).args[0]
+    produced = {node.name for node in fw_outputs if isinstance(node, fx.Node)}
+    saved = [i for i, node in enumerate(bw_inputs) if node.name in produced]
+    tensors = [i for i in saved if isinstance(_val(bw_inputs[i]), torch.Tensor)]
+    donated = collect_fw_donated_buffer_idxs(
+        [_val(node) for node in fw.graph.find_nodes(op="placeholder")],
+        [_val(node) for node in fw_outputs[:len(fw_outputs) - len(saved)]],
+        [_val(node) for node in bw_outputs], [_val(bw_inputs[i]) for i in tensors])
+    return [tensors[i] for i in donated]
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, fx.Node) else None
+
+
 def probe_step_peak(fw, bw, held):
     """The step's peak as the kernels of `fw` and `bw` would take it (Note [The kernels'
     peak checked]), the graph's inputs (`held`) included; None where Inductor cannot say."""
     from .peak_model import held_through_backward
     forward = probe_kernel_peak(fw, is_backward=False)
-    backward = probe_kernel_peak(bw, is_backward=True) if forward is not None else None
+    backward = (probe_kernel_peak(bw, is_backward=True, donated=donated_inputs(fw, bw))
+                if forward is not None else None)
     if backward is None:
         return None
     return held + max(forward, held_through_backward(fw, bw) + backward)

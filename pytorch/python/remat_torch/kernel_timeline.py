@@ -9,7 +9,8 @@ models of compile_test and torchvision's mobilenet_v3_small:
 1. A freeable graph input is sized by its last read, which can cover a part of it
    (Note [An input's bytes are its own, not a read's]).
 2. A fused kernel keeps the buffers that it makes and alone reads in registers; they
-   are never allocated (unless a reduction's loops pass them between each other).
+   are never allocated (unless a reduction's loops pass them between each other). Nor
+   are the views a kernel writes into another buffer (a cat's inputs, in its output).
 3. A kernel writes a result into an input that dies there, when their sizes match
    (Inductor's `decide_inplace_update`, made when it writes the kernel): one buffer,
    not two. Asked here of each node with the nodes before it complete, as Inductor asks.
@@ -21,9 +22,41 @@ models of compile_test and torchvision's mobilenet_v3_small:
 """
 
 
+class KernelTimeline:
+    """Bytes live while each kernel runs (`live`, one figure per node in the order they
+    run), and where each buffer's allocation and free fall (`spans`: name -> (the first
+    node of the function that allocates it, the last of the function after which it is
+    freed, or None where the graph returns it))."""
+
+    def __init__(self, live, spans):
+        self.live, self.spans = live, spans
+
+    def with_reuse(self, reuses):
+        """`live` with the buffers Inductor's planning reused (`reuses`: (freed, reused
+        as) name pairs) held from their free to the allocation that takes them
+        (Note [A reused buffer is held until it is reused])."""
+        live = list(self.live)
+        for freed, taken in reuses:
+            if freed not in self.spans or taken not in self.spans:
+                continue
+            (_, last, size), (first, _, _) = self.spans[freed], self.spans[taken]
+            if last is None:
+                continue  # a graph output is never freed, so never reused
+            for i in range(last + 1, first):
+                live[i] += size
+        return live
+
+
+# Note [A reused buffer is held until it is reused]
+# With `allow_buffer_reuse`, Inductor's wrapper keeps a buffer it would free in a pool by
+# its size, dtype and device, and an allocation of the same key later takes it instead of
+# new memory (when Inductor's own peak estimate says that holding it between costs no new
+# peak, an estimate that is not this one). The allocator sees no free and no allocation:
+# the buffer's bytes stay live at every kernel between. Which pairs Inductor reused is
+# read from its planned lines, so the timeline needs no model of its choice.
 def memory_timeline(nodes):
-    """Bytes live while each of `nodes` (in the order they run) runs, the graph's
-    non-freeable inputs (parameters, tangents) not counted."""
+    """The KernelTimeline of `nodes` (in the order they run), the graph's non-freeable
+    inputs (parameters, tangents) not counted."""
     from torch._inductor import memory
     from torch._inductor.virtualized import V
     from torch.utils._ordered_set import OrderedSet
@@ -47,10 +80,14 @@ def memory_timeline(nodes):
                       if name in scheduler.name_to_buf)
                   for names in _never_allocated(nodes)]
     made_by, freed_before = _running_sums(made), _running_sums(freed)
-    live = []
-    for first, last in _kernel_groups(nodes):
-        live.append(made_by[last] - freed_before[first] - sum(never_made[first:last + 1]))
-    return live
+    groups = _kernel_groups(nodes)
+    live = [made_by[last] - freed_before[first] - sum(never_made[first:last + 1])
+            for first, last in groups]
+    spans = {life.buffer.get_name(): (groups[life.start_step][0],
+                                      groups[life.end_step][1] if life.end_step != -1 else None,
+                                      life.size_alloc)
+             for life in lifetimes}
+    return KernelTimeline(live, spans)
 
 
 def _running_sums(values):
@@ -77,10 +114,20 @@ def input_bytes(value):
 
 def _never_allocated(nodes):
     """For each node, the names of its outputs the generated code never allocates: those
-    its fused kernel keeps in registers, and those written into a dying input."""
+    its fused kernel keeps in registers, those written into a dying input, and those
+    that are views of another buffer."""
     local = [_kernel_local(node) for node in nodes]
     in_place = _written_in_place(nodes, local)
-    return [sorted(set(a) | set(b)) for a, b in zip(local, in_place)]
+    return [sorted(set(a) | set(b) | set(_views_of_others(node)))
+            for node, a, b in zip(nodes, local, in_place)]
+
+
+def _views_of_others(node):
+    """Names of the outputs of `node` that are views into another buffer (a cat's inputs
+    written straight into their slices of its output): they take no bytes of their own."""
+    from torch._inductor import ir
+    return [buf.get_name() for buf in node.get_outputs()
+            if isinstance(getattr(buf.node, "layout", None), ir.NonOwningLayout)]
 
 
 def _kernel_local(node):

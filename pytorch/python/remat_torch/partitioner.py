@@ -557,7 +557,6 @@ def compile(model, budget, planner="best", held_bytes=0, time_limit=2.0, cost_mo
     options = dict(torch_compile_kwargs.pop("options", None) or {})
     torch_compile_kwargs.setdefault("dynamic", False)  # Note [One plan per size]
     options.setdefault("layout_optimization", False)  # Note [Layout optimization copies the weights]
-    options.setdefault("allow_buffer_reuse", False)  # Note [The kernels' peak checked]
     if options.get("_post_fusion_custom_pass") is not None:
         raise ValueError("remat_torch.compile: its kernel check is the post-fusion pass")
 

@@ -2,7 +2,7 @@
 
 The partitioner reaches into Inductor and AOTAutograd internals (the custom partitioner
 option, a post-fusion scheduler pass, PyTorch's own extraction of the two graphs, the
-scheduler's memory timeline). A torch without one of them fails here, naming each missing
+scheduler's memory timeline, the wrapper's planned buffer reuse). A torch without one of them fails here, naming each missing
 piece and the torch version, instead of with an AttributeError deep inside a compilation.
 """
 import torch
@@ -17,7 +17,13 @@ REQUIRED = {
         "prepare_planning_info", "compute_memory_timeline", "reorder_for_peak_memory"),
     "torch._inductor.scheduler": (
         "SchedulerNode", "ExternKernelSchedulerNode", "NopKernelSchedulerNode"),
-    "torch._functorch.config": ("force_non_lazy_backward_lowering", "activation_memory_budget"),
+    "torch._inductor.codegen.wrapper": (
+        "PythonWrapperCodegen.run_wrapper_ir_passes", "FreeIfNotReusedLine", "ReuseLine"),
+    "torch._inductor.graph": ("get_donated_idxs",),
+    "torch._inductor.ir": ("NonOwningLayout",),
+    "torch._functorch.config": (
+        "force_non_lazy_backward_lowering", "activation_memory_budget", "donated_buffer"),
+    "torch._functorch._aot_autograd.graph_compile": ("collect_fw_donated_buffer_idxs",),
     "torch._functorch.partitioners": (
         "_extract_fwd_bwd_modules", "_extract_fwd_bwd_outputs", "classify_nodes",
         "default_partition", "min_cut_rematerialization_partition", "cleanup_recompute_tags",
@@ -38,8 +44,17 @@ def missing_hooks(modules):
     for module_name, names in REQUIRED.items():
         module = modules.get(module_name)
         missing += [f"{module_name}.{name}" for name in names
-                    if module is None or not hasattr(module, name)]
+                    if module is None or not _has(module, name)]
     return missing
+
+
+def _has(owner, dotted):
+    """Whether `owner` has the attribute path `dotted` ('Class.method')."""
+    for part in dotted.split("."):
+        if not hasattr(owner, part):
+            return False
+        owner = getattr(owner, part)
+    return True
 
 
 def require_compile_hooks(modules=None, version=None):
