@@ -22,14 +22,14 @@ otherwise raises: `remat_torch.compile` then compiles again, its search knowing 
 plan's real peak.
 
 Inductor's buffer reuse (`allow_buffer_reuse`, on by default) keeps a dead buffer until
-a new one of its size takes it, past the free the timeline assumes (Note [A reused
-buffer is held until it is reused]); which buffers it reused is known only once its
-wrapper has planned them, after the kernels are written, so the check judges the graph
-there. The search asks the same question before compiling (`probe_kernel_peak`):
-Inductor lowers, schedules and writes a copy of each candidate's graphs and stops once it
-has planned the reuse (the kernels' code is written, not compiled), told which of the
-backward's inputs AOTAutograd will donate (Note [The backward's donated inputs]); a few
-seconds a plan, remembered for the process.
+a new one of its size takes it; its wrapper is made to take one only where that costs no
+peak by this timeline (Note [Reuse that costs no peak]), so the kernels' sum holds with it,
+and the check, run once the wrapper has planned, adds what the buffers it reused hold
+(nothing, unless Inductor changed the order after this pass). The search asks the same
+question before compiling (`probe_kernel_peak`): Inductor lowers and schedules a copy of
+each candidate's graphs and stops after fusion, told which of the backward's inputs
+AOTAutograd will donate (Note [The backward's donated inputs]); a few seconds a plan,
+remembered for the process.
 """
 import operator
 
@@ -37,6 +37,7 @@ import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomSchedulerPass
 
+from .buffer_reuse import plan_reuse_by
 from .kernel_timeline import input_bytes, memory_timeline
 from .peak_model import _nbytes, _workspace
 
@@ -133,8 +134,7 @@ def _unread_inputs():
 
 
 class _KernelBytes:
-    """What a graph's kernels take, read after fusion; the buffers Inductor's wrapper
-    reuses are known only once it plans them (`peak`)."""
+    """What a graph's kernels take, read after fusion."""
 
     def __init__(self, nodes):
         self.nodes = _in_peak_order(nodes)
@@ -143,36 +143,20 @@ class _KernelBytes:
         self.dead = [_dead_call(node) for node in self.nodes]
         self.unread = _unread_inputs()
 
-    def peak(self, reuses=()):
-        """The peak bytes the kernels take, buffers and workspace, with the buffers in
+    def totals(self, reuses=()):
+        """Bytes live while each node runs, buffers and workspace, with the buffers in
         `reuses` held until reused; the graph's non-freeable inputs (parameters,
-        tangents) not counted."""
-        held, peak = 0, 0
+        tangents) and the inputs no kernel reads not counted."""
+        held, totals = 0, []
         for live, workspace, dead in zip(self.timeline.with_reuse(reuses), self.workspace,
                                          self.dead):
-            peak = max(peak, held + live + workspace)
+            totals.append(held + live + workspace)
             held += dead
-        return peak + self.unread
+        return totals
 
-
-def _when_planned(report):
-    """Calls `report` with the pairs of buffers Inductor's wrapper reused (freed, reused
-    as) once it has planned them, before it writes the code (Note [A reused buffer is
-    held until it is reused])."""
-    from torch._inductor.codegen.wrapper import FreeIfNotReusedLine, ReuseLine
-    from torch._inductor.virtualized import V
-    wrapper = V.graph.wrapper_code
-    plan = wrapper.run_wrapper_ir_passes
-
-    def planned(*args, **kwargs):
-        plan(*args, **kwargs)
-        lines = wrapper.lines
-        freed = {line.node.get_name() for line in lines
-                 if isinstance(line, FreeIfNotReusedLine) and line.is_reused}
-        report([(line.node.get_name(), line.reused_as.get_name()) for line in lines
-                if isinstance(line, ReuseLine) and line.node.get_name() in freed])
-
-    wrapper.run_wrapper_ir_passes = planned
+    def peak(self, reuses=()):
+        """The peak bytes the kernels take (`totals`, and the inputs no kernel reads)."""
+        return max(self.totals(reuses), default=0) + self.unread
 
 
 class KernelPeakCheck(CustomSchedulerPass):
@@ -194,8 +178,8 @@ class KernelPeakCheck(CustomSchedulerPass):
         if plan is None:
             return nodes  # not a graph of one of this partitioner's plans
         kernels, is_backward = _KernelBytes(nodes), V.graph.is_backward
-        _when_planned(lambda reuses: self.partitioner.kernels_measured(
-            plan, is_backward, kernels.peak(reuses)))
+        plan_reuse_by(kernels.nodes, kernels.totals(), lambda reuses: (
+            self.partitioner.kernels_measured(plan, is_backward, kernels.peak(reuses))))
         return kernels.nodes
 
 
@@ -226,20 +210,14 @@ class _Probe(CustomSchedulerPass):
         return f"remat-probe-{id(self.token)}"  # never served from a cache
 
     def __call__(self, nodes):
-        kernels = _KernelBytes(nodes)
-
-        def stop(reuses):
-            raise _Probed(kernels.peak(reuses))
-
-        _when_planned(stop)
-        return kernels.nodes
+        raise _Probed(_KernelBytes(nodes).peak())  # Note [Reuse that costs no peak]
 
 
 def probe_kernel_peak(gm, is_backward, donated=None):
     """The kernels' peak of `gm` as Inductor would make them, without making them: Inductor
-    lowers, schedules and writes a copy of the graph, and stops once it has planned its
-    buffers' reuse. `donated`: the backward's inputs AOTAutograd lets Inductor write into.
-    None where Inductor cannot say."""
+    lowers and schedules a copy of the graph and stops after fusion. `donated`: the
+    backward's inputs AOTAutograd lets Inductor write into. None where Inductor cannot
+    say."""
     import copy
     from unittest import mock
 

@@ -50,10 +50,10 @@ class KernelTimeline:
 # Note [A reused buffer is held until it is reused]
 # With `allow_buffer_reuse`, Inductor's wrapper keeps a buffer it would free in a pool by
 # its size, dtype and device, and an allocation of the same key later takes it instead of
-# new memory (when Inductor's own peak estimate says that holding it between costs no new
-# peak, an estimate that is not this one). The allocator sees no free and no allocation:
-# the buffer's bytes stay live at every kernel between. Which pairs Inductor reused is
-# read from its planned lines, so the timeline needs no model of its choice.
+# new memory (where its peak estimate, made this timeline by Note [Reuse that costs no
+# peak], says holding it costs nothing). The allocator sees no free and no allocation: the
+# buffer's bytes stay live at every kernel between. Which pairs Inductor reused is read
+# from its planned lines, so the timeline needs no model of its choice.
 def memory_timeline(nodes):
     """The KernelTimeline of `nodes` (in the order they run), the graph's non-freeable
     inputs (parameters, tangents) not counted."""

@@ -18,7 +18,8 @@ REQUIRED = {
     "torch._inductor.scheduler": (
         "SchedulerNode", "ExternKernelSchedulerNode", "NopKernelSchedulerNode"),
     "torch._inductor.codegen.wrapper": (
-        "PythonWrapperCodegen.run_wrapper_ir_passes", "FreeIfNotReusedLine", "ReuseLine"),
+        "PythonWrapperCodegen.memory_plan_reuse", "EfficientPeakEstimate.peak_between",
+        "EfficientPeakEstimate.update_peak_between", "FreeIfNotReusedLine", "ReuseLine"),
     "torch._inductor.graph": ("get_donated_idxs",),
     "torch._inductor.ir": ("NonOwningLayout",),
     "torch._functorch.config": (
