@@ -46,6 +46,9 @@ struct OutOfMemoryInfo {
   std::size_t kept = 0;          // neither, but no eviction candidate (recomputed in this request)
   std::size_t untracked = 0;     // in no tensor: a running kernel's scratch, workspaces
   std::size_t largest_free = 0;  // largest free block (0 where memory is counted logically)
+  // Why no block was moved to join the free pieces (a kernel was running, compaction is off,
+  // the request's compactions were spent); empty where compaction was tried.
+  std::string moves_refused;
   // Non-zero when the segment source (cudaMalloc on CUDA) refused a reservation of this many
   // bytes that the budget had room for: the failure is the device's, below the budget.
   std::size_t source_refused = 0;

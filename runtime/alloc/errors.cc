@@ -16,8 +16,10 @@ std::string holders(const OutOfMemoryInfo& i) {
   if (i.reserved > i.allocated && i.largest_free < i.requested)
     absl::StrAppend(&out, "; free: ", i.reserved - i.allocated,
                     " reserved bytes in pieces of at most ", i.largest_free, " and ",
-                    i.budget > i.reserved ? i.budget - i.reserved : 0,
-                    " unreserved, which no move of the blocks between them could join");
+                    i.budget > i.reserved ? i.budget - i.reserved : 0, " unreserved, ",
+                    i.moves_refused.empty()
+                        ? "which no move of the blocks between them could join"
+                        : absl::StrCat("not joined: no block moved, since ", i.moves_refused));
   if (i.held.empty()) return out;
   absl::StrAppend(&out, "; resident unpinned tensors the program holds:");
   for (std::size_t g = 0; g < i.held.size(); ++g)

@@ -64,8 +64,32 @@ TEST(Evacuation, WithoutItTheSameRequestRunsOutOfMemoryAndSaysWhy) {
     EXPECT_NE(what.find("free: 1024 reserved bytes in pieces of at most 512 and 0 unreserved"),
               std::string::npos)
         << what;
+    // The error does not claim that no move could join them: none was tried.
+    EXPECT_EQ(e.info().moves_refused, "compaction is off (RuntimeOptions::compaction)");
+    EXPECT_NE(what.find("not joined: no block moved, since compaction is off"), std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("no move of the blocks"), std::string::npos) << what;
   }
   EXPECT_EQ(rt.stats().evacuations, 0u);
+}
+
+// Where compaction was tried and nothing could serve the request (2 KiB more than the
+// budget holds), the error says no move could join the free pieces.
+TEST(Evacuation, WhereMovesWereTriedTheErrorSaysNoneCouldJoin) {
+  Runtime rt(crumbs(true));
+  const Tensor c1 = rt.constant(vec(256), iota(256, 1).data());
+  const Tensor c2 = rt.constant(vec(256), iota(256, 1000).data());
+  const Tensor c3 = rt.constant(vec(256), iota(256, 2000).data());
+  try {
+    rt.call1(testing::concat(), {c3, c3});
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.info().moves_refused, "");
+    const std::string what = e.what();
+    EXPECT_NE(what.find("which no move of the blocks between them could join"), std::string::npos)
+        << what;
+  }
+  EXPECT_EQ(read(rt, c2), iota(256, 1000));
 }
 
 // On a device the bytes go to the host and back (here the simulated one, where a copy is

@@ -45,7 +45,10 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
   if (evicting_.empty()) {
     const bool compacted = compact(bytes) || evacuate(bytes) || offload_coldest();
     stats.search_seconds += seconds_since(start);
-    if (!compacted) failed_breakdown_ = resident_breakdown();
+    if (!compacted) {
+      failed_breakdown_ = resident_breakdown();
+      failed_breakdown_->moves_refused = moves_refused_;
+    }
     return compacted;
   }
   stats.search_seconds += seconds_since(start);
@@ -67,10 +70,24 @@ bool RuntimeImpl::reclaim(std::size_t bytes) {
 // stream, the storage's pointer and block tag updated. The allocator then serves the request
 // from the freed window, or releases the emptied segments and reserves one. Each request
 // compacts a bounded number of times, so two layouts cannot trade blocks forever.
+const char* RuntimeImpl::move_refusal() const {
+  if (kernel_running_) return "a kernel was running (it may hold pointers: nothing moves)";
+  if (!options.compaction) return "compaction is off (RuntimeOptions::compaction)";
+  return nullptr;
+}
+
+bool RuntimeImpl::refuse_moves(const char* why) {
+  moves_refused_ = why;
+  return false;
+}
+
 bool RuntimeImpl::compact(std::size_t bytes) {
-  if (caching == nullptr || kernel_running_ || !options.compaction) return false;
+  if (caching == nullptr) return false;
+  if (const char* why = move_refusal()) return refuse_moves(why);
   int& compactions = compactions_.in(request_);
-  if (compactions >= kMaxCompactionsPerRequest) return false;
+  if (compactions >= kMaxCompactionsPerRequest)
+    return refuse_moves("this request made the most compactions one request may");
+  moves_refused_ = nullptr;  // tried: what it cannot join, no move could
   WindowSearch& w = window_search_;
   const std::size_t need = caching->rounded_size(bytes);
   price_windows(bytes, [this](std::size_t, std::uint32_t tag) {

@@ -551,6 +551,7 @@ OutOfMemoryError RuntimeImpl::annotated(const OutOfMemoryError& e, const std::st
   info.kept = resident.kept;
   const std::size_t in_storages = resident.pinned + resident.locked + resident.kept;
   info.untracked = info.allocated > in_storages ? info.allocated - in_storages : 0;
+  if (resident.moves_refused != nullptr) info.moves_refused = resident.moves_refused;
   info.held.clear();  // an error annotated again (an outer request) is described anew
   std::vector<HeldTensors> held = held_tensors();
   std::erase_if(held, [](const HeldTensors& g) { return g.resident_bytes == g.pinned_bytes; });

@@ -207,6 +207,10 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Moves pinned and locked storages out of the way of a request nothing is left to evict
   // for (Note [Compaction] in eviction_choice.cc); false when that cannot make room.
   bool compact(std::size_t bytes);
+  // Why no block may move now (a kernel running, compaction off), or nullptr.
+  const char* move_refusal() const;
+  // Remembers, for an out-of-memory error, why compaction moved nothing; false.
+  bool refuse_moves(const char* why);
   // Whether the block tagged `tag` may move: a resident storage's that no other stream uses
   // (not free, not scratch or a workspace).
   bool movable_block(std::uint32_t tag) const;
@@ -222,6 +226,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Resident memory by why it stays, as allocated (Note [Where the memory went]).
   struct ResidentBreakdown {
     std::size_t pinned = 0, locked = 0, kept = 0;
+    const char* moves_refused = nullptr;  // why compaction moved nothing, where it was refused
   };
   ResidentBreakdown resident_breakdown() const;
   void recompute_storage(Id s);
@@ -322,6 +327,9 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
     }
   };
   PerRequestCount compactions_, evacuations_;
+  // Why the last compaction was refused (OutOfMemoryInfo::moves_refused); nullptr where it
+  // was tried.
+  const char* moves_refused_ = nullptr;
 };
 
 }  // namespace remat::detail
