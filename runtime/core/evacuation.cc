@@ -59,8 +59,7 @@ std::vector<EvacuableSegment> evacuable_segments(CachingAllocator& caching, Mova
 // and the holes become budget the arena can have. Segments already packed have no holes and
 // are left alone, so a steady loop moves only what changed since its last step.
 void RuntimeImpl::pack_for_placement() {
-  if (caching == nullptr || kernel_running_ || !options.compaction ||
-      options.allocator.expandable_segments)
+  if (caching == nullptr || move_refusal() != nullptr || options.allocator.expandable_segments)
     return;
   for (const EvacuableSegment& e :
        evacuable_segments(*caching, [this](std::uint32_t tag) { return movable_block(tag); }))
@@ -73,8 +72,8 @@ void RuntimeImpl::pack_for_placement() {
 // and not where the budget would not hold the request even unfragmented: then the bytes do
 // not exist, and the error should say so.
 bool RuntimeImpl::evacuate(std::size_t bytes) {
-  if (caching == nullptr || kernel_running_ || !options.compaction ||
-      options.allocator.expandable_segments || AllocatorHooks::tracing_or_placing(*caching))
+  if (caching == nullptr || move_refusal() != nullptr || options.allocator.expandable_segments ||
+      AllocatorHooks::tracing_or_placing(*caching))
     return false;
   int& evacuations = evacuations_.in(request_);
   if (evacuations >= kMaxCompactionsPerRequest) return false;

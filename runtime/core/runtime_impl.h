@@ -207,7 +207,8 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Moves pinned and locked storages out of the way of a request nothing is left to evict
   // for (Note [Compaction] in eviction_choice.cc); false when that cannot make room.
   bool compact(std::size_t bytes);
-  // Why no block may move now (a kernel running, compaction off), or nullptr.
+  // Why no block may move now (a kernel running, compaction off), or nullptr: what
+  // compaction and evacuation both refuse on.
   const char* move_refusal() const;
   // Remembers, for an out-of-memory error, why compaction moved nothing; false.
   bool refuse_moves(const char* why);

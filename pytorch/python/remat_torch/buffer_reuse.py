@@ -19,14 +19,16 @@ reused is still read from the planned lines, and the check adds what they hold; 
 Inductor ran the nodes in another order than the pass saw, its own estimate stands, and
 the check judges what it planned.
 """
+from torch._inductor.codegen.wrapper import EfficientPeakEstimate
 
 
-class KernelPeakEstimate:
+class KernelPeakEstimate(EfficientPeakEstimate):
     """Answers the questions Inductor's wrapper asks its `EfficientPeakEstimate` while it
     plans buffer reuse, from `totals`: the bytes live while each scheduler node runs (the
-    node's index is the one the wrapper's lines carry)."""
+    node's index is the one the wrapper's lines carry). Inductor's own estimate is not
+    built; its sizing of an allocation (`_get_size`) is kept."""
 
-    def __init__(self, totals):
+    def __init__(self, totals):  # not the base's: it builds the raw estimate
         self.totals = list(totals)
         self.overall_peak_memory = max(self.totals, default=0)
 
@@ -37,18 +39,9 @@ class KernelPeakEstimate:
 
     def update_peak_between(self, freed, allocated):
         """The freed buffer, now reused, is held at the nodes between."""
-        size = _allocation_bytes(allocated.node)
+        size = self._get_size(allocated.node)
         for i in range(freed.scheduler_node_index + 1, allocated.scheduler_node_index):
             self.totals[i] += size
-
-
-def _allocation_bytes(buffer):
-    """Bytes of a buffer's storage, as Inductor sizes an allocation."""
-    from torch._inductor.utils import get_dtype_size
-    from torch._inductor.virtualized import V
-    storage = V.graph.get_allocation_storage_size(buffer)
-    return V.graph.sizevars.optimization_hint(storage, fallback=0) * get_dtype_size(
-        buffer.get_dtype())
 
 
 def plan_reuse_by(nodes, totals, report):

@@ -39,7 +39,7 @@ from torch._inductor.custom_graph_pass import CustomSchedulerPass
 
 from .buffer_reuse import plan_reuse_by
 from .kernel_timeline import input_bytes, memory_timeline
-from .peak_model import _nbytes, _workspace
+from .peak_model import _nbytes, _value_of, _workspace
 
 
 def _in_peak_order(nodes):
@@ -253,16 +253,12 @@ def donated_inputs(fw, bw):
     bw_outputs = next(reversed(bw.graph.find_nodes(op="output"))).args[0]
     produced = {node.name for node in fw_outputs if isinstance(node, fx.Node)}
     saved = [i for i, node in enumerate(bw_inputs) if node.name in produced]
-    tensors = [i for i in saved if isinstance(_val(bw_inputs[i]), torch.Tensor)]
+    tensors = [i for i in saved if isinstance(_value_of(bw_inputs[i]), torch.Tensor)]
     donated = collect_fw_donated_buffer_idxs(
-        [_val(node) for node in fw.graph.find_nodes(op="placeholder")],
-        [_val(node) for node in fw_outputs[:len(fw_outputs) - len(saved)]],
-        [_val(node) for node in bw_outputs], [_val(bw_inputs[i]) for i in tensors])
+        [_value_of(node) for node in fw.graph.find_nodes(op="placeholder")],
+        [_value_of(node) for node in fw_outputs[:len(fw_outputs) - len(saved)]],
+        [_value_of(node) for node in bw_outputs], [_value_of(bw_inputs[i]) for i in tensors])
     return [tensors[i] for i in donated]
-
-
-def _val(node):
-    return node.meta.get("val") if isinstance(node, fx.Node) else None
 
 
 def probe_step_peak(fw, bw, held):

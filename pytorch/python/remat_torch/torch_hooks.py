@@ -2,8 +2,9 @@
 
 The partitioner reaches into Inductor and AOTAutograd internals (the custom partitioner
 option, a post-fusion scheduler pass, PyTorch's own extraction of the two graphs, the
-scheduler's memory timeline, the wrapper's planned buffer reuse). A torch without one of them fails here, naming each missing
-piece and the torch version, instead of with an AttributeError deep inside a compilation.
+scheduler's memory timeline, the wrapper's planned buffer reuse). A torch without one of
+them fails here, naming each missing piece and the torch version, instead of with an
+AttributeError deep inside a compilation.
 """
 import torch
 
@@ -19,7 +20,8 @@ REQUIRED = {
         "SchedulerNode", "ExternKernelSchedulerNode", "NopKernelSchedulerNode"),
     "torch._inductor.codegen.wrapper": (
         "PythonWrapperCodegen.memory_plan_reuse", "EfficientPeakEstimate.peak_between",
-        "EfficientPeakEstimate.update_peak_between", "FreeIfNotReusedLine", "ReuseLine"),
+        "EfficientPeakEstimate.update_peak_between", "EfficientPeakEstimate._get_size",
+        "FreeIfNotReusedLine", "ReuseLine"),
     "torch._inductor.graph": ("get_donated_idxs",),
     "torch._inductor.ir": ("NonOwningLayout",),
     "torch._functorch.config": (
