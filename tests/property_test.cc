@@ -16,6 +16,7 @@
 
 #include "remat/replay.h"
 #include "remat/runtime.h"
+#include "tests/support/oom_contract.h"
 #include "tests/support/policy_configs.h"
 #include "tests/support/random_order.h"
 #include "tests/support/test_ops.h"
@@ -141,6 +142,7 @@ TEST_P(PropertyTest, RandomBudgetsReadBackTheUnconstrainedBytes) {
       } catch (const OutOfMemoryError& e) {
         ++failures;  // a budget below what the program can live in: allowed, and typed
         EXPECT_LE(e.info().reserved, o.budget);
+        EXPECT_TRUE(testing::failed_for_want_of_bytes(e)) << "trial " << trial << " at " << fraction;
         continue;
       } catch (const ThrashError&) {
         ++failures;

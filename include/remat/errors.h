@@ -46,6 +46,10 @@ struct OutOfMemoryInfo {
   std::size_t kept = 0;          // neither, but no eviction candidate (recomputed in this request)
   std::size_t untracked = 0;     // in no tensor: a running kernel's scratch, workspaces
   std::size_t largest_free = 0;  // largest free block (0 where memory is counted logically)
+  // The reserved segments and the granule they are reserved and split in: what rounding may
+  // leave unusable is at most a granule a segment, and one for the request's own.
+  std::size_t segments = 0;
+  std::size_t granule = 0;
   // Why no block was moved to join the free pieces (a kernel was running, compaction is off,
   // the request's compactions were spent); empty where compaction was tried.
   std::string moves_refused;

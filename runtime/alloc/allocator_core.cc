@@ -167,12 +167,11 @@ Block* AllocatorCore::serve_after_release(std::size_t size) {
   return reserve_segment(size);
 }
 
-Block* AllocatorCore::find_free(std::size_t size, const std::vector<std::uint64_t>* avoid) {
+Block* AllocatorCore::find_free(std::size_t size, const AvoidedMemory* avoid) {
   // A whole segment too big for the request, or one the caller keeps out of.
   return pool_.take_best_fit(size, small_pool(size), [&](const Block* b) {
     if (!fits(b->segment->whole, b->size, size) || placement_.in_placed_range(b)) return false;
-    return avoid == nullptr ||
-           std::find(avoid->begin(), avoid->end(), b->segment->serial) == avoid->end();
+    return avoid == nullptr || !avoid->avoids(b->segment->serial, b->address, b->size);
   });
 }
 
@@ -361,6 +360,8 @@ void AllocatorCore::throw_oom(std::size_t size) {
   info.reserved = stats_.reserved;
   info.allocated = stats_.allocated;
   info.largest_free = largest_free_block();
+  info.segments = pool_.segments().size();
+  info.granule = std::max(options_.round_to, source_->commit_granularity());
   info.source_refused = refused_;
   if (refused_ != 0) info.source = source_->name();
   throw OutOfMemoryError(std::move(info));

@@ -273,7 +273,7 @@ TEST(CachingAllocatorTest, AllocateBelowTakesTheLowestFreeBlockUnderTheBlock) {
 }
 
 // Note [Compaction]: the dry run agrees with the placements it predicts, and a placement
-// never lands in an avoided segment. Random layouts over several segments.
+// never lands in an avoided segment or window. Random layouts over several segments.
 TEST(CachingAllocatorTest, PlacesOutsideAgreesWithAllocateOutside) {
   std::mt19937_64 rng(7);
   int fits = 0, misses = 0;
@@ -290,9 +290,13 @@ TEST(CachingAllocatorTest, PlacesOutsideAgreesWithAllocateOutside) {
     for (std::size_t k = 0; k < live.size() / 2; ++k)
       alloc.deallocate(live[k].first, live[k].second);
     live.erase(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(live.size() / 2));
-    std::vector<std::uint64_t> avoid;
+    detail::AvoidedMemory avoid;
     for (const auto& [p, n] : live)
-      if (rng() % 3 == 0) avoid.push_back(detail::AllocatorHooks::segment_serial(alloc, p));
+      if (rng() % 3 == 0)
+        avoid.segments.push_back(detail::AllocatorHooks::segment_serial(alloc, p));
+    // An address window too, from one live block's start over 64 KiB.
+    avoid.window_begin = reinterpret_cast<std::uintptr_t>(live[rng() % live.size()].first);
+    avoid.window_end = avoid.window_begin + (64 << 10);
     std::vector<std::size_t> sizes;
     for (int k = 0, m = 1 + static_cast<int>(rng() % 12); k < m; ++k)
       sizes.push_back(512 * (1 + rng() % 80));
@@ -307,7 +311,7 @@ TEST(CachingAllocatorTest, PlacesOutsideAgreesWithAllocateOutside) {
         break;
       }
       const std::uint64_t serial = detail::AllocatorHooks::segment_serial(alloc, p);
-      EXPECT_EQ(std::find(avoid.begin(), avoid.end(), serial), avoid.end()) << trial;
+      EXPECT_FALSE(avoid.avoids(serial, reinterpret_cast<std::uintptr_t>(p), n)) << trial;
       live.emplace_back(p, n);
     }
     EXPECT_EQ(predicted, placed) << trial;

@@ -88,9 +88,9 @@ bool AllocatorCore::used_by_other_streams(const void* p) const {
          streams_->used_by_other_streams(reinterpret_cast<std::uintptr_t>(p));
 }
 
-// Best fit among the free blocks outside the segments `avoid` names, as allocate would
-// choose among all (Note [Compaction] in runtime/core/eviction_choice.cc).
-void* AllocatorCore::allocate_outside(std::size_t bytes, const std::vector<std::uint64_t>& avoid) {
+// Best fit among the free blocks outside what `avoid` names, as allocate would choose among
+// all (Note [Compaction] in runtime/core/eviction_choice.cc).
+void* AllocatorCore::allocate_outside(std::size_t bytes, const AvoidedMemory& avoid) {
   const std::size_t size = rounded_size(bytes);
   Block* b = find_free(size, &avoid);
   return b == nullptr ? nullptr : hand_out(b, size, bytes);
@@ -99,7 +99,7 @@ void* AllocatorCore::allocate_outside(std::size_t bytes, const std::vector<std::
 // Whether allocate_outside would place requests of `bytes`, largest first, without
 // reserving: a dry run on the free blocks' sizes.
 bool AllocatorCore::places_outside(std::vector<std::size_t> bytes,
-                                   const std::vector<std::uint64_t>& avoid) const {
+                                   const AvoidedMemory& avoid) const {
   struct Free {
     std::size_t size;
     bool whole, small;
@@ -107,7 +107,7 @@ bool AllocatorCore::places_outside(std::vector<std::size_t> bytes,
   std::vector<Free> free;
   for (bool small : {false, true})
     for (const Block* b : pool_.free_set(small))
-      if (std::find(avoid.begin(), avoid.end(), b->segment->serial) == avoid.end() &&
+      if (!avoid.avoids(b->segment->serial, b->address, b->size) &&
           !placement_.in_placed_range(b))
         free.push_back({b->size, b->segment->whole, small});
   std::sort(bytes.begin(), bytes.end(), std::greater<>());

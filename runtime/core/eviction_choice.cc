@@ -93,26 +93,24 @@ bool RuntimeImpl::compact(std::size_t bytes) {
   price_windows(bytes, [this](std::size_t, std::uint32_t tag) {
     if (tag == BlockLayout::kFree) return 0.0;
     if (!movable_block(tag)) return WindowSearch::kBarrier;
-    return static_cast<double>(storages[tag].bytes);
+    return static_cast<double>(movable_bytes(tag));
   });
   if (!w.choose(need, AllocatorHooks::unreserved(*caching)) || w.chosen().empty()) return false;
-  std::vector<Id> moving;
+  std::vector<std::uint32_t> moving;
   std::vector<std::size_t> sizes;
-  std::vector<std::uint64_t> avoid;
   for (std::size_t i : w.chosen()) {
-    const Id s = w.tags()[i];
-    moving.push_back(s);
-    sizes.push_back(storages[s].bytes);
-    const std::uint64_t serial = AllocatorHooks::segment_serial(*caching, storages[s].ptr);
-    if (std::find(avoid.begin(), avoid.end(), serial) == avoid.end()) avoid.push_back(serial);
+    moving.push_back(w.tags()[i]);
+    sizes.push_back(movable_bytes(w.tags()[i]));
   }
+  const AvoidedMemory avoid = avoided_by_compaction();
   if (!AllocatorHooks::places_outside(*caching, sizes, avoid)) return false;
   bool moved = false;
-  for (Id s : moving) {
-    void* to = AllocatorHooks::allocate_outside(*caching, storages[s].bytes, avoid);
+  for (std::uint32_t tag : moving) {
+    const std::size_t b = movable_bytes(tag);
+    void* to = AllocatorHooks::allocate_outside(*caching, b, avoid);
     if (to == nullptr) break;
-    move_storage(s, to, /*copy_bytes=*/true);
-    stats.compaction_bytes += storages[s].bytes;
+    move_block(tag, to);
+    stats.compaction_bytes += b;
     moved = true;
   }
   if (moved) {
@@ -122,10 +120,54 @@ bool RuntimeImpl::compact(std::size_t bytes) {
   return moved;
 }
 
+// What the blocks a compaction moves must keep out of: the window it clears, from its
+// first block to its last (the free blocks at its ends included), or the segments it
+// empties. A window's blocks may go to the rest of its own segment, the only place an
+// expandable arena has.
+AvoidedMemory RuntimeImpl::avoided_by_compaction() const {
+  const WindowSearch& w = window_search_;
+  AvoidedMemory avoid;
+  const auto [begin, end] = w.chosen_window();
+  if (begin != WindowSearch::kNone) {
+    const std::size_t first = w.chosen().front(), last = w.chosen().back();
+    avoid.window_begin = reinterpret_cast<std::uintptr_t>(movable_ptr(w.tags()[first]));
+    for (std::size_t j = begin; j < first; ++j) avoid.window_begin -= w.sizes()[j];
+    avoid.window_end = reinterpret_cast<std::uintptr_t>(movable_ptr(w.tags()[last]));
+    for (std::size_t j = last; j <= end; ++j) avoid.window_end += w.sizes()[j];
+    return avoid;
+  }
+  for (std::size_t i : w.chosen()) {
+    const std::uint64_t serial = AllocatorHooks::segment_serial(*caching, movable_ptr(w.tags()[i]));
+    if (std::find(avoid.segments.begin(), avoid.segments.end(), serial) == avoid.segments.end())
+      avoid.segments.push_back(serial);
+  }
+  return avoid;
+}
+
 bool RuntimeImpl::movable_block(std::uint32_t tag) const {
-  static_assert(kNoTag > BlockLayout::kFree);
-  return tag < BlockLayout::kFree && storages[tag].resident &&
-         !AllocatorHooks::used_by_other_streams(*caching, storages[tag].ptr);
+  static_assert(kNoTag > BlockLayout::kFree && BlockLayout::kFree > kFirstScratchTag);
+  if (is_storage_tag(tag)) {
+    if (!storages[tag].resident) return false;
+  } else if (tag >= BlockLayout::kFree || preparing_ == nullptr ||
+             tag - kFirstScratchTag >= preparing_->scratch.size()) {
+    return false;
+  }
+  return !AllocatorHooks::used_by_other_streams(*caching, movable_ptr(tag));
+}
+
+std::size_t RuntimeImpl::movable_bytes(std::uint32_t tag) const {
+  return is_storage_tag(tag) ? storages[tag].bytes : preparing_->scratch[tag - kFirstScratchTag].second;
+}
+
+void* RuntimeImpl::movable_ptr(std::uint32_t tag) const {
+  return is_storage_tag(tag) ? storages[tag].ptr : preparing_->scratch[tag - kFirstScratchTag].first;
+}
+
+void RuntimeImpl::move_block(std::uint32_t tag, void* to) {
+  if (is_storage_tag(tag))
+    move_storage(tag, to, /*copy_bytes=*/true);
+  else
+    move_op_scratch(tag - kFirstScratchTag, to);  // nothing written yet: no bytes to copy
 }
 
 // Note [Contiguous eviction]
@@ -179,8 +221,8 @@ void RuntimeImpl::choose_window(std::size_t bytes, Score score) {
   // block cannot be evicted (the candidate index holds exactly the evictable storages). It
   // runs for every block, so the arrays it reads are fetched once, not once a block.
   auto block_cost = [recs = storages.data(), score](std::uint32_t tag) {
-    static_assert(kNoTag > BlockLayout::kFree);
-    if (tag >= BlockLayout::kFree) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
+    static_assert(kNoTag > BlockLayout::kFree && BlockLayout::kFree > kFirstScratchTag);
+    if (!is_storage_tag(tag)) return tag == BlockLayout::kFree ? 0 : WindowSearch::kBarrier;
     const StorageRec& r = recs[tag];
     if (r.candidate_slot == kNone) return WindowSearch::kBarrier;
     // Sizes are far below 2^63, and a signed conversion is one instruction.

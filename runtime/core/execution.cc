@@ -1,5 +1,7 @@
 // Running ops: registering a new op, making its inputs resident (recomputing them), running
 // its kernel.
+#include "runtime/alloc/detail/allocator_hooks.h"
+#include "runtime/alloc/detail/blocks.h"
 #include "runtime/core/input_check.h"
 #include "runtime/core/runtime_impl.h"
 #include "runtime/core/wall_clock.h"
@@ -175,8 +177,44 @@ void RuntimeImpl::reserve_declared_scratch(Id op_id, OutputMemory& m) {
   for (Id t : ops[op_id].inputs) specs.push_back(tensors[t].spec);
   const std::size_t b = op.scratch_bytes(specs);
   if (b == 0) return;
-  m.reserved = {allocate_unplaced(b), b};
-  m.scratch.push_back(m.reserved);
+  m.reserved = {allocate_op_scratch(m, b, /*unplaced=*/true), b};
+}
+
+// Note [Scratch moves until its kernel launches]
+// An op's scratch (what it declares, outputs whose records died, what a recomputation
+// accumulates into) is taken before its outputs, and nothing is written to it before the
+// kernel runs. Untagged, it would be a block no compaction or evacuation may move, and a
+// scratch block that landed in a fresh segment fences that segment's rest off from the
+// outputs that follow (the segment cannot empty, the rest is too small). So until the launch
+// each scratch block carries a tag of its own (kFirstScratchTag + its place in m.scratch),
+// and moving it moves no bytes: it takes its new block, and every pointer the op holds to it
+// (m.scratch, m.reserved, m.ptrs) follows. At the launch the tags are cleared: from then on
+// a kernel may hold the pointers.
+void* RuntimeImpl::allocate_op_scratch(OutputMemory& m, std::size_t bytes, bool unplaced) {
+  void* p = unplaced ? allocate_unplaced(bytes) : memory->allocate(bytes);
+  m.scratch.emplace_back(p, bytes);
+  if (caching != nullptr && m.scratch.size() <= kScratchTags)
+    AllocatorHooks::set_tag(*caching, p,
+                            kFirstScratchTag + static_cast<std::uint32_t>(m.scratch.size() - 1));
+  return p;
+}
+
+void RuntimeImpl::move_op_scratch(std::size_t k, void* to) {
+  const auto [from, bytes] = preparing_->scratch[k];
+  AllocatorHooks::moved(*caching, from, to);
+  memory->deallocate(from, bytes);
+  place_op_scratch(k, to);
+}
+
+// Points the prepared op's k-th scratch block, and whatever of the op refers to it, at `to`.
+void RuntimeImpl::place_op_scratch(std::size_t k, void* to) {
+  OutputMemory& m = *preparing_;
+  void*& from = m.scratch[k].first;
+  if (m.reserved.first == from) m.reserved.first = to;
+  for (void*& p : m.ptrs)
+    if (p == from) p = to;
+  from = to;
+  AllocatorHooks::set_tag(*caching, to, kFirstScratchTag + static_cast<std::uint32_t>(k));
 }
 
 // Memory outside a step's placed requests (Note [Placed allocations] in
@@ -190,6 +228,17 @@ void* RuntimeImpl::allocate_unplaced(std::size_t bytes) {
 // cannot evict them while the kernel is about to write them. Outputs whose records died
 // still have to be written somewhere: scratch memory, where kernels run.
 void RuntimeImpl::give_outputs_memory(Id op_id, OutputMemory& m) {
+  struct Preparing {
+    RuntimeImpl& rt;
+    Preparing(RuntimeImpl& r, OutputMemory& m) : rt(r) { rt.preparing_ = &m; }
+    ~Preparing() { rt.preparing_ = nullptr; }
+  } preparing(*this, m);
+  take_outputs_memory(op_id, m);
+  if (caching != nullptr)
+    for (auto [p, b] : m.scratch) AllocatorHooks::set_tag(*caching, p, kNoTag);
+}
+
+void RuntimeImpl::take_outputs_memory(Id op_id, OutputMemory& m) {
   const std::size_t n = m.ptrs.size();
   for (std::size_t i = 0; i < n; ++i) {
     const Id s = ops[op_id].out_storages[i];
@@ -210,10 +259,7 @@ void RuntimeImpl::give_outputs_memory(Id op_id, OutputMemory& m) {
     for (std::size_t i = 0; i < n; ++i) {
       const OpRec& op = ops[op_id];
       if (op.alias_of[i] >= 0 || op.out_storages[i] != kNone) continue;
-      const std::size_t b = op.output_specs[i].bytes();
-      void* p = memory->allocate(b);
-      m.scratch.emplace_back(p, b);
-      m.ptrs[i] = p;
+      m.ptrs[i] = allocate_op_scratch(m, op.output_specs[i].bytes(), /*unplaced=*/false);
     }
   }
   // What the kernel accumulates into: the constants on a first run, scratch on a
@@ -223,8 +269,7 @@ void RuntimeImpl::give_outputs_memory(Id op_id, OutputMemory& m) {
     void* p = nullptr;
     if (runs_kernels && m.rerun) {
       const Id t = ops[op_id].inputs[static_cast<std::size_t>(acc[j])];
-      p = allocate_unplaced(tensors[t].spec.bytes());
-      m.scratch.emplace_back(p, tensors[t].spec.bytes());
+      p = allocate_op_scratch(m, tensors[t].spec.bytes(), /*unplaced=*/true);
     }
     m.ptrs.push_back(p);
   }

@@ -98,11 +98,23 @@ void RuntimeImpl::reserve_workspace() {
                      " bytes is smaller than the CUDA start-up overhead: cuBLAS's workspace of ",
                      workspace_bytes, " bytes (CudaOptions::blas_workspace_bytes sets it)"));
   }
-  workspace = memory->allocate(workspace_bytes);  // no reclaimer yet: nothing to evict
+  workspace = allocate_for_good(workspace_bytes);
   stats.pinned_bytes += workspace_bytes;
   stats.cuda.device_total_bytes = cuda->total_bytes();
   stats.cuda.outside_bytes = cuda->total_bytes() - cuda->free_bytes_at_open();
   stats.cuda.workspace_bytes = workspace_bytes;
+}
+
+// Memory held for the runtime's life at a fixed address (cuBLAS keeps the workspace's):
+// a segment of exactly its size, so that no free rest beside it is fenced off from
+// compaction and evacuation, which cannot move it. In the expandable arena it is the
+// first block. No reclaimer yet: nothing to evict.
+void* RuntimeImpl::allocate_for_good(std::size_t bytes) {
+  if (caching != nullptr && !options.allocator.expandable_segments) {
+    const std::vector<void*> p = AllocatorHooks::allocate_packed(*caching, {bytes});
+    if (p.size() == 1) return p[0];
+  }
+  return memory->allocate(bytes);
 }
 
 RuntimeImpl::~RuntimeImpl() {

@@ -189,6 +189,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   };
 
   void reserve_workspace();  // Note [CUDA start-up memory]
+  void* allocate_for_good(std::size_t bytes);
 
   // Residency and candidates (runtime_impl.cc).
   void refresh_candidate(Id s);
@@ -207,21 +208,30 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Moves pinned and locked storages out of the way of a request nothing is left to evict
   // for (Note [Compaction] in eviction_choice.cc); false when that cannot make room.
   bool compact(std::size_t bytes);
+  AvoidedMemory avoided_by_compaction() const;
   // Why no block may move now (a kernel running, compaction off), or nullptr: what
   // compaction and evacuation both refuse on.
   const char* move_refusal() const;
   // Remembers, for an out-of-memory error, why compaction moved nothing; false.
   bool refuse_moves(const char* why);
-  // Whether the block tagged `tag` may move: a resident storage's that no other stream uses
-  // (not free, not scratch or a workspace).
+  // Whether the block tagged `tag` may move: a resident storage's, or a scratch block of the
+  // op being prepared, that no other stream uses (not free, not a running kernel's scratch
+  // or a workspace).
   bool movable_block(std::uint32_t tag) const;
+  // A movable block's bytes and address, and moving it to `to` (a storage's bytes copied).
+  std::size_t movable_bytes(std::uint32_t tag) const;
+  void* movable_ptr(std::uint32_t tag) const;
+  void move_block(std::uint32_t tag, void* to);
   // Empties fragmented segments through the host and reserves their blocks again back to
   // back (Note [Evacuating segments] in runtime/alloc/packed_segment.cc); false when that
   // cannot make room (evacuation.cc).
   bool evacuate(std::size_t bytes);
   // Note [A placed step starts packed] in evacuation.cc.
   void pack_for_placement();
-  void evacuate_segment(const std::vector<Id>& moving);
+  void evacuate_segment(const std::vector<std::uint32_t>& moving);
+  bool slide_down();  // Note [Sliding the arena down] in evacuation.cc
+  std::vector<std::vector<unsigned char>> free_to_host(const std::vector<std::uint32_t>& moving);
+  void place_evacuated(std::uint32_t tag, void* to, const std::vector<unsigned char>& staged);
   void free_storage(Id s);
   bool releasable(const StorageRec& r) const;
   // Resident memory by why it stays, as allocated (Note [Where the memory went]).
@@ -254,6 +264,12 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void release_request_dead();
   void execute(Id op, bool recompute, const OpRec* waiting);
   void give_outputs_memory(Id op_id, OutputMemory& m);
+  void take_outputs_memory(Id op_id, OutputMemory& m);
+  // Scratch for the op being prepared, in m.scratch and tagged movable until it launches
+  // (Note [Scratch moves until its kernel launches] in execution.cc).
+  void* allocate_op_scratch(OutputMemory& m, std::size_t bytes, bool unplaced);
+  void move_op_scratch(std::size_t k, void* to);
+  void place_op_scratch(std::size_t k, void* to);
   void reserve_declared_scratch(Id op_id, OutputMemory& m);
   void release_outputs(OutputMemory& m);
   void settle_fresh_outputs(const std::vector<Id>& fresh, bool recompute, const OpRec* waiting);
@@ -312,6 +328,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   std::vector<Id> request_fresh_;  // dead storages kept until the running request ends
   std::uint32_t request_ = 0;      // counts top-level requests (run_frames calls)
   bool kernel_running_ = false;    // a kernel may be asking for scratch: nothing moves
+  OutputMemory* preparing_ = nullptr;  // the op whose memory is being taken, if any
   // Compactions and evacuations are bounded per top-level request (Note [Compaction]), so
   // that two layouts cannot trade blocks forever.
   static constexpr int kMaxCompactionsPerRequest = 8;

@@ -61,6 +61,7 @@ bool WindowSearch::choose(std::size_t need, std::size_t unreserved) {
   }
   const double best_cost = best == nullptr ? INFINITY : window_cost_[best->best_end];
   chosen_.clear();
+  window_ = {kNone, kNone};
   auto take = [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i)
       if (tags_[i] != BlockLayout::kFree) chosen_.push_back(i);
@@ -92,6 +93,7 @@ bool WindowSearch::choose(std::size_t need, std::size_t unreserved) {
   }
   if (best == nullptr) return false;
   take(window_begin_[best->best_end], best->best_end + 1);
+  window_ = {window_begin_[best->best_end], best->best_end};
   return true;
 }
 

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "remat/caching_allocator.h"
@@ -48,12 +49,16 @@ class WindowSearch {
   // blocks go to `chosen()`. False when neither can make room.
   bool choose(std::size_t need, std::size_t unreserved);
   const std::vector<std::size_t>& chosen() const { return chosen_; }
+  // Where the last `choose` took a window: its first and last block's positions (free
+  // blocks at its ends included); {kNone, kNone} where it chose segments to empty.
+  std::pair<std::size_t, std::size_t> chosen_window() const { return window_; }
+  const std::vector<std::size_t>& sizes() const { return sizes_; }
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   // Sets block i's cost (a key refreshed after `choose`) and updates every price it enters,
   // without another pass over the blocks. Returns whether the cost grew.
   bool reprice(std::size_t i, double cost);
 
  private:
-  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   struct Segment {
     std::size_t begin = 0, end = 0;  // its blocks' positions
     std::size_t bytes = 0;
@@ -85,6 +90,7 @@ class WindowSearch {
   std::vector<Segment> segments_;
   std::vector<Segment*> emptied_;  // the segments `choose` would empty, in order
   std::vector<std::size_t> chosen_;
+  std::pair<std::size_t, std::size_t> window_{kNone, kNone};
 };
 
 template <typename Source, typename Serves, typename CostOf>

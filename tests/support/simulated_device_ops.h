@@ -15,10 +15,12 @@ namespace remat {
 
 // Enqueues host `kernel` as a simulated kernel of `ns` nanoseconds on k.stream, reading k's
 // inputs and writing its outputs: its body runs when the kernel completes, on copies of what
-// `k` points to (no scratch: host kernels ask for none).
+// `k` points to. A kernel that declares `scratch_bytes` gets them from the runtime now (as a
+// CUDA kernel's launcher takes its workspace before the launch), written by the launch, and
+// its body's scratch() returns them.
 inline void launch_host_kernel(SimulatedCuda* sim,
                                const std::function<void(const KernelContext&)>& kernel,
-                               const KernelContext& k, double ns) {
+                               const KernelContext& k, double ns, std::size_t scratch_bytes = 0) {
   std::vector<const void*> ins(k.inputs.begin(), k.inputs.end());
   std::vector<void*> outs(k.outputs.begin(), k.outputs.end());
   std::vector<TensorSpec> in_specs, out_specs;
@@ -31,12 +33,16 @@ inline void launch_host_kernel(SimulatedCuda* sim,
     out_specs.push_back(k.output_spec(i));
     if (outs[i] != nullptr) writes.push_back({outs[i], out_specs.back().bytes()});
   }
+  void* scratch = scratch_bytes == 0 ? nullptr : k.scratch(scratch_bytes);
+  if (scratch != nullptr) writes.push_back({scratch, scratch_bytes});
   sim->launch(k.stream, ns, reads, writes,
-              [kernel, ins, outs, in_specs, out_specs, rng = k.rng, rerun = k.recompute] {
+              [kernel, ins, outs, in_specs, out_specs, rng = k.rng, rerun = k.recompute, scratch] {
                 std::vector<const TensorSpec*> ip, op;
                 for (const TensorSpec& s : in_specs) ip.push_back(&s);
                 for (const TensorSpec& s : out_specs) op.push_back(&s);
                 KernelContext ctx{ins, ip, outs, op, rng, rerun};
+                ctx.scratch_self = scratch;
+                ctx.scratch_fn = [](void* self, std::size_t) { return self; };
                 kernel(ctx);
               });
 }
@@ -58,12 +64,10 @@ inline std::function<void(const OpDef&, const KernelContext&)> host_kernels_on(
     const std::shared_ptr<SimulatedCuda>& sim) {
   return [sim = sim.get()](const OpDef& op, const KernelContext& k) {
     double ns = 1000;
-    if (op.work) {
-      std::vector<TensorSpec> specs;
-      for (std::size_t i = 0; i < k.inputs.size(); ++i) specs.push_back(k.input_spec(i));
-      ns = Roofline::gpu().price(op.work(specs));
-    }
-    launch_host_kernel(sim, op.kernel, k, ns);
+    std::vector<TensorSpec> specs;
+    for (std::size_t i = 0; i < k.inputs.size(); ++i) specs.push_back(k.input_spec(i));
+    if (op.work) ns = Roofline::gpu().price(op.work(specs));
+    launch_host_kernel(sim, op.kernel, k, ns, op.scratch_bytes ? op.scratch_bytes(specs) : 0);
   };
 }
 

@@ -79,9 +79,8 @@ class AllocatorCore {
   void* allocate_below(std::size_t bytes, const void* p);
   std::uint64_t segment_serial(const void* p) const;
   bool used_by_other_streams(const void* p) const;
-  void* allocate_outside(std::size_t bytes, const std::vector<std::uint64_t>& avoid);
-  bool places_outside(std::vector<std::size_t> bytes,
-                      const std::vector<std::uint64_t>& avoid) const;
+  void* allocate_outside(std::size_t bytes, const AvoidedMemory& avoid);
+  bool places_outside(std::vector<std::size_t> bytes, const AvoidedMemory& avoid) const;
   std::vector<void*> allocate_packed(const std::vector<std::size_t>& bytes);
   // The segments and the arena's room, for AllocatorBlocks.
   const std::vector<Segment*>& segments() const { return pool_.segments(); }
@@ -102,7 +101,7 @@ class AllocatorCore {
   bool fits(bool whole, std::size_t have, std::size_t size) const {
     return have >= size && (!whole || have - size <= options_.large_round);
   }
-  Block* find_free(std::size_t size, const std::vector<std::uint64_t>* avoid = nullptr);
+  Block* find_free(std::size_t size, const AvoidedMemory* avoid = nullptr);
   // A free block in the arena's headroom, for a short-lived request (Note [Scratch borrows
   // the arena's headroom] in allocator_core.cc); null where none fits.
   Block* borrow_headroom(std::size_t size);

@@ -46,8 +46,8 @@ class AllocatorHooks {
   }
   // For compaction (Note [Compaction] in runtime/core/eviction_choice.cc): the serial of the
   // segment holding the live block at `p`; whether other streams use it (then it stays);
-  // a best-fit block outside the segments `avoid` names, or null; and whether such blocks
-  // would hold requests of `bytes` (a dry run).
+  // a best-fit block outside what `avoid` names, or null; and whether such blocks would
+  // hold requests of `bytes` (a dry run).
   static std::uint64_t segment_serial(const CachingAllocator& a, const void* p) {
     return a.core_->segment_serial(p);
   }
@@ -55,11 +55,11 @@ class AllocatorHooks {
     return a.core_->used_by_other_streams(p);
   }
   static void* allocate_outside(CachingAllocator& a, std::size_t bytes,
-                                const std::vector<std::uint64_t>& avoid) {
+                                const AvoidedMemory& avoid) {
     return a.core_->allocate_outside(bytes, avoid);
   }
   static bool places_outside(const CachingAllocator& a, std::vector<std::size_t> bytes,
-                             const std::vector<std::uint64_t>& avoid) {
+                             const AvoidedMemory& avoid) {
     return a.core_->places_outside(std::move(bytes), avoid);
   }
   // For evacuation (Note [Evacuating segments] in runtime/alloc/packed_segment.cc): one new

@@ -12,6 +12,14 @@ namespace remat::detail {
 
 inline constexpr std::uint32_t kNoTag = UINT32_MAX;  // a live block its owner did not label
 
+// Tags at and above kFirstScratchTag (and below BlockLayout::kFree) are no storage's: the
+// runtime gives them to the scratch blocks of an op it is preparing to launch, the k-th
+// block kFirstScratchTag + k, so that making room for the op's other memory may move them
+// (Note [Scratch moves until its kernel launches] in runtime/core/execution.cc).
+inline constexpr std::uint32_t kScratchTags = 64;
+inline constexpr std::uint32_t kFirstScratchTag = UINT32_MAX - 1 - kScratchTags;
+inline bool is_storage_tag(std::uint32_t tag) { return tag < kFirstScratchTag; }
+
 // `n` rounded up to a multiple of `to`: block sizes, granules.
 inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -62,6 +70,19 @@ struct Segment {
   Block* last = nullptr;
   std::size_t live_blocks = 0;
   std::size_t blocks = 0;  // free ones included
+};
+
+// What a compaction keeps the blocks it moves out of (Note [Compaction] in
+// runtime/core/eviction_choice.cc): the segments it empties, by serial, and the address
+// window [window_begin, window_end) it clears.
+struct AvoidedMemory {
+  std::vector<std::uint64_t> segments;
+  std::uintptr_t window_begin = 0, window_end = 0;
+  bool avoids(std::uint64_t segment, std::uintptr_t address, std::size_t size) const {
+    for (std::uint64_t s : segments)
+      if (s == segment) return true;
+    return address < window_end && address + size > window_begin;
+  }
 };
 
 }  // namespace remat::detail
