@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A torch program on remat's PyTorch device under budgets, against the same program on the CPU.
 
-    PYTHONPATH=build/python python3 bench/peer/torch_budgets.py [--model resnet18|gpt]
+    PYTHONPATH=build/python python3 bench/peer/torch_budgets.py [--model resnet18|densenet121|gpt]
         [--steps 3] [--fractions 0.7,0.5,0.4,0.3] [--policy dtr] [--host-memory MIB] [--json]
 
 Trains the model for --steps steps on the CPU, then on remat's device unconstrained, then
@@ -11,8 +11,9 @@ Prints per budget whether the run fit, whether its losses, parameters and buffer
 CPU run's bit for bit, its peak reserved bytes, evictions, recomputations and compute
 overhead, and the median step time of each run (the first step not counted).
 resnet18: torchvision's, 10 classes, batch 8 at 128x128, SGD with momentum 0.9 and weight
-decay 5e-4. gpt: bench/peer/gpt_torch.py's model (4 layers, 128 channels, 4 heads, vocabulary
-256, T 256, batch 8, dropout 0.1), AdamW, deterministic algorithms on.
+decay 5e-4. densenet121: torchvision's, 10 classes, batch 4 at 96x96, the same SGD. gpt:
+bench/peer/gpt_torch.py's model (4 layers, 128 channels, 4 heads, vocabulary 256, T 256,
+batch 8, dropout 0.1), AdamW, deterministic algorithms on.
 """
 import argparse
 import contextlib
@@ -41,6 +42,15 @@ def resnet18(steps):
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
     batches = [(torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))) for _ in range(steps)]
+    opt = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
+    return model, batches, opt, 1, lambda m, x, y: F.cross_entropy(m(x), y)
+
+
+def densenet121(steps):
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.densenet121(num_classes=10)
+    batches = [(torch.randn(4, 3, 96, 96), torch.randint(0, 10, (4,))) for _ in range(steps)]
     opt = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
     return model, batches, opt, 1, lambda m, x, y: F.cross_entropy(m(x), y)
 
@@ -85,7 +95,7 @@ def equal(run, ref):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=["resnet18", "gpt"], default="resnet18")
+    ap.add_argument("--model", choices=["resnet18", "densenet121", "gpt"], default="resnet18")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--fractions", default="0.7,0.5,0.4,0.3")
     ap.add_argument("--policy", default="dtr",
@@ -97,7 +107,7 @@ def main():
     a = ap.parse_args()
     remat_torch.set_policy(a.policy)
     remat_torch.set_host_memory(a.host_memory << 20)
-    spec = {"resnet18": resnet18, "gpt": gpt}[a.model](a.steps)
+    spec = {"resnet18": resnet18, "densenet121": densenet121, "gpt": gpt}[a.model](a.steps)
     model, slots = spec[0], spec[3]
     fixed = sum(p.numel() * p.element_size() for p in model.parameters()) * (2 + slots)
     fixed += sum(b.numel() * b.element_size() for b in model.buffers())
