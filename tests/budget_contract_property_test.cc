@@ -215,9 +215,10 @@ class TrainingStep {
 
 Outcome run(const Program& p, const RuntimeOptions& options) {
   Outcome out;
-  Runtime rt(options);
+  std::optional<Runtime> rt;
   try {
-    TrainingStep program(rt, p);
+    rt.emplace(options);  // on CUDA it takes cuBLAS's workspace, which may not fit
+    TrainingStep program(*rt, p);
     for (int step = 0; step < p.steps; ++step) {
       program.run(step, &out.reads);
       ++out.steps_run;
@@ -229,7 +230,7 @@ Outcome run(const Program& p, const RuntimeOptions& options) {
   } catch (const ThrashError& e) {
     out.failure = e.what();
   }
-  out.stats = rt.stats();
+  if (rt) out.stats = rt->stats();
   return out;
 }
 
@@ -327,8 +328,11 @@ TEST_P(BudgetContract, FailsOnlyWithoutTheBytesAndEveryStepFitsWhereTheFirstDid)
       if (got.steps_run == 0) continue;  // the first step does not fit: typed, and allowed
       // `random` draws anew each step: a later step may fail, but what ran is exact.
       if (c.policy == "random" && got.failure) continue;
-      ASSERT_FALSE(got.failure) << "program " << p.seed << " at " << fraction << ": step "
-                                << got.steps_run << " failed where step 0 fit: " << *got.failure;
+      if (got.failure) {  // counted, and the next budget tried: every failure is reported
+        ADD_FAILURE() << "program " << p.seed << " at " << fraction << ": step " << got.steps_run
+                      << " failed where step 0 fit: " << *got.failure;
+        continue;
+      }
       ++fitted;
       evicting += got.stats.evictions > 0;
       ASSERT_TRUE(same_bits(got.reads, base.reads)) << "program " << p.seed << " at " << fraction;
