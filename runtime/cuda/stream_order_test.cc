@@ -244,17 +244,18 @@ TEST(StreamOrder, WithoutRecordStreamTheSimulatorSeesRaces) {
 // ---------------------------------------------------------------------------------------
 // Errors
 
-// Note [Compaction], on the host and on the simulated device: two segments of 4 MiB (plus
-// the device's BLAS workspace) hold constants with holes between them, 3 MiB free in
-// pieces of 1 MiB, nothing evictable; an op then needs 2 MiB. Moving one constant into the
-// other segment's hole serves it; without compaction the request is out of memory. Every
-// value stays exact, and on the device the copy is ordered with the kernels (no races).
+// Note [Compaction], on the host and on the simulated device: two segments of 4 MiB (the
+// device's BLAS workspace has a segment of its own) hold constants with holes between them,
+// 3 MiB free in pieces of 1 MiB, nothing evictable; an op then needs 2 MiB. Moving one
+// constant into the other segment's hole serves it; without compaction the request is out
+// of memory. Every value stays exact, and on the device the copy is ordered with the kernels
+// (no races).
 void compaction_scenario(Backend backend, bool compaction) {
   auto sim = std::make_shared<SimulatedCuda>();
   const std::size_t ws = backend == Backend::kCuda ? 64 << 10 : 0;
-  RuntimeOptions o = on_sim(sim, 2 * ((std::size_t{4} << 20) + ws));
+  RuntimeOptions o = on_sim(sim, 2 * (std::size_t{4} << 20) + ws);
   o.backend = backend;
-  o.allocator.medium_segment = (std::size_t{4} << 20) + ws;
+  o.allocator.medium_segment = std::size_t{4} << 20;
   o.compaction = compaction;
   Runtime rt(o);
   const OpPtr op = backend == Backend::kCuda ? on_device(sim, affine(2, 1), 1000) : affine(2, 1);
