@@ -189,15 +189,15 @@ std::size_t Backend::unread_resident_bytes(const std::vector<RematStorage*>& unr
 }
 
 std::optional<std::size_t> Backend::scratch_estimate(const std::string& signature) const {
-  auto it = known_calls_.find(signature);
-  if (it == known_calls_.end()) return std::nullopt;
-  return it->second.scratch;
+  const KnownCall* known = known_calls_.find(signature);
+  if (known == nullptr) return std::nullopt;
+  return known->scratch;
 }
 
 std::optional<double> Backend::cost_estimate(const std::string& signature) const {
-  auto it = known_calls_.find(signature);
-  if (it == known_calls_.end()) return std::nullopt;
-  return it->second.cost_ns;
+  const KnownCall* known = known_calls_.find(signature);
+  if (known == nullptr) return std::nullopt;
+  return known->cost_ns;
 }
 
 void Backend::note_run(const std::string& signature, std::size_t scratch, double cost_ns) {
@@ -225,8 +225,7 @@ void Backend::note_run(const std::string& signature, std::size_t scratch, double
 }
 
 const std::vector<c10::IValue>* Backend::meta_results(const std::string& signature) const {
-  auto it = meta_.find(signature);
-  return it == meta_.end() ? nullptr : &it->second;
+  return meta_.find(signature);
 }
 
 void Backend::remember_meta_results(const std::string& signature,

@@ -134,5 +134,7 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<>())
       .def("live_bytes", &remat::torch_backend::CpuMemoryMeter::live_bytes)
       .def("peak_bytes", &remat::torch_backend::CpuMemoryMeter::peak_bytes);
-  py::class_<remat::torch_backend::StepScope>(m, "_StepScope").def(py::init<>());
+  py::class_<remat::torch_backend::StepScope>(m, "_StepScope")
+      .def(py::init<>())
+      .def("end", &remat::torch_backend::StepScope::end);
 }

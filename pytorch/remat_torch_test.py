@@ -185,6 +185,27 @@ class Ops(unittest.TestCase):
             remat_torch.set_budget(None)
         self.assertTrue(same((x.to(DEV) * 2).cpu(), x * 2))  # the runtime is still usable
 
+    def test_an_error_inside_a_marked_step_reaches_python(self):
+        # Ending the step on the way out must not turn the error into a terminated process,
+        # and the runtime stays usable for the next step.
+        x = torch.randn(512, 512)  # 1 MiB
+        remat_torch.set_budget(remat_torch.stats()["allocated_bytes"] + (3 << 19))
+        try:
+            with self.assertRaises(RuntimeError) as caught:
+                with remat_torch.step():
+                    d = x.to(DEV)
+                    (d @ d @ d).sum().item()
+            self.assertIn("out of memory", str(caught.exception))
+        finally:
+            remat_torch.set_budget(None)
+        with self.assertRaises(ValueError):  # the program's own error, as it was raised
+            with remat_torch.step():
+                (x.to(DEV) * 2).sum()
+                raise ValueError("the program's")
+        with remat_torch.step():
+            y = (x.to(DEV) * 2).cpu()
+        self.assertTrue(same(y, x * 2))
+
     def test_steps_and_reports(self):
         x = torch.randn(64, 64)
         with remat_torch.step():

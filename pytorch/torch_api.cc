@@ -1,6 +1,8 @@
 // The public functions of remat/torch.h, over the process's one Backend.
+#include <c10/util/Exception.h>
 #include <torch/nn/module.h>
 
+#include <exception>
 #include <mutex>
 
 #include "pytorch/detail/backend.h"
@@ -95,9 +97,22 @@ StepScope::StepScope() {
   detail::Backend::get().begin_step();
 }
 
-StepScope::~StepScope() {
+void StepScope::end() {
+  if (ended_) return;
+  ended_ = true;  // an ending that fails is not tried again
   auto lock = locked();
   detail::Backend::get().end_step();
+}
+
+StepScope::~StepScope() {
+  try {
+    end();
+  } catch (const std::exception& e) {
+    TORCH_WARN("remat_torch: ending the step failed: ", e.what(),
+               " (StepScope::end() raises this as an exception)");
+  } catch (...) {
+    TORCH_WARN("remat_torch: ending the step failed (StepScope::end() raises the error)");
+  }
 }
 
 }  // namespace remat::torch_backend

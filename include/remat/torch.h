@@ -102,13 +102,21 @@ void move_module(torch::nn::Module& module, c10::Device device);
 // Evicts every storage that can be evicted now; returns how many it evicted.
 std::size_t evict_all();
 
-// Marks a training step: begins one on construction, ends it on destruction.
+// Marks a training step: begins one on construction. end() ends it and raises what ending
+// raises (a followed plan's deferred operators run then, and planning); the destructor ends
+// a step end() did not, and since it may not throw (it also runs while another exception
+// unwinds the step), an error of that ending is a warning (TORCH_WARN). So a program that
+// wants ending errors as exceptions calls end(); Python's `with remat_torch.step():` does.
 class StepScope {
  public:
   StepScope();
   ~StepScope();
+  void end();  // once; later calls do nothing
   StepScope(const StepScope&) = delete;
   StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  bool ended_ = false;
 };
 
 struct MeterState;

@@ -4,7 +4,6 @@
 #define REMAT_PYTORCH_DETAIL_BACKEND_H_
 
 #include <ATen/core/ivalue.h>
-#include <absl/container/flat_hash_map.h>
 #include <absl/container/flat_hash_set.h>
 #include <c10/core/Storage.h>
 
@@ -17,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pytorch/detail/signature_cache.h"
 #include "pytorch/detail/step_plans.h"
 #include "remat/runtime.h"
 
@@ -96,8 +96,10 @@ class Backend {
     int runs = 0;        // timed so far, up to three
     std::array<double, 3> times{};
   };
-  absl::flat_hash_map<std::string, KnownCall> known_calls_;
-  absl::flat_hash_map<std::string, std::vector<c10::IValue>> meta_;
+  // Note [Signatures forgotten]: each holds at most twice kSignatures.
+  static constexpr std::size_t kSignatures = std::size_t{1} << 14;
+  mutable SignatureCache<KnownCall> known_calls_{kSignatures};
+  mutable SignatureCache<std::vector<c10::IValue>> meta_{kSignatures};
   bool planned_ = false;  // policy `auto`
   StepPlans plans_;
   RuntimeStats step_start_;  // the stats when the current step began

@@ -163,9 +163,16 @@ def __getattr__(name):
 
 @contextlib.contextmanager
 def step():
-    """Marks a training step (the runtime numbers its ops and can plan repeated steps)."""
+    """Marks a training step (the runtime numbers its ops and can plan repeated steps).
+
+    An error inside the step propagates as it is (the step is ended on the way, an error of
+    that ending only warned of); an error of ending the step itself (a followed plan's
+    deferred operators run then) is raised from the end of the block.
+    """
     scope = _C._StepScope()
     try:
         yield
-    finally:
-        del scope
+    except BaseException:
+        del scope  # ends it; the body's error is the one to see
+        raise
+    scope.end()
