@@ -142,7 +142,8 @@ TEST_P(PropertyTest, RandomBudgetsReadBackTheUnconstrainedBytes) {
       } catch (const OutOfMemoryError& e) {
         ++failures;  // a budget below what the program can live in: allowed, and typed
         EXPECT_LE(e.info().reserved, o.budget);
-        EXPECT_TRUE(testing::failed_for_want_of_bytes(e)) << "trial " << trial << " at " << fraction;
+        EXPECT_TRUE(testing::failed_for_want_of_bytes(e))
+            << "trial " << trial << " at " << fraction;
         continue;
       } catch (const ThrashError&) {
         ++failures;

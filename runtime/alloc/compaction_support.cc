@@ -107,8 +107,7 @@ bool AllocatorCore::places_outside(std::vector<std::size_t> bytes,
   std::vector<Free> free;
   for (bool small : {false, true})
     for (const Block* b : pool_.free_set(small))
-      if (!avoid.avoids(b->segment->serial, b->address, b->size) &&
-          !placement_.in_placed_range(b))
+      if (!avoid.avoids(b->segment->serial, b->address, b->size) && !placement_.in_placed_range(b))
         free.push_back({b->size, b->segment->whole, small});
   std::sort(bytes.begin(), bytes.end(), std::greater<>());
   for (std::size_t request : bytes) {

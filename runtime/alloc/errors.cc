@@ -32,8 +32,10 @@ std::string describe(const OutOfMemoryInfo& i) {
   return absl::StrCat(
       "remat: out of memory", i.op.empty() ? "" : absl::StrCat(" in op '", i.op, "'"),
       ": requested ", i.requested, " bytes under a budget of ", i.budget, " bytes (reserved ",
-      i.reserved, i.segments == 0 ? "" : absl::StrCat(" in ", i.segments, " segments of ",
-                                                        i.granule, "-byte granules"),
+      i.reserved,
+      i.segments == 0
+          ? ""
+          : absl::StrCat(" in ", i.segments, " segments of ", i.granule, "-byte granules"),
       ", largest free block ", i.largest_free, ")", holders(i),
       i.source_refused == 0
           ? ""

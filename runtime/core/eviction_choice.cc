@@ -156,11 +156,13 @@ bool RuntimeImpl::movable_block(std::uint32_t tag) const {
 }
 
 std::size_t RuntimeImpl::movable_bytes(std::uint32_t tag) const {
-  return is_storage_tag(tag) ? storages[tag].bytes : preparing_->scratch[tag - kFirstScratchTag].second;
+  return is_storage_tag(tag) ? storages[tag].bytes
+                             : preparing_->scratch[tag - kFirstScratchTag].second;
 }
 
 void* RuntimeImpl::movable_ptr(std::uint32_t tag) const {
-  return is_storage_tag(tag) ? storages[tag].ptr : preparing_->scratch[tag - kFirstScratchTag].first;
+  return is_storage_tag(tag) ? storages[tag].ptr
+                             : preparing_->scratch[tag - kFirstScratchTag].first;
 }
 
 void RuntimeImpl::move_block(std::uint32_t tag, void* to) {

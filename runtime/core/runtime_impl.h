@@ -325,9 +325,9 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   std::uint64_t rng_counter_ = 0;
   std::mt19937_64 sampler_;
   std::vector<Id> pending_tensors_;
-  std::vector<Id> request_fresh_;  // dead storages kept until the running request ends
-  std::uint32_t request_ = 0;      // counts top-level requests (run_frames calls)
-  bool kernel_running_ = false;    // a kernel may be asking for scratch: nothing moves
+  std::vector<Id> request_fresh_;      // dead storages kept until the running request ends
+  std::uint32_t request_ = 0;          // counts top-level requests (run_frames calls)
+  bool kernel_running_ = false;        // a kernel may be asking for scratch: nothing moves
   OutputMemory* preparing_ = nullptr;  // the op whose memory is being taken, if any
   // Compactions and evacuations are bounded per top-level request (Note [Compaction]), so
   // that two layouts cannot trade blocks forever.

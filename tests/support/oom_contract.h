@@ -20,9 +20,7 @@ inline std::size_t must_keep(const OutOfMemoryInfo& i) {
 
 // The contract's slack: a granule for each segment and one for the request (what rounding
 // reservations to granules may leave unusable however the blocks move).
-inline std::size_t contract_slack(const OutOfMemoryInfo& i) {
-  return (i.segments + 1) * i.granule;
-}
+inline std::size_t contract_slack(const OutOfMemoryInfo& i) { return (i.segments + 1) * i.granule; }
 
 // Whether `e` shows that the bytes did not exist: must_keep + requested > budget - slack.
 inline ::testing::AssertionResult failed_for_want_of_bytes(const OutOfMemoryError& e) {
@@ -33,8 +31,7 @@ inline ::testing::AssertionResult failed_for_want_of_bytes(const OutOfMemoryErro
   return ::testing::AssertionFailure()
          << "out of memory with the bytes there: must keep " << must_keep(i) << " + request "
          << i.requested << " <= budget " << i.budget << " - slack " << slack << " (" << i.segments
-         << " segments, granule " << i.granule << "; "
-         << e.what() << ")";
+         << " segments, granule " << i.granule << "; " << e.what() << ")";
 }
 
 }  // namespace remat::testing
