@@ -102,8 +102,12 @@ bool RuntimeImpl::compact(std::size_t bytes) {
     moving.push_back(w.tags()[i]);
     sizes.push_back(movable_bytes(w.tags()[i]));
   }
-  const AvoidedMemory avoid = avoided_by_compaction();
-  if (!AllocatorHooks::places_outside(*caching, sizes, avoid)) return false;
+  AvoidedMemory avoid = avoided_by_compaction(/*window_only=*/false);
+  if (!AllocatorHooks::places_outside(*caching, sizes, avoid)) {
+    if (w.chosen_window().first == WindowSearch::kNone) return false;
+    avoid = avoided_by_compaction(/*window_only=*/true);
+    if (!AllocatorHooks::places_outside(*caching, sizes, avoid)) return false;
+  }
   bool moved = false;
   for (std::uint32_t tag : moving) {
     const std::size_t b = movable_bytes(tag);
@@ -120,15 +124,18 @@ bool RuntimeImpl::compact(std::size_t bytes) {
   return moved;
 }
 
-// What the blocks a compaction moves must keep out of: the window it clears, from its
-// first block to its last (the free blocks at its ends included), or the segments it
-// empties. A window's blocks may go to the rest of its own segment, the only place an
-// expandable arena has.
-AvoidedMemory RuntimeImpl::avoided_by_compaction() const {
+// What the blocks a compaction moves must keep out of: the segments it empties, or those
+// holding the window it clears, so that the moved blocks go to other segments and the rest
+// of the window's own segment stays free (moving into it fragments it: more compactions,
+// then more evictions).
+// With `window_only`, where the other segments have no room (the expandable arena is one
+// segment), only the window itself, from its first block to its last (the free blocks at
+// its ends included), is kept out of.
+AvoidedMemory RuntimeImpl::avoided_by_compaction(bool window_only) const {
   const WindowSearch& w = window_search_;
   AvoidedMemory avoid;
-  const auto [begin, end] = w.chosen_window();
-  if (begin != WindowSearch::kNone) {
+  if (window_only) {
+    const auto [begin, end] = w.chosen_window();
     const std::size_t first = w.chosen().front(), last = w.chosen().back();
     avoid.window_begin = reinterpret_cast<std::uintptr_t>(movable_ptr(w.tags()[first]));
     for (std::size_t j = begin; j < first; ++j) avoid.window_begin -= w.sizes()[j];
