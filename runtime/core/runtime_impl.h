@@ -266,7 +266,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   void give_outputs_memory(Id op_id, OutputMemory& m);
   void take_outputs_memory(Id op_id, OutputMemory& m);
   // Scratch for the op being prepared, in m.scratch and tagged movable until it launches
-  // (Note [Scratch moves until its kernel launches] in execution.cc).
+  // (Note [Scratch moves until its kernel launches] in op_scratch.cc).
   void* allocate_op_scratch(OutputMemory& m, std::size_t bytes, bool unplaced);
   void move_op_scratch(std::size_t k, void* to);
   void place_op_scratch(std::size_t k, void* to);

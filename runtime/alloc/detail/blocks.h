@@ -15,7 +15,7 @@ inline constexpr std::uint32_t kNoTag = UINT32_MAX;  // a live block its owner d
 // Tags at and above kFirstScratchTag (and below BlockLayout::kFree) are no storage's: the
 // runtime gives them to the scratch blocks of an op it is preparing to launch, the k-th
 // block kFirstScratchTag + k, so that making room for the op's other memory may move them
-// (Note [Scratch moves until its kernel launches] in runtime/core/execution.cc).
+// (Note [Scratch moves until its kernel launches] in runtime/core/op_scratch.cc).
 inline constexpr std::uint32_t kScratchTags = 64;
 inline constexpr std::uint32_t kFirstScratchTag = UINT32_MAX - 1 - kScratchTags;
 inline bool is_storage_tag(std::uint32_t tag) { return tag < kFirstScratchTag; }
