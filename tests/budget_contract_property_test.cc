@@ -105,12 +105,7 @@ OpPtr momentum_sgd() {
       testing::numel_cost);
 }
 
-std::vector<float> values(std::uint64_t seed, std::uint64_t tag, std::int64_t n) {
-  std::mt19937_64 rng(seed * 1000003u + tag);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& f : v) f = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
-  return v;
-}
+using testing::seeded_values;
 
 struct Program {
   std::uint64_t seed;
@@ -141,7 +136,7 @@ class TrainingStep {
       const std::int64_t n = std::int64_t{64} << (rng() % 9);
       const std::int64_t size = n + static_cast<std::int64_t>(rng() % static_cast<unsigned>(n));
       const std::vector<float> zeros(static_cast<std::size_t>(size), 0.0f);
-      params_.push_back(rt.constant(vec(size), values(p.seed, 1000 + j, size).data()));
+      params_.push_back(rt.constant(vec(size), seeded_values(p.seed, 1000 + j, size).data()));
       grads_.push_back(rt.constant(vec(size), zeros.data()));
       momenta_.push_back(rt.constant(vec(size), zeros.data()));
     }
@@ -153,7 +148,7 @@ class TrainingStep {
     rng.discard(32);
     const std::int64_t n0 = params_[0].spec().numel();
     std::vector<Layer> layers(1);
-    layers[0].out = rt_.constant(vec(n0), values(p_.seed, step, n0).data());
+    layers[0].out = rt_.constant(vec(n0), seeded_values(p_.seed, step, n0).data());
     const int depth = 6 + static_cast<int>(rng() % 20);
     for (int l = 0; l < depth; ++l) layers.push_back(forward(rng, layers));
     rt_.mark_backward();

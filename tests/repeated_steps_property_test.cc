@@ -63,13 +63,7 @@ OpPtr sgd() {
       testing::numel_cost);
 }
 
-// The values of a constant, from (seed, tag) alone, in [-1, 1).
-std::vector<float> values(std::uint64_t seed, std::uint64_t tag, std::int64_t n) {
-  std::mt19937_64 rng(seed * 1000003u + tag);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& f : v) f = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
-  return v;
-}
+using testing::seeded_values;
 
 // A program: its step's structure is drawn from `seed` alone, the same every step; the
 // step's input values come from (seed, step).
@@ -97,7 +91,7 @@ class TrainingStep {
     n_ = 64 + static_cast<std::int64_t>(rng() % 512);
     const int params = 2 + static_cast<int>(rng() % 4);
     for (int j = 0; j < params; ++j) {
-      params_.push_back(rt.constant(vec(n_), values(p.seed, 1000 + j, n_).data()));
+      params_.push_back(rt.constant(vec(n_), seeded_values(p.seed, 1000 + j, n_).data()));
       grads_.push_back(rt.constant(vec(n_), std::vector<float>(n_, 0.0f).data()));
     }
   }
@@ -107,7 +101,7 @@ class TrainingStep {
     rt_.begin_step();
     std::mt19937_64 rng(p_.seed);  // the same structure every step
     rng.discard(8);
-    std::vector<Layer> layers{{rt_.constant(vec(n_), values(p_.seed, step, n_).data())}};
+    std::vector<Layer> layers{{rt_.constant(vec(n_), seeded_values(p_.seed, step, n_).data())}};
     const int depth = 8 + static_cast<int>(rng() % 24);
     for (int l = 0; l < depth; ++l) layers.push_back(forward(rng, layers));
     rt_.mark_backward();

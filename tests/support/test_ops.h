@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,15 @@ inline OpPtr add_into_first() {
         for (std::int64_t i = 0; i < k.input_spec(0).numel(); ++i) w[i] += x[i];
       },
       [](SpecList in) { return double(in[0].numel()); });
+}
+
+// n values in [-1, 1) drawn from (seed, tag) alone: a constant's values in the property
+// tests, the same in every run that asks for them.
+inline std::vector<float> seeded_values(std::uint64_t seed, std::uint64_t tag, std::int64_t n) {
+  std::mt19937_64 rng(seed * 1000003u + tag);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& f : v) f = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
+  return v;
 }
 
 // 1, 2, 3, ... (from `start`), n values.
