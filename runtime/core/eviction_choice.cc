@@ -102,10 +102,10 @@ bool RuntimeImpl::compact(std::size_t bytes) {
     moving.push_back(w.tags()[i]);
     sizes.push_back(movable_bytes(w.tags()[i]));
   }
-  AvoidedMemory avoid = avoided_by_compaction(/*window_only=*/false);
+  AvoidedMemory avoid = chosen_segments();
   if (!AllocatorHooks::places_outside(*caching, sizes, avoid)) {
     if (w.chosen_window().first == WindowSearch::kNone) return false;
-    avoid = avoided_by_compaction(/*window_only=*/true);
+    avoid = chosen_window_range();
     if (!AllocatorHooks::places_outside(*caching, sizes, avoid)) return false;
   }
   bool moved = false;
@@ -124,30 +124,32 @@ bool RuntimeImpl::compact(std::size_t bytes) {
   return moved;
 }
 
-// What the blocks a compaction moves must keep out of: the segments it empties, or those
-// holding the window it clears, so that the moved blocks go to other segments and the rest
-// of the window's own segment stays free (moving into it fragments it: more compactions,
-// then more evictions).
-// With `window_only`, where the other segments have no room (the expandable arena is one
-// segment), only the window itself, from its first block to its last (the free blocks at
-// its ends included), is kept out of.
-AvoidedMemory RuntimeImpl::avoided_by_compaction(bool window_only) const {
-  const WindowSearch& w = window_search_;
+// What the blocks a compaction moves keep out of: first the segments of the blocks it chose
+// (the segments it empties, or the one holding the window it clears), so that the moved
+// blocks go to other segments and the rest of the window's own segment stays free (moving
+// into it fragments it: more compactions, then more evictions). Where the other segments
+// have no room (the expandable arena is one segment), only the window itself, from its first
+// block to its last (the free blocks at its ends included).
+AvoidedMemory RuntimeImpl::chosen_segments() const {
   AvoidedMemory avoid;
-  if (window_only) {
-    const auto [begin, end] = w.chosen_window();
-    const std::size_t first = w.chosen().front(), last = w.chosen().back();
-    avoid.window_begin = reinterpret_cast<std::uintptr_t>(movable_ptr(w.tags()[first]));
-    for (std::size_t j = begin; j < first; ++j) avoid.window_begin -= w.sizes()[j];
-    avoid.window_end = reinterpret_cast<std::uintptr_t>(movable_ptr(w.tags()[last]));
-    for (std::size_t j = last; j <= end; ++j) avoid.window_end += w.sizes()[j];
-    return avoid;
-  }
-  for (std::size_t i : w.chosen()) {
-    const std::uint64_t serial = AllocatorHooks::segment_serial(*caching, movable_ptr(w.tags()[i]));
+  for (std::size_t i : window_search_.chosen()) {
+    const std::uint64_t serial =
+        AllocatorHooks::segment_serial(*caching, movable_ptr(window_search_.tags()[i]));
     if (std::find(avoid.segments.begin(), avoid.segments.end(), serial) == avoid.segments.end())
       avoid.segments.push_back(serial);
   }
+  return avoid;
+}
+
+AvoidedMemory RuntimeImpl::chosen_window_range() const {
+  const WindowSearch& w = window_search_;
+  const auto [begin, end] = w.chosen_window();
+  const std::size_t first = w.chosen().front(), last = w.chosen().back();
+  AvoidedMemory avoid;
+  avoid.window_begin = reinterpret_cast<std::uintptr_t>(movable_ptr(w.tags()[first]));
+  for (std::size_t j = begin; j < first; ++j) avoid.window_begin -= w.sizes()[j];
+  avoid.window_end = reinterpret_cast<std::uintptr_t>(movable_ptr(w.tags()[last]));
+  for (std::size_t j = last; j <= end; ++j) avoid.window_end += w.sizes()[j];
   return avoid;
 }
 

@@ -208,7 +208,10 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Moves pinned and locked storages out of the way of a request nothing is left to evict
   // for (Note [Compaction] in eviction_choice.cc); false when that cannot make room.
   bool compact(std::size_t bytes);
-  AvoidedMemory avoided_by_compaction(bool window_only) const;
+  // What the blocks it moves keep out of (eviction_choice.cc): the chosen blocks' segments,
+  // or, where those leave no room, the chosen window's address range.
+  AvoidedMemory chosen_segments() const;
+  AvoidedMemory chosen_window_range() const;
   // Why no block may move now (a kernel running, compaction off), or nullptr: what
   // compaction and evacuation both refuse on.
   const char* move_refusal() const;
