@@ -14,7 +14,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -262,14 +261,10 @@ RuntimeOptions options(const Config& c, std::size_t budget) {
 }
 
 std::size_t peak_of(const Outcome& o, Accounting accounting) {
-  return accounting == Accounting::kLogical ? o.stats.memory.peak_allocated
-                                            : o.stats.memory.peak_reserved;
+  return testing::peak_in(o.stats, accounting);
 }
 
-int trials(int fallback) {
-  const char* env = std::getenv("REMAT_PROPERTY_TRIALS");
-  return env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : fallback;
-}
+using testing::property_trials;
 
 void expect_contract(const Outcome& got, const Program& p, double fraction) {
   if (!got.oom) return;
@@ -310,7 +305,7 @@ TEST_P(BudgetContract, FailsOnlyWithoutTheBytesAndEveryStepFitsWhereTheFirstDid)
   const Config c = GetParam();
   std::mt19937_64 rng(2026);
   int fitted = 0, evicting = 0;
-  const int n = trials(12);
+  const int n = property_trials(12);
   for (int trial = 0; trial < n; ++trial) {
     const Program p{rng(), 3};
     const Outcome base = run(p, options(c, SIZE_MAX));
@@ -343,7 +338,7 @@ TEST_P(BudgetContract, FeasibilityIsMonotoneInTheBudget) {
   const Config c = GetParam();
   if (c.policy == "random") GTEST_SKIP() << "random draws anew at every budget";
   std::mt19937_64 rng(77);
-  for (int trial = 0; trial < std::max(1, trials(12) / 6); ++trial) {
+  for (int trial = 0; trial < std::max(1, property_trials(12) / 6); ++trial) {
     const Program p{rng(), 2};
     const std::size_t peak = peak_of(run(p, options(c, SIZE_MAX)), c.accounting);
     std::optional<int> lowest;

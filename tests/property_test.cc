@@ -131,8 +131,7 @@ TEST_P(PropertyTest, RandomBudgetsReadBackTheUnconstrainedBytes) {
     o.allocator.small_segment = 16 << 10;
     o.allocator.medium_segment = 64 << 10;
     const Outcome base = run(p, o);
-    const std::size_t peak = c.accounting == Accounting::kLogical ? base.stats.memory.peak_allocated
-                                                                  : base.stats.memory.peak_reserved;
+    const std::size_t peak = testing::peak_in(base.stats, c.accounting);
     for (int b = 0; b < 3; ++b) {
       const double fraction = std::uniform_real_distribution<double>(0.35, 1.0)(rng);
       o.budget = static_cast<std::size_t>(fraction * static_cast<double>(peak));

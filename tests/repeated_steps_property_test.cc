@@ -13,7 +13,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -206,8 +205,7 @@ RuntimeOptions options(const std::string& policy, Accounting accounting) {
 }
 
 std::size_t peak_of(const Outcome& o, Accounting accounting) {
-  return accounting == Accounting::kLogical ? o.stats.memory.peak_allocated
-                                            : o.stats.memory.peak_reserved;
+  return testing::peak_in(o.stats, accounting);
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -215,10 +213,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Programs per policy and accounting: REMAT_PROPERTY_TRIALS, or 24 (three budgets each).
-int trials() {
-  const char* env = std::getenv("REMAT_PROPERTY_TRIALS");
-  return env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : 24;
-}
+int trials() { return testing::property_trials(24); }
 
 // How far above a budget where a later step failed at the edge the program must fit.
 constexpr double kEdge = 0.03;

@@ -37,22 +37,23 @@ except ImportError as e:
     sys.exit(3)
 
 
-def resnet18(steps):
+def torchvision_classifier(name, batch, size, steps):
+    """torchvision's `name` with 10 classes on random images, SGD with momentum."""
     import torchvision
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10)
-    batches = [(torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))) for _ in range(steps)]
+    model = torchvision.models.get_model(name, num_classes=10)
+    batches = [(torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,)))
+               for _ in range(steps)]
     opt = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
     return model, batches, opt, 1, lambda m, x, y: F.cross_entropy(m(x), y)
+
+
+def resnet18(steps):
+    return torchvision_classifier("resnet18", 8, 128, steps)
 
 
 def densenet121(steps):
-    import torchvision
-    torch.manual_seed(0)
-    model = torchvision.models.densenet121(num_classes=10)
-    batches = [(torch.randn(4, 3, 96, 96), torch.randint(0, 10, (4,))) for _ in range(steps)]
-    opt = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
-    return model, batches, opt, 1, lambda m, x, y: F.cross_entropy(m(x), y)
+    return torchvision_classifier("densenet121", 4, 96, steps)
 
 
 def gpt(steps):

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,18 @@ inline std::vector<PolicyConfig> all_policy_configs() {
     out.push_back({p, Accounting::kAllocator});
   }
   return out;
+}
+
+// A run's peak in what `accounting` caps: allocated bytes (logical) or reserved ones.
+inline std::size_t peak_in(const RuntimeStats& stats, Accounting accounting) {
+  return accounting == Accounting::kLogical ? stats.memory.peak_allocated
+                                            : stats.memory.peak_reserved;
+}
+
+// Programs per configuration: REMAT_PROPERTY_TRIALS where set, else `fallback`.
+inline int property_trials(int fallback) {
+  const char* env = std::getenv("REMAT_PROPERTY_TRIALS");
+  return env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : fallback;
 }
 
 // "dtr_logical", "lru_allocator", ...: the test names' suffixes.
