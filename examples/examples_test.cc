@@ -519,7 +519,8 @@ TEST(ExampleTest, AutoPlansAStepDtrCannotRunAndPlacesItsTensors) {
 // GPT at 0.4 of its peak: by step 3 nothing evictable is left while the free bytes lie in
 // pieces between frozen gradients and the locked inputs of recomputations. Compaction moves
 // those together (Note [Compaction]) and the run fits, bit for bit; without it the same run
-// is out of memory.
+// fits only by running requests again from an emptied memory (Note [Running a request once
+// more]), or not at all.
 TEST(ExampleTest, CompactionFitsWhatFragmentationAloneWouldNot) {
   GptModel model(GptConfig{.layers = 2, .channels = 64, .heads = 2, .batch = 8, .max_t = 128});
   TrainConfig config;
@@ -529,6 +530,7 @@ TEST(ExampleTest, CompactionFitsWhatFragmentationAloneWouldNot) {
   ASSERT_EQ(with.run.status, "ok") << with.run.error;
   EXPECT_GT(with.run.stats.compactions, 0u);
   EXPECT_GT(with.run.stats.compaction_bytes, 0u);
+  EXPECT_EQ(with.run.stats.retried_requests, 0u);
   EXPECT_LE(with.run.peak_reserved, with.run.budget);
   EXPECT_TRUE(bitwise_equal(with.run.losses, with.baseline.losses));
   ASSERT_EQ(with.run.final_state.size(), with.baseline.final_state.size());
@@ -536,7 +538,8 @@ TEST(ExampleTest, CompactionFitsWhatFragmentationAloneWouldNot) {
     EXPECT_TRUE(bitwise_equal(with.run.final_state[i], with.baseline.final_state[i])) << i;
   config.driver.runtime.compaction = false;
   const Comparison without = train_with_baseline(model, config);
-  EXPECT_EQ(without.run.status, "oom");
+  EXPECT_TRUE(without.run.status == "oom" || without.run.stats.retried_requests > 0)
+      << without.run.status;
   EXPECT_EQ(without.run.stats.compactions, 0u);
 }
 

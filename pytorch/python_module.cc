@@ -31,6 +31,7 @@ py::dict stats_dict() {
   d["pinned_bytes"] = s.pinned_bytes;
   d["updates"] = s.updates;
   d["ooms"] = s.ooms;
+  d["retried_requests"] = s.retried_requests;
   d["live_tensors"] = s.live_tensors;
   d["hint_evictions"] = s.hint_evictions;
   d["hint_mismatches"] = s.hint_mismatches;

@@ -122,6 +122,7 @@ void print_json(const Row& row) {
       {"slowdown", r.status == "ok" ? nlohmann::json(r.slowdown) : nlohmann::json()},
       {"evictions", r.evictions},
       {"recomputations", r.recomputations},
+      {"retried_requests", r.retried_requests},
       {"search_seconds", r.search_seconds},
       {"simulated_seconds", r.simulated_seconds},
       {"wall_seconds", r.wall_seconds},

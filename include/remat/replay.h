@@ -71,9 +71,10 @@ struct ReplayResult {
   double slowdown = 0;  // simulated time over the trace's time
   std::size_t evictions = 0;
   std::size_t recomputations = 0;
-  double search_seconds = 0;     // wall time spent choosing victims
-  double wall_seconds = 0;       // wall time of the whole replay
-  double simulated_seconds = 0;  // simulated time of the replay (its kernels' time)
+  std::size_t retried_requests = 0;  // RuntimeStats::retried_requests
+  double search_seconds = 0;         // wall time spent choosing victims
+  double wall_seconds = 0;           // wall time of the whole replay
+  double simulated_seconds = 0;      // simulated time of the replay (its kernels' time)
   double fragmentation = 0;
   std::size_t segment_reserves = 0;  // MemoryStats::segment_reserves
   std::size_t segment_releases = 0;

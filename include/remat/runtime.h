@@ -154,6 +154,9 @@ struct RuntimeStats {
   double recompute_cost = 0;  // cost of recomputations
   double search_seconds = 0;  // wall time spent choosing what to evict
   std::size_t ooms = 0;
+  // Requests that ran out of memory and then ran, once everything evictable was evicted
+  // (Note [Running a request once more] in runtime/core/request_retry.cc).
+  std::size_t retried_requests = 0;
   std::size_t thrashes = 0;
   std::size_t pinned_bytes = 0;
   // Tensors pinned by update() or call_accumulate() (Note [Updating pinned tensors]).

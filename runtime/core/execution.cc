@@ -44,7 +44,7 @@ void RuntimeImpl::unlock_frame(const Frame& f) {
 // too long, but in a DAG whose dead ancestors are shared by several paths, giving it up at
 // once would recompute them once per path, exponentially often; so a dead storage
 // recomputed a second time within one request is held until that request ends.
-void RuntimeImpl::run_frames(Id root_op, bool recompute) {
+void RuntimeImpl::walk_frames(Id root_op, bool recompute, bool hold_root_inputs) {
   ++request_;
   std::vector<Frame> stack;
   stack.push_back({root_op, recompute, {}});
@@ -78,6 +78,7 @@ void RuntimeImpl::run_frames(Id root_op, bool recompute) {
       execute(f.op, f.recompute, waiting);
       unlock_frame(stack.back());
       stack.pop_back();
+      if (hold_root_inputs && stack.size() > 1) lock_inputs(stack.front(), held);
     }
   } catch (...) {
     for (const Frame& f : stack) unlock_frame(f);

@@ -48,6 +48,7 @@ std::string RuntimeStats::summary() const {
   if (memory.placed_allocations > 0)
     absl::StrAppend(&line, ", placed allocations ", memory.placed_allocations, " (misses ",
                     memory.placement_misses, ")");
+  if (retried_requests > 0) absl::StrAppend(&line, ", requests run again ", retried_requests);
   if (ooms > 0) absl::StrAppend(&line, ", out-of-memory errors ", ooms);
   if (thrashes > 0) absl::StrAppend(&line, ", thrashes ", thrashes);
   return line;

@@ -142,6 +142,11 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Runs `root_op` (a recomputation if `recompute`) once its inputs are resident, recomputing
   // what they need first (Note [Iterative recomputation]).
   void run_frames(Id root_op, bool recompute);
+  // One try of run_frames; with `hold_root_inputs` the root op locks each input as soon as
+  // the walk has made it resident (Note [Running a request once more]).
+  void walk_frames(Id root_op, bool recompute, bool hold_root_inputs);
+  // Evicts every evictable storage; returns how many (Note [Running a request once more]).
+  std::size_t evict_everything_evictable();
   bool evictable(const StorageRec& r) const;
   void evict(Id s);
   void free_lingering();  // Note [Lingering storages]; at the end of each step

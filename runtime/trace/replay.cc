@@ -187,6 +187,7 @@ ReplayResult replay(const DtrTrace& trace, const ReplayOptions& options) {
   r.segment_releases = s.memory.segment_releases;
   r.evictions = s.evictions;
   r.recomputations = s.recomputations;
+  r.retried_requests = s.retried_requests;
   r.search_seconds = s.search_seconds;
   r.overhead = s.compute_overhead();
   r.hint_evictions = s.hint_evictions;

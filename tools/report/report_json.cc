@@ -52,6 +52,7 @@ void add_runtime_stats(nlohmann::json& j, const RuntimeStats& s, bool cuda) {
   j["compute_overhead"] = s.compute_overhead();
   j["evictions"] = s.evictions;
   j["recomputations"] = s.recomputations;
+  j["retried_requests"] = s.retried_requests;
   j["search_seconds"] = s.search_seconds;
   j["deferred_frees"] = s.memory.deferred_frees;
   j["compactions"] = s.compactions;
