@@ -1,10 +1,12 @@
 // A request that ran out of memory runs once more from the emptiest state the program allows.
 #include <algorithm>
 #include <cstddef>
-#include <functional>
+#include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
+#include "runtime/alloc/detail/allocator_hooks.h"
 #include "runtime/core/runtime_impl.h"
 
 namespace remat::detail {
@@ -58,9 +60,13 @@ std::size_t RuntimeImpl::evict_everything_evictable() {
   if (caching == nullptr || evicted == 0) return evicted;
   // What stays, packed low in address order, and the segments it leaves empty returned: the
   // layout the walk starts from is as close to a fresh one as the pinned blocks allow.
-  std::sort(pinned.begin(), pinned.end(), [&](Id a, Id b) {
-    return std::less<const void*>()(storages[a].ptr, storages[b].ptr);
-  });
+  // Oldest segment first, then up each: addresses across segments are the host's to choose,
+  // and a run must not depend on them.
+  auto place = [&](Id s) {
+    return std::pair(AllocatorHooks::segment_serial(*caching, storages[s].ptr),
+                     reinterpret_cast<std::uintptr_t>(storages[s].ptr));
+  };
+  std::sort(pinned.begin(), pinned.end(), [&](Id a, Id b) { return place(a) < place(b); });
   for (Id s : pinned) pack_pinned(s, /*copy_bytes=*/true);
   caching->release_cached();
   return evicted;
