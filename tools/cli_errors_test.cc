@@ -194,7 +194,8 @@ std::vector<Tool> tools() {
   std::vector<Tool> tools = {{"remat-replay", graph + " --policy dtr"},
                              {"remat-compare", graph + " --planners chen --policies dtr"},
                              {"mlp_train", "--steps 1"},
-                             {"gpt_train", "--steps 1"}};
+                             {"gpt_train", "--steps 1"},
+                             {"plain_c_train", "--steps 1"}};
   if (fs::exists(fs::path(REMAT_BIN_DIR) / "remat-plan"))
     tools.push_back({"remat-plan", chain_graph() + " --algo chen"});
   return tools;
@@ -257,6 +258,18 @@ TEST(ExitCodes, ReplaySaysWhetherEveryRunFit) {
   EXPECT_EQ(r.exit_code, remat::cli::kExitInfeasible) << r.err;
   EXPECT_THAT(r.out, HasSubstr(R"("slowdown":null)"));
   EXPECT_THAT(r.out, HasSubstr(R"("status":"oom")"));
+}
+
+// The simulated backend runs no kernels, so there is nothing to read back and compare: the
+// run says whether the budget held (it used to end in std::terminate reading parameters).
+TEST(ExitCodes, PlainCOnTheSimulatedBackendSaysWhetherTheBudgetHeld) {
+  for (const char* model : {"", " --model gpt2 --seq 16 --layers 1 --channels 32 --vocab 64"}) {
+    const ToolRun r = run_tool("plain_c_train",
+                               std::string("--backend sim --steps 2 --budget-fraction 0.6") + model,
+                               /*keep_stdout=*/true);
+    EXPECT_EQ(r.exit_code, remat::cli::kExitOk) << model << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr("runs no kernels")) << model;
+  }
 }
 
 TEST(CompareCli, UnknownPoliciesAndAFileForOut) {
