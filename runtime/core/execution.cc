@@ -51,6 +51,9 @@ void RuntimeImpl::walk_frames(Id root_op, bool recompute, bool hold_root_inputs)
   std::size_t pushed = 0;
   const std::size_t limit = thrash_limit();
   std::vector<bool> held;
+  std::vector<Id> wanted;  // with hold_root_inputs: the root's inputs not yet held by it
+  if (hold_root_inputs)
+    for (Id t : ops[root_op].inputs) wanted.push_back(tensors[t].storage);
   try {
     while (!stack.empty()) {
       Frame& f = stack.back();
@@ -76,9 +79,9 @@ void RuntimeImpl::walk_frames(Id root_op, bool recompute, bool hold_root_inputs)
       for (Id s : f.locked) wait_ready(s);  // Note [Copies beside the kernels]
       for (Id s : f.locked) storages[s].last_access = clock;
       execute(f.op, f.recompute, waiting);
+      if (stack.size() > 1) hold_for_root(stack.front(), ops[f.op].out_storages, wanted);
       unlock_frame(stack.back());
       stack.pop_back();
-      if (hold_root_inputs && stack.size() > 1) lock_inputs(stack.front(), held);
     }
   } catch (...) {
     for (const Frame& f : stack) unlock_frame(f);
@@ -111,6 +114,19 @@ Id RuntimeImpl::lock_inputs(Frame& f, std::vector<bool>& held) {
     }
   }
   return missing;
+}
+
+// Locks for the root frame each storage in `wanted` that `made` holds, and takes it out of
+// `wanted` (Note [Running a request once more]).
+void RuntimeImpl::hold_for_root(Frame& root, const std::vector<Id>& made, std::vector<Id>& wanted) {
+  for (Id s : made) {
+    if (s == kNone || !storages[s].resident) continue;
+    const auto it = std::find(wanted.begin(), wanted.end(), s);
+    if (it == wanted.end()) continue;
+    wanted.erase(it);
+    lock(s);
+    root.locked.push_back(s);
+  }
 }
 
 void RuntimeImpl::release_request_dead() {
@@ -150,7 +166,8 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
                         stats.recomputations);
     }
   } catch (...) {
-    release_outputs(m);  // what the failed run wrote is not kept
+    release_outputs(m);                // what the failed run wrote is not kept
+    if (!rerun) ++failed_first_runs_;  // its kernel may have drawn or written: not run again
     throw;
   }
   if (rerun) {

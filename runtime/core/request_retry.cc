@@ -22,29 +22,39 @@ namespace remat::detail {
 // the budgets a program fits under are not an interval, and a later step can fail where the
 // first fitted (the contract of issue 53, tests/budget_contract_property_test.cc).
 // The remedy: a request that runs out of memory runs again after everything evictable has
-// been evicted, so that nothing is locked but what the walk locks and the allocator places
-// each block anew: first as before, then with the root op locking each of its inputs as soon
-// as the walk has made it (an input its other inputs' recomputation makes on the way is then
-// not evicted again before the op runs). Where both fail, the error thrown is the first one:
-// the moment the request ran out of memory, with what was held then. The cost falls only on
-// requests that would have failed. Not retried: a walk that wrote pinned memory (a first run
-// that accumulates into constants and failed inside its kernel: running it again would add
-// twice), one made while a kernel runs (nothing may move then), and one that found nothing
-// to evict (it would fail the same way).
+// been evicted (or offloaded, where the policy's victims would be), the pinned blocks packed
+// and the empty segments returned, so that nothing is locked but what the walk locks and the
+// allocator places each block anew: first as before, then with the root op locking each of
+// its inputs as soon as the walk makes it (an input that another input's recomputation
+// makes on the way is then not evicted again before the op runs). Where both fail (out of
+// memory again, or thrashing from the emptier start), the first error is thrown, with the
+// figures of the moment it was thrown. The cost falls only on requests that would have
+// failed, though one that fails after all leaves the program's tensors evicted. Not retried:
+// a walk in which a first run's kernel started and failed (it may have drawn random numbers,
+// or added into constants: running it again would draw or add twice), one made while a
+// kernel runs (nothing may move then), and one that found nothing to evict.
 void RuntimeImpl::run_frames(Id root_op, bool recompute) {
-  const std::size_t updates = stats.updates;
-  std::optional<OutOfMemoryError> first;
-  for (int attempt = 0;; ++attempt) {
-    try {
-      walk_frames(root_op, recompute, /*hold_root_inputs=*/attempt == 2);
-      if (attempt > 0) ++stats.retried_requests;
-      return;
-    } catch (const OutOfMemoryError& e) {
-      if (!first) first = e;
-      if (attempt == 2 || stats.updates != updates || kernel_running_ ||
-          evict_everything_evictable() == 0)
-        throw *first;
+  const std::size_t failed_first_runs = failed_first_runs_;
+  try {
+    walk_frames(root_op, recompute, /*hold_root_inputs=*/false);
+    return;
+  } catch (const OutOfMemoryError& e) {
+    if (failed_first_runs_ != failed_first_runs || kernel_running_) throw;
+    const std::optional<ResidentBreakdown> breakdown = failed_breakdown_;
+    const std::size_t thrashes = stats.thrashes;
+    for (const bool hold : {false, true}) {
+      if (evict_everything_evictable() == 0) break;
+      try {
+        walk_frames(root_op, recompute, hold);
+        ++stats.retried_requests;
+        return;
+      } catch (...) {  // out of memory again, or thrashing from the emptier start
+        if (failed_first_runs_ != failed_first_runs) break;
+      }
     }
+    failed_breakdown_ = breakdown;  // the error describes the moment it was thrown
+    stats.thrashes = thrashes;
+    throw e;
   }
 }
 
@@ -54,7 +64,7 @@ std::size_t RuntimeImpl::evict_everything_evictable() {
   for (Id s = 0; s < storages.slots(); ++s) {
     if (storages[s].pinned && storages[s].resident) pinned.push_back(s);
     if (!evictable(storages[s])) continue;
-    evict(s);
+    evict_or_offload(s);
     ++evicted;
   }
   if (caching == nullptr || evicted == 0) return evicted;

@@ -182,6 +182,9 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
     bool recompute;
     std::vector<Id> locked;  // storages this frame holds locked (one entry per lock)
   };
+  // Locks for `root` each storage of `made` that is in `wanted`, taking it out of `wanted`.
+  void hold_for_root(Frame& root, const std::vector<Id>& made, std::vector<Id>& wanted);
+
   // An op's outputs while it runs: `held` are locked until the kernel has run, `fresh` got
   // memory from this run, `scratch` is memory for outputs whose records died.
   struct OutputMemory {
@@ -328,6 +331,8 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   // Resident memory when `reclaim` last found nothing to evict: what the out-of-memory error
   // reports, since the locks are gone once the failed op has unwound.
   std::optional<ResidentBreakdown> failed_breakdown_;
+  // First runs whose kernel started and failed (Note [Running a request once more]).
+  std::size_t failed_first_runs_ = 0;
   // Storages that lingered (Note [Lingering storages]); freed at the end of each step.
   std::vector<Id> lingering_;
   std::uint64_t rng_counter_ = 0;
