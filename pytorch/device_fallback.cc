@@ -24,6 +24,7 @@
 
 #include "pytorch/detail/cpu_allocator_bridge.h"
 #include "pytorch/detail/device_ops.h"
+#include "pytorch/detail/op_work.h"
 #include "pytorch/detail/torch_call.h"
 
 namespace remat::torch_backend::detail {
@@ -144,6 +145,14 @@ std::size_t scratch_to_declare(const TorchCall& call) {
   return Backend::get().scratch_estimate(call.signature).value_or(0);
 }
 
+// The cost a call's op is registered with: estimated (Note [Costs without a clock]), else
+// the one remembered for its signature (Note [Costs are remembered]), else -1: the runtime
+// times its first run.
+double cost_of(const TorchCall& call) {
+  if (Backend::get().estimated_costs()) return Roofline::cpu().price(estimated_work(call));
+  return Backend::get().cost_estimate(call.signature).value_or(-1.0);
+}
+
 OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh) {
   auto def = std::make_shared<OpDef>();
   def->name = op_name(call->op);
@@ -153,12 +162,12 @@ OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh) {
   if (call->declared_scratch > 0)
     def->scratch_bytes = [bytes = call->declared_scratch](SpecList) { return bytes; };
   // Note [Costs are remembered]
-  // An op the runtime times itself costs what its first run took, and that varies by tens
+  // Under set_costs("measured") (estimated by default: Note [Costs without a clock]), an op
+  // the runtime times itself costs what its first run took, and that varies by tens
   // of percent between steps on a loaded CPU; DTR's scores, and so its evictions, would vary
   // with it. A signature's cost is the median of its first three runs (Backend::note_run),
   // then fixed: the same price for every call of it, step after step.
-  if (std::optional<double> cost = Backend::get().cost_estimate(call->signature))
-    def->cost = [ns = *cost](SpecList) { return ns; };
+  if (const double cost = cost_of(*call); cost >= 0) def->cost = [cost](SpecList) { return cost; };
   return def;
 }
 
@@ -247,7 +256,7 @@ std::vector<Tensor> run_compute(const std::shared_ptr<TorchCall>& call, bool out
   Outputs outputs = fresh_outputs(*call);
   OpPtr def = remat_op(call, outputs);
   if (outside) return run_as_update(call, def, rt);
-  if (call->written_inputs.empty()) return rt.call_with(def, call->inputs, outputs, -1);
+  if (call->written_inputs.empty()) return rt.call_with(def, call->inputs, outputs, cost_of(*call));
   std::size_t pinned = 0;
   for (int i : call->written_inputs)
     pinned += call->input_storages[static_cast<std::size_t>(i)]->pinned ? 1 : 0;
@@ -266,7 +275,7 @@ std::vector<Tensor> run_compute(const std::shared_ptr<TorchCall>& call, bool out
     version.copy_of = i;
     outputs.push_back(std::move(version));
   }
-  std::vector<Tensor> made = rt.call_with(def, call->inputs, outputs, -1);
+  std::vector<Tensor> made = rt.call_with(def, call->inputs, outputs, cost_of(*call));
   for (std::size_t k = 0; k < call->written_inputs.size(); ++k) {
     const auto i = static_cast<std::size_t>(call->written_inputs[k]);
     call->input_storages[i]->tensor = made[call->fresh.size() + k];
@@ -292,7 +301,7 @@ std::vector<c10::IValue> run_held(const std::shared_ptr<TorchCall>& call, Runtim
   };
   Backend::get().note_runs_when_called(holder->name);
   const Outputs one_byte{OutputSpec(storage_spec(1))};
-  const std::vector<Tensor> held = rt.call_with(holder, call->inputs, one_byte, -1);
+  const std::vector<Tensor> held = rt.call_with(holder, call->inputs, one_byte, cost_of(*call));
   if (!run->ran) rt.materialize(held.front());  // deferred by a followed plan: run it now
   return std::move(run->results);
 }
@@ -324,7 +333,7 @@ void run_eager(const std::shared_ptr<TorchCall>& call, const std::vector<ReturnP
     set_fresh_layouts(*call, fresh_results(call->op.schema(), results));
     call->first_results = results;
     Outputs outputs = fresh_outputs(*call);
-    made = rt.call_with(remat_op(call, outputs), call->inputs, outputs, -1);
+    made = rt.call_with(remat_op(call, outputs), call->inputs, outputs, cost_of(*call));
   }
   call->forget_inputs();
   push_results(*call, plans, arguments, made, /*pinned=*/false, results, stack);

@@ -121,6 +121,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("budget", &remat::torch_backend::budget);
   m.def("set_policy", &remat::torch_backend::set_policy, py::arg("name"));
   m.def("set_host_memory", &remat::torch_backend::set_host_memory, py::arg("bytes"));
+  m.def("set_costs", &remat::torch_backend::set_costs, py::arg("costs"));
+  m.def("costs", &remat::torch_backend::costs);
   m.def("policy", &remat::torch_backend::policy);
   m.def("policies", &remat::eviction_policy_names);
   m.def("stats", &stats_dict);

@@ -6,7 +6,10 @@ import contextlib
 import copy
 import gc
 import io
+import json
+import os
 import pathlib
+import subprocess
 import sys
 import types
 import unittest
@@ -416,6 +419,51 @@ class Training(BudgetChecks, unittest.TestCase):
         model, batches, adamw = gpt_case(3)
         with deterministic_algorithms():
             self.check_under_budgets(model, adamw, batches, 2, [0.5, 0.3], loss_fn=None)
+
+
+# A budgeted run of the GPT with dropout in a process of its own; prints what it evicted and
+# recomputed, and its losses.
+_BUDGETED_GPT = """
+import json, remat_torch
+from remat_torch_test import DEV, deterministic_algorithms, fixed_bytes, gpt_case, run_training
+remat_torch.set_costs(COSTS)
+model, batches, adamw = gpt_case(2)
+with deterministic_algorithms():
+    run_training(model, adamw, batches, DEV, loss_fn=None)
+    peak, fixed = remat_torch.stats()["peak_allocated_bytes"], fixed_bytes(model, 2)
+    remat_torch.set_budget(int(fixed + 0.4 * (peak - fixed)))
+    before = remat_torch.stats()
+    losses, _ = run_training(model, adamw, batches, DEV, loss_fn=None)
+    after = remat_torch.stats()
+print(json.dumps({"evictions": after["evictions"] - before["evictions"],
+                  "recomputations": after["recomputations"] - before["recomputations"],
+                  "losses": [float(x) for x in losses]}))
+"""
+
+
+class Costs(unittest.TestCase):
+    """Note [Costs without a clock]: estimated costs are the same on every run, and so are
+    the evictions and recomputations they steer."""
+
+    def run_budgeted_gpt(self, costs):
+        script = _BUDGETED_GPT.replace("COSTS", repr(costs))
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             cwd=pathlib.Path(__file__).resolve().parent, env=os.environ.copy())
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def test_two_runs_evict_and_recompute_the_same_tensors(self):
+        first, second = self.run_budgeted_gpt("estimated"), self.run_budgeted_gpt("estimated")
+        self.assertGreater(first["recomputations"], 0)
+        self.assertEqual(first, second)
+
+    def test_costs_are_estimated_by_default_and_checked(self):
+        self.assertEqual(remat_torch.costs(), "estimated")
+        with self.assertRaisesRegex(ValueError, "estimated"):
+            remat_torch.set_costs("guessed")
+        remat_torch.set_costs("measured")
+        self.assertEqual(remat_torch.costs(), "measured")
+        remat_torch.set_costs("estimated")
 
 
 class HostMemory(BudgetChecks, unittest.TestCase):

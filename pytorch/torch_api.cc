@@ -4,6 +4,8 @@
 
 #include <exception>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include "pytorch/detail/backend.h"
 #include "remat/torch.h"
@@ -60,6 +62,19 @@ void set_policy(const std::string& policy) {
 void set_host_memory(std::size_t bytes) {
   auto lock = locked();
   detail::Backend::get().set_host_memory(bytes);
+}
+
+void set_costs(const std::string& costs) {
+  if (costs != "estimated" && costs != "measured")
+    throw std::invalid_argument("remat_torch: costs are \"estimated\" or \"measured\", not \"" +
+                                costs + "\"");
+  auto lock = locked();
+  detail::Backend::get().set_estimated_costs(costs == "estimated");
+}
+
+std::string costs() {
+  auto lock = locked();
+  return detail::Backend::get().estimated_costs() ? "estimated" : "measured";
 }
 
 std::string policy() {

@@ -57,6 +57,11 @@ void set_policy(const std::string& policy);
 // 0, the default: nothing moves. Only before any tensor is on the device.
 void set_host_memory(std::size_t bytes);
 std::string policy();
+// What ops cost to the eviction policy: "estimated" (the default) from each call's arithmetic
+// and memory traffic, the same on every run (Note [Costs without a clock], pytorch/op_work.cc),
+// or "measured", each signature timed on its first runs. Applies to the calls made after it.
+void set_costs(const std::string& costs);
+std::string costs();
 
 // One candidate `auto` weighed for the recorded step: DTR or a plan, priced by replaying the
 // step on the simulated backend under the budget.

@@ -57,6 +57,10 @@ class Backend {
   // The runtime's host memory (Note [State waits on the host]); only while no storage is
   // alive.
   void set_host_memory(std::size_t bytes);
+  // Ops' costs estimated from what they do (true, the default: Note [Costs without a clock])
+  // or timed (Note [Costs are remembered]); for the ops made from now on.
+  void set_estimated_costs(bool estimated) { estimated_costs_ = estimated; }
+  bool estimated_costs() const { return estimated_costs_; }
   // The program's steps (StepScope): under `auto`, recorded, planned and followed.
   void begin_step();
   void end_step();
@@ -101,6 +105,7 @@ class Backend {
   mutable SignatureCache<KnownCall> known_calls_{kSignatures};
   mutable SignatureCache<std::vector<c10::IValue>> meta_{kSignatures};
   bool planned_ = false;  // policy `auto`
+  bool estimated_costs_ = true;
   StepPlans plans_;
   RuntimeStats step_start_;  // the stats when the current step began
   std::chrono::steady_clock::time_point step_started_;

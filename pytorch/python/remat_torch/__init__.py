@@ -90,6 +90,18 @@ def set_host_memory(nbytes):
     _C.set_host_memory(int(nbytes))
 
 
+def set_costs(kind):
+    """What operators cost to the eviction policy: "estimated" (the default), from each call's
+    arithmetic and memory traffic, the same on every run, so two runs of a program evict and
+    recompute the same tensors; or "measured", each operator timed on its first runs, closer to
+    this machine but varying from run to run. Applies to the calls made after it."""
+    _C.set_costs(kind)
+
+
+def costs():
+    return _C.costs()
+
+
 def policy():
     return _C.policy()
 
