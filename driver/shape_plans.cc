@@ -199,7 +199,9 @@ ShapePlans::~ShapePlans() {
 StepOptions ShapePlans::before(const PlanCache::Key& key, int step) {
   StepOptions opt;
   if (options_.budget == SIZE_MAX) return opt;
-  collect_plan(/*wait=*/false);
+  // A plan is waited for once steps_beside steps have gone on beside it: a loop that never
+  // calls finish_planning() still gets it, within a bound it can count on.
+  collect_plan(/*wait=*/job_ && job_->steps_beside++ >= options_.steps_beside);
   Shape& s = shape(key);
   switch (s.state) {
     case State::kUnplanned:

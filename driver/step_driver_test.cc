@@ -275,6 +275,28 @@ TEST(StepDriverTest, AutoPlansBesideTheStepsAndTriesThePlanOnceItIsMade) {
   EXPECT_EQ(stopped.shapes()[0].decision, ShapeDecision::kPlanning);
 }  // `stopped` waits for its planning thread here
 
+// A loop that calls nothing but run() gets its plan within plan_within_steps + 1 steps of
+// the one that started planning it: with 0 the next step waits for the plan and tries it;
+// with 2 the trial comes by the third step after, however slow the planners.
+TEST(StepDriverTest, APlanMadeBesideTheStepsArrivesWithinABoundWithoutFinishPlanning) {
+  ResidualMlp program({1024});
+  const std::size_t budget = measure_unconstrained_peak(program, {}, 2) * 7 / 10;
+  for (const int within : {0, 2}) {
+    SCOPED_TRACE(within);
+    StepDriverOptions o = options_at(budget, "auto", /*background=*/true);
+    o.plan_within_steps = within;
+    StepDriver driver(program, o);
+    for (int s = 0; s < 3; ++s) driver.run(s);  // the third starts planning, under DTR
+    int trial = -1;
+    for (int s = 3; s <= 3 + within && trial < 0; ++s)
+      if (driver.run(s).kind == StepKind::kPlanTrial) trial = s;
+    EXPECT_GE(trial, 3) << "no trial by step " << 3 + within;
+    if (within == 0) {
+      EXPECT_EQ(trial, 3);
+    }
+  }
+}
+
 // A budget under which DTR recomputes nothing leaves no plan to find (none is kept unless it
 // recomputes no more than DTR did): the recorded step is dropped unplanned, and every step
 // stays DTR's. On the tree-LSTM, whose steps once shared one key, planning such a step took

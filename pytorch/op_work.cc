@@ -27,7 +27,9 @@ double numel(const Layout& l) {
   return n;
 }
 
-double bytes_of(const Layout& l) { return numel(l) * static_cast<double>(c10::elementSize(l.dtype)); }
+double bytes_of(const Layout& l) {
+  return numel(l) * static_cast<double>(c10::elementSize(l.dtype));
+}
 
 // The tensor of schema argument `argument`, or null.
 const Layout* argument_layout(const TorchCall& call, int argument) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A torch program on remat's PyTorch device under budgets, against the same program on the CPU.
 
-    PYTHONPATH=build/python python3 bench/peer/torch_budgets.py [--model resnet18|densenet121|gpt]
+    PYTHONPATH=build/python python3 bench/peer/torch_budgets.py [--model resnet18|densenet121|gpt|NAME]
         [--steps 3] [--fractions 0.7,0.5,0.4,0.3] [--policy dtr] [--host-memory MIB] [--json]
+        [--batch 4] [--size 64]
 
 Trains the model for --steps steps on the CPU, then on remat's device unconstrained, then
 under each budget: the parameters, gradients and optimizer state, plus the fraction of the
@@ -13,7 +14,9 @@ overhead, and the median step time of each run (the first step not counted).
 resnet18: torchvision's, 10 classes, batch 8 at 128x128, SGD with momentum 0.9 and weight
 decay 5e-4. densenet121: torchvision's, 10 classes, batch 4 at 96x96, the same SGD. gpt:
 bench/peer/gpt_torch.py's model (4 layers, 128 channels, 4 heads, vocabulary 256, T 256,
-batch 8, dropout 0.1), AdamW, deterministic algorithms on.
+batch 8, dropout 0.1), AdamW, deterministic algorithms on. Any other NAME: torchvision's
+classifier of that name (torchvision.models.list_models()), 10 classes, --batch images of
+--size x --size, the same SGD. A run that raises is a row with its error.
 """
 import argparse
 import contextlib
@@ -37,15 +40,21 @@ except ImportError as e:
     sys.exit(3)
 
 
+def logits(out):
+    """A classifier's logits; GoogLeNet and Inception return them first of a tuple in training."""
+    return out[0] if isinstance(out, tuple) else out
+
+
 def torchvision_classifier(name, batch, size, steps):
     """torchvision's `name` with 10 classes on random images, SGD with momentum."""
     import torchvision
     torch.manual_seed(0)
-    model = torchvision.models.get_model(name, num_classes=10)
+    extra = {"image_size": size} if name.startswith("vit_") else {}
+    model = torchvision.models.get_model(name, num_classes=10, **extra)
     batches = [(torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,)))
                for _ in range(steps)]
     opt = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-4)
-    return model, batches, opt, 1, lambda m, x, y: F.cross_entropy(m(x), y)
+    return model, batches, opt, 1, lambda m, x, y: F.cross_entropy(logits(m(x)), y)
 
 
 def resnet18(steps):
@@ -96,7 +105,10 @@ def equal(run, ref):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=["resnet18", "densenet121", "gpt"], default="resnet18")
+    ap.add_argument("--model", default="resnet18",
+                    help="resnet18, densenet121, gpt, or any torchvision classifier's name")
+    ap.add_argument("--batch", type=int, default=4, help="other torchvision classifiers: images")
+    ap.add_argument("--size", type=int, default=64, help="other torchvision classifiers: pixels")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--fractions", default="0.7,0.5,0.4,0.3")
     ap.add_argument("--policy", default="dtr",
@@ -108,14 +120,21 @@ def main():
     a = ap.parse_args()
     remat_torch.set_policy(a.policy)
     remat_torch.set_host_memory(a.host_memory << 20)
-    spec = {"resnet18": resnet18, "densenet121": densenet121, "gpt": gpt}[a.model](a.steps)
+    named = {"resnet18": resnet18, "densenet121": densenet121, "gpt": gpt}
+    spec = (named[a.model](a.steps) if a.model in named else
+            torchvision_classifier(a.model, a.batch, a.size, a.steps))
     model, slots = spec[0], spec[3]
     fixed = sum(p.numel() * p.element_size() for p in model.parameters()) * (2 + slots)
     fixed += sum(b.numel() * b.element_size() for b in model.buffers())
     cpu = train(spec, "cpu")
     remat_torch.set_budget(None)
     remat_torch.reset_peaks()
-    free = train(spec, remat_torch.device)
+    try:
+        free = train(spec, remat_torch.device)
+    except Exception as e:  # an unsupported operator, say: the row says which
+        print(json.dumps({"model": a.model, "error": f"{type(e).__name__}: {e}"}) if a.json else
+              f"{a.model}: unconstrained run failed: {type(e).__name__}: {e}")
+        return 1
     peak = remat_torch.stats()["peak_allocated_bytes"]
     rows = [{"budget": None, "fraction": None, "fits": True, "bitwise": equal(free, cpu),
              "step_seconds": free[2], **remat_torch.stats()}]
@@ -128,8 +147,8 @@ def main():
         try:
             run = train(spec, remat_torch.device)
             row.update(fits=True, bitwise=equal(run, cpu), step_seconds=run[2])
-        except RuntimeError as e:
-            row.update(fits=False, error=str(e))
+        except Exception as e:
+            row.update(fits=False, error=f"{type(e).__name__}: {e}")
         after = remat_torch.stats()
         row.update(after)
         for k in ("evictions", "recomputations", "base_cost", "recompute_cost", "offloads"):

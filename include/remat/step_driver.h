@@ -121,6 +121,11 @@ struct StepDriverOptions {
   // driver/shape_plans.h). Ignored on the simulated backend, whose steps take no real time:
   // planning there stays in the step, so its reports are the same on every run.
   bool plan_in_background = true;
+  // With plan_in_background: the steps that may go on under DTR while a plan is made; the
+  // step after them waits for the plan (and its shape's next step tries it). So a loop that
+  // calls nothing but run() gets a shape's plan within plan_within_steps + 1 steps of the one
+  // that started planning it, however slow its planners; finish_planning() waits at once.
+  int plan_within_steps = 2;
   std::shared_ptr<PlanCache> plan_cache = nullptr;  // `hinted`; null: one of the driver's own
   // Data parallel: the ranks this driver's process is one of. A step that ran out of memory
   // is run again under a plan only where every rank found one (Note [Ranks that agree] in
