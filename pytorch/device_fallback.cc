@@ -171,6 +171,28 @@ OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh) {
   return def;
 }
 
+// The meta results with each fresh tensor in the layout `call` now has for it (Note [Results
+// take the CPU kernel's layouts]).
+torch::jit::Stack relaid_meta(const TorchCall& call, const torch::jit::Stack& meta) {
+  torch::jit::Stack out;
+  const auto& returns = call.op.schema().returns();
+  std::size_t next = 0;
+  for (std::size_t r = 0; r < meta.size(); ++r) {
+    if (r < returns.size() && returns[r].alias_info() != nullptr) {
+      out.push_back(meta[r]);
+      continue;
+    }
+    out.push_back(map_tensors(
+        meta[r],
+        [&](const at::Tensor& t) {
+          const std::size_t i = next++;
+          return t.defined() ? call.fresh[i].on_meta(call.fresh_bytes[i]) : t;
+        },
+        c10::Device(c10::kMeta)));
+  }
+  return out;
+}
+
 // Pushes the results: fresh tensors from `made` (in order), written arguments as they were.
 void push_results(const TorchCall& call, const std::vector<ReturnPlan>& plans,
                   const std::vector<c10::IValue>& arguments, const std::vector<Tensor>& made,
@@ -396,6 +418,11 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, bool outs
   set_fresh_layouts(*call, fresh_results(op.schema(), *meta));
   std::vector<Tensor> made = run_compute(call, outside, rt);
   run_now_if_random(*call, made, rt);
+  if (call->relaid) {
+    meta = relaid_meta(*call, *meta);
+    Backend::get().remember_meta_results(call->signature, *meta);
+  }
+  call->published = true;
   call->forget_inputs();
   push_results(*call, plans, arguments, made, outside, *meta, stack);
 }

@@ -109,6 +109,27 @@ class Ops(unittest.TestCase):
         self.assertTrue(same(e.cpu(), (x * 1.5).exp()))
         self.assertTrue(same(d.cpu(), x * 1.5 + 1))
 
+    def test_results_take_the_cpu_kernels_layouts(self):
+        # Note [Results take the CPU kernel's layouts]: a convolution over a channels-last
+        # input is channels-last on the CPU and contiguous on meta. ConvNeXt's LayerNorm2d
+        # makes such inputs, and its depthwise convolutions' weight gradients differed.
+        torch.manual_seed(0)
+        x = torch.randn(2, 8, 12, 12).to(memory_format=torch.channels_last)
+        conv = nn.Conv2d(8, 16, 2, stride=2)
+        cpu = conv(x)
+        dev = copy.deepcopy(conv).to(DEV)(x.to(DEV))
+        self.assertEqual(dev.stride(), cpu.stride())
+        self.assertTrue(same(dev.cpu(), cpu))
+        model = torchvision.models.convnext_tiny(num_classes=10)
+        images, labels = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+        on_dev = copy.deepcopy(model).to(DEV)
+        torch.manual_seed(1)  # stochastic depth draws the same on both
+        F.cross_entropy(model(images), labels).backward()
+        torch.manual_seed(1)
+        F.cross_entropy(on_dev(images.to(DEV)), labels.to(DEV)).backward()
+        for (name, p), q in zip(model.named_parameters(), on_dev.parameters()):
+            self.assertTrue(same(q.grad.cpu(), p.grad), name)
+
     def test_random_ops_recompute_the_same_bits(self):
         torch.manual_seed(7)
         x = torch.randn(64)

@@ -220,8 +220,33 @@ void TorchCall::run(const KernelContext& ctx) {
     const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
     Backend::get().note_run(signature, memory.arena.extent(), took.count());
   }
+  if (!ctx.recompute && !published) adopt_result_layouts(results);
   copy_fresh_results(results, ctx);
   ran = true;
+}
+
+// Note [Results take the CPU kernel's layouts]
+// A result's layout comes from the operator's meta kernel, and where that differs from what
+// the CPU kernel returns the device is no longer the CPU program: a convolution over a
+// channels-last input returns channels-last on the CPU (oneDNN's choice) and contiguous on
+// meta, and every operator after it then runs on other strides, some with other kernels
+// (ConvNeXt's depthwise convolutions' weight gradients differed in their last bits). So a
+// first run that finds a fresh result laid out otherwise, in no more bytes than its output
+// has, takes the CPU's layout for it, while the result's device tensor does not exist yet
+// (a run a followed plan deferred keeps what it published); the caller remembers the layout
+// for the signature's later calls (Note [Meta results are remembered]).
+void TorchCall::adopt_result_layouts(const std::vector<c10::IValue>& results) {
+  const std::vector<at::Tensor> flat = fresh_results(op.schema(), results);
+  for (std::size_t i = 0; i < flat.size() && i < fresh.size(); ++i) {
+    if (!flat[i].defined()) continue;
+    Layout cpu = Layout::of(flat[i]);
+    cpu.offset = 0;
+    if (cpu.sizes != fresh[i].sizes || cpu.dtype != fresh[i].dtype ||
+        cpu.strides == fresh[i].strides || cpu.extent_bytes() > fresh_bytes[i])
+      continue;
+    fresh[i] = std::move(cpu);
+    relaid = true;
+  }
 }
 
 // Note [Results that landed elsewhere]: a fresh result is copied to its output unless the

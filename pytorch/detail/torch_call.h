@@ -56,6 +56,11 @@ struct TorchCall {
   // first run copies them instead of running again.
   std::optional<std::vector<c10::IValue>> first_results;
   bool ran = false;  // the op's first run is over (a followed plan may defer it)
+  // The device tensors of the results exist: their layouts can no longer change.
+  bool published = false;
+  // The first run found results laid out otherwise than the meta kernel said, and `fresh`
+  // took the CPU kernel's layouts (Note [Results take the CPU kernel's layouts]).
+  bool relaid = false;
 
   explicit TorchCall(c10::OperatorHandle handle) : op(std::move(handle)) {}
   // Pops the call's arguments off `stack` and returns them; keeps them without their tensors
@@ -88,6 +93,7 @@ struct TorchCall {
   template <typename F>
   torch::jit::Stack rebuild_arguments(c10::Device device, F&& device_tensor) const;
   void copy_fresh_results(const std::vector<c10::IValue>& results, const KernelContext& ctx);
+  void adopt_result_layouts(const std::vector<c10::IValue>& results);
   std::vector<c10::IValue> call_cpu(torch::jit::Stack stack, const KernelContext& ctx);
 };
 
