@@ -38,7 +38,7 @@ void RuntimeImpl::run_frames(Id root_op, bool recompute) {
   try {
     walk_frames(root_op, recompute, /*hold_root_inputs=*/false);
     return;
-  } catch (const OutOfMemoryError& e) {
+  } catch (const OutOfMemoryError&) {
     if (failed_first_runs_ != failed_first_runs || kernel_running_) throw;
     const std::optional<ResidentBreakdown> breakdown = failed_breakdown_;
     const std::size_t thrashes = stats.thrashes;
@@ -54,7 +54,7 @@ void RuntimeImpl::run_frames(Id root_op, bool recompute) {
     }
     failed_breakdown_ = breakdown;  // the error describes the moment it was thrown
     stats.thrashes = thrashes;
-    throw e;
+    throw;  // the first error, as it was thrown
   }
 }
 
