@@ -153,7 +153,8 @@ double cost_of(const TorchCall& call) {
   return Backend::get().cost_estimate(call.signature).value_or(-1.0);
 }
 
-OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh) {
+// `cost`: cost_of(*call), which the caller also gives call_with.
+OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh, double cost) {
   auto def = std::make_shared<OpDef>();
   def->name = op_name(call->op);
   def->infer = [fresh = std::move(fresh)](SpecList) { return fresh; };
@@ -167,7 +168,7 @@ OpPtr remat_op(const std::shared_ptr<TorchCall>& call, Outputs fresh) {
   // of percent between steps on a loaded CPU; DTR's scores, and so its evictions, would vary
   // with it. A signature's cost is the median of its first three runs (Backend::note_run),
   // then fixed: the same price for every call of it, step after step.
-  if (const double cost = cost_of(*call); cost >= 0) def->cost = [cost](SpecList) { return cost; };
+  if (cost >= 0) def->cost = [cost](SpecList) { return cost; };
   return def;
 }
 
@@ -276,9 +277,10 @@ std::vector<Tensor> run_as_update(const std::shared_ptr<TorchCall>& call, const 
 // `outside` autograd, as an update).
 std::vector<Tensor> run_compute(const std::shared_ptr<TorchCall>& call, bool outside, Runtime& rt) {
   Outputs outputs = fresh_outputs(*call);
-  OpPtr def = remat_op(call, outputs);
+  const double cost = cost_of(*call);
+  OpPtr def = remat_op(call, outputs, cost);
   if (outside) return run_as_update(call, def, rt);
-  if (call->written_inputs.empty()) return rt.call_with(def, call->inputs, outputs, cost_of(*call));
+  if (call->written_inputs.empty()) return rt.call_with(def, call->inputs, outputs, cost);
   std::size_t pinned = 0;
   for (int i : call->written_inputs)
     pinned += call->input_storages[static_cast<std::size_t>(i)]->pinned ? 1 : 0;
@@ -297,7 +299,7 @@ std::vector<Tensor> run_compute(const std::shared_ptr<TorchCall>& call, bool out
     version.copy_of = i;
     outputs.push_back(std::move(version));
   }
-  std::vector<Tensor> made = rt.call_with(def, call->inputs, outputs, cost_of(*call));
+  std::vector<Tensor> made = rt.call_with(def, call->inputs, outputs, cost);
   for (std::size_t k = 0; k < call->written_inputs.size(); ++k) {
     const auto i = static_cast<std::size_t>(call->written_inputs[k]);
     call->input_storages[i]->tensor = made[call->fresh.size() + k];
@@ -355,7 +357,8 @@ void run_eager(const std::shared_ptr<TorchCall>& call, const std::vector<ReturnP
     set_fresh_layouts(*call, fresh_results(call->op.schema(), results));
     call->first_results = results;
     Outputs outputs = fresh_outputs(*call);
-    made = rt.call_with(remat_op(call, outputs), call->inputs, outputs, cost_of(*call));
+    const double cost = cost_of(*call);
+    made = rt.call_with(remat_op(call, outputs, cost), call->inputs, outputs, cost);
   }
   call->forget_inputs();
   push_results(*call, plans, arguments, made, /*pinned=*/false, results, stack);

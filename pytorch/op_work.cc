@@ -69,7 +69,7 @@ double attention_flops(const TorchCall& call, int q) {
 }
 
 double flops_of(const TorchCall& call) {
-  const std::string name = call.op.schema().name();
+  const std::string& name = call.op.schema().name();
   const bool backward = name.find("backward") != std::string::npos;
   if (name == "aten::mm" || name == "aten::bmm" || name == "aten::matmul")
     return product_flops(call, 0);

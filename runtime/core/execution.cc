@@ -79,7 +79,8 @@ void RuntimeImpl::walk_frames(Id root_op, bool recompute, bool hold_root_inputs)
       for (Id s : f.locked) wait_ready(s);  // Note [Copies beside the kernels]
       for (Id s : f.locked) storages[s].last_access = clock;
       execute(f.op, f.recompute, waiting);
-      if (stack.size() > 1) hold_for_root(stack.front(), ops[f.op].out_storages, wanted);
+      if (!wanted.empty() && stack.size() > 1)
+        hold_for_root(stack.front(), ops[f.op].out_storages, wanted);
       unlock_frame(stack.back());
       stack.pop_back();
     }
