@@ -82,6 +82,15 @@ void CandidateIndex::rebuild(std::size_t capacity) {
   next_ = live.size();
 }
 
+void CandidateIndex::shift_times(double by) {
+  for (std::size_t i = 0; i < next_; ++i) {
+    if (leaves_[i].storage == kNone) continue;
+    leaves_[i].last_access -= by;
+    nodes_[capacity_ + i].min_access = leaves_[i].last_access;
+  }
+  for (std::size_t node = capacity_ - 1; node >= 1; --node) pull(node);
+}
+
 Id CandidateIndex::insert(Id storage, double last_access) {
   if (next_ == capacity_) rebuild(std::max<std::size_t>(256, 2 * (count_ + 1)));
   const std::size_t position = next_++;

@@ -62,6 +62,9 @@ class CandidateIndex {
     }
   }
   std::size_t size() const { return count_; }
+  // Moves every candidate's last access `by` earlier (Note [Each step's own clock]), as the
+  // runtime moves its storages': the same subtraction, so the two stay equal.
+  void shift_times(double by);
   // Position of each storage changes on compaction; the index reports moves through this.
   std::function<void(Id storage, Id position)> on_move;
 

@@ -159,7 +159,7 @@ void RuntimeImpl::execute(Id op_id, bool recompute, const OpRec* waiting) {
   if (!rerun && !op.accumulates.empty()) ++stats.updates;
   try {
     op.cost = run_op(op, m, rerun);
-    if (clock > options.clock_limit) {
+    if (clock_base + clock > options.clock_limit) {
       ++stats.thrashes;
       throw ThrashError(absl::StrCat("remat: simulated time passed the clock limit of ",
                                      options.clock_limit, " while running op '", current_op, "' (",
@@ -390,7 +390,7 @@ double RuntimeImpl::launch(const OpDef& op, KernelContext ctx, double cost, bool
   }
   if (cost < 0) cost = 0;
   if (options.record_timeline) {
-    timeline.events.push_back({kind, op.name, clock, cost, bytes});
+    timeline.events.push_back({kind, op.name, clock_base + clock, cost, bytes});
     note_memory();
   }
   clock += cost;

@@ -46,6 +46,13 @@ class HostTier {
   // asked for at `now` starts when its engine is free, and this returns when it ends.
   double copy_to_host(double now, double price) { return queue(&to_host_free_at_, now, price); }
   double copy_to_device(double now, double price) { return queue(&to_device_free_at_, now, price); }
+  // Moves every time it holds `by` earlier: the runtime's clock was set back by that much
+  // (Note [Each step's own clock]).
+  void shift_times(double by) {
+    to_host_free_at_ -= by;
+    to_device_free_at_ -= by;
+    for (auto& [id, entry] : entries_) entry.copied_at -= by;
+  }
 
  private:
   struct Entry {

@@ -309,8 +309,8 @@ void RuntimeImpl::evict(Id s) {
   if (options.record_timeline) {
     const Id producer = storages[s].producer;
     timeline.events.push_back({TimelineEvent::Kind::kEvict,
-                               producer == kNone ? std::string() : ops[producer].op->name, clock,
-                               0.0, storages[s].bytes});
+                               producer == kNone ? std::string() : ops[producer].op->name,
+                               clock_base + clock, 0.0, storages[s].bytes});
     note_memory();
   }
 }
@@ -361,7 +361,7 @@ void RuntimeImpl::set_budget(std::size_t budget) {
 
 void RuntimeImpl::note_memory() {
   const MemoryStats m = memory->stats();
-  timeline.memory.push_back({clock, m.allocated, m.reserved});
+  timeline.memory.push_back({clock_base + clock, m.allocated, m.reserved});
 }
 
 std::vector<HeldTensors> RuntimeImpl::held_tensors() const {

@@ -91,7 +91,7 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   const RuntimeOptions& runtime_options() const { return options; }
   MemoryResource& memory_resource() { return *memory; }
   const Timeline& memory_timeline() const { return timeline; }
-  double simulated_clock() const { return clock; }
+  double simulated_clock() const { return clock_base + clock; }
   bool kernels_run() const { return runs_kernels; }
   CudaDevice* device() const { return cuda.get(); }
   // Host bytes to a storage's memory and back: through pinned staging on CUDA, memcpy on
@@ -158,7 +158,11 @@ class RuntimeImpl final : public MemoryReclaimer, public StepHost {
   SlotMap<StorageRec> storages;
   SlotMap<TensorRec> tensors;
   SlotMap<OpRec> ops;
+  // Simulated time since the current step began (Note [Each step's own clock]), and the
+  // time of the steps before it: the policies and the host tier read `clock`, reports the sum.
   double clock = 0;
+  double clock_base = 0;
+  void start_step_clock();
   // The CUDA backend's device (null elsewhere); declared before `memory`, which uses it to
   // its end.
   std::unique_ptr<CudaDevice> cuda;
