@@ -209,7 +209,7 @@ StepOptions ShapePlans::before(const PlanCache::Key& key, int step) {
       // (costs being learned, memory reserved for the first time), and the trial is judged
       // against the recorded step. Then it is recorded (again, if its recording was dropped).
       if (!s.recording) {
-        opt.record = s.steps > 0;
+        opt.record = s.steps > 0 || options_.record_first_step;
         return opt;
       }
       if (s.dtr.recompute <= 0) {
@@ -243,9 +243,11 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
   ++s.steps;
   switch (s.state) {
     case State::kUnplanned:
-      if (s.recording || s.steps == 1 || step.graph.nodes.empty()) return;
+      if (s.recording || step.graph.nodes.empty()) return;
+      if (s.steps == 1 && !options_.record_first_step) return;
       s.recording = std::move(step);
       s.dtr = cost;
+      s.dtr_from_first_step = s.steps == 1;
       recorded_.push_back(key);
       if (recorded_.size() > options_.max_recordings) {
         shapes_[recorded_.front()].recording.reset();
@@ -273,6 +275,10 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
       }
       return;
     case State::kPlanning:  // DTR while the plan is made
+      // The trial is judged against a step like the ones it is among, not the first.
+      if (s.dtr_from_first_step) s.dtr = cost;
+      s.dtr_from_first_step = false;
+      return;
     case State::kDynamic:
       return;
   }

@@ -132,6 +132,7 @@ detail::ShapePlans::Options StepDriver::Impl::shape_plan_options() {
   o.max_shapes = options_.max_shapes;
   o.background = options_.plan_in_background && options_.runtime.backend != Backend::kSimulated;
   o.steps_beside = options_.plan_within_steps;
+  o.record_first_step = o.background && !options_.runtime.measure_costs;
   if (options_.screen) {
     o.screen = [this](int step, detail::StepPlan* plan, bool after_dtr) {
       return simulated_.screen(step, plan, after_dtr);
