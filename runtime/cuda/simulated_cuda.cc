@@ -143,7 +143,32 @@ void SimulatedCuda::advance_to(double t) {
 }
 
 void SimulatedCuda::synchronize_all() {
-  if (!pending_.empty()) advance_to(pending_.rbegin()->second.end);
+  if (!pending_.empty()) wait_until(pending_.rbegin()->second.end);
+}
+
+void SimulatedCuda::wait_until(double t) {
+  if (t > now_) ++host_waits_;
+  advance_to(t);
+}
+
+// Note [Host code run as a kernel]
+// A framework's host kernel (a PyTorch CPU kernel standing in for its CUDA one) cannot be a
+// deferred body: it takes scratch memory while it runs, through the allocator and so through
+// this simulator, which a body must not call. It runs on the host when it is launched
+// instead, and its launch is recorded with an empty body. For it to see what a GPU would,
+// every piece of work that new work on its stream would start after has to have run first:
+// catch_up runs those bodies now, in order of end time. They end by the stream's ready time,
+// so in simulated time they are complete when the kernel starts, and running them early is
+// exact. They stay pending, so work enqueued later on other streams is still checked against
+// them (Note [Race detection]), and work not ordered before the kernel (other streams' later
+// items) still runs at its own end, after it.
+void SimulatedCuda::catch_up(CudaStream stream) {
+  if (sticky_ || !streams_.contains(stream)) return;
+  const double t = std::max(now_, ready_time(stream));
+  for (auto& [key, item] : pending_) {
+    if (item.end > t) break;
+    if (item.body && !item.skip_body) std::exchange(item.body, nullptr)();
+  }
 }
 
 // Runs the bodies of the work items the clock has passed, in order of end time.
@@ -368,7 +393,7 @@ CudaResult SimulatedCuda::memcpy_async(void* dst, const void* src, std::size_t b
   const double end = enqueue(
       stream, duration, std::move(accesses), [dst, src, bytes] { std::memmove(dst, src, bytes); },
       what);
-  if (!deferred) advance_to(end);
+  if (!deferred) wait_until(end);
   return {};
 }
 
@@ -395,7 +420,7 @@ CudaResult SimulatedCuda::stream_destroy(CudaStream stream) {
 CudaResult SimulatedCuda::stream_synchronize(CudaStream stream) {
   if (auto r = begin(SimulatedCall::kStreamSynchronize)) return *r;
   if (!streams_.contains(stream)) return invalid_handle();
-  advance_to(stream == nullptr ? ready_time(nullptr) : streams_.at(stream).tail);
+  wait_until(stream == nullptr ? ready_time(nullptr) : streams_.at(stream).tail);
   return {};
 }
 
@@ -448,7 +473,7 @@ CudaResult SimulatedCuda::event_synchronize(CudaEvent event) {
   if (auto r = begin(SimulatedCall::kEventSynchronize)) return *r;
   auto e = events_.find(event);
   if (e == events_.end()) return invalid_handle();
-  if (e->second.recorded) advance_to(e->second.time);
+  if (e->second.recorded) wait_until(e->second.time);
   return {};
 }
 

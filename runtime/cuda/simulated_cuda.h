@@ -216,6 +216,13 @@ class SimulatedCuda final : public CudaApi {
   void advance(double ns);
   // Waits for all pending work (cudaDeviceSynchronize); takes no host time of its own.
   void synchronize_all();
+  // Runs now, in order, the bodies of the pending work that new work on `stream` would start
+  // after (Note [Host code run as a kernel]); takes no time, and the work stays pending for
+  // race detection.
+  void catch_up(CudaStream stream);
+  // The times the host waited for the device: a synchronization, a free or a copy from or to
+  // pageable memory that found the work it waits for not yet done.
+  std::size_t host_waits() const { return host_waits_; }
 
   std::size_t device_bytes_in_use(int device = 0) const;  // malloc'd plus mapped
   std::size_t live_allocations() const { return device_allocations_.size(); }  // malloc
@@ -239,7 +246,7 @@ class SimulatedCuda final : public CudaApi {
     double start = 0;
     double end = 0;
     std::vector<Access> accesses;
-    std::function<void()> body;
+    std::function<void()> body;  // empty once run (or caught up)
     const char* what = "";
     bool skip_body = false;
   };
@@ -273,6 +280,7 @@ class SimulatedCuda final : public CudaApi {
   std::optional<CudaResult> begin(SimulatedCall call);
   std::optional<CudaResult> take_injection(SimulatedCall call);
   void advance_to(double t);
+  void wait_until(double t);  // advance_to, counted in host_waits_ where the clock moves
   void drain();
   double ready_time(CudaStream stream) const;
   bool valid_device(int device) const { return device >= 0 && device < options_.devices; }
@@ -295,6 +303,7 @@ class SimulatedCuda final : public CudaApi {
 
   SimulatedCudaOptions options_;
   double now_ = 0;
+  std::size_t host_waits_ = 0;
   int current_device_ = 0;
   int current_context_ = -1;            // the device whose primary context is current
   std::vector<char> primary_contexts_;  // per device: created; its address is the handle
