@@ -31,8 +31,8 @@ Backend& Backend::get() {
   return *backend;
 }
 
-Backend::Backend() {
-  options_.backend = remat::Backend::kCpu;
+Backend::Backend() : execution_(make_execution(default_execution_name())) {
+  execution_->configure(options_);
   options_.accounting = Accounting::kAllocator;
   options_.policy = "dtr";
   // Host memory holds the optimizer's state only (Note [State waits on the host]): on this
@@ -62,6 +62,17 @@ void Backend::set_policy(const std::string& policy) {
   options_.policy = planned_ ? "hinted" : policy;  // `auto` follows plans as `hinted` does
   plans_.reset();
   runtime_.reset();
+}
+
+void Backend::set_execution(const std::string& name) {
+  if (name == execution_->name()) return;
+  std::unique_ptr<Execution> chosen = make_execution(name);  // an unknown name changes nothing
+  if (!storages_.empty())
+    throw std::logic_error("remat_torch: set_execution while " + std::to_string(storages_.size()) +
+                           " storages are on the device; set it before moving tensors there");
+  runtime_.reset();
+  execution_ = std::move(chosen);
+  execution_->configure(options_);
 }
 
 void Backend::set_host_memory(std::size_t bytes) {

@@ -1,6 +1,7 @@
 // remat_torch._C: the Python face of remat/torch.h (pytorch/python/remat_torch wraps it).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>  // at::Tensor from Python (side_read)
 
 #include <cstdint>
 #include <optional>
@@ -123,6 +124,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_host_memory", &remat::torch_backend::set_host_memory, py::arg("bytes"));
   m.def("set_costs", &remat::torch_backend::set_costs, py::arg("costs"));
   m.def("costs", &remat::torch_backend::costs);
+  m.def("set_execution", &remat::torch_backend::set_execution, py::arg("name"));
+  m.def("execution", &remat::torch_backend::execution);
+  m.def("executions", &remat::torch_backend::executions);
+  m.def("execution_problems", &remat::torch_backend::execution_problems);
+  m.def("clear_execution_problems", &remat::torch_backend::clear_execution_problems);
+  m.def("host_waits", &remat::torch_backend::host_waits);
+  m.def("_side_read", &remat::torch_backend::side_read, py::arg("tensor"),
+        py::arg("record_stream"));
   m.def("policy", &remat::torch_backend::policy);
   m.def("policies", &remat::eviction_policy_names);
   m.def("stats", &stats_dict);

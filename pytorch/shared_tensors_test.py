@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
 import remat_torch
-from remat_torch_test import deterministic_algorithms, fixed_bytes, same
+from remat_torch_test import DeviceTest, deterministic_algorithms, fixed_bytes, same
 
 DEV = remat_torch.device
 FRACTIONS = [None, 0.5]
@@ -173,7 +173,7 @@ class SharedTensorChecks:
         remat_torch.set_budget(None)
 
 
-class TiedWeights(SharedTensorChecks, unittest.TestCase):
+class TiedWeights(SharedTensorChecks, DeviceTest):
     def setUp(self):
         remat_torch.set_budget(None)
 
@@ -221,7 +221,7 @@ class TiedWeights(SharedTensorChecks, unittest.TestCase):
         self.check(Idiom(Siamese, feature_batches(3)))
 
 
-class MovedTogether(SharedTensorChecks, unittest.TestCase):
+class MovedTogether(SharedTensorChecks, DeviceTest):
     """What the program made before the move: an optimizer, hooks, parametrizations."""
 
     def setUp(self):
@@ -318,7 +318,7 @@ class MovedTogether(SharedTensorChecks, unittest.TestCase):
         self.check(Idiom(mlp, feature_batches(3), step=step, after_move=after_move))
 
 
-class SharedBuffers(SharedTensorChecks, unittest.TestCase):
+class SharedBuffers(SharedTensorChecks, DeviceTest):
     def setUp(self):
         remat_torch.set_budget(None)
 
@@ -371,7 +371,7 @@ class SharedBuffers(SharedTensorChecks, unittest.TestCase):
         self.check(Idiom(TwoBranches, feature_batches(3), sgd, slots=1))
 
 
-class Accumulation(SharedTensorChecks, unittest.TestCase):
+class Accumulation(SharedTensorChecks, DeviceTest):
     def setUp(self):
         remat_torch.set_budget(None)
 
@@ -393,7 +393,7 @@ class Accumulation(SharedTensorChecks, unittest.TestCase):
             self.check(idiom)
 
 
-class StateDicts(unittest.TestCase):
+class StateDicts(DeviceTest):
     def setUp(self):
         remat_torch.set_budget(None)
 

@@ -72,6 +72,42 @@ void set_costs(const std::string& costs) {
   detail::Backend::get().set_estimated_costs(costs == "estimated");
 }
 
+void set_execution(const std::string& name) {
+  auto lock = locked();
+  detail::Backend::get().set_execution(name);
+}
+
+std::string execution() {
+  auto lock = locked();
+  return std::string(detail::Backend::get().execution().name());
+}
+
+std::vector<std::string> executions() { return detail::execution_names(); }
+
+std::vector<std::string> execution_problems() {
+  auto lock = locked();
+  return detail::Backend::get().execution().problems();
+}
+
+void clear_execution_problems() {
+  auto lock = locked();
+  detail::Backend::get().execution().clear_problems();
+}
+
+void side_read(const at::Tensor& t, bool record_stream) {
+  auto lock = locked();
+  detail::RematStorage* s = detail::remat_storage_of(t.storage());
+  if (s == nullptr)
+    throw std::invalid_argument("remat_torch: side_read of a tensor off the device");
+  detail::Backend& backend = detail::Backend::get();
+  backend.execution().side_read(backend.runtime(), s->tensor, record_stream);
+}
+
+std::size_t host_waits() {
+  auto lock = locked();
+  return detail::Backend::get().execution().host_waits();
+}
+
 std::string costs() {
   auto lock = locked();
   return detail::Backend::get().estimated_costs() ? "estimated" : "measured";

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <string>
 #include <vector>
 
 #include "remat/torch.h"
@@ -76,7 +77,17 @@ std::vector<std::size_t> budgets_after_an_unconstrained_run(const TrainingRun& c
   return budgets;
 }
 
-TEST(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
+// Each test ends with what the execution saw go wrong in the device's memory checked: under
+// REMAT_TORCH_EXECUTION=simulated_cuda, no race and no invalid access (Note [Executions]).
+class TorchBackend : public ::testing::Test {
+ protected:
+  void SetUp() override { remat::torch_backend::clear_execution_problems(); }
+  void TearDown() override {
+    EXPECT_EQ(remat::torch_backend::execution_problems(), std::vector<std::string>{});
+  }
+};
+
+TEST_F(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
   const TrainingRun cpu = train(torch::kCPU, 4);
   const std::vector<double> fractions = {0.5, 0.3};
   const std::vector<std::size_t> budgets = budgets_after_an_unconstrained_run(cpu, 4, fractions);
@@ -97,7 +108,7 @@ TEST(TorchBackend, SequentialWithSgdTrainsBitwiseUnderABudget) {
 // Policy auto on the same loop: the marked steps warm up, are recorded, planned and followed
 // where a plan beats DTR; a plan may defer ops (Note [Following a schedule]), and eager and
 // random ones still run when called. Results stay bitwise.
-TEST(TorchBackend, PlannedStepsTrainBitwise) {
+TEST_F(TorchBackend, PlannedStepsTrainBitwise) {
   const TrainingRun cpu = train(torch::kCPU, 5);
   const std::size_t budget = budgets_after_an_unconstrained_run(cpu, 5, {0.3}).front();
   remat::torch_backend::set_policy("auto");
@@ -117,7 +128,7 @@ TEST(TorchBackend, PlannedStepsTrainBitwise) {
 
 // Note [State waits on the host]: the momentum buffers leave the device while a marked step
 // does not read them, and come back for the optimizer's step; results stay bitwise.
-TEST(TorchBackend, MomentumWaitsOnTheHostAndTrainsBitwise) {
+TEST_F(TorchBackend, MomentumWaitsOnTheHostAndTrainsBitwise) {
   const TrainingRun cpu = train(torch::kCPU, 4, 0.9);
   remat::torch_backend::set_host_memory(std::size_t{64} << 20);  // before any device tensor
   const std::size_t budget = budgets_after_an_unconstrained_run(cpu, 4, {0.3}, 0.9).front();
@@ -138,7 +149,7 @@ TEST(TorchBackend, MomentumWaitsOnTheHostAndTrainsBitwise) {
 // Note [Moves keep identity]: Module::to moves a LibTorch module in place, as it does to
 // CUDA: the members (Linear::weight) and the parameter list keep naming one tensor, and the
 // optimizer made before the move trains the moved parameters, bitwise against the CPU.
-TEST(TorchBackend, ModuleToMovesParametersInPlace) {
+TEST_F(TorchBackend, ModuleToMovesParametersInPlace) {
   auto train_moved_by_to = [](const torch::Device& device) {
     torch::manual_seed(5);
     torch::nn::Linear first(16, 64), second(64, 4);

@@ -34,6 +34,9 @@
 
 #include "remat/runtime.h"
 
+namespace at {
+class Tensor;
+}  // namespace at
 namespace torch::nn {
 class Module;
 }
@@ -62,6 +65,23 @@ std::string policy();
 // or "measured", each signature timed on its first runs. Applies to the calls made after it.
 void set_costs(const std::string& costs);
 std::string costs();
+// What runs the operators' kernels (executions()): "cpu", each operator's CPU kernel over
+// host memory; "simulated_cuda", the runtime on a simulated CUDA device whose memory is host
+// memory, the CPU kernels launched on its stream, and races, invalid accesses and the host's
+// waits for the device reported (execution_problems()). The default is the environment's
+// REMAT_TORCH_EXECUTION, else "cpu". Only before any tensor is on the device.
+void set_execution(const std::string& name);
+std::string execution();
+std::vector<std::string> executions();
+// What the execution saw go wrong in the device's memory since the last clear (races and
+// invalid accesses, one line each; always empty on "cpu"), and the host's waits for the
+// device so far.
+std::vector<std::string> execution_problems();
+void clear_execution_problems();
+std::size_t host_waits();
+// For tests of "simulated_cuda": a read of `t`'s storage on another stream, with
+// record_stream or without (Execution::side_read).
+void side_read(const at::Tensor& t, bool record_stream);
 
 // One candidate `auto` weighed for the recorded step: DTR or a plan, priced by replaying the
 // step on the simulated backend under the budget.

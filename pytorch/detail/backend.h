@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pytorch/detail/execution.h"
 #include "pytorch/detail/signature_cache.h"
 #include "pytorch/detail/step_plans.h"
 #include "remat/runtime.h"
@@ -54,6 +55,9 @@ class Backend {
   // [Planned steps on the device]); only while no storage is alive.
   void set_policy(const std::string& policy);
   std::string policy() const { return planned_ ? "auto" : options_.policy; }
+  // Replaces the execution (Note [Executions]); only while no storage is alive.
+  void set_execution(const std::string& name);
+  Execution& execution() { return *execution_; }
   // The runtime's host memory (Note [State waits on the host]); only while no storage is
   // alive.
   void set_host_memory(std::size_t bytes);
@@ -92,6 +96,7 @@ class Backend {
   Backend();
   std::recursive_mutex mutex_;
   RuntimeOptions options_;
+  std::unique_ptr<Execution> execution_;  // configures options_; outlives runtime_
   std::unique_ptr<Runtime> runtime_;
   absl::flat_hash_set<RematStorage*> storages_;
   struct KnownCall {

@@ -39,8 +39,8 @@ void run_step(Runtime& rt, const Tensor& input) {
   rt.begin_step();
   std::vector<Tensor> acts{input};
   for (int l = 0; l < 24; ++l)
-    acts.push_back(rt.call1(
-        priced_affine("layer" + std::to_string(l), 0.5f + 0.01f * l, 1 + l % 7), {acts.back()}));
+    acts.push_back(rt.call1(priced_affine("layer" + std::to_string(l), 0.5f + 0.01f * l, 1 + l % 7),
+                            {acts.back()}));
   rt.mark_backward();
   Tensor g = acts.back();
   for (int l = 23; l >= 0; --l) {

@@ -102,6 +102,45 @@ def costs():
     return _C.costs()
 
 
+def set_execution(name):
+    """What runs the operators' kernels (`executions()`), set before any tensor is on the
+    device: "cpu", each operator's CPU kernel over host memory; "simulated_cuda", the runtime
+    on a simulated CUDA device (its memory is host memory), the CPU kernels launched on its
+    stream, with races, invalid accesses and the host's waits for the device reported by
+    `execution_problems()` and `host_waits()`. The default: the environment's
+    REMAT_TORCH_EXECUTION, else "cpu"."""
+    _C.set_execution(name)
+
+
+def execution():
+    return _C.execution()
+
+
+def executions():
+    return _C.executions()
+
+
+def execution_problems():
+    """Races and invalid accesses the execution saw since `clear_execution_problems()`, one
+    line each (none on "cpu")."""
+    return _C.execution_problems()
+
+
+def clear_execution_problems():
+    _C.clear_execution_problems()
+
+
+def host_waits():
+    """The times the host waited for the device so far (0 on "cpu")."""
+    return _C.host_waits()
+
+
+def _side_read(tensor, record_stream):
+    """For tests, on "simulated_cuda": a read of `tensor`'s storage on another stream, which
+    the runtime is told about (record_stream) or not."""
+    _C._side_read(tensor, bool(record_stream))
+
+
 def policy():
     return _C.policy()
 
