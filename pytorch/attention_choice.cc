@@ -11,20 +11,25 @@
 // flags), so the device runs what the program would run on the CPU:
 // the same kernel, the same bits, and none of the T x T memory remat would otherwise have to
 // evict and recompute. The chosen op (_scaled_dot_product_flash_attention_for_cpu) then comes
-// to the device's fallback as any other.
+// to the device's fallback as any other. Under the `cuda` execution the choice is CUDA's
+// (Note [Executions]): its kernel's key is asked instead of the CPU's.
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <torch/version.h>
+
+#include "pytorch/detail/backend.h"
 
 namespace remat::torch_backend::detail {
 namespace {
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-int64_t choose_as_the_cpu(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                          const std::optional<at::Tensor>& attn_mask, double dropout_p,
-                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
-  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), query,
-                                                 key, value, attn_mask, dropout_p, is_causal, scale,
+int64_t choose_as_the_kernels(const at::Tensor& query, const at::Tensor& key,
+                              const at::Tensor& value, const std::optional<at::Tensor>& attn_mask,
+                              double dropout_p, bool is_causal, std::optional<double> scale,
+                              bool enable_gqa) {
+  const c10::DispatchKey kernels = Backend::get().execution().kernel_key();
+  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(kernels), query, key, value,
+                                                 attn_mask, dropout_p, is_causal, scale,
                                                  enable_gqa);
 }
 #endif
@@ -35,6 +40,6 @@ int64_t choose_as_the_cpu(const at::Tensor& query, const at::Tensor& key, const 
 namespace at::native {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
 REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub,
-                              &remat::torch_backend::detail::choose_as_the_cpu)
+                              &remat::torch_backend::detail::choose_as_the_kernels)
 #endif
 }  // namespace at::native

@@ -401,7 +401,7 @@ void run_call(const c10::OperatorHandle& op, torch::jit::Stack& stack, bool outs
   mark_hidden_writes(*call);
   call->written_inputs = written_inputs(*call);
   if (op.hasTag(at::Tag::nondeterministic_seeded)) {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    at::Generator gen = Backend::get().execution().generator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     call->rng = gen.clone();
     Backend::get().note_runs_when_called(op_name(op));

@@ -1,5 +1,6 @@
 #include "pytorch/detail/execution.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <absl/strings/str_join.h>
 
 #include <cstdlib>
@@ -19,23 +20,37 @@ class CpuExecution final : public Execution {
 
 }  // namespace
 
+at::Generator Execution::generator() const { return at::detail::getDefaultCPUGenerator(); }
+
 void Execution::side_read(Runtime&, const Tensor&, bool) {
   throw std::logic_error("remat_torch: the " + std::string(name()) +
                          " execution has no other stream to read on");
 }
 
-std::vector<std::string> execution_names() { return {"cpu", "simulated_cuda"}; }
+std::vector<std::string> execution_names() {
+  std::vector<std::string> names{"cpu", "simulated_cuda"};
+  if (make_cuda_execution() != nullptr) names.push_back("cuda");
+  return names;
+}
 
 std::unique_ptr<Execution> make_execution(std::string_view name) {
   if (name == "cpu") return std::make_unique<CpuExecution>();
   if (name == "simulated_cuda") return make_simulated_cuda_execution();
+  if (name == "cuda") {
+    std::unique_ptr<Execution> cuda = make_cuda_execution();
+    if (cuda == nullptr)
+      throw std::invalid_argument(
+          "remat_torch: the cuda execution was not built (torch or remat without CUDA)");
+    return cuda;
+  }
   throw std::invalid_argument("remat_torch: unknown execution '" + std::string(name) +
                               "'; known: " + absl::StrJoin(execution_names(), ", "));
 }
 
 std::string default_execution_name() {
   const char* chosen = std::getenv("REMAT_TORCH_EXECUTION");
-  return chosen != nullptr && *chosen != '\0' ? chosen : "cpu";
+  if (chosen != nullptr && *chosen != '\0') return chosen;
+  return cuda_execution_usable() ? "cuda" : "cpu";
 }
 
 }  // namespace remat::torch_backend::detail

@@ -13,12 +13,12 @@ Layout Layout::of(const at::Tensor& t) {
   return Layout{t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()};
 }
 
-at::Tensor Layout::on_cpu(const void* base) const {
+at::Tensor Layout::over(const void* base, c10::Device device) const {
   const std::size_t item = c10::elementSize(dtype);
   auto* data =
       static_cast<char*>(const_cast<void*>(base)) + offset * static_cast<std::int64_t>(item);
   return at::from_blob(
-      data, sizes, strides, [](void*) {}, at::TensorOptions().dtype(dtype).device(c10::kCPU));
+      data, sizes, strides, [](void*) {}, at::TensorOptions().dtype(dtype).device(device));
 }
 
 at::Tensor Layout::on_meta(std::size_t storage_bytes) const {

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
 import remat_torch
-from remat_torch_test import DeviceTest, deterministic_algorithms, fixed_bytes, same
+from remat_torch_test import REFERENCE, DeviceTest, deterministic_algorithms, fixed_bytes, same
 
 DEV = remat_torch.device
 FRACTIONS = [None, 0.5]
@@ -141,7 +141,7 @@ class SharedTensorChecks:
         """Trains `idiom` on the CPU, then on the device at each fraction of its activation
         bytes (None: unconstrained, which measures them): losses and final state bitwise,
         the same parameters shared, peaks within budget."""
-        cpu_losses, cpu_state, cpu_model = idiom.train("cpu")
+        cpu_losses, cpu_state, cpu_model = idiom.train(REFERENCE)
         budget_of = {}
         for fraction in fractions:
             with self.subTest(fraction=fraction):

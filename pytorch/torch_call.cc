@@ -27,10 +27,10 @@ bool inside_outputs(const at::Tensor& t, const KernelContext& ctx) {
   return false;
 }
 
-// Draws as the first run did: the generator at its state from then, put back afterwards.
+// Draws as the first run did: `gen` at its state from then, put back afterwards.
 class RngReplay {
  public:
-  explicit RngReplay(const at::Generator& from) : gen_(at::detail::getDefaultCPUGenerator()) {
+  RngReplay(at::Generator gen, const at::Generator& from) : gen_(std::move(gen)) {
     std::lock_guard<std::mutex> lock(gen_.mutex());
     saved_ = gen_.clone();
     gen_.set_state(from.get_state());
@@ -180,27 +180,43 @@ int TorchCall::version_of(int input) const {
   return -1;
 }
 
-torch::jit::Stack TorchCall::cpu_arguments(const KernelContext& ctx) const {
-  return rebuild_arguments(c10::Device(c10::kCPU), [&](const TensorArg& arg) {
+torch::jit::Stack TorchCall::kernel_arguments(const KernelContext& ctx, c10::Device device) const {
+  return rebuild_arguments(device, [&](const TensorArg& arg) {
     const int version = version_of(arg.input);
     const void* base = version >= 0 ? ctx.outputs[static_cast<std::size_t>(version)]
                                     : ctx.inputs[static_cast<std::size_t>(arg.input)];
-    return arg.layout.on_cpu(base);
+    return arg.layout.over(base, device);
   });
 }
 
-std::vector<c10::IValue> TorchCall::call_cpu(torch::jit::Stack stack, const KernelContext& ctx) {
+std::vector<c10::IValue> TorchCall::call_kernel(torch::jit::Stack stack, const KernelContext& ctx,
+                                                const Execution& execution) {
   std::optional<RngReplay> replay;
-  if (rng.has_value() && ctx.recompute) replay.emplace(*rng);
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+  if (rng.has_value() && ctx.recompute) replay.emplace(execution.generator(), *rng);
+  op.redispatchBoxed(c10::DispatchKeySet(execution.kernel_key()), &stack);
   return stack;
 }
 
 std::vector<c10::IValue> TorchCall::run_eagerly(const KernelContext& ctx) {
-  return call_cpu(cpu_arguments(ctx), ctx);
+  Execution& execution = Backend::get().execution();
+  std::vector<c10::IValue> results;
+  execution.around_kernel(ctx, [&] {
+    results = call_kernel(kernel_arguments(ctx, execution.kernel_device()), ctx, execution);
+    for (c10::IValue& r : results)  // the caller reads them on the host
+      r = map_tensors(
+          r, [](const at::Tensor& t) { return t.defined() && !t.is_cpu() ? t.cpu() : t; },
+          c10::Device(c10::kCPU));
+  });
+  return results;
 }
 
 void TorchCall::run(const KernelContext& ctx) {
+  Execution& execution = Backend::get().execution();
+  execution.around_kernel(ctx, [&] { run_here(ctx, execution); });
+  ran = true;
+}
+
+void TorchCall::run_here(const KernelContext& ctx, const Execution& execution) {
   std::vector<c10::IValue> results;
   if (first_results.has_value() && !ctx.recompute) {
     results = std::move(*first_results);
@@ -211,18 +227,17 @@ void TorchCall::run(const KernelContext& ctx) {
     memory.declared = declared_scratch;
     for (std::size_t i = 0; i < fresh.size(); ++i)
       memory.outputs.push_back({ctx.outputs[i], fresh_bytes[i]});
-    torch::jit::Stack stack = cpu_arguments(ctx);
+    torch::jit::Stack stack = kernel_arguments(ctx, execution.kernel_device());
     const auto start = std::chrono::steady_clock::now();
     {
       KernelMemoryScope scope(&memory);
-      results = call_cpu(std::move(stack), ctx);
+      results = call_kernel(std::move(stack), ctx, execution);
     }
     const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
     Backend::get().note_run(signature, memory.arena.extent(), took.count());
   }
   if (!ctx.recompute && !published) adopt_result_layouts(results);
-  copy_fresh_results(results, ctx);
-  ran = true;
+  copy_fresh_results(results, ctx, execution.kernel_device());
 }
 
 // Note [Results take the CPU kernel's layouts]
@@ -253,7 +268,7 @@ void TorchCall::adopt_result_layouts(const std::vector<c10::IValue>& results) {
 // kernel already wrote it there. One that sits in another output's memory is cloned first,
 // so that copying an earlier result cannot overwrite it.
 void TorchCall::copy_fresh_results(const std::vector<c10::IValue>& results,
-                                   const KernelContext& ctx) {
+                                   const KernelContext& ctx, c10::Device device) {
   const std::vector<at::Tensor> flat = fresh_results(op.schema(), results);
   if (flat.size() != fresh.size())
     throw std::logic_error("remat_torch: " + op.schema().name() + " returned " +
@@ -263,12 +278,12 @@ void TorchCall::copy_fresh_results(const std::vector<c10::IValue>& results,
   for (std::size_t i = 0; i < flat.size(); ++i) {
     const at::Tensor& r = flat[i];
     if (!r.defined() || fresh[i].extent_bytes() == 0) continue;
-    at::Tensor dst = fresh[i].on_cpu(ctx.outputs[i]);
+    at::Tensor dst = fresh[i].over(ctx.outputs[i], device);
     if (r.const_data_ptr() == dst.const_data_ptr() && r.strides() == dst.strides()) continue;
     sources[i] = inside_outputs(r, ctx) ? r.clone() : r;
   }
   for (std::size_t i = 0; i < flat.size(); ++i)
-    if (sources[i].defined()) fresh[i].on_cpu(ctx.outputs[i]).copy_(sources[i]);
+    if (sources[i].defined()) fresh[i].over(ctx.outputs[i], device).copy_(sources[i]);
 }
 
 }  // namespace remat::torch_backend::detail

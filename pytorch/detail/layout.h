@@ -18,8 +18,10 @@ struct Layout {
   c10::ScalarType dtype = c10::ScalarType::Float;
 
   static Layout of(const at::Tensor& t);
-  // A CPU tensor over the storage bytes starting at `base`, owning nothing.
-  at::Tensor on_cpu(const void* base) const;
+  // A tensor on `device` over the storage bytes starting at `base` (memory of that device),
+  // owning nothing; on_cpu(base) is over(base, kCPU).
+  at::Tensor over(const void* base, c10::Device device) const;
+  at::Tensor on_cpu(const void* base) const { return over(base, c10::Device(c10::kCPU)); }
   // A meta tensor with this layout in a storage of `storage_bytes`.
   at::Tensor on_meta(std::size_t storage_bytes) const;
   // Bytes from the storage's start to one past the tensor's last element (0 if empty).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pytorch/detail/backend.h"
+#include "pytorch/detail/execution.h"
 #include "pytorch/detail/layout.h"
 #include "remat/op.h"
 
@@ -76,25 +77,33 @@ struct TorchCall {
     inputs.clear();
     input_storages.clear();
   }
-  // The remat kernel: runs the operator's CPU kernel over the storages in `ctx`.
+  // The remat kernel: runs the operator's kernel over the storages in `ctx`, where the
+  // device's execution runs kernels (Note [Executions]).
   void run(const KernelContext& ctx);
   // The output index of input `i` where the call writes it, else -1.
   int version_of(int input) const;
-  // Runs the CPU kernel on arguments rebuilt over `ctx` without the bridge (eager calls).
+  // Runs the kernel on arguments rebuilt over `ctx` without the bridge (eager calls); its
+  // tensor results are on the CPU.
   std::vector<c10::IValue> run_eagerly(const KernelContext& ctx);
 
  private:
   TensorArg capture_tensor(const at::Tensor& t, int argument, bool written, Runtime& rt);
   // The input holding `storage` (or, for a storage made here, a new one).
   int input_of(RematStorage* storage, const Tensor& tensor, std::size_t bytes);
-  torch::jit::Stack cpu_arguments(const KernelContext& ctx) const;
+  // The arguments with every device tensor over its memory in `ctx`, on `device`.
+  torch::jit::Stack kernel_arguments(const KernelContext& ctx, c10::Device device) const;
   // The arguments with every device tensor given by `device_tensor(arg)`, literals as they
   // are, and the device replaced by `device`.
   template <typename F>
   torch::jit::Stack rebuild_arguments(c10::Device device, F&& device_tensor) const;
-  void copy_fresh_results(const std::vector<c10::IValue>& results, const KernelContext& ctx);
+  void copy_fresh_results(const std::vector<c10::IValue>& results, const KernelContext& ctx,
+                          c10::Device device);
   void adopt_result_layouts(const std::vector<c10::IValue>& results);
-  std::vector<c10::IValue> call_cpu(torch::jit::Stack stack, const KernelContext& ctx);
+  std::vector<c10::IValue> call_kernel(torch::jit::Stack stack, const KernelContext& ctx,
+                                       const Execution& execution);
+  // The first run's body: the kernel (or the results of the run made before the op), then
+  // the fresh results copied to the outputs.
+  void run_here(const KernelContext& ctx, const Execution& execution);
 };
 
 // "aten::add.Tensor": the operator's name with its overload.
