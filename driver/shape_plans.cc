@@ -224,6 +224,9 @@ StepOptions ShapePlans::before(const PlanCache::Key& key, int step) {
       s.recording_step = step;
       // Beside the steps, DTR until the plan is made (or the thread is free).
       if (options_.background && (job_ || start_planning(key, s))) return opt;
+      // Planned in the step after all (no thread): from a DTR step like the later ones, so
+      // this one runs under DTR first, its cost the one the trial is judged against.
+      if (s.dtr_from_first_step) return opt;
       plan_recording(key, s);
       if (!take_plan(s)) return opt;
       [[fallthrough]];
@@ -243,6 +246,10 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
   ++s.steps;
   switch (s.state) {
     case State::kUnplanned:
+      if (s.recording && s.dtr_from_first_step && s.steps > 1) {
+        s.dtr = cost;  // a step like the later ones (Note [Planning beside the steps])
+        s.dtr_from_first_step = false;
+      }
       if (s.recording || step.graph.nodes.empty()) return;
       if (s.steps == 1 && !options_.record_first_step) return;
       s.recording = std::move(step);

@@ -11,8 +11,11 @@
 // flags), so the device runs what the program would run on the CPU:
 // the same kernel, the same bits, and none of the T x T memory remat would otherwise have to
 // evict and recompute. The chosen op (_scaled_dot_product_flash_attention_for_cpu) then comes
-// to the device's fallback as any other. Under the `cuda` execution the choice is CUDA's
-// (Note [Executions]): its kernel's key is asked instead of the CPU's.
+// to the device's fallback as any other. Under the `cuda` execution (Note [Executions]) it is
+// the math path for now: CUDA's fused choices call operators (the flash kernel's CPU variant
+// for a query off CUDA, say) that the device's fallback cannot send to a CUDA kernel yet
+// (issue 54).
+#include <ATen/SDPBackend.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <torch/version.h>
@@ -27,9 +30,10 @@ int64_t choose_as_the_kernels(const at::Tensor& query, const at::Tensor& key,
                               const at::Tensor& value, const std::optional<at::Tensor>& attn_mask,
                               double dropout_p, bool is_causal, std::optional<double> scale,
                               bool enable_gqa) {
-  const c10::DispatchKey kernels = Backend::get().execution().kernel_key();
-  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(kernels), query, key, value,
-                                                 attn_mask, dropout_p, is_causal, scale,
+  if (Backend::get().execution().kernel_key() != c10::DispatchKey::CPU)
+    return static_cast<int64_t>(at::SDPBackend::math);
+  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), query,
+                                                 key, value, attn_mask, dropout_p, is_causal, scale,
                                                  enable_gqa);
 }
 #endif

@@ -49,8 +49,8 @@ std::unique_ptr<Execution> make_execution(std::string_view name) {
 
 std::string default_execution_name() {
   const char* chosen = std::getenv("REMAT_TORCH_EXECUTION");
-  if (chosen != nullptr && *chosen != '\0') return chosen;
-  return cuda_execution_usable() ? "cuda" : "cpu";
+  // `cuda` becomes the default where a GPU is usable once it has run on one.
+  return chosen != nullptr && *chosen != '\0' ? chosen : "cpu";
 }
 
 }  // namespace remat::torch_backend::detail

@@ -13,16 +13,23 @@
 namespace remat::torch_backend::detail {
 namespace {
 
-// The scratch a kernel takes, in order, for its launch's record of what it wrote.
+// The scratch a kernel takes, in order, for its launch's record of what it wrote. Work the
+// stream ordered before the kernel that touches a scratch block (a copy out of memory freed
+// and taken again) runs before the kernel writes it (Note [Host code run as a kernel]).
 struct ScratchLog {
   void* (*take)(void* self, std::size_t bytes);
   void* self;
+  SimulatedCuda* sim;
+  CudaStream stream;
   std::vector<DeviceRange> blocks;
 
   static void* take_logged(void* log, std::size_t bytes) {
     auto* l = static_cast<ScratchLog*>(log);
     void* p = l->take(l->self, bytes);
-    if (p != nullptr && bytes > 0) l->blocks.push_back({p, bytes});
+    if (p == nullptr || bytes == 0) return p;
+    l->blocks.push_back({p, bytes});
+    const DeviceRange block[] = {{p, bytes}};
+    l->sim->catch_up(l->stream, block);
     return p;
   }
 };
@@ -94,20 +101,28 @@ class SimulatedCudaExecution final : public Execution {
   }
 
  private:
-  // Note [Host code run as a kernel]: the work the launch starts after runs first, then the
-  // kernel on the host with its scratch logged, then the launch is recorded without a body.
+  // Note [Host code run as a kernel]: the work the launch starts after runs first; the launch
+  // is recorded without a body, with what it reads and writes, before the kernel runs on the
+  // host (its scratch may call the device, whose time then passes: work on other streams is
+  // checked against the launch before it completes); then its scratch is recorded, as a
+  // launch of no time after it.
   static void launch(SimulatedCuda& sim, const OpDef& op, const KernelContext& k) {
-    sim.catch_up(k.stream);
-    ScratchLog log{k.scratch_fn, k.scratch_self, {}};
+    std::vector<DeviceRange> reads, writes;
+    record_ranges(k, reads, writes);
+    std::vector<DeviceRange> touched = reads;
+    touched.insert(touched.end(), writes.begin(), writes.end());
+    sim.catch_up(k.stream, touched);
+    check(sim.launch(k.stream, modelled_ns(reads, writes), reads, writes, {}), op);
+    ScratchLog log{k.scratch_fn, k.scratch_self, &sim, k.stream, {}};
     KernelContext logged = k;
     if (k.scratch_fn != nullptr) {
       logged.scratch_fn = &ScratchLog::take_logged;
       logged.scratch_self = &log;
     }
     op.kernel(logged);
-    std::vector<DeviceRange> reads, writes = std::move(log.blocks);
-    record_ranges(k, reads, writes);
-    const CudaResult r = sim.launch(k.stream, modelled_ns(reads, writes), reads, writes, {});
+    if (!log.blocks.empty()) check(sim.launch(k.stream, 0, {}, log.blocks, {}), op);
+  }
+  static void check(const CudaResult& r, const OpDef& op) {
     if (!r.ok()) throw std::runtime_error(absl::StrCat("remat_torch: ", op.name, ": ", r.message));
   }
 

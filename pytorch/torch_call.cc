@@ -227,14 +227,24 @@ void TorchCall::run_here(const KernelContext& ctx, const Execution& execution) {
     memory.declared = declared_scratch;
     for (std::size_t i = 0; i < fresh.size(); ++i)
       memory.outputs.push_back({ctx.outputs[i], fresh_bytes[i]});
-    torch::jit::Stack stack = kernel_arguments(ctx, execution.kernel_device());
-    const auto start = std::chrono::steady_clock::now();
-    {
-      KernelMemoryScope scope(&memory);
+    const c10::Device device = execution.kernel_device();
+    torch::jit::Stack stack = kernel_arguments(ctx, device);
+    if (device.is_cpu()) {
+      // The CPU kernel's own allocations come from the op's memory (the allocator bridge),
+      // and it has run when it returns: its time is its cost.
+      const auto start = std::chrono::steady_clock::now();
+      {
+        KernelMemoryScope scope(&memory);
+        results = call_kernel(std::move(stack), ctx, execution);
+      }
+      const std::chrono::duration<double, std::nano> took =
+          std::chrono::steady_clock::now() - start;
+      Backend::get().note_run(signature, memory.arena.extent(), took.count());
+    } else {
+      // A CUDA kernel's host allocations are the host's, and it returns once launched: the
+      // runtime times it with events where costs are measured.
       results = call_kernel(std::move(stack), ctx, execution);
     }
-    const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
-    Backend::get().note_run(signature, memory.arena.extent(), took.count());
   }
   if (!ctx.recompute && !published) adopt_result_layouts(results);
   copy_fresh_results(results, ctx, execution.kernel_device());

@@ -38,7 +38,7 @@ namespace remat::torch_backend::detail {
 // A kernel's call is rebuilt over `kernel_device()` tensors and redispatched to
 // `kernel_key()`, inside `around_kernel`. The execution is chosen before the first tensor
 // (Backend::set_execution): its default is the environment's REMAT_TORCH_EXECUTION, else
-// `cuda` where it is usable, else `cpu`.
+// `cpu` (`cuda` once it has run on a GPU).
 class Execution {
  public:
   virtual ~Execution() = default;
@@ -72,7 +72,7 @@ class Execution {
 // ones for any other.
 std::unique_ptr<Execution> make_execution(std::string_view name);
 std::vector<std::string> execution_names();
-// REMAT_TORCH_EXECUTION where set, else "cuda" where it is usable, else "cpu".
+// REMAT_TORCH_EXECUTION where set, else "cpu".
 std::string default_execution_name();
 // The simulated device's execution (simulated_cuda_execution.cc), and the GPU's
 // (cuda_execution.cc; null where torch or remat was built without CUDA) with whether a GPU

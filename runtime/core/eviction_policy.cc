@@ -152,8 +152,11 @@ class RandomPolicy final : public PolicyBase {
   RandomPolicy(LineageView v, std::uint64_t seed) : PolicyBase(v), seed_(seed) {}
   std::string_view name() const override { return "random"; }
   double key(Id s) override {
-    std::uint64_t x = seed_ ^ (std::uint64_t{s} * 0x9e3779b97f4a7c15ULL) ^
-                      static_cast<std::uint64_t>((*v_.storages)[s].last_access);
+    // The last access since the run began: a step's clock moving back changes no key.
+    const double base = v_.clock_base != nullptr ? *v_.clock_base : 0.0;
+    const auto since_run = static_cast<std::int64_t>(base + (*v_.storages)[s].last_access);
+    std::uint64_t x =
+        seed_ ^ (std::uint64_t{s} * 0x9e3779b97f4a7c15ULL) ^ static_cast<std::uint64_t>(since_run);
     x ^= x >> 31;
     x *= 0xbf58476d1ce4e5b9ULL;
     x ^= x >> 29;

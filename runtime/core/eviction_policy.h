@@ -22,6 +22,9 @@ struct LineageView {
   SlotMap<TensorRec>* tensors;
   SlotMap<OpRec>* ops;
   const double* clock;
+  // The time of the steps before the current one (Note [Each step's own clock]): a time
+  // since the run began is clock_base + a time since the step did.
+  const double* clock_base = nullptr;
 
   double cost_of(Id storage) const;
   double staleness(Id storage) const;

@@ -598,6 +598,7 @@ Id RuntimeImpl::new_constant(const TensorSpec& spec, const void* data) {
   StorageRec sr;
   sr.bytes = spec.bytes();
   sr.pinned = true;
+  sr.last_access = clock;
   const Id s = storages.add(std::move(sr));
   current_op = "constant";
   // Not part of a placed sequence (Note [Placed allocations] in step_placement.cc): a program

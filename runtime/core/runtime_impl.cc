@@ -61,8 +61,8 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions opts)
   memory->set_reclaimer(this);
   timeline.budget = options.budget;
   runs_kernels = options.backend != Backend::kSimulated;
-  policy = make_eviction_policy(options.policy, LineageView{&storages, &tensors, &ops, &clock},
-                                options.seed);
+  policy = make_eviction_policy(
+      options.policy, LineageView{&storages, &tensors, &ops, &clock, &clock_base}, options.seed);
   if (policy == nullptr) {
     throw std::invalid_argument(absl::StrCat("remat: unknown eviction policy '", options.policy,
                                              "' (see eviction_policy_names())"));

@@ -33,7 +33,7 @@ TEST(SimulatedCatchUpTest, RunsTheStreamsPendingCopyWithoutTakingTime) {
   ASSERT_TRUE(sim.memcpy_async(b, a, 64, CudaCopy::kDeviceToDevice, s).ok());
   ASSERT_EQ(b[0], 0);
   const double before = sim.now();
-  sim.catch_up(s);
+  sim.catch_up(s);  // everything due
   EXPECT_EQ(b[63], 'x');
   EXPECT_EQ(sim.now(), before);
   EXPECT_EQ(sim.pending_work(), 1u);  // still pending, for race detection
@@ -73,10 +73,32 @@ TEST(SimulatedCatchUpTest, ACaughtUpItemStillRacesWithUnorderedWork) {
   CudaStream s = make_stream(sim);
   CudaStream other = make_stream(sim);
   ASSERT_TRUE(sim.memcpy_async(b, a, 64, CudaCopy::kDeviceToDevice, s).ok());
-  sim.catch_up(s);
+  sim.catch_up(s);  // everything due
   const DeviceRange writes[] = {{b, 64}};
   ASSERT_TRUE(sim.launch(other, 1000, {}, writes).ok());
   EXPECT_EQ(sim.races().size(), 1u);
+}
+
+// Given the kernel's memory, only the due work as far as the last that touches it runs: a
+// copy into memory the kernel does not touch completes at its own time.
+TEST(SimulatedCatchUpTest, RunsOnlyAsFarAsTheLastWorkThatTouchesTheKernelsMemory) {
+  SimulatedCuda sim;
+  char* a = device_alloc(sim, 64);
+  char* b = device_alloc(sim, 64);
+  char* c = device_alloc(sim, 64);
+  CudaStream s = make_stream(sim);
+  std::memset(a, 'x', 64);
+  std::memset(b, 0, 64);
+  std::memset(c, 0, 64);
+  ASSERT_TRUE(sim.memcpy_async(b, a, 64, CudaCopy::kDeviceToDevice, s).ok());
+  ASSERT_TRUE(sim.memcpy_async(c, a, 64, CudaCopy::kDeviceToDevice, s).ok());
+  const DeviceRange kernel_reads[] = {{b, 64}};
+  sim.catch_up(s, kernel_reads);
+  EXPECT_EQ(b[0], 'x');
+  EXPECT_EQ(c[0], 0) << "the later copy the kernel does not read waits for its time";
+  const DeviceRange later[] = {{c, 64}};
+  sim.catch_up(s, later);
+  EXPECT_EQ(c[0], 'x');
 }
 
 }  // namespace

@@ -161,14 +161,28 @@ void SimulatedCuda::wait_until(double t) {
 // so in simulated time they are complete when the kernel starts, and running them early is
 // exact. They stay pending, so work enqueued later on other streams is still checked against
 // them (Note [Race detection]), and work not ordered before the kernel (other streams' later
-// items) still runs at its own end, after it.
-void SimulatedCuda::catch_up(CudaStream stream) {
+// items) still runs at its own end, after it. Only as far as the last of that work which
+// touches the kernel's memory: a copy to pinned host memory the kernel does not read still
+// completes when its time comes, so host code that reads it too early still reads stale
+// bytes, as on a GPU (the work before the last one runs too, keeping the order of writes).
+void SimulatedCuda::catch_up(CudaStream stream, std::span<const DeviceRange> touched) {
   if (sticky_ || !streams_.contains(stream)) return;
   const double t = std::max(now_, ready_time(stream));
-  for (auto& [key, item] : pending_) {
-    if (item.end > t) break;
-    if (item.body && !item.skip_body) std::exchange(item.body, nullptr)();
-  }
+  auto touches = [&](const WorkItem& item) {
+    if (touched.empty()) return true;
+    for (const Access& a : item.accesses)
+      for (const DeviceRange& r : touched) {
+        const auto begin = reinterpret_cast<std::uintptr_t>(r.p);
+        if (a.begin < begin + r.bytes && begin < a.end) return true;
+      }
+    return false;
+  };
+  // The prefix to run: as far as the last due item that touches the kernel's memory.
+  auto stop = pending_.begin();
+  for (auto it = pending_.begin(); it != pending_.end() && it->second.end <= t; ++it)
+    if (touches(it->second)) stop = std::next(it);
+  for (auto it = pending_.begin(); it != stop; ++it)
+    if (it->second.body && !it->second.skip_body) std::exchange(it->second.body, nullptr)();
 }
 
 // Runs the bodies of the work items the clock has passed, in order of end time.

@@ -217,9 +217,10 @@ class SimulatedCuda final : public CudaApi {
   // Waits for all pending work (cudaDeviceSynchronize); takes no host time of its own.
   void synchronize_all();
   // Runs now, in order, the bodies of the pending work that new work on `stream` would start
-  // after (Note [Host code run as a kernel]); takes no time, and the work stays pending for
+  // after, as far as the last one that touches `touched` (all of it where `touched` is
+  // empty) (Note [Host code run as a kernel]); takes no time, and the work stays pending for
   // race detection.
-  void catch_up(CudaStream stream);
+  void catch_up(CudaStream stream, std::span<const DeviceRange> touched = {});
   // The times the host waited for the device: a synchronization, a free or a copy from or to
   // pageable memory that found the work it waits for not yet done.
   std::size_t host_waits() const { return host_waits_; }
