@@ -244,12 +244,15 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
   if (options_.budget == SIZE_MAX) return;
   Shape& s = shape(key);
   ++s.steps;
+  if (s.dtr_from_first_step) {
+    // The trial is judged against a step like the later ones, not the first (Note
+    // [Planning beside the steps]): the one after the recorded first step, planned beside
+    // or waiting to be.
+    s.dtr = cost;
+    s.dtr_from_first_step = false;
+  }
   switch (s.state) {
     case State::kUnplanned:
-      if (s.recording && s.dtr_from_first_step && s.steps > 1) {
-        s.dtr = cost;  // a step like the later ones (Note [Planning beside the steps])
-        s.dtr_from_first_step = false;
-      }
       if (s.recording || step.graph.nodes.empty()) return;
       if (s.steps == 1 && !options_.record_first_step) return;
       s.recording = std::move(step);
@@ -282,10 +285,6 @@ void ShapePlans::after(const PlanCache::Key& key, RecordedStep step, StepCost co
       }
       return;
     case State::kPlanning:  // DTR while the plan is made
-      // The trial is judged against a step like the ones it is among, not the first.
-      if (s.dtr_from_first_step) s.dtr = cost;
-      s.dtr_from_first_step = false;
-      return;
     case State::kDynamic:
       return;
   }

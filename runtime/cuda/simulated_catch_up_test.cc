@@ -5,21 +5,13 @@
 #include <cstring>
 
 #include "runtime/cuda/simulated_cuda.h"
+#include "runtime/cuda/simulated_cuda_testing.h"
 
 namespace remat {
 namespace {
 
-CudaStream make_stream(SimulatedCuda& sim) {
-  CudaStream s = nullptr;
-  EXPECT_TRUE(sim.stream_create(&s).ok());
-  return s;
-}
-
-char* device_alloc(SimulatedCuda& sim, std::size_t bytes) {
-  void* p = nullptr;
-  EXPECT_TRUE(sim.malloc(&p, bytes).ok());
-  return static_cast<char*>(p);
-}
+using sim_testing::device_alloc;
+using sim_testing::make_stream;
 
 // A copy enqueued on the stream ends before new work on it starts: catch_up runs it now,
 // without moving the clock, so host code standing in for the next kernel reads its bytes.
@@ -56,8 +48,7 @@ TEST(SimulatedCatchUpTest, LeavesWorkOnOtherStreamsUntilAnEventOrdersIt) {
   ASSERT_TRUE(sim.memcpy_async(b, a, 64, CudaCopy::kDeviceToDevice, copies).ok());
   sim.catch_up(compute);
   EXPECT_EQ(b[0], 0);
-  CudaEvent copied = nullptr;
-  ASSERT_TRUE(sim.event_create(&copied, false).ok());
+  CudaEvent copied = sim_testing::make_event(sim);
   ASSERT_TRUE(sim.event_record(copied, copies).ok());
   ASSERT_TRUE(sim.stream_wait_event(compute, copied).ok());
   sim.catch_up(compute);

@@ -173,7 +173,7 @@ void SimulatedCuda::catch_up(CudaStream stream, std::span<const DeviceRange> tou
     for (const Access& a : item.accesses)
       for (const DeviceRange& r : touched) {
         const auto begin = reinterpret_cast<std::uintptr_t>(r.p);
-        if (a.begin < begin + r.bytes && begin < a.end) return true;
+        if (overlap(a.begin, a.end, begin, begin + r.bytes)) return true;
       }
     return false;
   };

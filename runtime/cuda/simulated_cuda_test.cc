@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda/simulated_cuda_testing.h"
 
 namespace remat {
 namespace {
@@ -18,29 +19,10 @@ using ::testing::HasSubstr;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-CudaStream make_stream(SimulatedCuda& sim) {
-  CudaStream s = nullptr;
-  EXPECT_TRUE(sim.stream_create(&s).ok());
-  return s;
-}
-
-CudaEvent make_event(SimulatedCuda& sim, bool timing = false) {
-  CudaEvent e = nullptr;
-  EXPECT_TRUE(sim.event_create(&e, timing).ok());
-  return e;
-}
-
-char* device_alloc(SimulatedCuda& sim, std::size_t bytes) {
-  void* p = nullptr;
-  EXPECT_TRUE(sim.malloc(&p, bytes).ok());
-  return static_cast<char*>(p);
-}
-
-char* pinned_alloc(SimulatedCuda& sim, std::size_t bytes) {
-  void* p = nullptr;
-  EXPECT_TRUE(sim.malloc_host(&p, bytes).ok());
-  return static_cast<char*>(p);
-}
+using sim_testing::device_alloc;
+using sim_testing::make_event;
+using sim_testing::make_stream;
+using sim_testing::pinned_alloc;
 
 void expect_error(const CudaResult& r, CudaStatus status, int code) {
   EXPECT_EQ(r.status, status) << r.message;
